@@ -1,0 +1,303 @@
+/*
+ * shardq.h - public API of libshardq: one logical job queue spread over many
+ * PostgreSQL shards.
+ *
+ * Conventions, for every function below:
+ *  - The return value is an sq_status; SQ_OK means success. On any other
+ *    value the sq_error passed in (if not NULL) holds the same code and a
+ *    message that names what was wrong and what to do. The library never
+ *    calls exit() and never prints.
+ *  - Strings passed in are copied when the library keeps them; the caller
+ *    may free them after the call returns.
+ *  - Memory returned through an out-parameter belongs to the caller and is
+ *    freed with the matching *_free function named in the comment.
+ *  - An sq_client is not thread-safe: use one per thread.
+ */
+#ifndef SHARDQ_H
+#define SHARDQ_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SQ_MUST_CHECK __attribute__((warn_unused_result))
+
+/* Largest partition count: the low 16 bits of a job id hold its partition. */
+#define SQ_MAX_PARTITIONS 65536
+/* Bounds on what a job may carry; larger input is refused with SQ_EINVAL. */
+#define SQ_MAX_KEY_LEN 512
+#define SQ_MAX_TYPE_LEN 64
+#define SQ_MAX_PARAMS_LEN (1024 * 1024)
+#define SQ_MAX_ERROR_LEN 2000
+
+typedef enum sq_status {
+	SQ_OK = 0,
+	SQ_EINVAL,    /* bad argument or bad input (JSON, type, sizes) */
+	SQ_ECONFIG,   /* the configuration is invalid */
+	SQ_ECONN,     /* a shard or the meta database cannot be reached */
+	SQ_EDB,       /* the database answered with an error */
+	SQ_ESTATE,    /* the cluster is not in the state needed (not initialised,
+	                 other partition count, ...) */
+	SQ_ELOST,     /* a fenced transition matched no row: the lease was lost */
+	SQ_EMOVED,    /* the partition is no longer owned by the shard asked */
+	SQ_EMOVING,   /* the partition is being moved; retry shortly */
+	SQ_ENOMEM,
+	SQ_ENOTFOUND, /* no such job */
+} sq_status;
+
+/* Returns a constant lowercase name for a status ("ok", "lost", ...). */
+const char *sq_status_name(sq_status st);
+
+typedef struct sq_error {
+	sq_status code;
+	char msg[1024];
+} sq_error;
+
+/* ---- configuration ---------------------------------------------------- */
+
+typedef struct sq_config sq_config;
+
+/*
+ * Reads and validates an INI file. On SQ_ECONFIG, err->msg lists every bad
+ * key, one line each, as "FILE:LINE: [section] key: what is wrong".
+ * The config is freed with sq_config_free().
+ */
+SQ_MUST_CHECK sq_status sq_config_load(const char *path, sq_config **out,
+                                       sq_error *err);
+/* Same, from a string; `name` is used in messages in place of a file name. */
+SQ_MUST_CHECK sq_status sq_config_parse(const char *text, const char *name,
+                                        sq_config **out, sq_error *err);
+void sq_config_free(sq_config *cfg);
+
+/* Number of shards and the id of shard i (0-based, config order). */
+int sq_config_shard_count(const sq_config *cfg);
+const char *sq_config_shard_id(const sq_config *cfg, int i);
+uint32_t sq_config_partitions(const sq_config *cfg);
+
+/* ---- routing ---------------------------------------------------------- */
+
+/* XXH3_64bits of the key; frozen since xxHash 0.8.0. */
+uint64_t sq_hash_key(const char *key, size_t len);
+/* The partition of a key, for a cluster of `partitions` (a power of two). */
+uint32_t sq_partition_of_key(const char *key, size_t len, uint32_t partitions);
+/* The partition a job id encodes. */
+static inline uint32_t sq_partition_of_id(int64_t id)
+{
+	return (uint32_t)((uint64_t)id & 0xFFFFu);
+}
+
+/* ---- client ----------------------------------------------------------- */
+
+typedef struct sq_client sq_client;
+
+/*
+ * Connects to the meta database and every shard, and loads the partition
+ * map. The client keeps a pointer to cfg: cfg must outlive it.
+ * Fails with SQ_ESTATE when the cluster was never initialised (unless
+ * `for_init` is non-zero, as `shardq init` does).
+ * Free with sq_client_close().
+ */
+SQ_MUST_CHECK sq_status sq_client_open(const sq_config *cfg, int for_init,
+                                       sq_client **out, sq_error *err);
+void sq_client_close(sq_client *c);
+
+/*
+ * Creates or upgrades the schema on every shard and in the meta database,
+ * and on first run plans the partition map (weighted rendezvous hashing).
+ * Safe to run again; refused (SQ_ESTATE) if the cluster was made with another
+ * partition count or a database belongs to another shard id.
+ * `created` is set to 1 when this call created the cluster.
+ */
+SQ_MUST_CHECK sq_status sq_init(sq_client *c, int *created, sq_error *err);
+
+/* Partition map: shard index (config order) per partition, and version. */
+int sq_client_shard_of_partition(const sq_client *c, uint32_t partition);
+int64_t sq_client_map_version(const sq_client *c);
+/* Reloads the map from the meta database. */
+SQ_MUST_CHECK sq_status sq_client_refresh_map(sq_client *c, sq_error *err);
+
+/* ---- enqueue ---------------------------------------------------------- */
+
+typedef struct sq_job_spec {
+	const char *type;   /* task type, must be in the config */
+	const char *key;    /* dedup key (active_uid); NULL: none */
+	const char *params; /* JSON text; NULL: {} */
+	int has_priority;   /* 0: the type's default priority */
+	int32_t priority;
+	int64_t run_at_us;  /* absolute unix time in microseconds; 0: not set */
+	int64_t delay_ms;   /* when run_at_us is 0: now() + delay_ms */
+	int64_t delay_tolerance_ms; /* -1: the type's default; 0: none */
+	int32_t max_attempts;       /* 0: the type's default */
+} sq_job_spec;
+
+typedef enum sq_enqueue_outcome {
+	SQ_ENQ_INSERTED = 0, /* a new job */
+	SQ_ENQ_DUPLICATE,    /* a live job with the key exists and was kept */
+	SQ_ENQ_REPLACED,     /* policy replace: the ready job was updated */
+	SQ_ENQ_MERGED,       /* policy merge: params merged into the ready job */
+	SQ_ENQ_RERUN,        /* policy rerun: the running job will run again */
+} sq_enqueue_outcome;
+
+const char *sq_enqueue_outcome_name(sq_enqueue_outcome o);
+
+typedef struct sq_enqueue_result {
+	int64_t id; /* the job's id (existing job's id on a duplicate) */
+	sq_enqueue_outcome outcome;
+	int shard;  /* shard index the job lives on */
+} sq_enqueue_result;
+
+/*
+ * Enqueues n jobs: one statement per shard, all shards concurrently, each
+ * shard's part in one transaction. Input is validated before anything is
+ * sent: on SQ_EINVAL nothing is written. results[] has n entries, filled in
+ * input order. On a database error the shards that already committed keep
+ * their jobs; err says which shard failed.
+ */
+SQ_MUST_CHECK sq_status sq_enqueue(sq_client *c, const sq_job_spec *jobs,
+                                   size_t n, sq_enqueue_result *results,
+                                   sq_error *err);
+
+/* ---- claim ------------------------------------------------------------ */
+
+typedef enum sq_job_status {
+	SQ_READY = 0,
+	SQ_STARTING,
+	SQ_RUNNING,
+	SQ_COMPLETED,
+	SQ_FAILED,
+	SQ_CANCELLED,
+} sq_job_status;
+
+const char *sq_job_status_name(sq_job_status s);
+
+typedef struct sq_job {
+	int64_t id;
+	int32_t attempt;
+	int32_t max_attempts;
+	int32_t priority;
+	int shard;
+	sq_job_status status;
+	char *type;
+	char *key; /* NULL when the job has none */
+	char *params;
+	char *worker;
+	int64_t schedule_time_us;
+	int64_t delay_tolerance_time_us; /* 0: none */
+	int64_t lease_until_us;          /* expected_status_change_time */
+	int64_t created_us;
+} sq_job;
+
+/* Frees an array of n jobs returned by sq_claim(). */
+void sq_jobs_free(sq_job *jobs, size_t n);
+
+typedef struct sq_claim_req {
+	const char *type;
+	int32_t limit;
+} sq_claim_req;
+
+/*
+ * Claims up to reqs[i].limit jobs of each type for `worker`, from all shards
+ * concurrently, one statement per shard. Due ready jobs and jobs whose lease
+ * expired are taken; they become `starting` with the type's starting lease.
+ * Each type's limit is shared among shards by their recent yield.
+ * The result is ordered by priority DESC, COALESCE(delay_tolerance_time,
+ * schedule_time) ASC, id ASC. *jobs is freed with sq_jobs_free(); it is NULL
+ * when *njobs is 0.
+ */
+SQ_MUST_CHECK sq_status sq_claim(sq_client *c, const char *worker,
+                                 const sq_claim_req *reqs, size_t nreqs,
+                                 sq_job **jobs, size_t *njobs, sq_error *err);
+
+/* ---- life cycle (all fenced by id, attempt and worker) ------------------ */
+
+typedef struct sq_job_ref {
+	int64_t id;
+	int32_t attempt;
+} sq_job_ref;
+
+/*
+ * Each takes n refs and writes one status per ref into out[] (n entries):
+ * SQ_OK, SQ_ELOST (the row no longer matches: another worker may own the
+ * job; nothing was changed), or SQ_EMOVED/SQ_EMOVING. The return value is
+ * SQ_OK when every shard answered (even if some refs are LOST), or the
+ * error that stopped a shard.
+ */
+/* starting -> running; lease = now + the type's execution timeout. */
+SQ_MUST_CHECK sq_status sq_start(sq_client *c, const char *worker,
+                                 const sq_job_ref *refs, size_t n,
+                                 sq_status *out, sq_error *err);
+/* running -> running; extends the lease by the type's execution timeout. */
+SQ_MUST_CHECK sq_status sq_heartbeat(sq_client *c, const char *worker,
+                                     const sq_job_ref *refs, size_t n,
+                                     sq_status *out, sq_error *err);
+/* running -> completed (the row leaves the hot table; a pending rerun makes
+ * it ready again with the rerun's params). */
+SQ_MUST_CHECK sq_status sq_complete(sq_client *c, const char *worker,
+                                    const sq_job_ref *refs, size_t n,
+                                    sq_status *out, sq_error *err);
+/* starting -> ready, no attempt counted (for a worker shutting down). */
+SQ_MUST_CHECK sq_status sq_release(sq_client *c, const char *worker,
+                                   const sq_job_ref *refs, size_t n,
+                                   sq_status *out, sq_error *err);
+
+typedef struct sq_fail_req {
+	sq_job_ref ref;
+	const char *error; /* kept, cut to SQ_MAX_ERROR_LEN bytes; may be NULL */
+	int permanent;     /* non-zero: straight to failed */
+} sq_fail_req;
+
+/* running -> ready with backoff (attempt < max), or -> failed. */
+SQ_MUST_CHECK sq_status sq_fail(sq_client *c, const char *worker,
+                                const sq_fail_req *reqs, size_t n,
+                                sq_status *out, sq_error *err);
+
+/* ready/starting/running -> cancelled, by id. out[i]: SQ_OK or
+ * SQ_ENOTFOUND (no live job with that id). */
+SQ_MUST_CHECK sq_status sq_cancel(sq_client *c, const int64_t *ids, size_t n,
+                                  sq_status *out, sq_error *err);
+/* Cancels the live job of (type, key); *id is set to its id, or 0 and
+ * SQ_ENOTFOUND when there is none. */
+SQ_MUST_CHECK sq_status sq_cancel_key(sq_client *c, const char *type,
+                                      const char *key, int64_t *id,
+                                      sq_error *err);
+
+/* Reads one job by id (any status, including failed/cancelled). */
+SQ_MUST_CHECK sq_status sq_get_job(sq_client *c, int64_t id, sq_job *job,
+                                   sq_error *err);
+
+/* ---- stats ------------------------------------------------------------ */
+
+typedef struct sq_stats_row {
+	int shard;
+	char *type;
+	int64_t count[6]; /* indexed by sq_job_status; completed counts rows kept
+	                     in history */
+	int64_t oldest_ready_age_ms; /* -1: no ready job */
+	int64_t expired_leases;
+} sq_stats_row;
+
+typedef struct sq_stats {
+	size_t nrows;
+	sq_stats_row *rows;
+	int nshards;
+	int64_t *partitions_owned;  /* per shard */
+	int64_t *partitions_moving; /* per shard: not owned and not gone */
+	int64_t map_version;
+} sq_stats;
+
+SQ_MUST_CHECK sq_status sq_stats_get(sq_client *c, sq_stats **out,
+                                     sq_error *err);
+void sq_stats_free(sq_stats *s);
+
+/* ---- introspection for tests and tools ---------------------------------- */
+
+/* Statements sent to shard i since the client opened. */
+uint64_t sq_client_statements_sent(const sq_client *c, int shard);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,135 @@
+/* buf.c - growable byte buffer used to build statement parameters. */
+#include "buf.h"
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void sq_buf_init(sq_buf *b)
+{
+	memset(b, 0, sizeof(*b));
+}
+
+void sq_buf_free(sq_buf *b)
+{
+	free(b->data);
+	sq_buf_init(b);
+}
+
+void sq_buf_reset(sq_buf *b)
+{
+	b->len = 0;
+	if (b->data)
+		b->data[0] = '\0';
+}
+
+static int grow(sq_buf *b, size_t extra)
+{
+	size_t need = b->len + extra + 1, cap;
+	char *p;
+	if (b->oom)
+		return -1;
+	if (need <= b->cap)
+		return 0;
+	cap = b->cap ? b->cap : 256;
+	while (cap < need)
+		cap *= 2;
+	p = realloc(b->data, cap);
+	if (!p) {
+		b->oom = 1;
+		return -1;
+	}
+	b->data = p;
+	b->cap = cap;
+	return 0;
+}
+
+void sq_buf_append(sq_buf *b, const char *s, size_t n)
+{
+	if (grow(b, n))
+		return;
+	memcpy(b->data + b->len, s, n);
+	b->len += n;
+	b->data[b->len] = '\0';
+}
+
+void sq_buf_puts(sq_buf *b, const char *s)
+{
+	sq_buf_append(b, s, strlen(s));
+}
+
+void sq_buf_putc(sq_buf *b, char c)
+{
+	sq_buf_append(b, &c, 1);
+}
+
+void sq_buf_printf(sq_buf *b, const char *fmt, ...)
+{
+	va_list ap;
+	int n;
+	va_start(ap, fmt);
+	n = vsnprintf(NULL, 0, fmt, ap);
+	va_end(ap);
+	if (n < 0 || grow(b, (size_t)n))
+		return;
+	va_start(ap, fmt);
+	vsnprintf(b->data + b->len, (size_t)n + 1, fmt, ap);
+	va_end(ap);
+	b->len += (size_t)n;
+}
+
+void sq_buf_i64(sq_buf *b, int64_t v)
+{
+	char tmp[24];
+	int n = snprintf(tmp, sizeof(tmp), "%" PRId64, v);
+	sq_buf_append(b, tmp, (size_t)n);
+}
+
+char *sq_buf_steal(sq_buf *b)
+{
+	char *p = b->data;
+	if (!p && !b->oom)
+		p = calloc(1, 1);
+	sq_buf_init(b);
+	return p;
+}
+
+void sq_arr_open(sq_buf *b)
+{
+	sq_buf_putc(b, '{');
+}
+
+void sq_arr_close(sq_buf *b)
+{
+	if (b->len && b->data[b->len - 1] == ',')
+		b->data[b->len - 1] = '}';
+	else
+		sq_buf_putc(b, '}');
+}
+
+void sq_arr_i64(sq_buf *b, int64_t v)
+{
+	sq_buf_i64(b, v);
+	sq_buf_putc(b, ',');
+}
+
+void sq_arr_str(sq_buf *b, const char *s)
+{
+	const char *p, *run;
+	if (!s) {
+		sq_buf_append(b, "NULL,", 5);
+		return;
+	}
+	sq_buf_putc(b, '"');
+	for (run = p = s; *p; p++) {
+		if (*p == '"' || *p == '\\') {
+			sq_buf_append(b, run, (size_t)(p - run));
+			sq_buf_putc(b, '\\');
+			run = p;
+		}
+	}
+	sq_buf_append(b, run, (size_t)(p - run));
+	sq_buf_append(b, "\",", 2);
+}

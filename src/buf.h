@@ -1,0 +1,35 @@
+/* buf.h - a growable byte buffer, and the PostgreSQL array-literal writer. */
+#ifndef SQ_BUF_H
+#define SQ_BUF_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct sq_buf {
+	char *data; /* always NUL-terminated once anything was added */
+	size_t len;
+	size_t cap;
+	int oom;    /* set when an allocation failed; later appends are no-ops */
+} sq_buf;
+
+void sq_buf_init(sq_buf *b);
+void sq_buf_free(sq_buf *b);
+void sq_buf_reset(sq_buf *b);
+void sq_buf_append(sq_buf *b, const char *s, size_t n);
+void sq_buf_puts(sq_buf *b, const char *s);
+void sq_buf_putc(sq_buf *b, char c);
+void sq_buf_printf(sq_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void sq_buf_i64(sq_buf *b, int64_t v);
+/* Returns the data and leaves the buffer empty; the caller frees it. */
+char *sq_buf_steal(sq_buf *b);
+
+/*
+ * Array literals ("{1,2,"a \"b\"",NULL}") for text-format array parameters.
+ * Start with sq_arr_open, add elements, close with sq_arr_close.
+ */
+void sq_arr_open(sq_buf *b);
+void sq_arr_close(sq_buf *b);
+void sq_arr_i64(sq_buf *b, int64_t v);
+void sq_arr_str(sq_buf *b, const char *s); /* NULL adds NULL */
+
+#endif

@@ -1,0 +1,219 @@
+/* claim.c - the multi-type claim: one statement per shard, all shards at
+ * once, each type's limit shared among the shards by their recent yield. */
+#include "buf.h"
+#include "client.h"
+#include "error.h"
+#include "jobrow.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Per type: expired leases first (a dead worker's jobs come back), then due
+ * ready jobs in priority / delay-tolerance order; at most lim in all. Both
+ * arms are index scans (jobs_lease, jobs_ready) and skip partitions that
+ * are not owned here (normally none: an empty partial index). */
+static const sq_stmt stmt_claim = {
+	"sq_claim",
+	"WITH t AS ("
+	"  SELECT * FROM unnest($1::text[], $2::int[], $3::bigint[]) AS t(task, lim, lease_ms)"
+	"), picked AS ("
+	"  SELECT c.id, t.lease_ms FROM t CROSS JOIN LATERAL ("
+	"    SELECT u.id FROM ("
+	"      SELECT e.id FROM ("
+	"        SELECT j.id FROM shardq.jobs j"
+	"         WHERE j.task = t.task AND j.status IN ('starting', 'running')"
+	"           AND j.expected_status_change_time < now()"
+	"           AND NOT EXISTS (SELECT 1 FROM shardq.partition_state ps"
+	"                            WHERE ps.partition = j.partition AND ps.state <> 'owned')"
+	"         ORDER BY j.expected_status_change_time"
+	"         LIMIT t.lim FOR UPDATE SKIP LOCKED) e"
+	"      UNION ALL"
+	"      SELECT r.id FROM ("
+	"        SELECT j.id FROM shardq.jobs j"
+	"         WHERE j.task = t.task AND j.status = 'ready' AND j.schedule_time <= now()"
+	"           AND NOT EXISTS (SELECT 1 FROM shardq.partition_state ps"
+	"                            WHERE ps.partition = j.partition AND ps.state <> 'owned')"
+	"         ORDER BY j.priority DESC, COALESCE(j.delay_tolerance_time, j.schedule_time), j.id"
+	"         LIMIT t.lim FOR UPDATE SKIP LOCKED) r"
+	"    ) u LIMIT t.lim"
+	"  ) c"
+	")"
+	"UPDATE shardq.jobs j SET status = 'starting', worker = $4, attempt = j.attempt + 1,"
+	"       expected_status_change_time = now() + p.lease_ms * interval '1 millisecond',"
+	"       updated_at = now()"
+	"  FROM picked p WHERE j.id = p.id"
+	" RETURNING " SQ_JOB_COLUMNS};
+
+/* Shares `limit` among shards in proportion to w[] (largest remainder),
+ * starting the tie-break at `rot` so small limits rotate over shards. */
+static void share(int32_t limit, const double *w, int n, unsigned rot, int32_t *out)
+{
+	double sum = 0, frac[SQ_MAX_SHARDS];
+	int32_t given = 0;
+	for (int s = 0; s < n; s++)
+		sum += w[s];
+	for (int s = 0; s < n; s++) {
+		double exact = limit * w[s] / sum;
+		out[s] = (int32_t)floor(exact);
+		frac[s] = exact - out[s];
+		given += out[s];
+	}
+	while (given < limit) {
+		int best = -1;
+		for (int k = 0; k < n; k++) {
+			int s = (int)((rot + (unsigned)k) % (unsigned)n);
+			if (best < 0 || frac[s] > frac[best] + 1e-9)
+				best = s;
+		}
+		out[best]++;
+		frac[best] = -1;
+		given++;
+	}
+}
+
+static int cmp_jobs(const void *a, const void *b)
+{
+	const sq_job *x = a, *y = b;
+	int64_t ox = x->delay_tolerance_time_us ? x->delay_tolerance_time_us : x->schedule_time_us;
+	int64_t oy = y->delay_tolerance_time_us ? y->delay_tolerance_time_us : y->schedule_time_us;
+	if (x->priority != y->priority)
+		return x->priority > y->priority ? -1 : 1;
+	if (ox != oy)
+		return ox < oy ? -1 : 1;
+	return x->id < y->id ? -1 : x->id > y->id;
+}
+
+typedef struct shard_req {
+	sq_buf types, limits, leases;
+	const char *vals[4];
+	int32_t asked[SQ_MAX_TYPES];
+	int any;
+} shard_req;
+
+sq_status sq_claim(sq_client *c, const char *worker, const sq_claim_req *reqs, size_t nreqs,
+                   sq_job **jobs_out, size_t *njobs_out, sq_error *err)
+{
+	const sq_config *cfg = c->cfg;
+	int ti[SQ_MAX_TYPES];
+	shard_req *sr;
+	sq_status st;
+	size_t total = 0, nj = 0;
+	sq_job *jobs = NULL;
+
+	*jobs_out = NULL;
+	*njobs_out = 0;
+	if (!worker || !*worker || strlen(worker) > 200)
+		return sq_err(err, SQ_EINVAL, "a worker id (1-200 bytes) is required to claim");
+	if (nreqs > SQ_MAX_TYPES)
+		return sq_err(err, SQ_EINVAL, "too many types in one claim (at most %d)", SQ_MAX_TYPES);
+	for (size_t k = 0; k < nreqs; k++) {
+		const sq_type_conf *t = reqs[k].type ? sq_config_type(cfg, reqs[k].type) : NULL;
+		if (!t)
+			return sq_err(err, SQ_EINVAL, "claim: unknown task type '%s'; add a [type %s] section",
+			              reqs[k].type ? reqs[k].type : "(null)", reqs[k].type ? reqs[k].type : "");
+		if (reqs[k].limit < 0 || reqs[k].limit > 100000)
+			return sq_err(err, SQ_EINVAL, "claim: limit %d for type '%s' is outside 0..100000",
+			              reqs[k].limit, reqs[k].type);
+		ti[k] = (int)(t - cfg->types);
+	}
+	sr = calloc((size_t)c->nshards, sizeof(*sr));
+	if (!sr)
+		return sq_err(err, SQ_ENOMEM, "out of memory");
+
+	for (size_t k = 0; k < nreqs; k++) {
+		double w[SQ_MAX_SHARDS];
+		int32_t part[SQ_MAX_SHARDS];
+		const sq_type_conf *t = &cfg->types[ti[k]];
+		for (int s = 0; s < c->nshards; s++)
+			w[s] = fmax(c->yield[s * cfg->ntypes + ti[k]], 0.02);
+		share(reqs[k].limit, w, c->nshards, c->rotate, part);
+		for (int s = 0; s < c->nshards; s++) {
+			shard_req *r = &sr[s];
+			r->asked[k] = part[s];
+			if (!part[s])
+				continue;
+			if (!r->any) {
+				sq_arr_open(&r->types);
+				sq_arr_open(&r->limits);
+				sq_arr_open(&r->leases);
+				r->any = 1;
+			}
+			sq_arr_str(&r->types, t->name);
+			sq_arr_i64(&r->limits, part[s]);
+			sq_arr_i64(&r->leases, t->starting_timeout_ms);
+		}
+	}
+	c->rotate++;
+	sq_client_reset(c);
+	for (int s = 0; s < c->nshards; s++) {
+		shard_req *r = &sr[s];
+		if (!r->any)
+			continue;
+		sq_arr_close(&r->types);
+		sq_arr_close(&r->limits);
+		sq_arr_close(&r->leases);
+		r->vals[0] = r->types.data;
+		r->vals[1] = r->limits.data;
+		r->vals[2] = r->leases.data;
+		r->vals[3] = worker;
+		sq_pgconn_push(&c->shards[s], &sq_stmt_gate_shared, 0, NULL);
+		sq_pgconn_push(&c->shards[s], &stmt_claim, 4, r->vals);
+	}
+	/* a failing shard does not cost the jobs claimed on the others: they
+	 * are returned along with the error */
+	st = sq_client_run(c, err);
+	for (int s = 0; s < c->nshards; s++) {
+		if (sr[s].any && sq_pgconn_result_error(&c->shards[s], NULL) == SQ_OK)
+			total += (size_t)PQntuples(c->shards[s].res[1]);
+		else
+			sr[s].any = 0;
+	}
+	if (total) {
+		jobs = calloc(total, sizeof(sq_job));
+		if (!jobs) {
+			st = sq_err(err, SQ_ENOMEM, "out of memory");
+			goto out;
+		}
+	}
+	for (int s = 0; s < c->nshards; s++) {
+		int got[SQ_MAX_TYPES] = {0};
+		if (!sr[s].any) {
+			/* not asked: drift back up so the shard is probed again */
+			for (size_t k = 0; k < nreqs; k++) {
+				double *y = &c->yield[s * cfg->ntypes + ti[k]];
+				*y = 0.9 * *y + 0.1;
+			}
+			continue;
+		}
+		PGresult *r = c->shards[s].res[1];
+		for (int row = 0; row < PQntuples(r); row++) {
+			if (sq_jobrow_parse(r, row, s, &jobs[nj]))
+				continue; /* out of memory: its lease brings it back */
+			for (size_t k = 0; k < nreqs; k++)
+				if (!strcmp(reqs[k].type, jobs[nj].type))
+					got[k]++;
+			nj++;
+		}
+		for (size_t k = 0; k < nreqs; k++) {
+			double *y = &c->yield[s * cfg->ntypes + ti[k]];
+			double f = sr[s].asked[k] ? (double)got[k] / sr[s].asked[k] : 1.0;
+			*y = sr[s].asked[k] ? 0.5 * *y + 0.5 * f : 0.9 * *y + 0.1;
+		}
+	}
+	if (nj > 1)
+		qsort(jobs, nj, sizeof(sq_job), cmp_jobs);
+	*jobs_out = jobs;
+	*njobs_out = nj;
+	jobs = NULL;
+out:
+	sq_jobs_free(jobs, nj);
+	for (int s = 0; s < c->nshards; s++) {
+		sq_buf_free(&sr[s].types);
+		sq_buf_free(&sr[s].limits);
+		sq_buf_free(&sr[s].leases);
+	}
+	free(sr);
+	sq_client_reset(c);
+	return st;
+}

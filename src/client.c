@@ -1,0 +1,285 @@
+/* client.c - an sq_client: connections to the meta database and every
+ * shard, the cached partition map, and job-id blocks. */
+#include "client.h"
+#include "buf.h"
+#include "error.h"
+#include "schema.h"
+
+#include <event2/event.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define ID_BLOCK 65536
+
+const sq_stmt sq_stmt_gate_shared = {
+	"sq_gate_shared", "SELECT pg_advisory_xact_lock_shared(" SQ_GATE_KEY ")"};
+const sq_stmt sq_stmt_check_owned = {
+	"sq_check_owned", "SELECT shardq.check_owned($1::int[])"};
+
+static char *type_array(const sq_config *cfg, int what)
+{
+	sq_buf b;
+	sq_buf_init(&b);
+	sq_arr_open(&b);
+	for (int i = 0; i < cfg->ntypes; i++) {
+		const sq_type_conf *t = &cfg->types[i];
+		char tmp[64];
+		switch (what) {
+		case 0: sq_arr_str(&b, t->name); continue;
+		case 1: sq_arr_i64(&b, t->starting_timeout_ms); continue;
+		case 2: sq_arr_i64(&b, t->execution_timeout_ms); continue;
+		case 3: sq_arr_i64(&b, t->backoff); continue;
+		case 4: sq_arr_i64(&b, t->backoff_base_ms); continue;
+		case 5: sq_arr_i64(&b, t->backoff_cap_ms); continue;
+		case 6:
+			snprintf(tmp, sizeof(tmp), "%.6f,", t->backoff_jitter);
+			sq_buf_puts(&b, tmp);
+			continue;
+		case 7: sq_arr_str(&b, t->history ? "t" : "f"); continue;
+		}
+	}
+	sq_arr_close(&b);
+	return sq_buf_steal(&b);
+}
+
+static void build_type_arrays(sq_client *c)
+{
+	c->ta.names = type_array(c->cfg, 0);
+	c->ta.start_ms = type_array(c->cfg, 1);
+	c->ta.exec_ms = type_array(c->cfg, 2);
+	c->ta.backoff = type_array(c->cfg, 3);
+	c->ta.base_ms = type_array(c->cfg, 4);
+	c->ta.cap_ms = type_array(c->cfg, 5);
+	c->ta.jitter = type_array(c->cfg, 6);
+	c->ta.history = type_array(c->cfg, 7);
+}
+
+static char *conn_options(const sq_config *cfg)
+{
+	sq_buf b;
+	sq_buf_init(&b);
+	sq_buf_printf(&b, "-c statement_timeout=%lld -c idle_in_transaction_session_timeout=%lld",
+	              (long long)cfg->statement_timeout_ms, (long long)cfg->idle_in_tx_timeout_ms);
+	sq_buf_puts(&b, " -c application_name=");
+	for (const char *p = cfg->application_name; p && *p; p++) {
+		if (*p == ' ' || *p == '\\')
+			sq_buf_putc(&b, '\\');
+		sq_buf_putc(&b, *p);
+	}
+	return sq_buf_steal(&b);
+}
+
+sq_status sq_client_refresh_map(sq_client *c, sq_error *err)
+{
+	PGresult *r = sq_pgconn_exec(&c->meta,
+	                             "SELECT partitions, map_version, cluster_id FROM shardq_meta.cluster",
+	                             0, NULL, err);
+	uint32_t parts;
+	if (!r)
+		return err ? err->code : SQ_EDB;
+	if (PQntuples(r) != 1) {
+		PQclear(r);
+		return sq_err(err, SQ_ESTATE, "the cluster is not initialised; run 'shardq init' first");
+	}
+	parts = (uint32_t)atol(PQgetvalue(r, 0, 0));
+	if (parts != c->cfg->partitions) {
+		sq_err(err, SQ_ESTATE,
+		       "the cluster was initialised with %u partitions but the config says %u; "
+		       "the partition count cannot change: fix [cluster] partitions",
+		       parts, c->cfg->partitions);
+		PQclear(r);
+		return SQ_ESTATE;
+	}
+	c->map_version = atoll(PQgetvalue(r, 0, 1));
+	free(c->cluster_id);
+	c->cluster_id = strdup(PQgetvalue(r, 0, 2));
+	PQclear(r);
+
+	r = sq_pgconn_exec(&c->meta,
+	                   "SELECT m.partition, m.shard_id FROM shardq_meta.partition_map m "
+	                   "ORDER BY m.partition",
+	                   0, NULL, err);
+	if (!r)
+		return err ? err->code : SQ_EDB;
+	if ((uint32_t)PQntuples(r) != parts) {
+		sq_err(err, SQ_ESTATE, "the partition map has %d entries, expected %u; re-run 'shardq init'",
+		       PQntuples(r), parts);
+		PQclear(r);
+		return SQ_ESTATE;
+	}
+	for (int i = 0; i < PQntuples(r); i++) {
+		const char *sid = PQgetvalue(r, i, 1);
+		int s = sq_config_shard_index(c->cfg, sid);
+		if (s < 0) {
+			sq_err(err, SQ_ECONFIG,
+			       "the partition map places partitions on shard '%s', which is not in the "
+			       "config; add a [shard %s] section with its dsn",
+			       sid, sid);
+			PQclear(r);
+			return SQ_ECONFIG;
+		}
+		c->map[atoi(PQgetvalue(r, i, 0))] = s;
+	}
+	PQclear(r);
+	return SQ_OK;
+}
+
+sq_status sq_client_open(const sq_config *cfg, int for_init, sq_client **out, sq_error *err)
+{
+	sq_client *c = calloc(1, sizeof(*c));
+	char *opts;
+	sq_status st = SQ_OK;
+	int timeout_s = (int)((cfg->connect_timeout_ms + 999) / 1000);
+	*out = NULL;
+	if (!c)
+		return sq_err(err, SQ_ENOMEM, "out of memory");
+	c->cfg = cfg;
+	c->nshards = cfg->nshards;
+	c->partitions = cfg->partitions;
+	c->base = event_base_new();
+	c->shards = calloc((size_t)cfg->nshards, sizeof(sq_pgconn));
+	c->map = calloc(cfg->partitions, sizeof(int));
+	c->yield = malloc(sizeof(double) * (size_t)(cfg->nshards * (cfg->ntypes ? cfg->ntypes : 1)));
+	opts = conn_options(cfg);
+	if (!c->base || !c->shards || !c->map || !c->yield || !opts) {
+		free(opts);
+		sq_client_close(c);
+		return sq_err(err, SQ_ENOMEM, "out of memory");
+	}
+	for (int i = 0; i < cfg->nshards * (cfg->ntypes ? cfg->ntypes : 1); i++)
+		c->yield[i] = 1.0;
+	build_type_arrays(c);
+	/* every shard is tried, so the message names each unreachable one */
+	for (int i = 0; i < cfg->nshards; i++) {
+		sq_error e;
+		if (sq_pgconn_open(&c->shards[i], cfg->shards[i].id, cfg->shards[i].dsn, opts, timeout_s,
+		                   &e) != SQ_OK) {
+			if (st == SQ_OK)
+				*err = e, st = e.code;
+			else if (err && strlen(err->msg) + strlen(e.msg) + 2 < sizeof(err->msg))
+				strcat(strcat(err->msg, "\n"), e.msg);
+		}
+	}
+	if (st == SQ_OK) {
+		const char *meta_id = cfg->meta_dsn ? "meta" : (cfg->meta_shard ? cfg->meta_shard : cfg->shards[0].id);
+		char label[96];
+		snprintf(label, sizeof(label), "%s%s", cfg->meta_dsn ? "" : "meta on ", meta_id);
+		st = sq_pgconn_open(&c->meta, label, sq_config_meta_dsn(cfg), opts, timeout_s, err);
+	}
+	free(opts);
+	if (st == SQ_OK && !for_init)
+		st = sq_client_refresh_map(c, err);
+	if (st != SQ_OK) {
+		sq_client_close(c);
+		return st;
+	}
+	*out = c;
+	return SQ_OK;
+}
+
+void sq_client_close(sq_client *c)
+{
+	if (!c)
+		return;
+	for (int i = 0; c->shards && i < c->nshards; i++)
+		sq_pgconn_close(&c->shards[i]);
+	sq_pgconn_close(&c->meta);
+	free(c->shards);
+	free(c->map);
+	free(c->yield);
+	free(c->cluster_id);
+	free(c->ta.names);
+	free(c->ta.start_ms);
+	free(c->ta.exec_ms);
+	free(c->ta.backoff);
+	free(c->ta.base_ms);
+	free(c->ta.cap_ms);
+	free(c->ta.jitter);
+	free(c->ta.history);
+	if (c->base)
+		event_base_free(c->base);
+	free(c);
+}
+
+int sq_client_shard_of_partition(const sq_client *c, uint32_t partition)
+{
+	return partition < c->partitions ? c->map[partition] : -1;
+}
+
+int64_t sq_client_map_version(const sq_client *c)
+{
+	return c->map_version;
+}
+
+uint64_t sq_client_statements_sent(const sq_client *c, int shard)
+{
+	return shard >= 0 && shard < c->nshards ? c->shards[shard].statements_sent : 0;
+}
+
+sq_status sq_client_take_ids(sq_client *c, size_t n, int64_t *first, sq_error *err)
+{
+	/* a batch is given consecutive numbers, possibly from a fresh block */
+	if ((int64_t)n > c->id_end - c->id_next) {
+		int64_t blocks = ((int64_t)n + ID_BLOCK - 1) / ID_BLOCK, b0;
+		char nb[24];
+		const char *v[1] = {nb};
+		snprintf(nb, sizeof(nb), "%lld", (long long)blocks);
+		/* consecutive blocks: take `blocks` values under a lock */
+		PGresult *r = sq_pgconn_exec(
+			&c->meta,
+			"SELECT nextval('shardq_meta.id_block') FROM generate_series(1, $1::int)", 1, v,
+			err);
+		if (!r)
+			return err ? err->code : SQ_EDB;
+		b0 = atoll(PQgetvalue(r, 0, 0));
+		for (int i = 1; i < PQntuples(r); i++)
+			if (atoll(PQgetvalue(r, i, 0)) != b0 + i) {
+				/* not consecutive (a concurrent taker): use only the last */
+				b0 = atoll(PQgetvalue(r, PQntuples(r) - 1, 0));
+				blocks = 1;
+				break;
+			}
+		PQclear(r);
+		if ((int64_t)n > blocks * ID_BLOCK)
+			return sq_client_take_ids(c, n, first, err);
+		c->id_next = b0 * ID_BLOCK;
+		c->id_end = (b0 + blocks) * ID_BLOCK;
+		if (c->id_end >= ((int64_t)1 << 47))
+			return sq_err(err, SQ_ESTATE, "job ids are exhausted (2^47 used)");
+	}
+	*first = c->id_next;
+	c->id_next += (int64_t)n;
+	return SQ_OK;
+}
+
+sq_status sq_client_run(sq_client *c, sq_error *err)
+{
+	sq_pgconn *conns[SQ_MAX_SHARDS];
+	sq_status st;
+	for (int i = 0; i < c->nshards; i++)
+		conns[i] = &c->shards[i];
+	st = sq_pgconn_run(c->base, conns, c->nshards, err);
+	if (st != SQ_OK)
+		return st;
+	for (int i = 0; i < c->nshards; i++) {
+		if (!c->shards[i].qn)
+			continue;
+		st = sq_pgconn_result_error(&c->shards[i], err);
+		if (st != SQ_OK)
+			return st;
+	}
+	return SQ_OK;
+}
+
+void sq_client_reset(sq_client *c)
+{
+	for (int i = 0; i < c->nshards; i++)
+		sq_pgconn_reset(&c->shards[i]);
+}
+
+void sq_client_push_guard(sq_client *c, int s, const char *const *parts_val)
+{
+	sq_pgconn_push(&c->shards[s], &sq_stmt_gate_shared, 0, NULL);
+	sq_pgconn_push(&c->shards[s], &sq_stmt_check_owned, 1, parts_val);
+}

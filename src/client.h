@@ -1,0 +1,63 @@
+/* client.h - the sq_client internals shared by the modules that use it. */
+#ifndef SQ_CLIENT_H
+#define SQ_CLIENT_H
+
+#include "config.h"
+#include "pgconn.h"
+
+/* The gate every partition-naming write takes shared, in its own statement,
+ * before checking the partition markers; the mover takes it exclusive. */
+extern const sq_stmt sq_stmt_gate_shared;
+extern const sq_stmt sq_stmt_check_owned;
+
+/* Per-type settings as array literals, in config order, for statements
+ * that join on task type (leases, backoff, history). */
+typedef struct sq_type_arrays {
+	char *names, *start_ms, *exec_ms, *backoff, *base_ms, *cap_ms, *jitter, *history;
+} sq_type_arrays;
+
+struct sq_client {
+	const sq_config *cfg;
+	struct event_base *base;
+	sq_pgconn meta;
+	sq_pgconn *shards;
+	int nshards;
+	uint32_t partitions;
+	int64_t map_version;
+	int *map; /* partition -> shard index in cfg */
+	char *cluster_id;
+	int64_t id_next, id_end; /* the current block of id numbers */
+	double *yield;           /* [shard * ntypes + type]: recent claim yield */
+	unsigned rotate;         /* spreads small limits over shards in turn */
+	sq_type_arrays ta;
+};
+
+/* Takes `n` fresh id numbers (not yet shifted/combined with a partition);
+ * the first is *first. Fetches blocks from the meta database as needed. */
+SQ_MUST_CHECK sq_status sq_client_take_ids(sq_client *c, size_t n, int64_t *first, sq_error *err);
+
+/* Composes a job id from a unique number and a partition. */
+static inline int64_t sq_make_id(int64_t unique, uint32_t partition)
+{
+	return (int64_t)(((uint64_t)unique << 16) | partition);
+}
+
+/* Shard index of a job id, by the cached map. */
+static inline int sq_shard_of_id(const sq_client *c, int64_t id)
+{
+	return c->map[sq_partition_of_id(id) & (c->partitions - 1)];
+}
+
+/* Runs the queued pipelines of every shard, then checks each shard's
+ * results; returns the first error. */
+SQ_MUST_CHECK sq_status sq_client_run(sq_client *c, sq_error *err);
+/* Clears every shard's queue and results. */
+void sq_client_reset(sq_client *c);
+
+/* Queues gate + check_owned on shard s for the partitions in parts (an int
+ * array literal); vals must outlive the run. */
+void sq_client_push_guard(sq_client *c, int s, const char *const *parts_val);
+
+#define SQ_US_EXPR(col) "(extract(epoch from " col ") * 1000000)::bigint"
+
+#endif

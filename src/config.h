@@ -1,0 +1,62 @@
+/* config.h - the parsed configuration; see conf/shardq.ini for every key. */
+#ifndef SQ_CONFIG_H
+#define SQ_CONFIG_H
+
+#include "shardq.h"
+
+#define SQ_MAX_SHARDS 256
+#define SQ_MAX_TYPES 256
+
+typedef enum { SQ_BACKOFF_CONSTANT, SQ_BACKOFF_LINEAR, SQ_BACKOFF_EXPONENTIAL } sq_backoff_kind;
+typedef enum { SQ_DEDUP_IGNORE, SQ_DEDUP_REPLACE, SQ_DEDUP_MERGE, SQ_DEDUP_RERUN } sq_dedup_policy;
+
+typedef struct sq_shard_conf {
+	char *id;
+	char *dsn;
+	double weight;
+	int line;
+} sq_shard_conf;
+
+typedef struct sq_type_conf {
+	char *name;
+	int64_t starting_timeout_ms;
+	int64_t execution_timeout_ms;
+	int32_t max_attempts;
+	sq_backoff_kind backoff;
+	int64_t backoff_base_ms;
+	int64_t backoff_cap_ms;
+	double backoff_jitter;
+	sq_dedup_policy dedup;
+	int32_t priority;
+	int64_t delay_tolerance_ms; /* 0: none */
+	int history;
+	int line;
+} sq_type_conf;
+
+struct sq_config {
+	char *path;
+	uint32_t partitions;
+	char *meta_shard; /* shard id holding the meta schema, or NULL */
+	char *meta_dsn;   /* explicit meta database, or NULL */
+	int64_t connect_timeout_ms;
+	int64_t statement_timeout_ms;
+	int64_t idle_in_tx_timeout_ms;
+	int pool_size;
+	char *application_name;
+	int nshards;
+	sq_shard_conf shards[SQ_MAX_SHARDS];
+	int ntypes;
+	sq_type_conf types[SQ_MAX_TYPES];
+};
+
+/* The type's config, or NULL if the type is not configured. */
+const sq_type_conf *sq_config_type(const sq_config *cfg, const char *name);
+/* Index of a shard id, or -1. */
+int sq_config_shard_index(const sq_config *cfg, const char *id);
+/* The meta database's DSN (explicit, or the meta shard's). */
+const char *sq_config_meta_dsn(const sq_config *cfg);
+
+/* Parses "500ms", "30s", "5m", "1h", "2d" or "0" into ms; -1 on error. */
+int64_t sq_parse_duration_ms(const char *s);
+
+#endif

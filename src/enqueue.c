@@ -1,0 +1,376 @@
+/* enqueue.c - batched enqueue: validate everything first, route by key,
+ * then one INSERT .. ON CONFLICT per shard (all shards at once), under the
+ * partition gate. Dedup policies are applied by the shard in that statement. */
+#include "buf.h"
+#include "client.h"
+#include "error.h"
+#include "json.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+/* Columns: per input row, in the order the arrays are given. Policies:
+ * i ignore, r replace, m merge, R rerun (see design section 5). */
+static const sq_stmt stmt_enqueue = {
+	"sq_enqueue",
+	"WITH input AS ("
+	"  SELECT u.*, CASE WHEN u.at_us <> 0 THEN to_timestamp(u.at_us / 1000000.0)"
+	"              ELSE now() + u.delay_ms * interval '1 millisecond' END AS st"
+	"    FROM unnest($1::bigint[], $2::int[], $3::text[], $4::text[], $5::text[], $6::int[],"
+	"                $7::bigint[], $8::bigint[], $9::bigint[], $10::int[], $11::text[])"
+	"         WITH ORDINALITY AS u(id, part, task, uid, params, prio, at_us, delay_ms, tol_ms,"
+	"                              maxa, pol, ord)"
+	"), ins AS ("
+	"  INSERT INTO shardq.jobs AS j (id, partition, task, active_uid, params, priority,"
+	"         schedule_time, delay_tolerance_time, max_attempts, dedup_policy)"
+	"  SELECT id, part, task, uid, params::jsonb, prio, st,"
+	"         CASE WHEN tol_ms > 0 THEN st + tol_ms * interval '1 millisecond' END, maxa,"
+	"         pol::\"char\""
+	"    FROM input"
+	"  ON CONFLICT (task, active_uid)"
+	"     WHERE status IN ('ready', 'starting', 'running') AND active_uid IS NOT NULL"
+	"  DO UPDATE SET"
+	"    params = CASE WHEN j.status <> 'ready' THEN j.params"
+	"                  WHEN EXCLUDED.dedup_policy = 'm' THEN j.params || EXCLUDED.params"
+	"                  ELSE EXCLUDED.params END,"
+	"    priority = CASE WHEN j.status = 'ready' AND EXCLUDED.dedup_policy = 'r'"
+	"                    THEN EXCLUDED.priority ELSE j.priority END,"
+	"    schedule_time = CASE WHEN j.status = 'ready' AND EXCLUDED.dedup_policy = 'r'"
+	"                    THEN EXCLUDED.schedule_time ELSE j.schedule_time END,"
+	"    delay_tolerance_time = CASE WHEN j.status = 'ready' AND EXCLUDED.dedup_policy = 'r'"
+	"                    THEN EXCLUDED.delay_tolerance_time ELSE j.delay_tolerance_time END,"
+	"    rerun_params = CASE WHEN j.status <> 'ready' THEN EXCLUDED.params"
+	"                        ELSE j.rerun_params END,"
+	"    updated_at = now()"
+	"  WHERE (j.status = 'ready' AND EXCLUDED.dedup_policy IN ('r', 'm', 'R'))"
+	"     OR (j.status IN ('starting', 'running') AND EXCLUDED.dedup_policy = 'R')"
+	"  RETURNING j.id, j.task, j.active_uid, (j.xmax = 0) AS inserted, j.status"
+	")"
+	"SELECT i.ord, COALESCE(a.id, b.id, d.id),"
+	"       CASE WHEN a.id IS NOT NULL THEN 'i'"
+	"            WHEN b.id IS NOT NULL THEN CASE WHEN b.status = 'ready' THEN 'u' ELSE 'R' END"
+	"            WHEN d.id IS NOT NULL THEN 'd' END"
+	"  FROM input i"
+	"  LEFT JOIN ins a ON a.inserted AND a.id = i.id"
+	"  LEFT JOIN ins b ON NOT b.inserted AND b.task = i.task AND b.active_uid = i.uid"
+	"  LEFT JOIN LATERAL (SELECT x.id FROM shardq.jobs x"
+	"                      WHERE a.id IS NULL AND b.id IS NULL AND x.task = i.task"
+	"                        AND x.active_uid = i.uid"
+	"                        AND x.status IN ('ready', 'starting', 'running')) d ON true"};
+
+enum { NCOLS = 11 };
+
+/* One statement's worth of rows for one shard. */
+typedef struct round {
+	sq_buf col[NCOLS];
+	const char *vals[NCOLS];
+	size_t *idx; /* input index of each row */
+	size_t n, cap;
+} round;
+
+/* gate + check + rounds must fit one pipeline */
+#define MAX_ROUNDS (SQ_PIPE_MAX - 2)
+
+typedef struct shard_batch {
+	round r[MAX_ROUNDS];
+	int nrounds;
+	sq_buf parts;
+	const char *parts_val[1];
+	unsigned char *seen_part; /* bitmap of partitions added to parts */
+} shard_batch;
+
+static const char policy_code[] = {'i', 'r', 'm', 'R'};
+
+static sq_status validate(const sq_client *c, const sq_job_spec *jobs, size_t n, sq_error *err)
+{
+	for (size_t i = 0; i < n; i++) {
+		const sq_job_spec *j = &jobs[i];
+		size_t where;
+		const char *what;
+		if (!j->type || !*j->type)
+			return sq_err(err, SQ_EINVAL, "job %zu: no task type given", i + 1);
+		if (!sq_config_type(c->cfg, j->type)) {
+			sq_buf known;
+			sq_buf_init(&known);
+			for (int t = 0; t < c->cfg->ntypes; t++)
+				sq_buf_printf(&known, "%s%s", t ? ", " : "", c->cfg->types[t].name);
+			sq_err(err, SQ_EINVAL,
+			       "job %zu: unknown task type '%.64s'; configured types: %s (add a [type %.64s] "
+			       "section to the config)",
+			       i + 1, j->type, known.data ? known.data : "none", j->type);
+			sq_buf_free(&known);
+			return SQ_EINVAL;
+		}
+		if (j->key && strlen(j->key) > SQ_MAX_KEY_LEN)
+			return sq_err(err, SQ_EINVAL, "job %zu: key is %zu bytes, more than the limit of %d",
+			              i + 1, strlen(j->key), SQ_MAX_KEY_LEN);
+		if (j->key && !*j->key)
+			return sq_err(err, SQ_EINVAL, "job %zu: key is empty; omit it for a job without key",
+			              i + 1);
+		if (j->params) {
+			size_t len = strlen(j->params);
+			if (len > SQ_MAX_PARAMS_LEN)
+				return sq_err(err, SQ_EINVAL,
+				              "job %zu: params are %zu bytes, more than the limit of %d", i + 1,
+				              len, SQ_MAX_PARAMS_LEN);
+			if (sq_json_validate_object(j->params, len, &where, &what))
+				return sq_err(err, SQ_EINVAL, "job %zu: params are not valid JSON: %s at byte %zu",
+				              i + 1, what, where);
+		}
+		if (j->max_attempts < 0)
+			return sq_err(err, SQ_EINVAL, "job %zu: max_attempts must be positive", i + 1);
+		if (j->delay_ms < 0)
+			return sq_err(err, SQ_EINVAL, "job %zu: delay must not be negative", i + 1);
+	}
+	return SQ_OK;
+}
+
+static void round_add(round *r, const sq_client *c, const sq_job_spec *j, int64_t id, uint32_t part,
+                      size_t input_idx)
+{
+	const sq_type_conf *t = sq_config_type(c->cfg, j->type);
+	if (r->n == 0)
+		for (int k = 0; k < NCOLS; k++)
+			sq_arr_open(&r->col[k]);
+	if (r->n == r->cap) {
+		r->cap = r->cap ? r->cap * 2 : 64;
+		r->idx = realloc(r->idx, r->cap * sizeof(size_t));
+	}
+	r->idx[r->n++] = input_idx;
+	sq_arr_i64(&r->col[0], id);
+	sq_arr_i64(&r->col[1], part);
+	sq_arr_str(&r->col[2], j->type);
+	sq_arr_str(&r->col[3], j->key);
+	sq_arr_str(&r->col[4], j->params ? j->params : "{}");
+	sq_arr_i64(&r->col[5], j->has_priority ? j->priority : t->priority);
+	sq_arr_i64(&r->col[6], j->run_at_us);
+	sq_arr_i64(&r->col[7], j->delay_ms);
+	sq_arr_i64(&r->col[8], j->delay_tolerance_ms >= 0 ? j->delay_tolerance_ms : t->delay_tolerance_ms);
+	sq_arr_i64(&r->col[9], j->max_attempts ? j->max_attempts : t->max_attempts);
+	char pol[2] = {policy_code[t->dedup], 0};
+	sq_arr_str(&r->col[10], pol);
+}
+
+static void round_close(round *r)
+{
+	for (int k = 0; k < NCOLS; k++) {
+		sq_arr_close(&r->col[k]);
+		r->vals[k] = r->col[k].data;
+	}
+}
+
+static void round_free(round *r)
+{
+	for (int k = 0; k < NCOLS; k++)
+		sq_buf_free(&r->col[k]);
+	free(r->idx);
+}
+
+/* Which round a (type, key) goes to: the number of earlier rows of the same
+ * shard with the same (type, key), so no statement names a key twice. */
+typedef struct keyset {
+	uint64_t *h;
+	int *count;
+	size_t *first; /* input index of the first row with the key */
+	size_t cap;
+} keyset;
+
+static int keyset_bump(keyset *ks, const char *type, const char *key, size_t idx, size_t *first)
+{
+	uint64_t h = XXH3_64bits_withSeed(key, strlen(key), XXH3_64bits(type, strlen(type))) | 1;
+	size_t i = (size_t)h & (ks->cap - 1);
+	while (ks->h[i] && ks->h[i] != h)
+		i = (i + 1) & (ks->cap - 1);
+	if (!ks->h[i])
+		ks->first[i] = idx;
+	ks->h[i] = h;
+	*first = ks->first[i];
+	return ks->count[i]++;
+}
+
+static sq_status send_all(sq_client *c, shard_batch *sb, const sq_job_spec *jobs,
+                          sq_enqueue_result *res, sq_error *err)
+{
+	sq_status st;
+	sq_client_reset(c);
+	for (int s = 0; s < c->nshards; s++) {
+		shard_batch *b = &sb[s];
+		if (!b->nrounds)
+			continue;
+		sq_client_push_guard(c, s, b->parts_val);
+		for (int k = 0; k < b->nrounds; k++)
+			sq_pgconn_push(&c->shards[s], &stmt_enqueue, NCOLS, b->r[k].vals);
+	}
+	if ((st = sq_client_run(c, err)) != SQ_OK)
+		return st;
+	for (int s = 0; s < c->nshards; s++) {
+		sq_pgconn *pc = &c->shards[s];
+		/* results: gate, check, then one per round */
+		for (int q = 2; q < pc->nres; q++) {
+			PGresult *r = pc->res[q];
+			round *rd = &sb[s].r[q - 2];
+			for (int row = 0; row < PQntuples(r); row++) {
+				size_t ord = (size_t)atol(PQgetvalue(r, row, 0)) - 1;
+				size_t in = rd->idx[ord];
+				const char *oc = PQgetvalue(r, row, 2);
+				const sq_type_conf *t = sq_config_type(c->cfg, jobs[in].type);
+				res[in].shard = s;
+				res[in].id = PQgetisnull(r, row, 1) ? 0 : atoll(PQgetvalue(r, row, 1));
+				switch (oc[0]) {
+				case 'i': res[in].outcome = SQ_ENQ_INSERTED; break;
+				case 'R': res[in].outcome = SQ_ENQ_RERUN; break;
+				case 'u':
+					res[in].outcome = t->dedup == SQ_DEDUP_MERGE ? SQ_ENQ_MERGED : SQ_ENQ_REPLACED;
+					break;
+				default: res[in].outcome = SQ_ENQ_DUPLICATE; break;
+				}
+			}
+		}
+	}
+	return SQ_OK;
+}
+
+sq_status sq_enqueue(sq_client *c, const sq_job_spec *jobs, size_t n, sq_enqueue_result *res,
+                     sq_error *err)
+{
+	sq_status st;
+	int64_t first;
+	shard_batch *sb;
+	keyset *ks;
+	size_t pending = 0, *alias;
+	int attempt;
+
+	if (n == 0)
+		return SQ_OK;
+	if ((st = validate(c, jobs, n, err)))
+		return st;
+	if ((st = sq_client_take_ids(c, n, &first, err)))
+		return st;
+	alias = malloc(n * sizeof(size_t));
+	if (!alias)
+		return sq_err(err, SQ_ENOMEM, "out of memory");
+	for (size_t i = 0; i < n; i++)
+		res[i].id = -1, alias[i] = i;
+
+	/* a duplicate that finished between our insert and its lookup leaves
+	 * its row without an id: send those again (rare, bounded) */
+	for (attempt = 0; attempt < 3; attempt++) {
+		sb = calloc((size_t)c->nshards, sizeof(*sb));
+		ks = calloc((size_t)c->nshards, sizeof(*ks));
+		if (!sb || !ks) {
+			free(sb);
+			free(ks);
+			free(alias);
+			return sq_err(err, SQ_ENOMEM, "out of memory");
+		}
+		pending = 0;
+		for (size_t i = 0; i < n; i++) {
+			const sq_job_spec *j = &jobs[i];
+			int64_t unique = first + (int64_t)i;
+			uint32_t part;
+			int s, rnd = 0;
+			if (attempt && res[i].id != 0)
+				continue;
+			if (alias[i] != i)
+				continue;
+			if (j->key)
+				part = sq_partition_of_key(j->key, strlen(j->key), c->partitions);
+			else
+				part = (uint32_t)(XXH3_64bits(&unique, sizeof(unique)) & (c->partitions - 1));
+			s = c->map[part];
+			shard_batch *b = &sb[s];
+			if (!b->seen_part) {
+				b->seen_part = calloc(c->partitions / 8 + 1, 1);
+				sq_arr_open(&b->parts);
+			}
+			if (!(b->seen_part[part / 8] & (1u << (part % 8)))) {
+				b->seen_part[part / 8] |= (unsigned char)(1u << (part % 8));
+				sq_arr_i64(&b->parts, part);
+			}
+			if (j->key) {
+				keyset *k = &ks[s];
+				if (!k->h) {
+					k->cap = 64;
+					while (k->cap < 2 * n)
+						k->cap *= 2;
+					k->h = calloc(k->cap, sizeof(uint64_t));
+					k->count = calloc(k->cap, sizeof(int));
+					k->first = calloc(k->cap, sizeof(size_t));
+				}
+				size_t f;
+				rnd = keyset_bump(k, j->type, j->key, i, &f);
+				/* under ignore, later copies in the batch are the first's duplicates */
+				if (rnd && sq_config_type(c->cfg, j->type)->dedup == SQ_DEDUP_IGNORE) {
+					alias[i] = f;
+					continue;
+				}
+			}
+			if (rnd >= MAX_ROUNDS) {
+				st = sq_err(err, SQ_EINVAL,
+				            "job %zu: key '%s' of type '%s' appears more than %d times in one "
+				            "batch; its policy applies them in order, so split the batch",
+				            i + 1, j->key, j->type, MAX_ROUNDS);
+				goto out;
+			}
+			while (b->nrounds <= rnd)
+				b->nrounds++;
+			round_add(&b->r[rnd], c, j, sq_make_id(unique, part), part, i);
+			pending++;
+		}
+		for (int s = 0; s < c->nshards; s++) {
+			shard_batch *b = &sb[s];
+			for (int k = 0; k < b->nrounds; k++)
+				round_close(&b->r[k]);
+			if (b->nrounds) {
+				sq_arr_close(&b->parts);
+				b->parts_val[0] = b->parts.data;
+			}
+		}
+		st = pending ? send_all(c, sb, jobs, res, err) : SQ_OK;
+	out:
+		for (int s = 0; s < c->nshards; s++) {
+			for (int k = 0; k < MAX_ROUNDS; k++)
+				round_free(&sb[s].r[k]);
+			sq_buf_free(&sb[s].parts);
+			free(sb[s].seen_part);
+			free(ks[s].h);
+			free(ks[s].count);
+			free(ks[s].first);
+		}
+		free(sb);
+		free(ks);
+		sq_client_reset(c);
+		if (st != SQ_OK)
+			break;
+		int missing = 0;
+		for (size_t i = 0; i < n; i++) {
+			if (alias[i] != i) {
+				res[i].id = res[alias[i]].id;
+				res[i].shard = res[alias[i]].shard;
+				res[i].outcome = SQ_ENQ_DUPLICATE;
+			}
+			if (res[i].id == 0)
+				missing = 1;
+		}
+		if (!missing)
+			break;
+	}
+	free(alias);
+	if (st != SQ_OK || attempt < 3)
+		return st;
+	return sq_err(err, SQ_EDB, "some jobs could not be placed after 3 tries (a duplicate kept "
+	                           "finishing concurrently); enqueue them again");
+}
+
+const char *sq_enqueue_outcome_name(sq_enqueue_outcome o)
+{
+	switch (o) {
+	case SQ_ENQ_INSERTED: return "inserted";
+	case SQ_ENQ_DUPLICATE: return "duplicate";
+	case SQ_ENQ_REPLACED: return "replaced";
+	case SQ_ENQ_MERGED: return "merged";
+	case SQ_ENQ_RERUN: return "rerun";
+	}
+	return "unknown";
+}

@@ -1,0 +1,24 @@
+/* jobrow.h - turning a shard's job row into an sq_job. */
+#ifndef SQ_JOBROW_H
+#define SQ_JOBROW_H
+
+#include "shardq.h"
+
+#include <libpq-fe.h>
+
+/* The column list every statement returning jobs uses, in this order. */
+#define SQ_JOB_COLUMNS                                                                     \
+	"j.id, j.attempt, j.max_attempts, j.priority, j.status::text, j.task, j.active_uid, " \
+	"j.params::text, j.worker, "                                                           \
+	"(extract(epoch from j.schedule_time) * 1000000)::bigint, "                            \
+	"(extract(epoch from j.delay_tolerance_time) * 1000000)::bigint, "                     \
+	"(extract(epoch from j.expected_status_change_time) * 1000000)::bigint, "              \
+	"(extract(epoch from j.created_at) * 1000000)::bigint"
+
+/* Fills *job from row `row` of r (columns as SQ_JOB_COLUMNS). Returns 0, or
+ * -1 when out of memory (then *job holds nothing to free). */
+int sq_jobrow_parse(PGresult *r, int row, int shard, sq_job *job);
+/* Frees the strings of one job. */
+void sq_job_clear(sq_job *job);
+
+#endif

@@ -1,0 +1,457 @@
+/* lifecycle.c - fenced transitions after a claim (start, heartbeat,
+ * complete, fail, release) and cancel. Each call is batched: one pipeline
+ * per shard, all shards at once; a ref whose row no longer matches (id,
+ * attempt, worker, status) is reported LOST and never written blindly. */
+#include "buf.h"
+#include "client.h"
+#include "error.h"
+#include "jobrow.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define FENCE(st) \
+	"j.id = x.id AND j.attempt = x.att AND j.worker = $3 AND j.status = '" st "'"
+#define TYPE_IDX "array_position($4::text[], j.task)"
+
+static const sq_stmt stmt_start = {
+	"sq_start",
+	"UPDATE shardq.jobs j SET status = 'running', updated_at = now(),"
+	"       expected_status_change_time = now() + COALESCE(($5::bigint[])[" TYPE_IDX "], 300000)"
+	"                                            * interval '1 millisecond'"
+	"  FROM unnest($1::bigint[], $2::int[]) WITH ORDINALITY AS x(id, att, ord)"
+	" WHERE " FENCE("starting") " RETURNING x.ord"};
+
+static const sq_stmt stmt_heartbeat = {
+	"sq_heartbeat",
+	"UPDATE shardq.jobs j SET updated_at = now(),"
+	"       expected_status_change_time = now() + COALESCE(($5::bigint[])[" TYPE_IDX "], 300000)"
+	"                                            * interval '1 millisecond'"
+	"  FROM unnest($1::bigint[], $2::int[]) WITH ORDINALITY AS x(id, att, ord)"
+	" WHERE " FENCE("running") " RETURNING x.ord"};
+
+/* A completed job leaves the hot table (into history if its type keeps
+ * it), unless a rerun is pending: then it is ready again with the rerun's
+ * params. $4: the types that keep history. */
+static const sq_stmt stmt_complete = {
+	"sq_complete",
+	"WITH x AS (SELECT * FROM unnest($1::bigint[], $2::int[]) WITH ORDINALITY AS x(id, att, ord)),"
+	" rr AS (UPDATE shardq.jobs j SET status = 'ready', params = j.rerun_params,"
+	"          rerun_params = NULL, attempt = 0, worker = NULL,"
+	"          expected_status_change_time = NULL, schedule_time = now(),"
+	"          delay_tolerance_time = now() + (j.delay_tolerance_time - j.schedule_time),"
+	"          updated_at = now()"
+	"          FROM x WHERE " FENCE("running") " AND j.rerun_params IS NOT NULL RETURNING x.ord),"
+	" del AS (DELETE FROM shardq.jobs j USING x"
+	"          WHERE " FENCE("running") " AND j.rerun_params IS NULL RETURNING j.*, x.ord),"
+	" hist AS (INSERT INTO shardq.jobs_history (id, partition, task, status, attempt, worker,"
+	"            active_uid, params, last_error, created_at)"
+	"          SELECT id, partition, task, 'completed', attempt, worker, active_uid, params,"
+	"                 last_error, created_at FROM del WHERE task = ANY($4::text[]))"
+	"SELECT ord FROM rr UNION ALL SELECT ord FROM del"};
+
+/* Retry with the type's backoff while attempts remain, else failed. A
+ * pending rerun outlives a final failure: the job is ready again with it.
+ * $4..$8: per-type backoff kind, base, cap and jitter. */
+#define FINAL "(x.perm OR j.attempt >= j.max_attempts)"
+#define TI "array_position($4::text[], j.task)"
+static const sq_stmt stmt_fail = {
+	"sq_fail",
+	"UPDATE shardq.jobs j SET"
+	"  status = (CASE WHEN " FINAL " AND j.rerun_params IS NULL THEN 'failed'"
+	"                 ELSE 'ready' END)::shardq.job_status,"
+	"  params = CASE WHEN " FINAL " AND j.rerun_params IS NOT NULL THEN j.rerun_params"
+	"                ELSE j.params END,"
+	"  rerun_params = CASE WHEN " FINAL " THEN NULL ELSE j.rerun_params END,"
+	"  attempt = CASE WHEN " FINAL " AND j.rerun_params IS NOT NULL THEN 0 ELSE j.attempt END,"
+	"  schedule_time = CASE WHEN " FINAL " THEN now() ELSE now() + interval '1 millisecond' *"
+	"    (LEAST(COALESCE(($7::bigint[])[" TI "], 3600000),"
+	"      CASE COALESCE(($5::int[])[" TI "], 2)"
+	"        WHEN 0 THEN COALESCE(($6::bigint[])[" TI "], 1000)::float8"
+	"        WHEN 1 THEN COALESCE(($6::bigint[])[" TI "], 1000)::float8 * j.attempt"
+	"        ELSE COALESCE(($6::bigint[])[" TI "], 1000)::float8"
+	"             * power(2, LEAST(GREATEST(j.attempt - 1, 0), 60)) END)"
+	"     * (1 + COALESCE(($8::float8[])[" TI "], 0) * (2 * random() - 1))) END,"
+	"  delay_tolerance_time = NULL,"
+	"  worker = CASE WHEN " FINAL " AND j.rerun_params IS NULL THEN j.worker END,"
+	"  expected_status_change_time = NULL,"
+	"  last_error = x.err, updated_at = now()"
+	"  FROM unnest($1::bigint[], $2::int[], $9::text[], $10::bool[]) WITH ORDINALITY AS x(id, att, err, perm, ord)"
+	" WHERE " FENCE("running") " RETURNING x.ord"};
+
+static const sq_stmt stmt_release = {
+	"sq_release",
+	"UPDATE shardq.jobs j SET status = 'ready', attempt = j.attempt - 1, worker = NULL,"
+	"       expected_status_change_time = NULL, updated_at = now()"
+	"  FROM unnest($1::bigint[], $2::int[]) WITH ORDINALITY AS x(id, att, ord)"
+	" WHERE " FENCE("starting") " RETURNING x.ord"};
+
+static const sq_stmt stmt_cancel = {
+	"sq_cancel",
+	"UPDATE shardq.jobs j SET status = 'cancelled', expected_status_change_time = NULL,"
+	"       rerun_params = NULL, updated_at = now()"
+	" WHERE j.id = ANY($1::bigint[]) AND j.status IN ('ready', 'starting', 'running')"
+	" RETURNING j.id"};
+
+static const sq_stmt stmt_cancel_key = {
+	"sq_cancel_key",
+	"UPDATE shardq.jobs j SET status = 'cancelled', expected_status_change_time = NULL,"
+	"       rerun_params = NULL, updated_at = now()"
+	" WHERE j.task = $1 AND j.active_uid = $2 AND j.status IN ('ready', 'starting', 'running')"
+	" RETURNING j.id"};
+
+static const sq_stmt stmt_get = {
+	"sq_get", "SELECT " SQ_JOB_COLUMNS " FROM shardq.jobs j WHERE j.id = $1"};
+
+static const sq_stmt stmt_get_history = {
+	"sq_get_history",
+	"SELECT j.id, j.attempt, j.attempt, 0, j.status::text, j.task, j.active_uid, j.params::text,"
+	"       j.worker, NULL, NULL, NULL, (extract(epoch from j.created_at) * 1000000)::bigint"
+	"  FROM shardq.jobs_history j WHERE j.id = $1 ORDER BY j.finished_at DESC LIMIT 1"};
+
+/* What a fenced call sends to each shard. */
+typedef struct op {
+	const sq_stmt *stmt;
+	int nparams;             /* total parameters of stmt */
+	const char *fixed[8];    /* $3.. that are the same for every shard */
+	int nfixed;
+	const sq_fail_req *fail; /* sq_fail only: per-row error and permanence */
+} op;
+
+typedef struct shard_rows {
+	sq_buf ids, atts, errs, perms, parts;
+	unsigned char *seen_part;
+	const char *vals[12];
+	const char *parts_val[1];
+	size_t *idx;
+	size_t n;
+} shard_rows;
+
+static void add_row(sq_client *c, shard_rows *r, const op *o, const sq_job_ref *ref, size_t i)
+{
+	uint32_t part = sq_partition_of_id(ref->id) & (c->partitions - 1);
+	if (!r->n) {
+		sq_arr_open(&r->ids);
+		sq_arr_open(&r->atts);
+		sq_arr_open(&r->errs);
+		sq_arr_open(&r->perms);
+		sq_arr_open(&r->parts);
+		r->seen_part = calloc(c->partitions / 8 + 1, 1);
+	}
+	r->idx[r->n++] = i;
+	sq_arr_i64(&r->ids, ref->id);
+	sq_arr_i64(&r->atts, ref->attempt);
+	if (r->seen_part && !(r->seen_part[part / 8] & (1u << (part % 8)))) {
+		r->seen_part[part / 8] |= (unsigned char)(1u << (part % 8));
+		sq_arr_i64(&r->parts, part);
+	}
+	if (o->fail) {
+		const sq_fail_req *f = &o->fail[i];
+		char cut[SQ_MAX_ERROR_LEN + 1];
+		const char *e = f->error;
+		if (e && strlen(e) > SQ_MAX_ERROR_LEN) {
+			/* cut on a UTF-8 boundary so the text stays valid */
+			size_t k = SQ_MAX_ERROR_LEN;
+			while (k && ((unsigned char)e[k] & 0xC0) == 0x80)
+				k--;
+			memcpy(cut, e, k);
+			cut[k] = '\0';
+			e = cut;
+		}
+		sq_arr_str(&r->errs, e);
+		sq_arr_str(&r->perms, f->permanent ? "t" : "f");
+	}
+}
+
+static void rows_free(shard_rows *r)
+{
+	sq_buf_free(&r->ids);
+	sq_buf_free(&r->atts);
+	sq_buf_free(&r->errs);
+	sq_buf_free(&r->perms);
+	sq_buf_free(&r->parts);
+	free(r->seen_part);
+	free(r->idx);
+}
+
+/* Runs `o` for the refs whose out[] is `want` (all, or the ones to retry).
+ * Sets out[i] to SQ_OK for rows returned and `missing` for the others. */
+static sq_status fenced_pass(sq_client *c, const op *o, const char *worker, const sq_job_ref *refs,
+                             size_t n, sq_status *out, sq_status want, sq_status missing,
+                             sq_error *err)
+{
+	shard_rows *rows = calloc((size_t)c->nshards, sizeof(*rows));
+	sq_status st = SQ_OK, worst = SQ_OK;
+	if (!rows)
+		return sq_err(err, SQ_ENOMEM, "out of memory");
+	for (int s = 0; s < c->nshards; s++)
+		rows[s].idx = malloc(sizeof(size_t) * (n ? n : 1));
+	for (size_t i = 0; i < n; i++) {
+		if (out[i] != want)
+			continue;
+		add_row(c, &rows[sq_shard_of_id(c, refs[i].id)], o, &refs[i], i);
+	}
+	sq_client_reset(c);
+	for (int s = 0; s < c->nshards; s++) {
+		shard_rows *r = &rows[s];
+		if (!r->n)
+			continue;
+		sq_arr_close(&r->ids);
+		sq_arr_close(&r->atts);
+		sq_arr_close(&r->errs);
+		sq_arr_close(&r->perms);
+		sq_arr_close(&r->parts);
+		r->parts_val[0] = r->parts.data;
+		r->vals[0] = r->ids.data;
+		r->vals[1] = r->atts.data;
+		r->vals[2] = worker;
+		for (int k = 0; k < o->nfixed; k++)
+			r->vals[3 + k] = o->fixed[k];
+		if (o->fail) {
+			r->vals[8] = r->errs.data;
+			r->vals[9] = r->perms.data;
+		}
+		sq_client_push_guard(c, s, r->parts_val);
+		sq_pgconn_push(&c->shards[s], o->stmt, o->nparams, r->vals);
+	}
+	{
+		sq_pgconn *conns[SQ_MAX_SHARDS];
+		for (int s = 0; s < c->nshards; s++)
+			conns[s] = &c->shards[s];
+		st = sq_pgconn_run(c->base, conns, c->nshards, err);
+	}
+	for (int s = 0; s < c->nshards; s++) {
+		shard_rows *r = &rows[s];
+		sq_error e;
+		if (!r->n)
+			continue;
+		sq_status se = sq_pgconn_result_error(&c->shards[s], &e);
+		if (se != SQ_OK) {
+			for (size_t k = 0; k < r->n; k++)
+				out[r->idx[k]] = se;
+			if (se != SQ_EMOVED && se != SQ_EMOVING && worst == SQ_OK) {
+				worst = se;
+				if (err)
+					*err = e;
+			}
+			continue;
+		}
+		PGresult *res = c->shards[s].res[2];
+		for (size_t k = 0; k < r->n; k++)
+			out[r->idx[k]] = missing;
+		/* each returned row is the ordinal of a ref in this shard's arrays */
+		for (int row = 0; row < PQntuples(res); row++) {
+			long ord = atol(PQgetvalue(res, row, 0));
+			if (ord >= 1 && (size_t)ord <= r->n)
+				out[r->idx[ord - 1]] = SQ_OK;
+		}
+	}
+	for (int s = 0; s < c->nshards; s++)
+		rows_free(&rows[s]);
+	free(rows);
+	sq_client_reset(c);
+	if (st == SQ_OK)
+		st = worst;
+	return st;
+}
+
+static sq_status fenced(sq_client *c, const op *o, const char *worker, const sq_job_ref *refs,
+                        size_t n, sq_status *out, int second_look, sq_error *err)
+{
+	sq_status st;
+	if (!worker || !*worker)
+		return sq_err(err, SQ_EINVAL, "a worker id is required");
+	for (size_t i = 0; i < n; i++) {
+		if (refs[i].id <= 0)
+			return sq_err(err, SQ_EINVAL, "ref %zu: job id %lld is not valid", i + 1,
+			              (long long)refs[i].id);
+		out[i] = SQ_EINVAL; /* "to do" marker for the first pass */
+	}
+	if (n == 0)
+		return SQ_OK;
+	st = fenced_pass(c, o, worker, refs, n, out, SQ_EINVAL, second_look ? SQ_ENOTFOUND : SQ_ELOST,
+	                 err);
+	if (st == SQ_OK && second_look) {
+		int again = 0;
+		for (size_t i = 0; i < n; i++)
+			again |= out[i] == SQ_ENOTFOUND;
+		/* a rerun committed after the first statement's snapshot: look again
+		 * with a fresh one; what still does not match is lost */
+		if (again)
+			st = fenced_pass(c, o, worker, refs, n, out, SQ_ENOTFOUND, SQ_ELOST, err);
+	}
+	return st;
+}
+
+sq_status sq_start(sq_client *c, const char *worker, const sq_job_ref *refs, size_t n,
+                   sq_status *out, sq_error *err)
+{
+	op o = {&stmt_start, 5, {c->ta.names, c->ta.exec_ms}, 2, NULL};
+	return fenced(c, &o, worker, refs, n, out, 0, err);
+}
+
+sq_status sq_heartbeat(sq_client *c, const char *worker, const sq_job_ref *refs, size_t n,
+                       sq_status *out, sq_error *err)
+{
+	op o = {&stmt_heartbeat, 5, {c->ta.names, c->ta.exec_ms}, 2, NULL};
+	return fenced(c, &o, worker, refs, n, out, 0, err);
+}
+
+sq_status sq_complete(sq_client *c, const char *worker, const sq_job_ref *refs, size_t n,
+                      sq_status *out, sq_error *err)
+{
+	sq_buf hist;
+	sq_status st;
+	sq_buf_init(&hist);
+	sq_arr_open(&hist);
+	for (int i = 0; i < c->cfg->ntypes; i++)
+		if (c->cfg->types[i].history)
+			sq_arr_str(&hist, c->cfg->types[i].name);
+	sq_arr_close(&hist);
+	op o = {&stmt_complete, 4, {hist.data}, 1, NULL};
+	st = fenced(c, &o, worker, refs, n, out, 1, err);
+	sq_buf_free(&hist);
+	return st;
+}
+
+sq_status sq_release(sq_client *c, const char *worker, const sq_job_ref *refs, size_t n,
+                     sq_status *out, sq_error *err)
+{
+	op o = {&stmt_release, 3, {0}, 0, NULL};
+	return fenced(c, &o, worker, refs, n, out, 0, err);
+}
+
+sq_status sq_fail(sq_client *c, const char *worker, const sq_fail_req *reqs, size_t n,
+                  sq_status *out, sq_error *err)
+{
+	sq_job_ref *refs = malloc(sizeof(*refs) * (n ? n : 1));
+	sq_status st;
+	if (!refs)
+		return sq_err(err, SQ_ENOMEM, "out of memory");
+	for (size_t i = 0; i < n; i++)
+		refs[i] = reqs[i].ref;
+	op o = {&stmt_fail,
+	        10,
+	        {c->ta.names, c->ta.backoff, c->ta.base_ms, c->ta.cap_ms, c->ta.jitter},
+	        5,
+	        reqs};
+	st = fenced(c, &o, worker, refs, n, out, 0, err);
+	free(refs);
+	return st;
+}
+
+/* Cancel by id: same machinery without a fence on worker. */
+sq_status sq_cancel(sq_client *c, const int64_t *ids, size_t n, sq_status *out, sq_error *err)
+{
+	sq_buf *idb = calloc((size_t)c->nshards, sizeof(sq_buf));
+	sq_buf *pb = calloc((size_t)c->nshards, sizeof(sq_buf));
+	const char **vals = calloc((size_t)c->nshards * 2, sizeof(char *));
+	sq_status st = SQ_OK;
+	if (!idb || !pb || !vals) {
+		free(idb);
+		free(pb);
+		free(vals);
+		return sq_err(err, SQ_ENOMEM, "out of memory");
+	}
+	for (size_t i = 0; i < n; i++) {
+		int s = sq_shard_of_id(c, ids[i]);
+		if (!idb[s].len) {
+			sq_arr_open(&idb[s]);
+			sq_arr_open(&pb[s]);
+		}
+		sq_arr_i64(&idb[s], ids[i]);
+		sq_arr_i64(&pb[s], sq_partition_of_id(ids[i]) & (c->partitions - 1));
+		out[i] = SQ_ENOTFOUND;
+	}
+	sq_client_reset(c);
+	for (int s = 0; s < c->nshards; s++) {
+		if (!idb[s].len)
+			continue;
+		sq_arr_close(&idb[s]);
+		sq_arr_close(&pb[s]);
+		vals[2 * s] = idb[s].data;
+		vals[2 * s + 1] = pb[s].data;
+		sq_client_push_guard(c, s, &vals[2 * s + 1]);
+		sq_pgconn_push(&c->shards[s], &stmt_cancel, 1, &vals[2 * s]);
+	}
+	st = sq_client_run(c, err);
+	for (int s = 0; st == SQ_OK && s < c->nshards; s++) {
+		if (!idb[s].len)
+			continue;
+		PGresult *r = c->shards[s].res[2];
+		for (int row = 0; row < PQntuples(r); row++) {
+			int64_t id = atoll(PQgetvalue(r, row, 0));
+			for (size_t i = 0; i < n; i++)
+				if (ids[i] == id)
+					out[i] = SQ_OK;
+		}
+	}
+	sq_client_reset(c);
+	for (int s = 0; s < c->nshards; s++) {
+		sq_buf_free(&idb[s]);
+		sq_buf_free(&pb[s]);
+	}
+	free(idb);
+	free(pb);
+	free(vals);
+	return st;
+}
+
+sq_status sq_cancel_key(sq_client *c, const char *type, const char *key, int64_t *id,
+                        sq_error *err)
+{
+	uint32_t part;
+	int s;
+	char parts[32];
+	const char *pv[1] = {parts};
+	const char *v[2] = {type, key};
+	sq_status st;
+	*id = 0;
+	if (!type || !key || !*key)
+		return sq_err(err, SQ_EINVAL, "cancel by key needs a task type and a key");
+	part = sq_partition_of_key(key, strlen(key), c->partitions);
+	s = c->map[part];
+	snprintf(parts, sizeof(parts), "{%u}", part);
+	sq_client_reset(c);
+	sq_client_push_guard(c, s, pv);
+	sq_pgconn_push(&c->shards[s], &stmt_cancel_key, 2, v);
+	st = sq_client_run(c, err);
+	if (st == SQ_OK) {
+		PGresult *r = c->shards[s].res[2];
+		if (PQntuples(r) == 0)
+			st = sq_err(err, SQ_ENOTFOUND, "no live job of type '%s' with key '%s'", type, key);
+		else
+			*id = atoll(PQgetvalue(r, 0, 0));
+	}
+	sq_client_reset(c);
+	return st;
+}
+
+sq_status sq_get_job(sq_client *c, int64_t id, sq_job *job, sq_error *err)
+{
+	int s;
+	char ids[24];
+	const char *v[1] = {ids};
+	sq_status st;
+	memset(job, 0, sizeof(*job));
+	if (id <= 0)
+		return sq_err(err, SQ_EINVAL, "job id %lld is not valid", (long long)id);
+	s = sq_shard_of_id(c, id);
+	snprintf(ids, sizeof(ids), "%lld", (long long)id);
+	sq_client_reset(c);
+	sq_pgconn_push(&c->shards[s], &stmt_get, 1, v);
+	sq_pgconn_push(&c->shards[s], &stmt_get_history, 1, v);
+	st = sq_client_run(c, err);
+	if (st == SQ_OK) {
+		PGresult *r = c->shards[s].res[0];
+		if (PQntuples(r) == 0)
+			r = c->shards[s].res[1];
+		if (PQntuples(r) == 0)
+			st = sq_err(err, SQ_ENOTFOUND, "no job with id %lld on shard %s", (long long)id,
+			            c->cfg->shards[s].id);
+		else if (sq_jobrow_parse(r, 0, s, job))
+			st = sq_err(err, SQ_ENOMEM, "out of memory");
+	}
+	sq_client_reset(c);
+	return st;
+}

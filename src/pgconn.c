@@ -1,0 +1,373 @@
+/* pgconn.c - async libpq connections in pipeline mode on libevent: one
+ * pipeline per shard per round, all shards in flight at once. */
+#include "pgconn.h"
+#include "error.h"
+
+#include <event2/event.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void ignore_notice(void *arg, const char *msg)
+{
+	(void)arg;
+	(void)msg;
+}
+
+/* First line of libpq's message, without the "connection to server ..."
+ * preamble that repeats the address we print anyway. */
+static void short_pq_error(const char *m, char *out, size_t outlen)
+{
+	const char *p = strstr(m, " failed: ");
+	size_t n;
+	if (p && !strncmp(m, "connection to server", 20))
+		m = p + 9;
+	n = strcspn(m, "\n");
+	if (n >= outlen)
+		n = outlen - 1;
+	memcpy(out, m, n);
+	out[n] = '\0';
+}
+
+static char *dsn_addr(const char *dsn)
+{
+	char *errmsg = NULL, buf[300];
+	const char *host = NULL, *port = NULL, *hostaddr = NULL;
+	PQconninfoOption *opts = PQconninfoParse(dsn, &errmsg), *o;
+	if (!opts) {
+		PQfreemem(errmsg);
+		return strdup("?");
+	}
+	for (o = opts; o->keyword; o++) {
+		if (!strcmp(o->keyword, "host") && o->val)
+			host = o->val;
+		else if (!strcmp(o->keyword, "hostaddr") && o->val)
+			hostaddr = o->val;
+		else if (!strcmp(o->keyword, "port") && o->val)
+			port = o->val;
+	}
+	snprintf(buf, sizeof(buf), "%s:%s", host ? host : hostaddr ? hostaddr : "localhost",
+	         port ? port : "5432");
+	PQconninfoFree(opts);
+	return strdup(buf);
+}
+
+static sq_status connect_now(sq_pgconn *pc, sq_error *err)
+{
+	char timeout[16], msg[512];
+	const char *kw[] = {"dbname", "options", "connect_timeout", NULL};
+	const char *vals[] = {pc->dsn, pc->options, timeout, NULL};
+	snprintf(timeout, sizeof(timeout), "%d", pc->connect_timeout_s);
+	pc->conn = PQconnectdbParams(kw, vals, 1);
+	if (!pc->conn)
+		return sq_err(err, SQ_ENOMEM, "shard %s (%s): out of memory", pc->shard_id, pc->addr);
+	if (PQstatus(pc->conn) != CONNECTION_OK) {
+		short_pq_error(PQerrorMessage(pc->conn), msg, sizeof(msg));
+		PQfinish(pc->conn);
+		pc->conn = NULL;
+		return sq_err(err, SQ_ECONN, "shard %s (%s): %s; is it running, and is the dsn right?",
+		              pc->shard_id, pc->addr, msg);
+	}
+	PQsetNoticeProcessor(pc->conn, ignore_notice, NULL);
+	if (PQsetnonblocking(pc->conn, 1) || !PQenterPipelineMode(pc->conn)) {
+		short_pq_error(PQerrorMessage(pc->conn), msg, sizeof(msg));
+		PQfinish(pc->conn);
+		pc->conn = NULL;
+		return sq_err(err, SQ_ECONN, "shard %s (%s): cannot enter pipeline mode: %s",
+		              pc->shard_id, pc->addr, msg);
+	}
+	pc->nprepared = 0;
+	return SQ_OK;
+}
+
+sq_status sq_pgconn_open(sq_pgconn *pc, const char *shard_id, const char *dsn, const char *options,
+                         int connect_timeout_s, sq_error *err)
+{
+	memset(pc, 0, sizeof(*pc));
+	pc->shard_id = strdup(shard_id);
+	pc->dsn = strdup(dsn);
+	pc->options = strdup(options ? options : "");
+	pc->addr = dsn_addr(dsn);
+	pc->connect_timeout_s = connect_timeout_s;
+	if (!pc->shard_id || !pc->dsn || !pc->options || !pc->addr)
+		return sq_err(err, SQ_ENOMEM, "out of memory");
+	return connect_now(pc, err);
+}
+
+void sq_pgconn_reset(sq_pgconn *pc)
+{
+	for (int i = 0; i < pc->nres; i++)
+		PQclear(pc->res[i]);
+	pc->nres = 0;
+	pc->qn = 0;
+	pc->expect = pc->seen = pc->done = pc->failed = 0;
+}
+
+void sq_pgconn_close(sq_pgconn *pc)
+{
+	if (!pc)
+		return;
+	sq_pgconn_reset(pc);
+	if (pc->ev)
+		event_free(pc->ev);
+	if (pc->conn)
+		PQfinish(pc->conn);
+	free(pc->shard_id);
+	free(pc->dsn);
+	free(pc->options);
+	free(pc->addr);
+	memset(pc, 0, sizeof(*pc));
+}
+
+void sq_pgconn_push(sq_pgconn *pc, const sq_stmt *st, int nparams, const char *const *vals)
+{
+	if (pc->qn >= SQ_PIPE_MAX)
+		abort(); /* a programming error: pipelines are short and fixed */
+	pc->q[pc->qn] = st;
+	pc->qnparams[pc->qn] = nparams;
+	pc->qvals[pc->qn] = vals;
+	pc->qn++;
+}
+
+static int is_prepared(sq_pgconn *pc, const sq_stmt *st)
+{
+	for (int i = 0; i < pc->nprepared; i++)
+		if (pc->prepared[i] == st)
+			return 1;
+	return 0;
+}
+
+static void conn_failed(sq_pgconn *pc, sq_error *err, const char *what)
+{
+	char msg[512];
+	short_pq_error(pc->conn ? PQerrorMessage(pc->conn) : "not connected", msg, sizeof(msg));
+	pc->failed = 1;
+	pc->done = 1;
+	if (err && err->code == SQ_OK)
+		sq_err(err, SQ_ECONN, "shard %s (%s): %s: %s", pc->shard_id, pc->addr, what, msg);
+}
+
+static int send_pipeline(sq_pgconn *pc, sq_error *err)
+{
+	pc->expect = pc->seen = pc->nres = 0;
+	for (int i = 0; i < pc->qn; i++) {
+		const sq_stmt *st = pc->q[i];
+		if (!is_prepared(pc, st)) {
+			if (!PQsendPrepare(pc->conn, st->name, st->sql, 0, NULL)) {
+				conn_failed(pc, err, "cannot send");
+				return -1;
+			}
+			if (pc->nprepared < 64)
+				pc->prepared[pc->nprepared++] = st;
+			pc->keep[pc->expect++] = -1;
+		}
+		if (!PQsendQueryPrepared(pc->conn, st->name, pc->qnparams[i], pc->qvals[i], NULL, NULL, 0)) {
+			conn_failed(pc, err, "cannot send");
+			return -1;
+		}
+		pc->keep[pc->expect++] = i;
+		pc->statements_sent++;
+	}
+	if (!PQpipelineSync(pc->conn)) {
+		conn_failed(pc, err, "cannot send");
+		return -1;
+	}
+	return 0;
+}
+
+/* Reads whatever results are complete. Sets pc->done at the Sync. */
+static void read_results(sq_pgconn *pc, sq_error *err)
+{
+	if (!PQconsumeInput(pc->conn)) {
+		conn_failed(pc, err, "connection lost");
+		return;
+	}
+	while (!pc->done && !PQisBusy(pc->conn)) {
+		PGresult *r = PQgetResult(pc->conn);
+		if (!r) {
+			/* the end of one entry's results */
+			if (pc->seen >= pc->expect)
+				break;
+			pc->seen++;
+			continue;
+		}
+		ExecStatusType s = PQresultStatus(r);
+		if (s == PGRES_PIPELINE_SYNC) {
+			PQclear(r);
+			pc->done = 1;
+			break;
+		}
+		if (pc->seen < pc->expect && pc->keep[pc->seen] >= 0 && pc->nres < SQ_PIPE_MAX &&
+		    pc->nres == pc->keep[pc->seen]) {
+			pc->res[pc->nres++] = r;
+		} else {
+			/* a prepare's result; a failed prepare shows up again as the
+			 * failure of the statement that used it */
+			if (s == PGRES_FATAL_ERROR && pc->keep[pc->seen] < 0)
+				pc->nprepared = 0; /* unknown which: prepare all again */
+			PQclear(r);
+		}
+	}
+}
+
+static void on_event(evutil_socket_t fd, short what, void *arg);
+
+typedef struct run_ctx {
+	struct event_base *base;
+	sq_error *err;
+	int pending;
+} run_ctx;
+
+static void arm(sq_pgconn *pc, run_ctx *rc)
+{
+	short flags = EV_READ | (pc->want_write ? EV_WRITE : 0);
+	if (pc->ev)
+		event_free(pc->ev);
+	pc->ev = event_new(rc->base, PQsocket(pc->conn), flags, on_event, pc);
+	event_add(pc->ev, NULL);
+}
+
+static void on_event(evutil_socket_t fd, short what, void *arg)
+{
+	sq_pgconn *pc = arg;
+	run_ctx *rc = pc->run;
+	(void)fd;
+	if (what & EV_WRITE) {
+		int f = PQflush(pc->conn);
+		if (f < 0)
+			conn_failed(pc, rc->err, "cannot send");
+		pc->want_write = f == 1;
+	}
+	if (!pc->done && (what & EV_READ))
+		read_results(pc, rc->err);
+	if (pc->done) {
+		event_free(pc->ev);
+		pc->ev = NULL;
+		if (--rc->pending == 0)
+			event_base_loopbreak(rc->base);
+		return;
+	}
+	arm(pc, rc);
+}
+
+sq_status sq_pgconn_run(struct event_base *base, sq_pgconn **conns, int n, sq_error *err)
+{
+	run_ctx rc = {base, err, 0};
+	sq_error local;
+	if (!err)
+		err = &local;
+	err->code = SQ_OK;
+	err->msg[0] = '\0';
+	rc.err = err;
+	for (int i = 0; i < n; i++) {
+		sq_pgconn *pc = conns[i];
+		if (!pc || pc->qn == 0)
+			continue;
+		pc->done = pc->failed = 0;
+		if (!pc->conn || PQstatus(pc->conn) != CONNECTION_OK) {
+			if (pc->conn) {
+				PQfinish(pc->conn);
+				pc->conn = NULL;
+			}
+			sq_error cerr;
+			if (connect_now(pc, &cerr) != SQ_OK) {
+				pc->failed = pc->done = 1;
+				if (err->code == SQ_OK)
+					*err = cerr;
+				continue;
+			}
+		}
+		if (send_pipeline(pc, err))
+			continue;
+		int f = PQflush(pc->conn);
+		if (f < 0) {
+			conn_failed(pc, err, "cannot send");
+			continue;
+		}
+		pc->want_write = f == 1;
+		rc.pending++;
+		pc->run = &rc;
+		arm(pc, &rc);
+	}
+	if (rc.pending)
+		event_base_dispatch(base);
+	for (int i = 0; i < n; i++) {
+		sq_pgconn *pc = conns[i];
+		if (pc && pc->failed && pc->conn) {
+			/* drop a broken connection; it is reopened on the next run */
+			PQfinish(pc->conn);
+			pc->conn = NULL;
+		}
+	}
+	return err->code;
+}
+
+sq_status sq_pgconn_result_error(sq_pgconn *pc, sq_error *err)
+{
+	int aborted = 0;
+	for (int i = 0; i < pc->nres; i++) {
+		PGresult *r = pc->res[i];
+		ExecStatusType s = PQresultStatus(r);
+		if (s == PGRES_COMMAND_OK || s == PGRES_TUPLES_OK)
+			continue;
+		if (s == PGRES_PIPELINE_ABORTED) {
+			aborted = 1;
+			continue; /* the cause is another result */
+		}
+		const char *state = PQresultErrorField(r, PG_DIAG_SQLSTATE);
+		const char *msg = PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY);
+		if (!msg)
+			msg = PQresultErrorMessage(r);
+		if (state && !strcmp(state, "SQM01"))
+			return sq_err(err, SQ_EMOVING, "shard %s: %s; retry shortly", pc->shard_id, msg);
+		if (state && !strcmp(state, "SQM02"))
+			return sq_err(err, SQ_EMOVED, "shard %s: %s; refresh the partition map",
+			              pc->shard_id, msg);
+		return sq_err(err, SQ_EDB, "shard %s (%s): statement %s failed: %s", pc->shard_id,
+		              pc->addr, pc->q[i]->name, msg);
+	}
+	if (aborted)
+		return sq_err(err, SQ_EDB, "shard %s (%s): pipeline aborted (a statement could not be "
+		              "prepared; is the shard's schema up to date? run shardq init)",
+		              pc->shard_id, pc->addr);
+	if (pc->nres < pc->qn)
+		return sq_err(err, SQ_EDB, "shard %s (%s): %d of %d results missing", pc->shard_id,
+		              pc->addr, pc->qn - pc->nres, pc->qn);
+	return SQ_OK;
+}
+
+PGresult *sq_pgconn_exec(sq_pgconn *pc, const char *sql, int nparams, const char *const *vals,
+                         sq_error *err)
+{
+	PGresult *r;
+	ExecStatusType s;
+	char msg[512];
+	if (!pc->conn || PQstatus(pc->conn) != CONNECTION_OK) {
+		if (pc->conn)
+			PQfinish(pc->conn);
+		pc->conn = NULL;
+		if (connect_now(pc, err) != SQ_OK)
+			return NULL;
+	}
+	PQexitPipelineMode(pc->conn);
+	PQsetnonblocking(pc->conn, 0);
+	if (nparams)
+		r = PQexecParams(pc->conn, sql, nparams, NULL, vals, NULL, NULL, 0);
+	else
+		r = PQexec(pc->conn, sql);
+	PQsetnonblocking(pc->conn, 1);
+	PQenterPipelineMode(pc->conn);
+	s = r ? PQresultStatus(r) : PGRES_FATAL_ERROR;
+	if (s == PGRES_COMMAND_OK || s == PGRES_TUPLES_OK)
+		return r;
+	if (r) {
+		const char *m = PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY);
+		snprintf(msg, sizeof(msg), "%s", m ? m : PQresultErrorMessage(r));
+		PQclear(r);
+	} else {
+		short_pq_error(PQerrorMessage(pc->conn), msg, sizeof(msg));
+	}
+	sq_err(err, PQstatus(pc->conn) == CONNECTION_OK ? SQ_EDB : SQ_ECONN, "shard %s (%s): %s",
+	       pc->shard_id, pc->addr, msg);
+	return NULL;
+}

@@ -1,0 +1,91 @@
+/* pgconn.h - one async libpq connection in pipeline mode, driven by libevent.
+ *
+ * A caller queues statements on a connection (sq_pgconn_push), then runs a
+ * set of connections at once (sq_pgconn_run): each sends its pipeline and a
+ * Sync, and the event loop collects results until every connection has seen
+ * its Sync. Statements between Syncs form one implicit transaction, so a
+ * pipeline is all-or-nothing on its shard.
+ */
+#ifndef SQ_PGCONN_H
+#define SQ_PGCONN_H
+
+#include "shardq.h"
+
+#include <libpq-fe.h>
+
+struct event_base;
+struct event;
+
+/* A named prepared statement; defined once, next to the code that uses it. */
+typedef struct sq_stmt {
+	const char *name;
+	const char *sql;
+} sq_stmt;
+
+#define SQ_PIPE_MAX 16
+
+typedef struct sq_pgconn {
+	PGconn *conn;
+	char *shard_id;
+	char *addr; /* "host:port", for messages */
+	char *dsn;
+	char *options;
+	int connect_timeout_s;
+	const sq_stmt *prepared[64];
+	int nprepared;
+	uint64_t statements_sent;
+
+	/* the pipeline being built or run */
+	const sq_stmt *q[SQ_PIPE_MAX];
+	int qn;
+	int qnparams[SQ_PIPE_MAX];
+	const char *const *qvals[SQ_PIPE_MAX];
+	PGresult *res[SQ_PIPE_MAX]; /* results of the q[] in order */
+	int nres;
+	int expect; /* entries sent (prepares included) */
+	int keep[SQ_PIPE_MAX * 2]; /* per entry sent: index into res, or -1 */
+	int seen;   /* entries whose results were read */
+	int done;
+	int failed; /* connection-level failure during the run */
+	struct event *ev;
+	int want_write;
+	void *run; /* the run in progress */
+} sq_pgconn;
+
+/* Connects (blocking, with connect_timeout). On failure, err names the shard
+ * and its address. Free with sq_pgconn_close(). */
+SQ_MUST_CHECK sq_status sq_pgconn_open(sq_pgconn *pc, const char *shard_id, const char *dsn,
+                                       const char *options, int connect_timeout_s, sq_error *err);
+void sq_pgconn_close(sq_pgconn *pc);
+
+/* Queues one statement; vals must stay valid until sq_pgconn_run returns. */
+void sq_pgconn_push(sq_pgconn *pc, const sq_stmt *st, int nparams, const char *const *vals);
+
+/*
+ * Sends every queued pipeline on conns[0..n) (entries may be NULL or have no
+ * statements: skipped) and waits for all of them. Afterwards each pc->res[i]
+ * holds the result of pc->q[i] (owned by pc until sq_pgconn_reset). Returns
+ * SQ_OK when every connection answered; errors inside results are for the
+ * caller to inspect (see sq_pgconn_result_error). A lost connection is
+ * reported as SQ_ECONN naming the shard, and is reopened on the next run.
+ */
+SQ_MUST_CHECK sq_status sq_pgconn_run(struct event_base *base, sq_pgconn **conns, int n,
+                                      sq_error *err);
+
+/* Frees results and clears the queue. */
+void sq_pgconn_reset(sq_pgconn *pc);
+
+/*
+ * Turns the first failed result of pc into an sq_status and message:
+ * SQ_EMOVING / SQ_EMOVED for the partition-marker errors, SQ_EDB otherwise.
+ * Returns SQ_OK if every result succeeded.
+ */
+sq_status sq_pgconn_result_error(sq_pgconn *pc, sq_error *err);
+
+/* Runs one simple statement synchronously (outside any pipeline run), for
+ * init and admin work. Returns the result (caller PQclear()s) or NULL with
+ * err set. */
+PGresult *sq_pgconn_exec(sq_pgconn *pc, const char *sql, int nparams, const char *const *vals,
+                         sq_error *err);
+
+#endif

@@ -1,0 +1,20 @@
+/* schema.h - embedded SQL migrations and cluster initialisation. */
+#ifndef SQ_SCHEMA_H
+#define SQ_SCHEMA_H
+
+/* The advisory-lock keys (two int4) of the partition gate and of init. */
+#define SQ_GATE_KEY "1397837137, 1"
+#define SQ_INIT_KEY "1397837137, 2"
+
+struct sq_migration {
+	int version;
+	const char *name;
+	const char *sql;
+};
+
+extern const struct sq_migration sq_shard_migrations[];
+extern const int sq_shard_migration_count;
+extern const struct sq_migration sq_meta_migrations[];
+extern const int sq_meta_migration_count;
+
+#endif
