@@ -88,18 +88,98 @@ typedef struct shard_req {
 	sq_buf types, limits, leases;
 	const char *vals[4];
 	int32_t asked[SQ_MAX_TYPES];
+	int32_t got[SQ_MAX_TYPES];
 	int any;
 } shard_req;
+
+typedef struct job_vec {
+	sq_job *v;
+	size_t n, cap;
+} job_vec;
+
+/* One round: shard s asks sr[s].asked[k] jobs of type k; results are
+ * appended to out, and sr[s].got[] counts them. A failing shard does not
+ * cost the jobs claimed on the others: they are kept, and the error is
+ * returned. */
+static sq_status claim_round(sq_client *c, const char *worker, const sq_claim_req *reqs,
+                             const int *ti, size_t nreqs, shard_req *sr, job_vec *out,
+                             sq_error *err)
+{
+	const sq_config *cfg = c->cfg;
+	sq_status st;
+	sq_client_reset(c);
+	for (int s = 0; s < c->nshards; s++) {
+		shard_req *r = &sr[s];
+		sq_buf_reset(&r->types);
+		sq_buf_reset(&r->limits);
+		sq_buf_reset(&r->leases);
+		r->any = 0;
+		memset(r->got, 0, sizeof(r->got[0]) * nreqs);
+		for (size_t k = 0; k < nreqs; k++) {
+			if (!r->asked[k])
+				continue;
+			if (!r->any) {
+				sq_arr_open(&r->types);
+				sq_arr_open(&r->limits);
+				sq_arr_open(&r->leases);
+				r->any = 1;
+			}
+			sq_arr_str(&r->types, cfg->types[ti[k]].name);
+			sq_arr_i64(&r->limits, r->asked[k]);
+			sq_arr_i64(&r->leases, cfg->types[ti[k]].starting_timeout_ms);
+		}
+		if (!r->any)
+			continue;
+		sq_arr_close(&r->types);
+		sq_arr_close(&r->limits);
+		sq_arr_close(&r->leases);
+		r->vals[0] = r->types.data;
+		r->vals[1] = r->limits.data;
+		r->vals[2] = r->leases.data;
+		r->vals[3] = worker;
+		sq_pgconn_push(&c->shards[s], &sq_stmt_gate_shared, 0, NULL);
+		sq_pgconn_push(&c->shards[s], &stmt_claim, 4, r->vals);
+	}
+	st = sq_client_run(c, err);
+	for (int s = 0; s < c->nshards; s++) {
+		shard_req *r = &sr[s];
+		if (!r->any)
+			continue;
+		if (sq_pgconn_result_error(&c->shards[s], NULL) != SQ_OK) {
+			r->any = 0;
+			continue;
+		}
+		PGresult *res = c->shards[s].res[1];
+		size_t need = out->n + (size_t)PQntuples(res);
+		if (need > out->cap) {
+			sq_job *nv = realloc(out->v, need * sizeof(sq_job));
+			if (!nv)
+				return sq_err(err, SQ_ENOMEM, "out of memory");
+			out->v = nv;
+			out->cap = need;
+		}
+		for (int row = 0; row < PQntuples(res); row++) {
+			if (sq_jobrow_parse(res, row, s, &out->v[out->n]))
+				continue; /* out of memory: its lease brings it back */
+			for (size_t k = 0; k < nreqs; k++)
+				if (!strcmp(reqs[k].type, out->v[out->n].type))
+					r->got[k]++;
+			out->n++;
+		}
+	}
+	sq_client_reset(c);
+	return st;
+}
 
 sq_status sq_claim(sq_client *c, const char *worker, const sq_claim_req *reqs, size_t nreqs,
                    sq_job **jobs_out, size_t *njobs_out, sq_error *err)
 {
 	const sq_config *cfg = c->cfg;
-	int ti[SQ_MAX_TYPES];
+	int ti[SQ_MAX_TYPES] = {0};
 	shard_req *sr;
 	sq_status st;
-	size_t total = 0, nj = 0;
-	sq_job *jobs = NULL;
+	job_vec jv = {NULL, 0, 0};
+	int32_t total_got[SQ_MAX_TYPES] = {0};
 
 	*jobs_out = NULL;
 	*njobs_out = 0;
@@ -121,99 +201,74 @@ sq_status sq_claim(sq_client *c, const char *worker, const sq_claim_req *reqs, s
 	if (!sr)
 		return sq_err(err, SQ_ENOMEM, "out of memory");
 
+	/* round 1: each type's limit shared by recent yield */
 	for (size_t k = 0; k < nreqs; k++) {
-		double w[SQ_MAX_SHARDS];
+		double w[SQ_MAX_SHARDS] = {0};
 		int32_t part[SQ_MAX_SHARDS];
-		const sq_type_conf *t = &cfg->types[ti[k]];
 		for (int s = 0; s < c->nshards; s++)
 			w[s] = fmax(c->yield[s * cfg->ntypes + ti[k]], 0.02);
 		share(reqs[k].limit, w, c->nshards, c->rotate, part);
-		for (int s = 0; s < c->nshards; s++) {
-			shard_req *r = &sr[s];
-			r->asked[k] = part[s];
-			if (!part[s])
-				continue;
-			if (!r->any) {
-				sq_arr_open(&r->types);
-				sq_arr_open(&r->limits);
-				sq_arr_open(&r->leases);
-				r->any = 1;
-			}
-			sq_arr_str(&r->types, t->name);
-			sq_arr_i64(&r->limits, part[s]);
-			sq_arr_i64(&r->leases, t->starting_timeout_ms);
-		}
+		for (int s = 0; s < c->nshards; s++)
+			sr[s].asked[k] = part[s];
 	}
 	c->rotate++;
-	sq_client_reset(c);
-	for (int s = 0; s < c->nshards; s++) {
-		shard_req *r = &sr[s];
-		if (!r->any)
-			continue;
-		sq_arr_close(&r->types);
-		sq_arr_close(&r->limits);
-		sq_arr_close(&r->leases);
-		r->vals[0] = r->types.data;
-		r->vals[1] = r->limits.data;
-		r->vals[2] = r->leases.data;
-		r->vals[3] = worker;
-		sq_pgconn_push(&c->shards[s], &sq_stmt_gate_shared, 0, NULL);
-		sq_pgconn_push(&c->shards[s], &stmt_claim, 4, r->vals);
-	}
-	/* a failing shard does not cost the jobs claimed on the others: they
-	 * are returned along with the error */
-	st = sq_client_run(c, err);
-	for (int s = 0; s < c->nshards; s++) {
-		if (sr[s].any && sq_pgconn_result_error(&c->shards[s], NULL) == SQ_OK)
-			total += (size_t)PQntuples(c->shards[s].res[1]);
-		else
-			sr[s].any = 0;
-	}
-	if (total) {
-		jobs = calloc(total, sizeof(sq_job));
-		if (!jobs) {
-			st = sq_err(err, SQ_ENOMEM, "out of memory");
-			goto out;
-		}
-	}
-	for (int s = 0; s < c->nshards; s++) {
-		int got[SQ_MAX_TYPES] = {0};
-		if (!sr[s].any) {
-			/* not asked: drift back up so the shard is probed again */
-			for (size_t k = 0; k < nreqs; k++) {
-				double *y = &c->yield[s * cfg->ntypes + ti[k]];
-				*y = 0.9 * *y + 0.1;
-			}
-			continue;
-		}
-		PGresult *r = c->shards[s].res[1];
-		for (int row = 0; row < PQntuples(r); row++) {
-			if (sq_jobrow_parse(r, row, s, &jobs[nj]))
-				continue; /* out of memory: its lease brings it back */
-			for (size_t k = 0; k < nreqs; k++)
-				if (!strcmp(reqs[k].type, jobs[nj].type))
-					got[k]++;
-			nj++;
-		}
-		for (size_t k = 0; k < nreqs; k++) {
+	st = claim_round(c, worker, reqs, ti, nreqs, sr, &jv, err);
+
+	/* learn the yield: fraction of the ask that was filled; a shard not
+	 * asked drifts back up so it is probed again */
+	int again = 0;
+	int32_t want2[SQ_MAX_TYPES] = {0};
+	for (size_t k = 0; k < nreqs; k++) {
+		for (int s = 0; s < c->nshards; s++) {
 			double *y = &c->yield[s * cfg->ntypes + ti[k]];
-			double f = sr[s].asked[k] ? (double)got[k] / sr[s].asked[k] : 1.0;
-			*y = sr[s].asked[k] ? 0.5 * *y + 0.5 * f : 0.9 * *y + 0.1;
+			if (sr[s].asked[k])
+				*y = 0.5 * *y + 0.5 * (double)sr[s].got[k] / sr[s].asked[k];
+			else
+				*y = 0.9 * *y + 0.1;
+			total_got[k] += sr[s].got[k];
 		}
+		want2[k] = reqs[k].limit - total_got[k];
+		if (want2[k] > 0)
+			again = 1;
 	}
-	if (nj > 1)
-		qsort(jobs, nj, sizeof(sq_job), cmp_jobs);
-	*jobs_out = jobs;
-	*njobs_out = nj;
-	jobs = NULL;
-out:
-	sq_jobs_free(jobs, nj);
+	/* round 2, only when short: the rest goes to the shards that were not
+	 * asked or gave all they were asked (they may have more) */
+	if (st == SQ_OK && again) {
+		int any2 = 0;
+		for (size_t k = 0; k < nreqs; k++) {
+			double w[SQ_MAX_SHARDS] = {0};
+			int32_t part[SQ_MAX_SHARDS];
+			int cand = 0;
+			for (int s = 0; s < c->nshards; s++) {
+				int open = !sr[s].asked[k] || sr[s].got[k] == sr[s].asked[k];
+				w[s] = open ? 1.0 : 0.0;
+				cand += open;
+			}
+			if (want2[k] <= 0 || !cand) {
+				for (int s = 0; s < c->nshards; s++)
+					sr[s].asked[k] = 0;
+				continue;
+			}
+			share(want2[k], w, c->nshards, c->rotate, part);
+			for (int s = 0; s < c->nshards; s++) {
+				sr[s].asked[k] = w[s] > 0 ? part[s] : 0;
+				any2 |= sr[s].asked[k] > 0;
+			}
+		}
+		if (any2)
+			st = claim_round(c, worker, reqs, ti, nreqs, sr, &jv, err);
+	}
+	if (jv.n > 1)
+		qsort(jv.v, jv.n, sizeof(sq_job), cmp_jobs);
+	*jobs_out = jv.n ? jv.v : NULL;
+	*njobs_out = jv.n;
+	if (!jv.n)
+		free(jv.v);
 	for (int s = 0; s < c->nshards; s++) {
 		sq_buf_free(&sr[s].types);
 		sq_buf_free(&sr[s].limits);
 		sq_buf_free(&sr[s].leases);
 	}
 	free(sr);
-	sq_client_reset(c);
 	return st;
 }

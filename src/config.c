@@ -65,7 +65,7 @@ typedef struct parse_ctx {
 	int nerrors;
 	const char *text; /* for ini_parse_stream */
 	size_t pos;
-	/* lines where [cluster]/[connection] keys were set, for duplicate check */
+	int key_line[32]; /* line of each [cluster]/[connection] key, by keys[] index */
 } parse_ctx;
 
 static void bad(parse_ctx *x, const char *sec, const char *key, const char *fmt, ...)
@@ -310,6 +310,8 @@ static int on_key(void *user, const char *section, const char *name, const char 
 	if (arg) {
 		while (*arg == ' ')
 			arg++;
+		if (!valid_ident(arg, sec == SEC_SHARD ? 32 : SQ_MAX_TYPE_LEN))
+			return 1; /* reported once, at the section header */
 		idx = section_index(x, sec, arg, section);
 		if (idx < 0)
 			return 1;
@@ -317,6 +319,8 @@ static int on_key(void *user, const char *section, const char *name, const char 
 	for (size_t i = 0; i < NKEYS; i++) {
 		if (keys[i].sec != sec || strcmp(keys[i].name, name))
 			continue;
+		if (!arg && i < 32)
+			x->key_line[i] = x->line;
 		const char *e = store(&keys[i], slot(x->cfg, sec, idx, name), value, why, sizeof(why));
 		if (e)
 			bad(x, section, name, "%s", e);
@@ -341,6 +345,28 @@ static char *reader(char *str, int num, void *stream)
 	}
 	str[i] = '\0';
 	x->line++;
+	/* sections are registered here, so that a [type x] with no keys (all
+	 * defaults) exists, and its messages name the header's line */
+	{
+		const char *p = str;
+		while (*p == ' ' || *p == '\t')
+			p++;
+		if (*p == '[') {
+			char sec[300];
+			size_t n = strcspn(p + 1, "]\n");
+			if (p[1 + n] == ']' && n < sizeof(sec)) {
+				memcpy(sec, p + 1, n);
+				sec[n] = '\0';
+				if (!strncmp(sec, "shard ", 6) || !strncmp(sec, "type ", 5)) {
+					int is_shard = sec[0] == 's';
+					const char *arg = sec + (is_shard ? 6 : 5);
+					while (*arg == ' ')
+						arg++;
+					section_index(x, is_shard ? SEC_SHARD : SEC_TYPE, arg, sec);
+				}
+			}
+		}
+	}
 	return str;
 }
 
@@ -349,14 +375,24 @@ static int is_pow2(uint32_t v)
 	return v && !(v & (v - 1));
 }
 
+static int line_of(parse_ctx *x, const char *name)
+{
+	for (size_t i = 0; i < NKEYS && i < 32; i++)
+		if (keys[i].sec <= SEC_CONNECTION && !strcmp(keys[i].name, name))
+			return x->key_line[i];
+	return 0;
+}
+
 static void validate(parse_ctx *x)
 {
 	sq_config *cfg = x->cfg;
-	x->line = 0;
+	x->line = line_of(x, "partitions");
 	if (!is_pow2(cfg->partitions))
 		bad(x, "cluster", "partitions", "%u is not a power of two", cfg->partitions);
-	if (cfg->nshards == 0)
+	if (cfg->nshards == 0) {
+		x->line = 1;
 		bad(x, "shard", NULL, "no shard configured; add a [shard ID] section with a dsn");
+	}
 	for (int i = 0; i < cfg->nshards; i++) {
 		x->line = cfg->shards[i].line;
 		if (!cfg->shards[i].dsn) {
@@ -366,11 +402,11 @@ static void validate(parse_ctx *x)
 		}
 	}
 	if (cfg->meta_shard && cfg->meta_dsn) {
-		x->line = 0;
+		x->line = line_of(x, "meta_dsn");
 		bad(x, "cluster", "meta_dsn", "set either meta_shard or meta_dsn, not both");
 	}
 	if (cfg->meta_shard && sq_config_shard_index(cfg, cfg->meta_shard) < 0) {
-		x->line = 0;
+		x->line = line_of(x, "meta_shard");
 		bad(x, "cluster", "meta_shard", "'%s' is not a configured shard", cfg->meta_shard);
 	}
 	for (int i = 0; i < cfg->ntypes; i++) {

@@ -1,0 +1,312 @@
+/* test_lifecycle.c - fenced transitions: expired leases go to another
+ * worker and the first one's writes are LOST; retry with backoff, failed at
+ * max attempts, permanent failure; release; heartbeat; cancel. */
+#include "test_common.h"
+
+#include <unistd.h>
+
+static const char *types =
+	"[type short]\nstarting_timeout = 400ms\nexecution_timeout = 600ms\nmax_attempts = 5\n"
+	"[type lin]\nbackoff = linear\nbackoff_base = 1s\nbackoff_jitter = 0\nmax_attempts = 3\n"
+	"[type fast]\nbackoff = constant\nbackoff_base = 0\nmax_attempts = 3\n"
+	"[type hist]\nhistory = true\n";
+
+static testdb t;
+
+static void setup(void)
+{
+	testdb_open(&t, "sqt_life", test_shard_count(), 256, types);
+}
+
+static void teardown(void)
+{
+	testdb_close(&t);
+}
+
+static sq_job get(int64_t id)
+{
+	sq_job j;
+	sq_error err;
+	OKE(sq_get_job(t.client, id, &j, &err));
+	return j;
+}
+
+static void clear(sq_job *j)
+{
+	free(j->type), free(j->key), free(j->params), free(j->worker);
+}
+
+static sq_status one(sq_status (*fn)(sq_client *, const char *, const sq_job_ref *, size_t,
+                                     sq_status *, sq_error *),
+                     sq_client *c, const char *w, int64_t id, int att)
+{
+	sq_job_ref r = {id, att};
+	sq_status st;
+	sq_error err;
+	OKE(fn(c, w, &r, 1, &st, &err));
+	return st;
+}
+
+static sq_status fail_one(const char *w, int64_t id, int att, const char *msg, int permanent)
+{
+	sq_fail_req f = {{id, att}, msg, permanent};
+	sq_status st;
+	sq_error err;
+	OKE(sq_fail(t.client, w, &f, 1, &st, &err));
+	return st;
+}
+
+static int64_t claim1(sq_client *c, const char *w, const char *type, int *att)
+{
+	sq_job *js;
+	size_t n = claim_type(c, w, type, 1, &js);
+	int64_t id = 0;
+	*att = -1;
+	if (n) {
+		id = js[0].id;
+		*att = js[0].attempt;
+	}
+	sq_jobs_free(js, n);
+	return id;
+}
+
+START_TEST(expired_starting_lease_goes_to_another_worker)
+{
+	int a1 = 0, a2 = 0;
+	sq_client *w2 = testdb_client(&t);
+	int64_t id = enqueue_one(t.client, "short", "job", NULL, NULL);
+	ck_assert_int_eq(claim1(t.client, "w1", "short", &a1), id);
+	/* while the lease is valid nobody else gets it */
+	ck_assert_int_eq(claim1(w2, "w2", "short", &a2), 0);
+	usleep(600 * 1000);
+	ck_assert_int_eq(claim1(w2, "w2", "short", &a2), id);
+	ck_assert_int_eq(a2, a1 + 1);
+	/* the first worker's writes are lost and change nothing */
+	ck_assert_int_eq(one(sq_start, t.client, "w1", id, a1), SQ_ELOST);
+	ck_assert_int_eq(one(sq_complete, t.client, "w1", id, a1), SQ_ELOST);
+	sq_job j = get(id);
+	ck_assert_str_eq(j.worker, "w2");
+	ck_assert_int_eq(j.attempt, a2);
+	ck_assert_int_eq(j.status, SQ_STARTING);
+	clear(&j);
+	/* the second run completes it, exactly once */
+	ck_assert_int_eq(one(sq_start, w2, "w2", id, a2), SQ_OK);
+	ck_assert_int_eq(one(sq_complete, w2, "w2", id, a2), SQ_OK);
+	ck_assert_int_eq(one(sq_complete, w2, "w2", id, a2), SQ_ELOST);
+	ck_assert_int_eq(testdb_sum(&t, "SELECT count(*) FROM shardq.jobs"), 0);
+	sq_client_close(w2);
+}
+END_TEST
+
+START_TEST(expired_running_lease_complete_is_lost)
+{
+	int a1 = 0, a2 = 0;
+	sq_error err;
+	sq_client *w2 = testdb_client(&t);
+	int64_t id = enqueue_one(t.client, "short", "run", "{\"x\":1}", NULL);
+	ck_assert_int_eq(claim1(t.client, "w1", "short", &a1), id);
+	ck_assert_int_eq(one(sq_start, t.client, "w1", id, a1), SQ_OK);
+	usleep(800 * 1000); /* execution lease is 600ms */
+	ck_assert_int_eq(claim1(w2, "w2", "short", &a2), id);
+	ck_assert_int_eq(one(sq_complete, t.client, "w1", id, a1), SQ_ELOST);
+	sq_fail_req f = {{id, a1}, "late failure", 0};
+	sq_status st;
+	OKE(sq_fail(t.client, "w1", &f, 1, &st, &err));
+	ck_assert_int_eq(st, SQ_ELOST);
+	sq_job j = get(id);
+	ck_assert_str_eq(j.worker, "w2");
+	ck_assert_int_eq(j.status, SQ_STARTING);
+	ck_assert_ptr_null(strstr(j.params, "late"));
+	clear(&j);
+	ck_assert_int_eq(one(sq_start, w2, "w2", id, a2), SQ_OK);
+	ck_assert_int_eq(one(sq_complete, w2, "w2", id, a2), SQ_OK);
+	sq_client_close(w2);
+}
+END_TEST
+
+START_TEST(heartbeat_keeps_the_lease)
+{
+	int a1 = 0, a2 = 0;
+	sq_client *w2 = testdb_client(&t);
+	int64_t id = enqueue_one(t.client, "short", "hb", NULL, NULL);
+	ck_assert_int_eq(claim1(t.client, "w1", "short", &a1), id);
+	ck_assert_int_eq(one(sq_start, t.client, "w1", id, a1), SQ_OK);
+	for (int i = 0; i < 4; i++) {
+		usleep(300 * 1000);
+		ck_assert_int_eq(one(sq_heartbeat, t.client, "w1", id, a1), SQ_OK);
+		ck_assert_int_eq(claim1(w2, "w2", "short", &a2), 0);
+	}
+	ck_assert_int_eq(one(sq_complete, t.client, "w1", id, a1), SQ_OK);
+	/* heartbeat of a job not ours (or gone) is lost */
+	ck_assert_int_eq(one(sq_heartbeat, t.client, "w1", id, a1), SQ_ELOST);
+	sq_client_close(w2);
+}
+END_TEST
+
+START_TEST(retry_with_backoff_then_failed)
+{
+	int att = 0;
+	int64_t id = enqueue_one(t.client, "lin", "flaky", NULL, NULL);
+	for (int round = 1; round <= 3; round++) {
+		int64_t got = 0;
+		for (int wait = 0; wait < 60 && !got; wait++) {
+			got = claim1(t.client, "w", "lin", &att);
+			if (!got)
+				usleep(100 * 1000);
+		}
+		ck_assert_int_eq(got, id);
+		ck_assert_int_eq(att, round);
+		ck_assert_int_eq(one(sq_start, t.client, "w", id, att), SQ_OK);
+		int64_t before = (int64_t)time(NULL);
+		ck_assert_int_eq(fail_one("w", id, att, "boom", 0), SQ_OK);
+		sq_job j = get(id);
+		ck_assert_str_eq(j.params, "{}");
+		if (round < 3) {
+			/* linear backoff: attempt * 1s */
+			int64_t delay_ms = (j.schedule_time_us - before * 1000000) / 1000;
+			ck_assert_int_eq(j.status, SQ_READY);
+			ck_assert_msg(delay_ms >= round * 1000 - 1000 && delay_ms <= round * 1000 + 1000,
+			              "round %d: scheduled %lld ms later", round, (long long)delay_ms);
+			/* not due yet: a claim now takes nothing */
+			ck_assert_int_eq(claim1(t.client, "w", "lin", &att), 0);
+		} else {
+			ck_assert_int_eq(j.status, SQ_FAILED);
+			ck_assert_int_eq(j.attempt, 3);
+		}
+		clear(&j);
+	}
+	ck_assert_int_eq(testdb_sum(&t, "SELECT count(*) FROM shardq.jobs WHERE status = 'failed' "
+	                                "AND last_error = 'boom'"),
+	                 1);
+	/* a failed job is not claimed again */
+	ck_assert_int_eq(claim1(t.client, "w", "lin", &att), 0);
+}
+END_TEST
+
+START_TEST(permanent_failure_and_max_attempts)
+{
+	int att = 0;
+	int64_t p = enqueue_one(t.client, "fast", "perm", NULL, NULL);
+	ck_assert_int_eq(claim1(t.client, "w", "fast", &att), p);
+	ck_assert_int_eq(one(sq_start, t.client, "w", p, att), SQ_OK);
+	ck_assert_int_eq(fail_one("w", p, att, "bad input", 1), SQ_OK);
+	sq_job j = get(p);
+	ck_assert_int_eq(j.status, SQ_FAILED);
+	ck_assert_int_eq(j.attempt, 1);
+	clear(&j);
+
+	int64_t q = enqueue_one(t.client, "fast", "retry", NULL, NULL);
+	for (int i = 1; i <= 3; i++) {
+		ck_assert_int_eq(claim1(t.client, "w", "fast", &att), q);
+		ck_assert_int_eq(att, i);
+		ck_assert_int_eq(one(sq_start, t.client, "w", q, att), SQ_OK);
+		ck_assert_int_eq(fail_one("w", q, att, "again", 0), SQ_OK);
+	}
+	j = get(q);
+	ck_assert_int_eq(j.status, SQ_FAILED);
+	clear(&j);
+	ck_assert_int_eq(claim1(t.client, "w", "fast", &att), 0);
+}
+END_TEST
+
+START_TEST(release_counts_no_attempt)
+{
+	int att = 0;
+	int64_t id = enqueue_one(t.client, "fast", "rel", NULL, NULL);
+	for (int i = 0; i < 3; i++) {
+		ck_assert_int_eq(claim1(t.client, "w", "fast", &att), id);
+		ck_assert_int_eq(att, 1);
+		ck_assert_int_eq(one(sq_release, t.client, "w", id, att), SQ_OK);
+		sq_job j = get(id);
+		ck_assert_int_eq(j.status, SQ_READY);
+		ck_assert_int_eq(j.attempt, 0);
+		ck_assert_ptr_null(j.worker);
+		clear(&j);
+	}
+	/* a running job cannot be released (only starting ones) */
+	ck_assert_int_eq(claim1(t.client, "w", "fast", &att), id);
+	ck_assert_int_eq(one(sq_start, t.client, "w", id, att), SQ_OK);
+	ck_assert_int_eq(one(sq_release, t.client, "w", id, att), SQ_ELOST);
+	ck_assert_int_eq(one(sq_complete, t.client, "w", id, att), SQ_OK);
+}
+END_TEST
+
+START_TEST(cancel_running_makes_complete_lost)
+{
+	int att = 0;
+	sq_status st;
+	sq_error err;
+	int64_t id = enqueue_one(t.client, "fast", "cancel-me", NULL, NULL);
+	int64_t other = enqueue_one(t.client, "fast", "other", NULL, NULL);
+	sq_job *js;
+	ck_assert_uint_eq(claim_type(t.client, "w", "fast", 5, &js), 2);
+	att = js[0].id == id ? js[0].attempt : js[1].attempt;
+	sq_jobs_free(js, 2);
+	ck_assert_int_eq(one(sq_start, t.client, "w", id, att), SQ_OK);
+	int64_t ids[2] = {id, 999999999};
+	sq_status out[2];
+	OKE(sq_cancel(t.client, ids, 2, out, &err));
+	ck_assert_int_eq(out[0], SQ_OK);
+	ck_assert_int_eq(out[1], SQ_ENOTFOUND);
+	ck_assert_int_eq(one(sq_complete, t.client, "w", id, att), SQ_ELOST);
+	sq_job j = get(id);
+	ck_assert_int_eq(j.status, SQ_CANCELLED);
+	clear(&j);
+	j = get(other);
+	ck_assert_int_eq(j.status, SQ_STARTING);
+	clear(&j);
+	(void)st;
+}
+END_TEST
+
+START_TEST(batched_mixed_results)
+{
+	/* one call over many jobs on all shards: each gets its own answer */
+	enum { N = 400 };
+	sq_job_spec js[N];
+	sq_enqueue_result rs[N];
+	sq_error err;
+	memset(js, 0, sizeof(js));
+	for (int i = 0; i < N; i++)
+		js[i].type = "hist", js[i].delay_tolerance_ms = -1;
+	OKE(sq_enqueue(t.client, js, N, rs, &err));
+	sq_job *cl;
+	size_t n = claim_type(t.client, "w", "hist", N, &cl);
+	ck_assert_uint_eq(n, N);
+	sq_job_ref refs[N];
+	sq_status out[N];
+	for (size_t i = 0; i < n; i++)
+		refs[i].id = cl[i].id, refs[i].attempt = cl[i].attempt;
+	refs[7].attempt = 99; /* a wrong attempt: lost, others fine */
+	OKE(sq_start(t.client, "w", refs, n, out, &err));
+	for (size_t i = 0; i < n; i++)
+		ck_assert_int_eq(out[i], i == 7 ? SQ_ELOST : SQ_OK);
+	OKE(sq_complete(t.client, "w", refs, n, out, &err));
+	for (size_t i = 0; i < n; i++)
+		ck_assert_int_eq(out[i], i == 7 ? SQ_ELOST : SQ_OK);
+	/* completed jobs left the hot table; this type keeps history */
+	ck_assert_int_eq(testdb_sum(&t, "SELECT count(*) FROM shardq.jobs"), 1);
+	ck_assert_int_eq(testdb_sum(&t, "SELECT count(*) FROM shardq.jobs_history "
+	                                "WHERE status = 'completed'"),
+	                 N - 1);
+	sq_jobs_free(cl, n);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("lifecycle");
+	TCase *tc = tcase_create("lifecycle");
+	tcase_set_timeout(tc, 120);
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_add_test(tc, expired_starting_lease_goes_to_another_worker);
+	tcase_add_test(tc, expired_running_lease_complete_is_lost);
+	tcase_add_test(tc, heartbeat_keeps_the_lease);
+	tcase_add_test(tc, retry_with_backoff_then_failed);
+	tcase_add_test(tc, permanent_failure_and_max_attempts);
+	tcase_add_test(tc, release_counts_no_attempt);
+	tcase_add_test(tc, cancel_running_makes_complete_lost);
+	tcase_add_test(tc, batched_mixed_results);
+	suite_add_tcase(s, tc);
+	return run_suite(s);
+}

@@ -1,0 +1,172 @@
+/* test_routing.c - keys land where the map says, in the map's shares; ids
+ * are unique across shards and carry their partition. */
+#include "test_common.h"
+
+#include <inttypes.h>
+
+static const char *types = "[type t]\nmax_attempts = 3\n";
+
+START_TEST(random_keys_follow_map_shares)
+{
+	testdb t;
+	int ns = test_shard_count();
+	enum { N = 100000, B = 5000 };
+	testdb_open(&t, "sqt_routing", ns, 16384, types);
+	sq_job_spec *js = calloc(B, sizeof(*js));
+	sq_enqueue_result *rs = calloc(B, sizeof(*rs));
+	char(*keys)[40] = calloc(B, 40);
+	long expected_parts[16] = {0}, landed[16] = {0};
+	sq_error err;
+	srand(12345);
+	for (int done = 0; done < N; done += B) {
+		for (int i = 0; i < B; i++) {
+			snprintf(keys[i], 40, "k%08x%08x-%d", (unsigned)rand(), (unsigned)rand(), done + i);
+			memset(&js[i], 0, sizeof(js[i]));
+			js[i].type = "t";
+			js[i].key = keys[i];
+			js[i].delay_tolerance_ms = -1;
+		}
+		OKE(sq_enqueue(t.client, js, B, rs, &err));
+		for (int i = 0; i < B; i++) {
+			uint32_t part = sq_partition_of_key(keys[i], strlen(keys[i]), 16384);
+			ck_assert_int_eq(rs[i].outcome, SQ_ENQ_INSERTED);
+			/* the id encodes the key's partition; the shard is the map's */
+			ck_assert_uint_eq(sq_partition_of_id(rs[i].id), part);
+			ck_assert_int_eq(rs[i].shard, sq_client_shard_of_partition(t.client, part));
+			landed[rs[i].shard]++;
+		}
+	}
+	for (uint32_t p = 0; p < 16384; p++)
+		expected_parts[sq_client_shard_of_partition(t.client, p)]++;
+	long total = 0;
+	for (int s = 0; s < ns; s++) {
+		/* count on the shard itself, not what the client believes */
+		long on_shard = (long)testdb_scalar(&t, s, "SELECT count(*) FROM shardq.jobs");
+		double share = (double)expected_parts[s] / 16384.0;
+		double want = share * N;
+		ck_assert_int_eq(on_shard, landed[s]);
+		ck_assert_msg(on_shard > want * 0.95 && on_shard < want * 1.05,
+		              "shard %d holds %ld jobs, map share says %.0f (+-5%%)", s, on_shard, want);
+		total += on_shard;
+	}
+	ck_assert_int_eq(total, N);
+	/* each row sits in the partition its key hashes to, on an owned partition */
+	ck_assert_int_eq(testdb_sum(&t, "SELECT count(*) FROM shardq.jobs j LEFT JOIN "
+	                                "shardq.partition_state ps USING (partition) "
+	                                "WHERE ps.state IS DISTINCT FROM 'owned' "
+	                                "OR j.partition <> (j.id & 65535)"),
+	                 0);
+	/* ids are unique across shards */
+	long long distinct = 0;
+	{
+		/* ids of all shards are disjoint: compare the per-shard id ranges by
+		 * inserting every shard's ids into one table on shard 0 */
+		PGconn *c0 = testdb_pg(&t, 0);
+		PQclear(PQexec(c0, "CREATE TEMP TABLE allids (id bigint)"));
+		for (int s = 0; s < ns; s++) {
+			PGconn *cs = testdb_pg(&t, s);
+			PGresult *r = PQexec(cs, "SELECT string_agg(id::text, ',') FROM shardq.jobs");
+			char *sql = malloc(strlen(PQgetvalue(r, 0, 0)) + 64);
+			sprintf(sql, "INSERT INTO allids SELECT unnest('{%s}'::bigint[])", PQgetvalue(r, 0, 0));
+			PGresult *r2 = PQexec(c0, sql);
+			ck_assert_int_eq(PQresultStatus(r2), PGRES_COMMAND_OK);
+			PQclear(r2);
+			free(sql);
+			PQclear(r);
+			PQfinish(cs);
+		}
+		PGresult *r = PQexec(c0, "SELECT count(DISTINCT id) FROM allids");
+		distinct = atoll(PQgetvalue(r, 0, 0));
+		PQclear(r);
+		PQfinish(c0);
+	}
+	ck_assert_int_eq(distinct, N);
+	free(js);
+	free(rs);
+	free(keys);
+	testdb_close(&t);
+}
+END_TEST
+
+START_TEST(same_key_same_place)
+{
+	testdb t;
+	sq_enqueue_outcome o;
+	testdb_open(&t, "sqt_routing2", test_shard_count(), 1024, types);
+	/* another client, with its own id blocks, routes the key identically */
+	sq_client *other = testdb_client(&t);
+	for (int i = 0; i < 50; i++) {
+		char key[32];
+		snprintf(key, sizeof(key), "user:%d", i);
+		int64_t a = enqueue_one(t.client, "t", key, NULL, &o);
+		ck_assert_int_eq(o, SQ_ENQ_INSERTED);
+		int64_t b = enqueue_one(other, "t", key, NULL, &o);
+		ck_assert_int_eq(o, SQ_ENQ_DUPLICATE);
+		ck_assert_int_eq(a, b);
+		ck_assert_uint_eq(sq_partition_of_id(a), sq_partition_of_key(key, strlen(key), 1024));
+	}
+	/* keyless jobs spread over shards too (partition from their own id) */
+	sq_job_spec js[4000];
+	sq_enqueue_result rs[4000];
+	long per[16] = {0};
+	sq_error err;
+	memset(js, 0, sizeof(js));
+	for (int i = 0; i < 4000; i++)
+		js[i].type = "t", js[i].delay_tolerance_ms = -1;
+	OKE(sq_enqueue(other, js, 4000, rs, &err));
+	for (int i = 0; i < 4000; i++)
+		per[rs[i].shard]++;
+	for (int s = 0; s < t.nshards; s++)
+		ck_assert_msg(per[s] > 4000 / t.nshards * 0.8, "keyless jobs: shard %d got %ld", s, per[s]);
+	sq_client_close(other);
+	testdb_close(&t);
+}
+END_TEST
+
+START_TEST(init_is_idempotent_and_refuses_other_partition_count)
+{
+	testdb t;
+	sq_error err;
+	int created = 7;
+	testdb_open(&t, "sqt_routing3", 2, 256, types);
+	int64_t id = enqueue_one(t.client, "t", "keep-me", NULL, NULL);
+	OKE(sq_init(t.client, &created, &err));
+	ck_assert_int_eq(created, 0);
+	ck_assert_int_eq(sq_client_map_version(t.client), 1);
+	/* the job is still there after re-running init */
+	sq_job j;
+	OKE(sq_get_job(t.client, id, &j, &err));
+	ck_assert_str_eq(j.key, "keep-me");
+	free(j.type), free(j.key), free(j.params), free(j.worker);
+
+	/* same databases, another partition count: refused, clearly */
+	char *ini = strdup(t.ini);
+	char *p = strstr(ini, "partitions = 256");
+	memcpy(p, "partitions = 512", 16);
+	sq_config *cfg;
+	sq_client *c;
+	OKE(sq_config_parse(ini, "other.ini", &cfg, &err));
+	OKE(sq_client_open(cfg, 1, &c, &err));
+	ck_assert_int_eq(sq_init(c, &created, &err), SQ_ESTATE);
+	ck_assert_ptr_nonnull(strstr(err.msg, "256 partitions"));
+	ck_assert_ptr_nonnull(strstr(err.msg, "512"));
+	sq_client_close(c);
+	/* and a normal client refuses to start with it */
+	ck_assert_int_eq(sq_client_open(cfg, 0, &c, &err), SQ_ESTATE);
+	sq_config_free(cfg);
+	free(ini);
+	testdb_close(&t);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("routing");
+	TCase *tc = tcase_create("routing");
+	tcase_set_timeout(tc, 300);
+	tcase_add_test(tc, random_keys_follow_map_shares);
+	tcase_add_test(tc, same_key_same_place);
+	tcase_add_test(tc, init_is_idempotent_and_refuses_other_partition_count);
+	suite_add_tcase(s, tc);
+	return run_suite(s);
+}

@@ -1,0 +1,227 @@
+/* test_unit.c - pure parts: hash golden vectors, rendezvous placement,
+ * config validation, the JSON validator, durations. No database. */
+#include "config.h"
+#include "hrw.h"
+#include "json.h"
+#include "shardq.h"
+
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* XXH3_64bits output is frozen since xxHash 0.8.0: a change here would remap
+ * every partition of every cluster. */
+START_TEST(hash_golden)
+{
+	static const struct {
+		const char *in;
+		uint64_t out;
+	} v[] = {
+		{"", 0x2D06800538D394C2ull},
+		{"a", 0xE6C632B61E964E1Full},
+		{"abc", 0x78AF5F94892F3950ull},
+		{"user:42", 0x9FC1E605FA7174AAull},
+		{"The quick brown fox jumps over the lazy dog", 0xCE7D19A5418FB365ull},
+	};
+	char longer[241];
+	for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++)
+		ck_assert_uint_eq(sq_hash_key(v[i].in, strlen(v[i].in)), v[i].out);
+	for (int i = 0; i < 240; i++)
+		longer[i] = (char)('0' + i % 10);
+	longer[240] = '\0';
+	ck_assert_uint_eq(sq_hash_key(longer, 240), 0x73697F089085EABDull);
+	ck_assert_uint_eq(sq_partition_of_key("user:42", 7, 16384), 0x9FC1E605FA7174AAull & 16383);
+}
+END_TEST
+
+static int count_of(const int *plan, uint32_t n, int s)
+{
+	int c = 0;
+	for (uint32_t p = 0; p < n; p++)
+		c += plan[p] == s;
+	return c;
+}
+
+START_TEST(hrw_weights_and_minimal_moves)
+{
+	enum { P = 16384 };
+	const char *ids4[] = {"s1", "s2", "s3", "s4"};
+	const char *ids5[] = {"s1", "s2", "s3", "s4", "s5"};
+	double w4[] = {1, 1, 1, 1}, w5[] = {1, 1, 1, 1, 1}, wskew[] = {1, 1, 1, 2};
+	int *a = malloc(sizeof(int) * P), *b = malloc(sizeof(int) * P), *c = malloc(sizeof(int) * P);
+	ck_assert_int_eq(sq_hrw_plan(P, 4, ids4, w4, a), 0);
+	for (int s = 0; s < 4; s++)
+		ck_assert_int_lt(abs(count_of(a, P, s) - P / 4), P / 4 / 10);
+	/* adding a fifth shard: only partitions that go to it move */
+	ck_assert_int_eq(sq_hrw_plan(P, 5, ids5, w5, b), 0);
+	int moved = 0;
+	for (int p = 0; p < P; p++) {
+		if (a[p] != b[p]) {
+			ck_assert_int_eq(b[p], 4);
+			moved++;
+		}
+	}
+	ck_assert_int_lt(abs(moved - P / 5), P / 5 / 10);
+	/* weights are honoured: s4 with weight 2 gets about 2/5 */
+	ck_assert_int_eq(sq_hrw_plan(P, 4, ids4, wskew, c), 0);
+	ck_assert_int_lt(abs(count_of(c, P, 3) - 2 * P / 5), P / 50);
+	/* removing (weight 0) moves only that shard's partitions */
+	double wdrain[] = {1, 1, 0, 1};
+	ck_assert_int_eq(sq_hrw_plan(P, 4, ids4, wdrain, b), 0);
+	for (int p = 0; p < P; p++)
+		if (a[p] != 2)
+			ck_assert_int_eq(b[p], a[p]);
+	ck_assert_int_eq(count_of(b, P, 2), 0);
+	double zero[] = {0, 0, 0, 0};
+	ck_assert_int_eq(sq_hrw_plan(P, 4, ids4, zero, b), -1);
+	free(a);
+	free(b);
+	free(c);
+}
+END_TEST
+
+START_TEST(config_good)
+{
+	sq_config *cfg;
+	sq_error err;
+	const char *ini = "[cluster]\npartitions = 1024\n"
+	                  "[connection]\nstatement_timeout = 10s\n"
+	                  "[shard a]\ndsn = host=x\nweight = 2.5\n"
+	                  "[shard b]\ndsn = host=y\n"
+	                  "[type email]\nbackoff = linear\nbackoff_base = 250ms\ndedup = rerun\n"
+	                  "history = true\nmax_attempts = 7\n";
+	ck_assert_int_eq(sq_config_parse(ini, "good.ini", &cfg, &err), SQ_OK);
+	ck_assert_uint_eq(cfg->partitions, 1024);
+	ck_assert_int_eq(cfg->statement_timeout_ms, 10000);
+	ck_assert_int_eq(cfg->nshards, 2);
+	ck_assert(cfg->shards[0].weight == 2.5);
+	ck_assert(cfg->shards[1].weight == 1.0);
+	const sq_type_conf *t = sq_config_type(cfg, "email");
+	ck_assert_ptr_nonnull(t);
+	ck_assert_int_eq(t->backoff, SQ_BACKOFF_LINEAR);
+	ck_assert_int_eq(t->backoff_base_ms, 250);
+	ck_assert_int_eq(t->dedup, SQ_DEDUP_RERUN);
+	ck_assert_int_eq(t->history, 1);
+	ck_assert_int_eq(t->max_attempts, 7);
+	ck_assert_int_eq(t->starting_timeout_ms, 30000); /* default */
+	ck_assert_str_eq(sq_config_meta_dsn(cfg), "host=x");
+	sq_config_free(cfg);
+}
+END_TEST
+
+/* Every bad key is reported, each with its line, and nothing is returned. */
+START_TEST(config_every_bad_key_with_line)
+{
+	sq_config *cfg = (sq_config *)1;
+	sq_error err;
+	const char *ini = "[cluster]\n"                /* 1 */
+	                  "partitions = 1000\n"        /* 2: not a power of two */
+	                  "[shard s1]\n"               /* 3 */
+	                  "dsn = host=x\n"             /* 4 */
+	                  "weight = heavy\n"           /* 5: not a number */
+	                  "[type email]\n"             /* 6 */
+	                  "backoff = fibonacci\n"      /* 7: not a choice */
+	                  "starting_timeout = 30\n"    /* 8: no unit */
+	                  "colour = blue\n"            /* 9: unknown key */
+	                  "[typo]\n"                   /* 10 */
+	                  "x = 1\n"                    /* 11: unknown section */
+	                  "[shard s2]\n"               /* 12: no dsn */
+	                  "weight = 1\n";              /* 13 */
+	ck_assert_int_eq(sq_config_parse(ini, "bad.ini", &cfg, &err), SQ_ECONFIG);
+	ck_assert_ptr_null(cfg);
+	ck_assert_ptr_nonnull(strstr(err.msg, "bad.ini:5: [shard s1] weight: expected a number"));
+	ck_assert_ptr_nonnull(strstr(err.msg, "bad.ini:7: [type email] backoff: 'fibonacci' is not one of"));
+	ck_assert_ptr_nonnull(strstr(err.msg, "bad.ini:8: [type email] starting_timeout: expected a duration"));
+	ck_assert_ptr_nonnull(strstr(err.msg, "bad.ini:9: [type email] colour: unknown key"));
+	ck_assert_ptr_nonnull(strstr(err.msg, "bad.ini:11: [typo] x: unknown section"));
+	ck_assert_ptr_nonnull(strstr(err.msg, "bad.ini:12: [shard s2] dsn: missing"));
+	ck_assert_ptr_nonnull(strstr(err.msg, "[cluster] partitions: 1000 is not a power of two"));
+	/* one line per problem */
+	int lines = 1;
+	for (const char *p = err.msg; *p; p++)
+		lines += *p == '\n';
+	ck_assert_int_eq(lines, 7);
+}
+END_TEST
+
+START_TEST(config_missing_file)
+{
+	sq_config *cfg;
+	sq_error err;
+	ck_assert_int_eq(sq_config_load("/nonexistent/shardq.ini", &cfg, &err), SQ_ECONFIG);
+	ck_assert_ptr_nonnull(strstr(err.msg, "/nonexistent/shardq.ini"));
+	ck_assert_ptr_nonnull(strstr(err.msg, "No such file"));
+}
+END_TEST
+
+START_TEST(config_no_shard)
+{
+	sq_config *cfg;
+	sq_error err;
+	ck_assert_int_eq(sq_config_parse("[cluster]\npartitions = 64\n", "x.ini", &cfg, &err), SQ_ECONFIG);
+	ck_assert_ptr_nonnull(strstr(err.msg, "no shard configured"));
+}
+END_TEST
+
+static int json_ok(const char *s)
+{
+	return sq_json_validate_object(s, strlen(s), NULL, NULL) == 0;
+}
+
+START_TEST(json_validator)
+{
+	ck_assert(json_ok("{}"));
+	ck_assert(json_ok(" {\"a\": [1, -2.5e3, true, false, null, {\"b\": \"\\u00e9\\ud83d\\ude00\"}]} "));
+	ck_assert(json_ok("{\"k\":\"caf\xc3\xa9\"}"));
+	ck_assert(!json_ok(""));
+	ck_assert(!json_ok("[1,2]"));        /* not an object */
+	ck_assert(!json_ok("{\"a\":1,}"));   /* trailing comma */
+	ck_assert(!json_ok("{\"a\":01}"));   /* leading zero: trailing chars */
+	ck_assert(!json_ok("{a:1}"));        /* unquoted key */
+	ck_assert(!json_ok("{\"a\":\"\\u0000\"}"));
+	ck_assert(!json_ok("{\"a\":\"\\ud800\"}"));
+	ck_assert(!json_ok("{\"a\":\"\xff\"}"));
+	ck_assert(!json_ok("{\"a\":1} x"));
+	ck_assert(!json_ok("{\"a\":tru}"));
+	size_t where;
+	const char *what;
+	ck_assert_int_eq(sq_json_validate_object("{\"a\": nope}", 11, &where, &what), -1);
+	ck_assert_uint_eq(where, 6);
+	ck_assert_str_eq(what, "unexpected character");
+}
+END_TEST
+
+START_TEST(durations)
+{
+	ck_assert_int_eq(sq_parse_duration_ms("0"), 0);
+	ck_assert_int_eq(sq_parse_duration_ms("250ms"), 250);
+	ck_assert_int_eq(sq_parse_duration_ms("1.5s"), 1500);
+	ck_assert_int_eq(sq_parse_duration_ms("5m"), 300000);
+	ck_assert_int_eq(sq_parse_duration_ms("2h"), 7200000);
+	ck_assert_int_eq(sq_parse_duration_ms("1d"), 86400000);
+	ck_assert_int_eq(sq_parse_duration_ms("30"), -1);
+	ck_assert_int_eq(sq_parse_duration_ms("-1s"), -1);
+	ck_assert_int_eq(sq_parse_duration_ms("soon"), -1);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("unit");
+	TCase *tc = tcase_create("unit");
+	tcase_add_test(tc, hash_golden);
+	tcase_add_test(tc, hrw_weights_and_minimal_moves);
+	tcase_add_test(tc, config_good);
+	tcase_add_test(tc, config_every_bad_key_with_line);
+	tcase_add_test(tc, config_missing_file);
+	tcase_add_test(tc, config_no_shard);
+	tcase_add_test(tc, json_validator);
+	tcase_add_test(tc, durations);
+	suite_add_tcase(s, tc);
+	SRunner *sr = srunner_create(s);
+	srunner_run_all(sr, CK_NORMAL);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? 1 : 0;
+}

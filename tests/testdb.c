@@ -1,0 +1,120 @@
+/* testdb.c - per-suite databases on the local shards, and small helpers. */
+#include "testdb.h"
+
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int testdb_ports(int *ports, int max)
+{
+	const char *env = getenv("SHARDQ_TEST_PORTS");
+	char buf[256];
+	int n = 0;
+	snprintf(buf, sizeof(buf), "%s", env && *env ? env : "55431,55432,55433,55434");
+	for (char *save = NULL, *t = strtok_r(buf, ",", &save); t && n < max; t = strtok_r(NULL, ",", &save))
+		ports[n++] = atoi(t);
+	return n;
+}
+
+static PGconn *connect_db(int port, const char *db)
+{
+	char dsn[256];
+	snprintf(dsn, sizeof(dsn), "host=127.0.0.1 port=%d dbname=%s user=postgres", port, db);
+	PGconn *c = PQconnectdb(dsn);
+	if (PQstatus(c) != CONNECTION_OK)
+		ck_abort_msg("cannot connect to the test shard on port %d (%s): %s; start the shards "
+		             "with scripts/shards start",
+		             port, db, PQerrorMessage(c));
+	return c;
+}
+
+static void exec_or_die(PGconn *c, const char *sql)
+{
+	PGresult *r = PQexec(c, sql);
+	if (PQresultStatus(r) != PGRES_COMMAND_OK && PQresultStatus(r) != PGRES_TUPLES_OK)
+		ck_abort_msg("%s: %s", sql, PQerrorMessage(c));
+	PQclear(r);
+}
+
+void testdb_open(testdb *t, const char *db, int nshards, unsigned partitions, const char *extra)
+{
+	char sql[256];
+	sq_error err;
+	size_t cap = 4096 + (extra ? strlen(extra) : 0);
+	int have = testdb_ports(t->ports, 16);
+	memset(t->db, 0, sizeof(t->db));
+	snprintf(t->db, sizeof(t->db), "%s", db);
+	ck_assert_msg(have >= nshards, "need %d shards, SHARDQ_TEST_PORTS has %d", nshards, have);
+	t->nshards = nshards;
+	for (int i = 0; i < nshards; i++) {
+		PGconn *c = connect_db(t->ports[i], "postgres");
+		snprintf(sql, sizeof(sql), "DROP DATABASE IF EXISTS %s WITH (FORCE)", db);
+		exec_or_die(c, sql);
+		snprintf(sql, sizeof(sql), "CREATE DATABASE %s", db);
+		exec_or_die(c, sql);
+		PQfinish(c);
+		c = connect_db(t->ports[i], db);
+		exec_or_die(c, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements");
+		PQfinish(c);
+	}
+	t->ini = malloc(cap);
+	int k = snprintf(t->ini, cap, "[cluster]\npartitions = %u\n\n", partitions);
+	for (int i = 0; i < nshards; i++)
+		k += snprintf(t->ini + k, cap - (size_t)k,
+		              "[shard s%d]\ndsn = host=127.0.0.1 port=%d dbname=%s user=postgres\n\n",
+		              i + 1, t->ports[i], db);
+	snprintf(t->ini + k, cap - (size_t)k, "%s", extra ? extra : "");
+	if (sq_config_parse(t->ini, db, &t->cfg, &err) != SQ_OK)
+		ck_abort_msg("test config: %s", err.msg);
+	if (sq_client_open(t->cfg, 1, &t->client, &err) != SQ_OK)
+		ck_abort_msg("open: %s", err.msg);
+	int created;
+	if (sq_init(t->client, &created, &err) != SQ_OK)
+		ck_abort_msg("init: %s", err.msg);
+	ck_assert_int_eq(created, 1);
+}
+
+sq_client *testdb_client(testdb *t)
+{
+	sq_client *c;
+	sq_error err;
+	if (sq_client_open(t->cfg, 0, &c, &err) != SQ_OK)
+		ck_abort_msg("open: %s", err.msg);
+	return c;
+}
+
+void testdb_close(testdb *t)
+{
+	sq_client_close(t->client);
+	sq_config_free(t->cfg);
+	free(t->ini);
+	memset(t, 0, sizeof(*t));
+}
+
+PGconn *testdb_pg(testdb *t, int shard)
+{
+	return connect_db(t->ports[shard], t->db);
+}
+
+long long testdb_scalar(testdb *t, int shard, const char *sql)
+{
+	PGconn *c = testdb_pg(t, shard);
+	PGresult *r = PQexec(c, sql);
+	long long v = -1;
+	if (PQresultStatus(r) != PGRES_TUPLES_OK)
+		ck_abort_msg("%s: %s", sql, PQerrorMessage(c));
+	if (PQntuples(r) > 0 && !PQgetisnull(r, 0, 0))
+		v = atoll(PQgetvalue(r, 0, 0));
+	PQclear(r);
+	PQfinish(c);
+	return v;
+}
+
+long long testdb_sum(testdb *t, const char *sql)
+{
+	long long s = 0;
+	for (int i = 0; i < t->nshards; i++)
+		s += testdb_scalar(t, i, sql);
+	return s;
+}
