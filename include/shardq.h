@@ -28,22 +28,22 @@ extern "C" {
 /* Largest partition count: the low 16 bits of a job id hold its partition. */
 #define SQ_MAX_PARTITIONS 65536
 /* Bounds on what a job may carry; larger input is refused with SQ_EINVAL. */
-#define SQ_MAX_KEY_LEN 512
-#define SQ_MAX_TYPE_LEN 64
+#define SQ_MAX_KEY_LEN    512
+#define SQ_MAX_TYPE_LEN   64
 #define SQ_MAX_PARAMS_LEN (1024 * 1024)
-#define SQ_MAX_ERROR_LEN 2000
+#define SQ_MAX_ERROR_LEN  2000
 
 typedef enum sq_status {
 	SQ_OK = 0,
-	SQ_EINVAL,    /* bad argument or bad input (JSON, type, sizes) */
-	SQ_ECONFIG,   /* the configuration is invalid */
-	SQ_ECONN,     /* a shard or the meta database cannot be reached */
-	SQ_EDB,       /* the database answered with an error */
-	SQ_ESTATE,    /* the cluster is not in the state needed (not initialised,
+	SQ_EINVAL,  /* bad argument or bad input (JSON, type, sizes) */
+	SQ_ECONFIG, /* the configuration is invalid */
+	SQ_ECONN,   /* a shard or the meta database cannot be reached */
+	SQ_EDB,     /* the database answered with an error */
+	SQ_ESTATE,  /* the cluster is not in the state needed (not initialised,
 	                 other partition count, ...) */
-	SQ_ELOST,     /* a fenced transition matched no row: the lease was lost */
-	SQ_EMOVED,    /* the partition is no longer owned by the shard asked */
-	SQ_EMOVING,   /* the partition is being moved; retry shortly */
+	SQ_ELOST,   /* a fenced transition matched no row: the lease was lost */
+	SQ_EMOVED,  /* the partition is no longer owned by the shard asked */
+	SQ_EMOVING, /* the partition is being moved; retry shortly */
 	SQ_ENOMEM,
 	SQ_ENOTFOUND, /* no such job */
 } sq_status;
@@ -65,11 +65,10 @@ typedef struct sq_config sq_config;
  * key, one line each, as "FILE:LINE: [section] key: what is wrong".
  * The config is freed with sq_config_free().
  */
-SQ_MUST_CHECK sq_status sq_config_load(const char *path, sq_config **out,
-                                       sq_error *err);
+SQ_MUST_CHECK sq_status sq_config_load(const char *path, sq_config **out, sq_error *err);
 /* Same, from a string; `name` is used in messages in place of a file name. */
-SQ_MUST_CHECK sq_status sq_config_parse(const char *text, const char *name,
-                                        sq_config **out, sq_error *err);
+SQ_MUST_CHECK sq_status sq_config_parse(const char *text, const char *name, sq_config **out,
+					sq_error *err);
 void sq_config_free(sq_config *cfg);
 
 /* Number of shards and the id of shard i (0-based, config order). */
@@ -100,8 +99,8 @@ typedef struct sq_client sq_client;
  * `for_init` is non-zero, as `shardq init` does).
  * Free with sq_client_close().
  */
-SQ_MUST_CHECK sq_status sq_client_open(const sq_config *cfg, int for_init,
-                                       sq_client **out, sq_error *err);
+SQ_MUST_CHECK sq_status sq_client_open(const sq_config *cfg, int for_init, sq_client **out,
+				       sq_error *err);
 void sq_client_close(sq_client *c);
 
 /*
@@ -127,8 +126,8 @@ typedef struct sq_job_spec {
 	const char *params; /* JSON text; NULL: {} */
 	int has_priority;   /* 0: the type's default priority */
 	int32_t priority;
-	int64_t run_at_us;  /* absolute unix time in microseconds; 0: not set */
-	int64_t delay_ms;   /* when run_at_us is 0: now() + delay_ms */
+	int64_t run_at_us;          /* absolute unix time in microseconds; 0: not set */
+	int64_t delay_ms;           /* when run_at_us is 0: now() + delay_ms */
 	int64_t delay_tolerance_ms; /* -1: the type's default; 0: none */
 	int32_t max_attempts;       /* 0: the type's default */
 } sq_job_spec;
@@ -146,7 +145,7 @@ const char *sq_enqueue_outcome_name(sq_enqueue_outcome o);
 typedef struct sq_enqueue_result {
 	int64_t id; /* the job's id (existing job's id on a duplicate) */
 	sq_enqueue_outcome outcome;
-	int shard;  /* shard index the job lives on */
+	int shard; /* shard index the job lives on */
 } sq_enqueue_result;
 
 /*
@@ -156,9 +155,8 @@ typedef struct sq_enqueue_result {
  * input order. On a database error the shards that already committed keep
  * their jobs; err says which shard failed.
  */
-SQ_MUST_CHECK sq_status sq_enqueue(sq_client *c, const sq_job_spec *jobs,
-                                   size_t n, sq_enqueue_result *results,
-                                   sq_error *err);
+SQ_MUST_CHECK sq_status sq_enqueue(sq_client *c, const sq_job_spec *jobs, size_t n,
+				   sq_enqueue_result *results, sq_error *err);
 
 /* ---- claim ------------------------------------------------------------ */
 
@@ -207,9 +205,8 @@ typedef struct sq_claim_req {
  * schedule_time) ASC, id ASC. *jobs is freed with sq_jobs_free(); it is NULL
  * when *njobs is 0.
  */
-SQ_MUST_CHECK sq_status sq_claim(sq_client *c, const char *worker,
-                                 const sq_claim_req *reqs, size_t nreqs,
-                                 sq_job **jobs, size_t *njobs, sq_error *err);
+SQ_MUST_CHECK sq_status sq_claim(sq_client *c, const char *worker, const sq_claim_req *reqs,
+				 size_t nreqs, sq_job **jobs, size_t *njobs, sq_error *err);
 
 /* ---- life cycle (all fenced by id, attempt and worker) ------------------ */
 
@@ -226,22 +223,18 @@ typedef struct sq_job_ref {
  * error that stopped a shard.
  */
 /* starting -> running; lease = now + the type's execution timeout. */
-SQ_MUST_CHECK sq_status sq_start(sq_client *c, const char *worker,
-                                 const sq_job_ref *refs, size_t n,
-                                 sq_status *out, sq_error *err);
+SQ_MUST_CHECK sq_status sq_start(sq_client *c, const char *worker, const sq_job_ref *refs, size_t n,
+				 sq_status *out, sq_error *err);
 /* running -> running; extends the lease by the type's execution timeout. */
-SQ_MUST_CHECK sq_status sq_heartbeat(sq_client *c, const char *worker,
-                                     const sq_job_ref *refs, size_t n,
-                                     sq_status *out, sq_error *err);
+SQ_MUST_CHECK sq_status sq_heartbeat(sq_client *c, const char *worker, const sq_job_ref *refs,
+				     size_t n, sq_status *out, sq_error *err);
 /* running -> completed (the row leaves the hot table; a pending rerun makes
  * it ready again with the rerun's params). */
-SQ_MUST_CHECK sq_status sq_complete(sq_client *c, const char *worker,
-                                    const sq_job_ref *refs, size_t n,
-                                    sq_status *out, sq_error *err);
+SQ_MUST_CHECK sq_status sq_complete(sq_client *c, const char *worker, const sq_job_ref *refs,
+				    size_t n, sq_status *out, sq_error *err);
 /* starting -> ready, no attempt counted (for a worker shutting down). */
-SQ_MUST_CHECK sq_status sq_release(sq_client *c, const char *worker,
-                                   const sq_job_ref *refs, size_t n,
-                                   sq_status *out, sq_error *err);
+SQ_MUST_CHECK sq_status sq_release(sq_client *c, const char *worker, const sq_job_ref *refs,
+				   size_t n, sq_status *out, sq_error *err);
 
 typedef struct sq_fail_req {
 	sq_job_ref ref;
@@ -250,30 +243,27 @@ typedef struct sq_fail_req {
 } sq_fail_req;
 
 /* running -> ready with backoff (attempt < max), or -> failed. */
-SQ_MUST_CHECK sq_status sq_fail(sq_client *c, const char *worker,
-                                const sq_fail_req *reqs, size_t n,
-                                sq_status *out, sq_error *err);
+SQ_MUST_CHECK sq_status sq_fail(sq_client *c, const char *worker, const sq_fail_req *reqs, size_t n,
+				sq_status *out, sq_error *err);
 
 /* ready/starting/running -> cancelled, by id. out[i]: SQ_OK or
  * SQ_ENOTFOUND (no live job with that id). */
-SQ_MUST_CHECK sq_status sq_cancel(sq_client *c, const int64_t *ids, size_t n,
-                                  sq_status *out, sq_error *err);
+SQ_MUST_CHECK sq_status sq_cancel(sq_client *c, const int64_t *ids, size_t n, sq_status *out,
+				  sq_error *err);
 /* Cancels the live job of (type, key); *id is set to its id, or 0 and
  * SQ_ENOTFOUND when there is none. */
-SQ_MUST_CHECK sq_status sq_cancel_key(sq_client *c, const char *type,
-                                      const char *key, int64_t *id,
-                                      sq_error *err);
+SQ_MUST_CHECK sq_status sq_cancel_key(sq_client *c, const char *type, const char *key, int64_t *id,
+				      sq_error *err);
 
 /* Reads one job by id (any status, including failed/cancelled). */
-SQ_MUST_CHECK sq_status sq_get_job(sq_client *c, int64_t id, sq_job *job,
-                                   sq_error *err);
+SQ_MUST_CHECK sq_status sq_get_job(sq_client *c, int64_t id, sq_job *job, sq_error *err);
 
 /* ---- stats ------------------------------------------------------------ */
 
 typedef struct sq_stats_row {
 	int shard;
 	char *type;
-	int64_t count[6]; /* indexed by sq_job_status; completed counts rows kept
+	int64_t count[6];            /* indexed by sq_job_status; completed counts rows kept
 	                     in history */
 	int64_t oldest_ready_age_ms; /* -1: no ready job */
 	int64_t expired_leases;
@@ -288,8 +278,7 @@ typedef struct sq_stats {
 	int64_t map_version;
 } sq_stats;
 
-SQ_MUST_CHECK sq_status sq_stats_get(sq_client *c, sq_stats **out,
-                                     sq_error *err);
+SQ_MUST_CHECK sq_status sq_stats_get(sq_client *c, sq_stats **out, sq_error *err);
 void sq_stats_free(sq_stats *s);
 
 /* ---- introspection for tests and tools ---------------------------------- */

@@ -9,7 +9,7 @@ typedef struct sq_buf {
 	char *data; /* always NUL-terminated once anything was added */
 	size_t len;
 	size_t cap;
-	int oom;    /* set when an allocation failed; later appends are no-ops */
+	int oom; /* set when an allocation failed; later appends are no-ops */
 } sq_buf;
 
 void sq_buf_init(sq_buf *b);

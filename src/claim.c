@@ -102,8 +102,8 @@ typedef struct job_vec {
  * cost the jobs claimed on the others: they are kept, and the error is
  * returned. */
 static sq_status claim_round(sq_client *c, const char *worker, const sq_claim_req *reqs,
-                             const int *ti, size_t nreqs, shard_req *sr, job_vec *out,
-                             sq_error *err)
+			     const int *ti, size_t nreqs, shard_req *sr, job_vec *out,
+			     sq_error *err)
 {
 	const sq_config *cfg = c->cfg;
 	sq_status st;
@@ -172,7 +172,7 @@ static sq_status claim_round(sq_client *c, const char *worker, const sq_claim_re
 }
 
 sq_status sq_claim(sq_client *c, const char *worker, const sq_claim_req *reqs, size_t nreqs,
-                   sq_job **jobs_out, size_t *njobs_out, sq_error *err)
+		   sq_job **jobs_out, size_t *njobs_out, sq_error *err)
 {
 	const sq_config *cfg = c->cfg;
 	int ti[SQ_MAX_TYPES] = {0};
@@ -186,15 +186,19 @@ sq_status sq_claim(sq_client *c, const char *worker, const sq_claim_req *reqs, s
 	if (!worker || !*worker || strlen(worker) > 200)
 		return sq_err(err, SQ_EINVAL, "a worker id (1-200 bytes) is required to claim");
 	if (nreqs > SQ_MAX_TYPES)
-		return sq_err(err, SQ_EINVAL, "too many types in one claim (at most %d)", SQ_MAX_TYPES);
+		return sq_err(err, SQ_EINVAL, "too many types in one claim (at most %d)",
+			      SQ_MAX_TYPES);
 	for (size_t k = 0; k < nreqs; k++) {
 		const sq_type_conf *t = reqs[k].type ? sq_config_type(cfg, reqs[k].type) : NULL;
 		if (!t)
-			return sq_err(err, SQ_EINVAL, "claim: unknown task type '%s'; add a [type %s] section",
-			              reqs[k].type ? reqs[k].type : "(null)", reqs[k].type ? reqs[k].type : "");
+			return sq_err(err, SQ_EINVAL,
+				      "claim: unknown task type '%s'; add a [type %s] section",
+				      reqs[k].type ? reqs[k].type : "(null)",
+				      reqs[k].type ? reqs[k].type : "");
 		if (reqs[k].limit < 0 || reqs[k].limit > 100000)
-			return sq_err(err, SQ_EINVAL, "claim: limit %d for type '%s' is outside 0..100000",
-			              reqs[k].limit, reqs[k].type);
+			return sq_err(err, SQ_EINVAL,
+				      "claim: limit %d for type '%s' is outside 0..100000",
+				      reqs[k].limit, reqs[k].type);
 		ti[k] = (int)(t - cfg->types);
 	}
 	sr = calloc((size_t)c->nshards, sizeof(*sr));

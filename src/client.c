@@ -12,10 +12,9 @@
 
 #define ID_BLOCK 65536
 
-const sq_stmt sq_stmt_gate_shared = {
-	"sq_gate_shared", "SELECT pg_advisory_xact_lock_shared(" SQ_GATE_KEY ")"};
-const sq_stmt sq_stmt_check_owned = {
-	"sq_check_owned", "SELECT shardq.check_owned($1::int[])"};
+const sq_stmt sq_stmt_gate_shared = {"sq_gate_shared",
+				     "SELECT pg_advisory_xact_lock_shared(" SQ_GATE_KEY ")"};
+const sq_stmt sq_stmt_check_owned = {"sq_check_owned", "SELECT shardq.check_owned($1::int[])"};
 
 static char *type_array(const sq_config *cfg, int what)
 {
@@ -60,7 +59,7 @@ static char *conn_options(const sq_config *cfg)
 	sq_buf b;
 	sq_buf_init(&b);
 	sq_buf_printf(&b, "-c statement_timeout=%lld -c idle_in_transaction_session_timeout=%lld",
-	              (long long)cfg->statement_timeout_ms, (long long)cfg->idle_in_tx_timeout_ms);
+		      (long long)cfg->statement_timeout_ms, (long long)cfg->idle_in_tx_timeout_ms);
 	sq_buf_puts(&b, " -c application_name=");
 	for (const char *p = cfg->application_name; p && *p; p++) {
 		if (*p == ' ' || *p == '\\')
@@ -72,15 +71,16 @@ static char *conn_options(const sq_config *cfg)
 
 sq_status sq_client_refresh_map(sq_client *c, sq_error *err)
 {
-	PGresult *r = sq_pgconn_exec(&c->meta,
-	                             "SELECT partitions, map_version, cluster_id FROM shardq_meta.cluster",
-	                             0, NULL, err);
+	PGresult *r = sq_pgconn_exec(
+		&c->meta, "SELECT partitions, map_version, cluster_id FROM shardq_meta.cluster", 0,
+		NULL, err);
 	uint32_t parts;
 	if (!r)
 		return err ? err->code : SQ_EDB;
 	if (PQntuples(r) != 1) {
 		PQclear(r);
-		return sq_err(err, SQ_ESTATE, "the cluster is not initialised; run 'shardq init' first");
+		return sq_err(err, SQ_ESTATE,
+			      "the cluster is not initialised; run 'shardq init' first");
 	}
 	parts = (uint32_t)atol(PQgetvalue(r, 0, 0));
 	if (parts != c->cfg->partitions) {
@@ -97,13 +97,14 @@ sq_status sq_client_refresh_map(sq_client *c, sq_error *err)
 	PQclear(r);
 
 	r = sq_pgconn_exec(&c->meta,
-	                   "SELECT m.partition, m.shard_id FROM shardq_meta.partition_map m "
-	                   "ORDER BY m.partition",
-	                   0, NULL, err);
+			   "SELECT m.partition, m.shard_id FROM shardq_meta.partition_map m "
+			   "ORDER BY m.partition",
+			   0, NULL, err);
 	if (!r)
 		return err ? err->code : SQ_EDB;
 	if ((uint32_t)PQntuples(r) != parts) {
-		sq_err(err, SQ_ESTATE, "the partition map has %d entries, expected %u; re-run 'shardq init'",
+		sq_err(err, SQ_ESTATE,
+		       "the partition map has %d entries, expected %u; re-run 'shardq init'",
 		       PQntuples(r), parts);
 		PQclear(r);
 		return SQ_ESTATE;
@@ -113,7 +114,8 @@ sq_status sq_client_refresh_map(sq_client *c, sq_error *err)
 		int s = sq_config_shard_index(c->cfg, sid);
 		if (s < 0) {
 			sq_err(err, SQ_ECONFIG,
-			       "the partition map places partitions on shard '%s', which is not in the "
+			       "the partition map places partitions on shard '%s', which is not in "
+			       "the "
 			       "config; add a [shard %s] section with its dsn",
 			       sid, sid);
 			PQclear(r);
@@ -140,7 +142,8 @@ sq_status sq_client_open(const sq_config *cfg, int for_init, sq_client **out, sq
 	c->base = event_base_new();
 	c->shards = calloc((size_t)cfg->nshards, sizeof(sq_pgconn));
 	c->map = calloc(cfg->partitions, sizeof(int));
-	c->yield = malloc(sizeof(double) * (size_t)(cfg->nshards * (cfg->ntypes ? cfg->ntypes : 1)));
+	c->yield =
+		malloc(sizeof(double) * (size_t)(cfg->nshards * (cfg->ntypes ? cfg->ntypes : 1)));
 	opts = conn_options(cfg);
 	if (!c->base || !c->shards || !c->map || !c->yield || !opts) {
 		free(opts);
@@ -153,8 +156,8 @@ sq_status sq_client_open(const sq_config *cfg, int for_init, sq_client **out, sq
 	/* every shard is tried, so the message names each unreachable one */
 	for (int i = 0; i < cfg->nshards; i++) {
 		sq_error e;
-		if (sq_pgconn_open(&c->shards[i], cfg->shards[i].id, cfg->shards[i].dsn, opts, timeout_s,
-		                   &e) != SQ_OK) {
+		if (sq_pgconn_open(&c->shards[i], cfg->shards[i].id, cfg->shards[i].dsn, opts,
+				   timeout_s, &e) != SQ_OK) {
 			if (st == SQ_OK)
 				*err = e, st = e.code;
 			else if (err && strlen(err->msg) + strlen(e.msg) + 2 < sizeof(err->msg))
@@ -162,7 +165,9 @@ sq_status sq_client_open(const sq_config *cfg, int for_init, sq_client **out, sq
 		}
 	}
 	if (st == SQ_OK) {
-		const char *meta_id = cfg->meta_dsn ? "meta" : (cfg->meta_shard ? cfg->meta_shard : cfg->shards[0].id);
+		const char *meta_id =
+			cfg->meta_dsn ? "meta"
+				      : (cfg->meta_shard ? cfg->meta_shard : cfg->shards[0].id);
 		char label[96];
 		snprintf(label, sizeof(label), "%s%s", cfg->meta_dsn ? "" : "meta on ", meta_id);
 		st = sq_pgconn_open(&c->meta, label, sq_config_meta_dsn(cfg), opts, timeout_s, err);
@@ -228,8 +233,8 @@ sq_status sq_client_take_ids(sq_client *c, size_t n, int64_t *first, sq_error *e
 		/* consecutive blocks: take `blocks` values under a lock */
 		PGresult *r = sq_pgconn_exec(
 			&c->meta,
-			"SELECT nextval('shardq_meta.id_block') FROM generate_series(1, $1::int)", 1, v,
-			err);
+			"SELECT nextval('shardq_meta.id_block') FROM generate_series(1, $1::int)",
+			1, v, err);
 		if (!r)
 			return err ? err->code : SQ_EDB;
 		b0 = atoll(PQgetvalue(r, 0, 0));

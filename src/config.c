@@ -22,8 +22,8 @@ typedef struct key_def {
 	sec_kind sec;
 	const char *name;
 	key_kind kind;
-	const char *def;      /* default, as it would be written in the file */
-	double min, max;      /* bounds for numbers and durations (ms) */
+	const char *def;            /* default, as it would be written in the file */
+	double min, max;            /* bounds for numbers and durations (ms) */
 	const char *const *choices; /* for K_ENUM, NULL-terminated */
 } key_def;
 
@@ -60,7 +60,7 @@ static const key_def keys[] = {
 typedef struct parse_ctx {
 	sq_config *cfg;
 	const char *name;
-	int line;         /* line of the text being handled, counted by reader */
+	int line; /* line of the text being handled, counted by reader */
 	sq_buf errors;
 	int nerrors;
 	const char *text; /* for ini_parse_stream */
@@ -127,14 +127,19 @@ static void *slot(sq_config *cfg, sec_kind sec, int idx, const char *name)
 {
 	sq_shard_conf *sh = sec == SEC_SHARD ? &cfg->shards[idx] : NULL;
 	sq_type_conf *t = sec == SEC_TYPE ? &cfg->types[idx] : NULL;
-	static const struct { sec_kind sec; const char *name; size_t off; } map[] = {
+	static const struct {
+		sec_kind sec;
+		const char *name;
+		size_t off;
+	} map[] = {
 #define F(S, N, T, M) {S, N, offsetof(T, M)}
 		F(SEC_CLUSTER, "partitions", sq_config, partitions),
 		F(SEC_CLUSTER, "meta_shard", sq_config, meta_shard),
 		F(SEC_CLUSTER, "meta_dsn", sq_config, meta_dsn),
 		F(SEC_CONNECTION, "connect_timeout", sq_config, connect_timeout_ms),
 		F(SEC_CONNECTION, "statement_timeout", sq_config, statement_timeout_ms),
-		F(SEC_CONNECTION, "idle_in_transaction_session_timeout", sq_config, idle_in_tx_timeout_ms),
+		F(SEC_CONNECTION, "idle_in_transaction_session_timeout", sq_config,
+		  idle_in_tx_timeout_ms),
 		F(SEC_CONNECTION, "pool_size", sq_config, pool_size),
 		F(SEC_CONNECTION, "application_name", sq_config, application_name),
 		F(SEC_SHARD, "dsn", sq_shard_conf, dsn),
@@ -172,7 +177,8 @@ static const char *store(const key_def *k, void *dst, const char *v, char *why, 
 		if (end == v || *end || errno)
 			return "expected an integer";
 		if (n < k->min || n > k->max) {
-			snprintf(why, whylen, "%lld is out of range [%.0f, %.0f]", n, k->min, k->max);
+			snprintf(why, whylen, "%lld is out of range [%.0f, %.0f]", n, k->min,
+				 k->max);
 			return why;
 		}
 		if (!strcmp(k->name, "partitions"))
@@ -186,7 +192,8 @@ static const char *store(const key_def *k, void *dst, const char *v, char *why, 
 		if (ms < 0)
 			return "expected a duration such as 500ms, 30s, 5m, 1h or 2d";
 		if (ms < k->min || ms > k->max) {
-			snprintf(why, whylen, "%s is out of range [%.0fms, %.0fms]", v, k->min, k->max);
+			snprintf(why, whylen, "%s is out of range [%.0fms, %.0fms]", v, k->min,
+				 k->max);
 			return why;
 		}
 		*(int64_t *)dst = ms;
@@ -216,7 +223,8 @@ static const char *store(const key_def *k, void *dst, const char *v, char *why, 
 	case K_BOOL:
 		if (!strcmp(v, "true") || !strcmp(v, "yes") || !strcmp(v, "on") || !strcmp(v, "1"))
 			*(int *)dst = 1;
-		else if (!strcmp(v, "false") || !strcmp(v, "no") || !strcmp(v, "off") || !strcmp(v, "0"))
+		else if (!strcmp(v, "false") || !strcmp(v, "no") || !strcmp(v, "off") ||
+			 !strcmp(v, "0"))
 			*(int *)dst = 0;
 		else
 			return "expected true or false";
@@ -229,7 +237,8 @@ static const char *store(const key_def *k, void *dst, const char *v, char *why, 
 			}
 		snprintf(why, whylen, "'%s' is not one of", v);
 		for (int i = 0; k->choices[i]; i++)
-			snprintf(why + strlen(why), whylen - strlen(why), "%s %s", i ? "," : "", k->choices[i]);
+			snprintf(why + strlen(why), whylen - strlen(why), "%s %s", i ? "," : "",
+				 k->choices[i]);
 		return why;
 	}
 	return "unknown key kind";
@@ -241,7 +250,8 @@ static void apply_defaults(sq_config *cfg, sec_kind sec, int idx)
 	for (size_t i = 0; i < NKEYS; i++) {
 		if (keys[i].sec != sec || !keys[i].def)
 			continue;
-		(void)store(&keys[i], slot(cfg, sec, idx, keys[i].name), keys[i].def, why, sizeof(why));
+		(void)store(&keys[i], slot(cfg, sec, idx, keys[i].name), keys[i].def, why,
+			    sizeof(why));
 	}
 }
 
@@ -254,7 +264,8 @@ static int section_index(parse_ctx *x, sec_kind sec, const char *name, const cha
 			if (!strcmp(cfg->shards[i].id, name))
 				return i;
 		if (!valid_ident(name, 32)) {
-			bad(x, section, NULL, "shard id must be 1-32 letters, digits, '_', '-', '.' or ':'");
+			bad(x, section, NULL,
+			    "shard id must be 1-32 letters, digits, '_', '-', '.' or ':'");
 			return -1;
 		}
 		if (cfg->nshards == SQ_MAX_SHARDS) {
@@ -271,7 +282,8 @@ static int section_index(parse_ctx *x, sec_kind sec, const char *name, const cha
 		if (!strcmp(cfg->types[i].name, name))
 			return i;
 	if (!valid_ident(name, SQ_MAX_TYPE_LEN)) {
-		bad(x, section, NULL, "type name must be 1-%d letters, digits, '_', '-', '.' or ':'",
+		bad(x, section, NULL,
+		    "type name must be 1-%d letters, digits, '_', '-', '.' or ':'",
 		    SQ_MAX_TYPE_LEN);
 		return -1;
 	}
@@ -303,8 +315,9 @@ static int on_key(void *user, const char *section, const char *name, const char 
 	else if (!strncmp(section, "type ", 5))
 		sec = SEC_TYPE, arg = section + 5;
 	else {
-		bad(x, section, name, "unknown section; expected [cluster], [connection], "
-		                      "[shard ID] or [type NAME]");
+		bad(x, section, name,
+		    "unknown section; expected [cluster], [connection], "
+		    "[shard ID] or [type NAME]");
 		return 1;
 	}
 	if (arg) {
@@ -321,7 +334,8 @@ static int on_key(void *user, const char *section, const char *name, const char 
 			continue;
 		if (!arg && i < 32)
 			x->key_line[i] = x->line;
-		const char *e = store(&keys[i], slot(x->cfg, sec, idx, name), value, why, sizeof(why));
+		const char *e =
+			store(&keys[i], slot(x->cfg, sec, idx, name), value, why, sizeof(why));
 		if (e)
 			bad(x, section, name, "%s", e);
 		return 1;
@@ -472,7 +486,8 @@ sq_status sq_config_load(const char *path, sq_config **out, sq_error *err)
 	sq_status st;
 	*out = NULL;
 	if (!f)
-		return sq_err(err, SQ_ECONFIG, "%s: cannot open the config file: %s", path, strerror(errno));
+		return sq_err(err, SQ_ECONFIG, "%s: cannot open the config file: %s", path,
+			      strerror(errno));
 	sq_buf_init(&b);
 	while ((n = fread(chunk, 1, sizeof(chunk), f)) > 0)
 		sq_buf_append(&b, chunk, n);

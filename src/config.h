@@ -5,7 +5,7 @@
 #include "shardq.h"
 
 #define SQ_MAX_SHARDS 256
-#define SQ_MAX_TYPES 256
+#define SQ_MAX_TYPES  256
 
 typedef enum { SQ_BACKOFF_CONSTANT, SQ_BACKOFF_LINEAR, SQ_BACKOFF_EXPONENTIAL } sq_backoff_kind;
 typedef enum { SQ_DEDUP_IGNORE, SQ_DEDUP_REPLACE, SQ_DEDUP_MERGE, SQ_DEDUP_RERUN } sq_dedup_policy;

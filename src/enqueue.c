@@ -96,30 +96,36 @@ static sq_status validate(const sq_client *c, const sq_job_spec *jobs, size_t n,
 			for (int t = 0; t < c->cfg->ntypes; t++)
 				sq_buf_printf(&known, "%s%s", t ? ", " : "", c->cfg->types[t].name);
 			sq_err(err, SQ_EINVAL,
-			       "job %zu: unknown task type '%.64s'; configured types: %s (add a [type %.64s] "
+			       "job %zu: unknown task type '%.64s'; configured types: %s (add a "
+			       "[type %.64s] "
 			       "section to the config)",
 			       i + 1, j->type, known.data ? known.data : "none", j->type);
 			sq_buf_free(&known);
 			return SQ_EINVAL;
 		}
 		if (j->key && strlen(j->key) > SQ_MAX_KEY_LEN)
-			return sq_err(err, SQ_EINVAL, "job %zu: key is %zu bytes, more than the limit of %d",
-			              i + 1, strlen(j->key), SQ_MAX_KEY_LEN);
+			return sq_err(err, SQ_EINVAL,
+				      "job %zu: key is %zu bytes, more than the limit of %d", i + 1,
+				      strlen(j->key), SQ_MAX_KEY_LEN);
 		if (j->key && !*j->key)
-			return sq_err(err, SQ_EINVAL, "job %zu: key is empty; omit it for a job without key",
-			              i + 1);
+			return sq_err(err, SQ_EINVAL,
+				      "job %zu: key is empty; omit it for a job without key",
+				      i + 1);
 		if (j->params) {
 			size_t len = strlen(j->params);
 			if (len > SQ_MAX_PARAMS_LEN)
-				return sq_err(err, SQ_EINVAL,
-				              "job %zu: params are %zu bytes, more than the limit of %d", i + 1,
-				              len, SQ_MAX_PARAMS_LEN);
+				return sq_err(
+					err, SQ_EINVAL,
+					"job %zu: params are %zu bytes, more than the limit of %d",
+					i + 1, len, SQ_MAX_PARAMS_LEN);
 			if (sq_json_validate_object(j->params, len, &where, &what))
-				return sq_err(err, SQ_EINVAL, "job %zu: params are not valid JSON: %s at byte %zu",
-				              i + 1, what, where);
+				return sq_err(err, SQ_EINVAL,
+					      "job %zu: params are not valid JSON: %s at byte %zu",
+					      i + 1, what, where);
 		}
 		if (j->max_attempts < 0)
-			return sq_err(err, SQ_EINVAL, "job %zu: max_attempts must be positive", i + 1);
+			return sq_err(err, SQ_EINVAL, "job %zu: max_attempts must be positive",
+				      i + 1);
 		if (j->delay_ms < 0)
 			return sq_err(err, SQ_EINVAL, "job %zu: delay must not be negative", i + 1);
 	}
@@ -127,7 +133,7 @@ static sq_status validate(const sq_client *c, const sq_job_spec *jobs, size_t n,
 }
 
 static void round_add(round *r, const sq_client *c, const sq_job_spec *j, int64_t id, uint32_t part,
-                      size_t input_idx)
+		      size_t input_idx)
 {
 	const sq_type_conf *t = sq_config_type(c->cfg, j->type);
 	if (r->n == 0)
@@ -146,7 +152,8 @@ static void round_add(round *r, const sq_client *c, const sq_job_spec *j, int64_
 	sq_arr_i64(&r->col[5], j->has_priority ? j->priority : t->priority);
 	sq_arr_i64(&r->col[6], j->run_at_us);
 	sq_arr_i64(&r->col[7], j->delay_ms);
-	sq_arr_i64(&r->col[8], j->delay_tolerance_ms >= 0 ? j->delay_tolerance_ms : t->delay_tolerance_ms);
+	sq_arr_i64(&r->col[8],
+		   j->delay_tolerance_ms >= 0 ? j->delay_tolerance_ms : t->delay_tolerance_ms);
 	sq_arr_i64(&r->col[9], j->max_attempts ? j->max_attempts : t->max_attempts);
 	char pol[2] = {policy_code[t->dedup], 0};
 	sq_arr_str(&r->col[10], pol);
@@ -190,7 +197,7 @@ static int keyset_bump(keyset *ks, const char *type, const char *key, size_t idx
 }
 
 static sq_status send_all(sq_client *c, shard_batch *sb, const sq_job_spec *jobs,
-                          sq_enqueue_result *res, sq_error *err)
+			  sq_enqueue_result *res, sq_error *err)
 {
 	sq_status st;
 	sq_client_reset(c);
@@ -216,12 +223,15 @@ static sq_status send_all(sq_client *c, shard_batch *sb, const sq_job_spec *jobs
 				const char *oc = PQgetvalue(r, row, 2);
 				const sq_type_conf *t = sq_config_type(c->cfg, jobs[in].type);
 				res[in].shard = s;
-				res[in].id = PQgetisnull(r, row, 1) ? 0 : atoll(PQgetvalue(r, row, 1));
+				res[in].id =
+					PQgetisnull(r, row, 1) ? 0 : atoll(PQgetvalue(r, row, 1));
 				switch (oc[0]) {
 				case 'i': res[in].outcome = SQ_ENQ_INSERTED; break;
 				case 'R': res[in].outcome = SQ_ENQ_RERUN; break;
 				case 'u':
-					res[in].outcome = t->dedup == SQ_DEDUP_MERGE ? SQ_ENQ_MERGED : SQ_ENQ_REPLACED;
+					res[in].outcome = t->dedup == SQ_DEDUP_MERGE
+								  ? SQ_ENQ_MERGED
+								  : SQ_ENQ_REPLACED;
 					break;
 				default: res[in].outcome = SQ_ENQ_DUPLICATE; break;
 				}
@@ -232,7 +242,7 @@ static sq_status send_all(sq_client *c, shard_batch *sb, const sq_job_spec *jobs
 }
 
 sq_status sq_enqueue(sq_client *c, const sq_job_spec *jobs, size_t n, sq_enqueue_result *res,
-                     sq_error *err)
+		     sq_error *err)
 {
 	sq_status st;
 	int64_t first;
@@ -277,7 +287,8 @@ sq_status sq_enqueue(sq_client *c, const sq_job_spec *jobs, size_t n, sq_enqueue
 			if (j->key)
 				part = sq_partition_of_key(j->key, strlen(j->key), c->partitions);
 			else
-				part = (uint32_t)(XXH3_64bits(&unique, sizeof(unique)) & (c->partitions - 1));
+				part = (uint32_t)(XXH3_64bits(&unique, sizeof(unique)) &
+						  (c->partitions - 1));
 			s = c->map[part];
 			shard_batch *b = &sb[s];
 			if (!b->seen_part) {
@@ -301,16 +312,20 @@ sq_status sq_enqueue(sq_client *c, const sq_job_spec *jobs, size_t n, sq_enqueue
 				size_t f;
 				rnd = keyset_bump(k, j->type, j->key, i, &f);
 				/* under ignore, later copies in the batch are the first's duplicates */
-				if (rnd && sq_config_type(c->cfg, j->type)->dedup == SQ_DEDUP_IGNORE) {
+				if (rnd &&
+				    sq_config_type(c->cfg, j->type)->dedup == SQ_DEDUP_IGNORE) {
 					alias[i] = f;
 					continue;
 				}
 			}
 			if (rnd >= MAX_ROUNDS) {
 				st = sq_err(err, SQ_EINVAL,
-				            "job %zu: key '%s' of type '%s' appears more than %d times in one "
-				            "batch; its policy applies them in order, so split the batch",
-				            i + 1, j->key, j->type, MAX_ROUNDS);
+					    "job %zu: key '%s' of type '%s' appears more than %d "
+					    "times in "
+					    "one "
+					    "batch; its policy applies them in order, so split the "
+					    "batch",
+					    i + 1, j->key, j->type, MAX_ROUNDS);
 				goto out;
 			}
 			while (b->nrounds <= rnd)
@@ -359,8 +374,9 @@ sq_status sq_enqueue(sq_client *c, const sq_job_spec *jobs, size_t n, sq_enqueue
 	free(alias);
 	if (st != SQ_OK || attempt < 3)
 		return st;
-	return sq_err(err, SQ_EDB, "some jobs could not be placed after 3 tries (a duplicate kept "
-	                           "finishing concurrently); enqueue them again");
+	return sq_err(err, SQ_EDB,
+		      "some jobs could not be placed after 3 tries (a duplicate kept "
+		      "finishing concurrently); enqueue them again");
 }
 
 const char *sq_enqueue_outcome_name(sq_enqueue_outcome o)

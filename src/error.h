@@ -8,7 +8,6 @@
 sq_status sq_err(sq_error *err, sq_status code, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 /* Prefixes err->msg with a context string ("shard s1 (host:port): ..."). */
-void sq_err_prefix(sq_error *err, const char *fmt, ...)
-	__attribute__((format(printf, 2, 3)));
+void sq_err_prefix(sq_error *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 #endif

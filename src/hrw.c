@@ -13,8 +13,8 @@ static double score(uint32_t p, const char *id, double w)
 	return -w / log(u);
 }
 
-int sq_hrw_plan(uint32_t partitions, int nshards, const char *const *ids,
-                const double *weights, int *out)
+int sq_hrw_plan(uint32_t partitions, int nshards, const char *const *ids, const double *weights,
+		int *out)
 {
 	int any = 0;
 	for (int s = 0; s < nshards; s++)

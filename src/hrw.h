@@ -11,7 +11,7 @@
  * gain or lose that shard. Shards with weight <= 0 get nothing.
  * Returns 0, or -1 when no shard has a positive weight.
  */
-int sq_hrw_plan(uint32_t partitions, int nshards, const char *const *ids,
-                const double *weights, int *out);
+int sq_hrw_plan(uint32_t partitions, int nshards, const char *const *ids, const double *weights,
+		int *out);
 
 #endif

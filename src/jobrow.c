@@ -5,7 +5,7 @@
 #include <string.h>
 
 static const char *const status_names[] = {"ready",     "starting", "running",
-                                           "completed", "failed",   "cancelled"};
+					   "completed", "failed",   "cancelled"};
 
 const char *sq_job_status_name(sq_job_status s)
 {

@@ -109,7 +109,8 @@ static int string(scan *x)
 			if (u >= 0xDC00 && u <= 0xDFFF)
 				return fail(x, "lone low surrogate in \\u escape");
 			if (u >= 0xD800 && u <= 0xDBFF) {
-				if (x->len - x->pos < 6 || x->s[x->pos] != '\\' || x->s[x->pos + 1] != 'u')
+				if (x->len - x->pos < 6 || x->s[x->pos] != '\\' ||
+				    x->s[x->pos + 1] != 'u')
 					return fail(x, "high surrogate not followed by a low one");
 				x->pos += 2;
 				if (hex4(x, &lo))
@@ -118,7 +119,7 @@ static int string(scan *x)
 					return fail(x, "high surrogate not followed by a low one");
 			}
 		} else if (c != '"' && c != '\\' && c != '/' && c != 'b' && c != 'f' && c != 'n' &&
-		           c != 'r' && c != 't') {
+			   c != 'r' && c != 't') {
 			return fail(x, "bad escape in string");
 		}
 	}
@@ -187,7 +188,8 @@ static int container(scan *x, unsigned char close)
 		}
 		if (!first) {
 			if (x->s[x->pos] != ',')
-				return fail(x, close == '}' ? "expected ',' or '}'" : "expected ',' or ']'");
+				return fail(x, close == '}' ? "expected ',' or '}'"
+							    : "expected ',' or ']'");
 			x->pos++;
 			ws(x);
 		}

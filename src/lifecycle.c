@@ -10,22 +10,22 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define FENCE(st) \
-	"j.id = x.id AND j.attempt = x.att AND j.worker = $3 AND j.status = '" st "'"
-#define TYPE_IDX "array_position($4::text[], j.task)"
+#define FENCE(st) "j.id = x.id AND j.attempt = x.att AND j.worker = $3 AND j.status = '" st "'"
+#define TYPE_IDX  "array_position($4::text[], j.task)"
 
 static const sq_stmt stmt_start = {
-	"sq_start",
-	"UPDATE shardq.jobs j SET status = 'running', updated_at = now(),"
-	"       expected_status_change_time = now() + COALESCE(($5::bigint[])[" TYPE_IDX "], 300000)"
-	"                                            * interval '1 millisecond'"
-	"  FROM unnest($1::bigint[], $2::int[]) WITH ORDINALITY AS x(id, att, ord)"
-	" WHERE " FENCE("starting") " RETURNING x.ord"};
+	"sq_start", "UPDATE shardq.jobs j SET status = 'running', updated_at = now(),"
+		    "       expected_status_change_time = now() + COALESCE(($5::bigint[])[" TYPE_IDX
+		    "], 300000)"
+		    "                                            * interval '1 millisecond'"
+		    "  FROM unnest($1::bigint[], $2::int[]) WITH ORDINALITY AS x(id, att, ord)"
+		    " WHERE " FENCE("starting") " RETURNING x.ord"};
 
 static const sq_stmt stmt_heartbeat = {
 	"sq_heartbeat",
 	"UPDATE shardq.jobs j SET updated_at = now(),"
-	"       expected_status_change_time = now() + COALESCE(($5::bigint[])[" TYPE_IDX "], 300000)"
+	"       expected_status_change_time = now() + COALESCE(($5::bigint[])[" TYPE_IDX
+	"], 300000)"
 	"                                            * interval '1 millisecond'"
 	"  FROM unnest($1::bigint[], $2::int[]) WITH ORDINALITY AS x(id, att, ord)"
 	" WHERE " FENCE("running") " RETURNING x.ord"};
@@ -35,26 +35,36 @@ static const sq_stmt stmt_heartbeat = {
  * params. $4: the types that keep history. */
 static const sq_stmt stmt_complete = {
 	"sq_complete",
-	"WITH x AS (SELECT * FROM unnest($1::bigint[], $2::int[]) WITH ORDINALITY AS x(id, att, ord)),"
+	"WITH x AS (SELECT * FROM unnest($1::bigint[], $2::int[]) WITH ORDINALITY AS x(id, att, "
+	"ord)),"
 	" rr AS (UPDATE shardq.jobs j SET status = 'ready', params = j.rerun_params,"
 	"          rerun_params = NULL, attempt = 0, worker = NULL,"
 	"          expected_status_change_time = NULL, schedule_time = now(),"
 	"          delay_tolerance_time = now() + (j.delay_tolerance_time - j.schedule_time),"
 	"          updated_at = now()"
-	"          FROM x WHERE " FENCE("running") " AND j.rerun_params IS NOT NULL RETURNING x.ord),"
-	" del AS (DELETE FROM shardq.jobs j USING x"
-	"          WHERE " FENCE("running") " AND j.rerun_params IS NULL RETURNING j.*, x.ord),"
-	" hist AS (INSERT INTO shardq.jobs_history (id, partition, task, status, attempt, worker,"
-	"            active_uid, params, last_error, created_at)"
-	"          SELECT id, partition, task, 'completed', attempt, worker, active_uid, params,"
-	"                 last_error, created_at FROM del WHERE task = ANY($4::text[]))"
-	"SELECT ord FROM rr UNION ALL SELECT ord FROM del"};
+	"          FROM x WHERE " FENCE(
+		"running") " AND j.rerun_params IS NOT NULL RETURNING x.ord),"
+			   " del AS (DELETE FROM shardq.jobs j USING x"
+			   "          WHERE " FENCE(
+				   "running") " AND j.rerun_params IS NULL RETURNING j.*, x.ord),"
+					      " hist AS (INSERT INTO shardq.jobs_history (id, "
+					      "partition, task, "
+					      "status, attempt, worker,"
+					      "            active_uid, params, last_error, "
+					      "created_at)"
+					      "          SELECT id, partition, task, 'completed', "
+					      "attempt, "
+					      "worker, active_uid, params,"
+					      "                 last_error, created_at FROM del "
+					      "WHERE task = "
+					      "ANY($4::text[]))"
+					      "SELECT ord FROM rr UNION ALL SELECT ord FROM del"};
 
 /* Retry with the type's backoff while attempts remain, else failed. A
  * pending rerun outlives a final failure: the job is ready again with it.
  * $4..$8: per-type backoff kind, base, cap and jitter. */
 #define FINAL "(x.perm OR j.attempt >= j.max_attempts)"
-#define TI "array_position($4::text[], j.task)"
+#define TI    "array_position($4::text[], j.task)"
 static const sq_stmt stmt_fail = {
 	"sq_fail",
 	"UPDATE shardq.jobs j SET"
@@ -76,7 +86,9 @@ static const sq_stmt stmt_fail = {
 	"  worker = CASE WHEN " FINAL " AND j.rerun_params IS NULL THEN j.worker END,"
 	"  expected_status_change_time = NULL,"
 	"  last_error = x.err, updated_at = now()"
-	"  FROM unnest($1::bigint[], $2::int[], $9::text[], $10::bool[]) WITH ORDINALITY AS x(id, att, err, perm, ord)"
+	"  FROM unnest($1::bigint[], $2::int[], $9::text[], $10::bool[]) WITH ORDINALITY AS x(id, "
+	"att, "
+	"err, perm, ord)"
 	" WHERE " FENCE("running") " RETURNING x.ord"};
 
 static const sq_stmt stmt_release = {
@@ -100,20 +112,21 @@ static const sq_stmt stmt_cancel_key = {
 	" WHERE j.task = $1 AND j.active_uid = $2 AND j.status IN ('ready', 'starting', 'running')"
 	" RETURNING j.id"};
 
-static const sq_stmt stmt_get = {
-	"sq_get", "SELECT " SQ_JOB_COLUMNS " FROM shardq.jobs j WHERE j.id = $1"};
+static const sq_stmt stmt_get = {"sq_get",
+				 "SELECT " SQ_JOB_COLUMNS " FROM shardq.jobs j WHERE j.id = $1"};
 
 static const sq_stmt stmt_get_history = {
 	"sq_get_history",
-	"SELECT j.id, j.attempt, j.attempt, 0, j.status::text, j.task, j.active_uid, j.params::text,"
+	"SELECT j.id, j.attempt, j.attempt, 0, j.status::text, j.task, j.active_uid, "
+	"j.params::text,"
 	"       j.worker, NULL, NULL, NULL, (extract(epoch from j.created_at) * 1000000)::bigint"
 	"  FROM shardq.jobs_history j WHERE j.id = $1 ORDER BY j.finished_at DESC LIMIT 1"};
 
 /* What a fenced call sends to each shard. */
 typedef struct op {
 	const sq_stmt *stmt;
-	int nparams;             /* total parameters of stmt */
-	const char *fixed[8];    /* $3.. that are the same for every shard */
+	int nparams;          /* total parameters of stmt */
+	const char *fixed[8]; /* $3.. that are the same for every shard */
 	int nfixed;
 	const sq_fail_req *fail; /* sq_fail only: per-row error and permanence */
 } op;
@@ -177,8 +190,8 @@ static void rows_free(shard_rows *r)
 /* Runs `o` for the refs whose out[] is `want` (all, or the ones to retry).
  * Sets out[i] to SQ_OK for rows returned and `missing` for the others. */
 static sq_status fenced_pass(sq_client *c, const op *o, const char *worker, const sq_job_ref *refs,
-                             size_t n, sq_status *out, sq_status want, sq_status missing,
-                             sq_error *err)
+			     size_t n, sq_status *out, sq_status want, sq_status missing,
+			     sq_error *err)
 {
 	shard_rows *rows = calloc((size_t)c->nshards, sizeof(*rows));
 	sq_status st = SQ_OK, worst = SQ_OK;
@@ -256,7 +269,7 @@ static sq_status fenced_pass(sq_client *c, const op *o, const char *worker, cons
 }
 
 static sq_status fenced(sq_client *c, const op *o, const char *worker, const sq_job_ref *refs,
-                        size_t n, sq_status *out, int second_look, sq_error *err)
+			size_t n, sq_status *out, int second_look, sq_error *err)
 {
 	sq_status st;
 	if (!worker || !*worker)
@@ -264,13 +277,13 @@ static sq_status fenced(sq_client *c, const op *o, const char *worker, const sq_
 	for (size_t i = 0; i < n; i++) {
 		if (refs[i].id <= 0)
 			return sq_err(err, SQ_EINVAL, "ref %zu: job id %lld is not valid", i + 1,
-			              (long long)refs[i].id);
+				      (long long)refs[i].id);
 		out[i] = SQ_EINVAL; /* "to do" marker for the first pass */
 	}
 	if (n == 0)
 		return SQ_OK;
-	st = fenced_pass(c, o, worker, refs, n, out, SQ_EINVAL, second_look ? SQ_ENOTFOUND : SQ_ELOST,
-	                 err);
+	st = fenced_pass(c, o, worker, refs, n, out, SQ_EINVAL,
+			 second_look ? SQ_ENOTFOUND : SQ_ELOST, err);
 	if (st == SQ_OK && second_look) {
 		int again = 0;
 		for (size_t i = 0; i < n; i++)
@@ -284,21 +297,21 @@ static sq_status fenced(sq_client *c, const op *o, const char *worker, const sq_
 }
 
 sq_status sq_start(sq_client *c, const char *worker, const sq_job_ref *refs, size_t n,
-                   sq_status *out, sq_error *err)
+		   sq_status *out, sq_error *err)
 {
 	op o = {&stmt_start, 5, {c->ta.names, c->ta.exec_ms}, 2, NULL};
 	return fenced(c, &o, worker, refs, n, out, 0, err);
 }
 
 sq_status sq_heartbeat(sq_client *c, const char *worker, const sq_job_ref *refs, size_t n,
-                       sq_status *out, sq_error *err)
+		       sq_status *out, sq_error *err)
 {
 	op o = {&stmt_heartbeat, 5, {c->ta.names, c->ta.exec_ms}, 2, NULL};
 	return fenced(c, &o, worker, refs, n, out, 0, err);
 }
 
 sq_status sq_complete(sq_client *c, const char *worker, const sq_job_ref *refs, size_t n,
-                      sq_status *out, sq_error *err)
+		      sq_status *out, sq_error *err)
 {
 	sq_buf hist;
 	sq_status st;
@@ -315,14 +328,14 @@ sq_status sq_complete(sq_client *c, const char *worker, const sq_job_ref *refs, 
 }
 
 sq_status sq_release(sq_client *c, const char *worker, const sq_job_ref *refs, size_t n,
-                     sq_status *out, sq_error *err)
+		     sq_status *out, sq_error *err)
 {
 	op o = {&stmt_release, 3, {0}, 0, NULL};
 	return fenced(c, &o, worker, refs, n, out, 0, err);
 }
 
 sq_status sq_fail(sq_client *c, const char *worker, const sq_fail_req *reqs, size_t n,
-                  sq_status *out, sq_error *err)
+		  sq_status *out, sq_error *err)
 {
 	sq_job_ref *refs = malloc(sizeof(*refs) * (n ? n : 1));
 	sq_status st;
@@ -331,10 +344,10 @@ sq_status sq_fail(sq_client *c, const char *worker, const sq_fail_req *reqs, siz
 	for (size_t i = 0; i < n; i++)
 		refs[i] = reqs[i].ref;
 	op o = {&stmt_fail,
-	        10,
-	        {c->ta.names, c->ta.backoff, c->ta.base_ms, c->ta.cap_ms, c->ta.jitter},
-	        5,
-	        reqs};
+		10,
+		{c->ta.names, c->ta.backoff, c->ta.base_ms, c->ta.cap_ms, c->ta.jitter},
+		5,
+		reqs};
 	st = fenced(c, &o, worker, refs, n, out, 0, err);
 	free(refs);
 	return st;
@@ -397,8 +410,7 @@ sq_status sq_cancel(sq_client *c, const int64_t *ids, size_t n, sq_status *out, 
 	return st;
 }
 
-sq_status sq_cancel_key(sq_client *c, const char *type, const char *key, int64_t *id,
-                        sq_error *err)
+sq_status sq_cancel_key(sq_client *c, const char *type, const char *key, int64_t *id, sq_error *err)
 {
 	uint32_t part;
 	int s;
@@ -419,7 +431,8 @@ sq_status sq_cancel_key(sq_client *c, const char *type, const char *key, int64_t
 	if (st == SQ_OK) {
 		PGresult *r = c->shards[s].res[2];
 		if (PQntuples(r) == 0)
-			st = sq_err(err, SQ_ENOTFOUND, "no live job of type '%s' with key '%s'", type, key);
+			st = sq_err(err, SQ_ENOTFOUND, "no live job of type '%s' with key '%s'",
+				    type, key);
 		else
 			*id = atoll(PQgetvalue(r, 0, 0));
 	}
@@ -447,8 +460,8 @@ sq_status sq_get_job(sq_client *c, int64_t id, sq_job *job, sq_error *err)
 		if (PQntuples(r) == 0)
 			r = c->shards[s].res[1];
 		if (PQntuples(r) == 0)
-			st = sq_err(err, SQ_ENOTFOUND, "no job with id %lld on shard %s", (long long)id,
-			            c->cfg->shards[s].id);
+			st = sq_err(err, SQ_ENOTFOUND, "no job with id %lld on shard %s",
+				    (long long)id, c->cfg->shards[s].id);
 		else if (sq_jobrow_parse(r, 0, s, job))
 			st = sq_err(err, SQ_ENOMEM, "out of memory");
 	}

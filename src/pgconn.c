@@ -46,8 +46,11 @@ static char *dsn_addr(const char *dsn)
 		else if (!strcmp(o->keyword, "port") && o->val)
 			port = o->val;
 	}
-	snprintf(buf, sizeof(buf), "%s:%s", host ? host : hostaddr ? hostaddr : "localhost",
-	         port ? port : "5432");
+	snprintf(buf, sizeof(buf), "%s:%s",
+		 host       ? host
+		 : hostaddr ? hostaddr
+			    : "localhost",
+		 port ? port : "5432");
 	PQconninfoFree(opts);
 	return strdup(buf);
 }
@@ -60,13 +63,15 @@ static sq_status connect_now(sq_pgconn *pc, sq_error *err)
 	snprintf(timeout, sizeof(timeout), "%d", pc->connect_timeout_s);
 	pc->conn = PQconnectdbParams(kw, vals, 1);
 	if (!pc->conn)
-		return sq_err(err, SQ_ENOMEM, "shard %s (%s): out of memory", pc->shard_id, pc->addr);
+		return sq_err(err, SQ_ENOMEM, "shard %s (%s): out of memory", pc->shard_id,
+			      pc->addr);
 	if (PQstatus(pc->conn) != CONNECTION_OK) {
 		short_pq_error(PQerrorMessage(pc->conn), msg, sizeof(msg));
 		PQfinish(pc->conn);
 		pc->conn = NULL;
-		return sq_err(err, SQ_ECONN, "shard %s (%s): %s; is it running, and is the dsn right?",
-		              pc->shard_id, pc->addr, msg);
+		return sq_err(err, SQ_ECONN,
+			      "shard %s (%s): %s; is it running, and is the dsn right?",
+			      pc->shard_id, pc->addr, msg);
 	}
 	PQsetNoticeProcessor(pc->conn, ignore_notice, NULL);
 	if (PQsetnonblocking(pc->conn, 1) || !PQenterPipelineMode(pc->conn)) {
@@ -74,14 +79,14 @@ static sq_status connect_now(sq_pgconn *pc, sq_error *err)
 		PQfinish(pc->conn);
 		pc->conn = NULL;
 		return sq_err(err, SQ_ECONN, "shard %s (%s): cannot enter pipeline mode: %s",
-		              pc->shard_id, pc->addr, msg);
+			      pc->shard_id, pc->addr, msg);
 	}
 	pc->nprepared = 0;
 	return SQ_OK;
 }
 
 sq_status sq_pgconn_open(sq_pgconn *pc, const char *shard_id, const char *dsn, const char *options,
-                         int connect_timeout_s, sq_error *err)
+			 int connect_timeout_s, sq_error *err)
 {
 	memset(pc, 0, sizeof(*pc));
 	pc->shard_id = strdup(shard_id);
@@ -161,7 +166,8 @@ static int send_pipeline(sq_pgconn *pc, sq_error *err)
 				pc->prepared[pc->nprepared++] = st;
 			pc->keep[pc->expect++] = -1;
 		}
-		if (!PQsendQueryPrepared(pc->conn, st->name, pc->qnparams[i], pc->qvals[i], NULL, NULL, 0)) {
+		if (!PQsendQueryPrepared(pc->conn, st->name, pc->qnparams[i], pc->qvals[i], NULL,
+					 NULL, 0)) {
 			conn_failed(pc, err, "cannot send");
 			return -1;
 		}
@@ -319,25 +325,27 @@ sq_status sq_pgconn_result_error(sq_pgconn *pc, sq_error *err)
 		if (!msg)
 			msg = PQresultErrorMessage(r);
 		if (state && !strcmp(state, "SQM01"))
-			return sq_err(err, SQ_EMOVING, "shard %s: %s; retry shortly", pc->shard_id, msg);
+			return sq_err(err, SQ_EMOVING, "shard %s: %s; retry shortly", pc->shard_id,
+				      msg);
 		if (state && !strcmp(state, "SQM02"))
 			return sq_err(err, SQ_EMOVED, "shard %s: %s; refresh the partition map",
-			              pc->shard_id, msg);
+				      pc->shard_id, msg);
 		return sq_err(err, SQ_EDB, "shard %s (%s): statement %s failed: %s", pc->shard_id,
-		              pc->addr, pc->q[i]->name, msg);
+			      pc->addr, pc->q[i]->name, msg);
 	}
 	if (aborted)
-		return sq_err(err, SQ_EDB, "shard %s (%s): pipeline aborted (a statement could not be "
-		              "prepared; is the shard's schema up to date? run shardq init)",
-		              pc->shard_id, pc->addr);
+		return sq_err(err, SQ_EDB,
+			      "shard %s (%s): pipeline aborted (a statement could not be "
+			      "prepared; is the shard's schema up to date? run shardq init)",
+			      pc->shard_id, pc->addr);
 	if (pc->nres < pc->qn)
 		return sq_err(err, SQ_EDB, "shard %s (%s): %d of %d results missing", pc->shard_id,
-		              pc->addr, pc->qn - pc->nres, pc->qn);
+			      pc->addr, pc->qn - pc->nres, pc->qn);
 	return SQ_OK;
 }
 
 PGresult *sq_pgconn_exec(sq_pgconn *pc, const char *sql, int nparams, const char *const *vals,
-                         sq_error *err)
+			 sq_error *err)
 {
 	PGresult *r;
 	ExecStatusType s;

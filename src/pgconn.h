@@ -42,9 +42,9 @@ typedef struct sq_pgconn {
 	const char *const *qvals[SQ_PIPE_MAX];
 	PGresult *res[SQ_PIPE_MAX]; /* results of the q[] in order */
 	int nres;
-	int expect; /* entries sent (prepares included) */
+	int expect;                /* entries sent (prepares included) */
 	int keep[SQ_PIPE_MAX * 2]; /* per entry sent: index into res, or -1 */
-	int seen;   /* entries whose results were read */
+	int seen;                  /* entries whose results were read */
 	int done;
 	int failed; /* connection-level failure during the run */
 	struct event *ev;
@@ -55,7 +55,7 @@ typedef struct sq_pgconn {
 /* Connects (blocking, with connect_timeout). On failure, err names the shard
  * and its address. Free with sq_pgconn_close(). */
 SQ_MUST_CHECK sq_status sq_pgconn_open(sq_pgconn *pc, const char *shard_id, const char *dsn,
-                                       const char *options, int connect_timeout_s, sq_error *err);
+				       const char *options, int connect_timeout_s, sq_error *err);
 void sq_pgconn_close(sq_pgconn *pc);
 
 /* Queues one statement; vals must stay valid until sq_pgconn_run returns. */
@@ -70,7 +70,7 @@ void sq_pgconn_push(sq_pgconn *pc, const sq_stmt *st, int nparams, const char *c
  * reported as SQ_ECONN naming the shard, and is reopened on the next run.
  */
 SQ_MUST_CHECK sq_status sq_pgconn_run(struct event_base *base, sq_pgconn **conns, int n,
-                                      sq_error *err);
+				      sq_error *err);
 
 /* Frees results and clears the queue. */
 void sq_pgconn_reset(sq_pgconn *pc);
@@ -86,6 +86,6 @@ sq_status sq_pgconn_result_error(sq_pgconn *pc, sq_error *err);
  * init and admin work. Returns the result (caller PQclear()s) or NULL with
  * err set. */
 PGresult *sq_pgconn_exec(sq_pgconn *pc, const char *sql, int nparams, const char *const *vals,
-                         sq_error *err);
+			 sq_error *err);
 
 #endif

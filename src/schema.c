@@ -30,19 +30,20 @@ static sq_status exec_ok(sq_pgconn *pc, const char *sql, int n, const char *cons
 
 /* Applies the migrations of one set inside the caller's transaction. */
 static sq_status migrate(sq_pgconn *pc, const char *schema, const struct sq_migration *m, int count,
-                         sq_error *err)
+			 sq_error *err)
 {
 	char sql[512];
 	PGresult *r;
 	int have;
 	snprintf(sql, sizeof(sql),
-	         "CREATE SCHEMA IF NOT EXISTS %s; "
-	         "CREATE TABLE IF NOT EXISTS %s.schema_version (version integer PRIMARY KEY, "
-	         "name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())",
-	         schema, schema);
+		 "CREATE SCHEMA IF NOT EXISTS %s; "
+		 "CREATE TABLE IF NOT EXISTS %s.schema_version (version integer PRIMARY KEY, "
+		 "name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())",
+		 schema, schema);
 	if (exec_ok(pc, sql, 0, NULL, err))
 		return err->code;
-	snprintf(sql, sizeof(sql), "SELECT coalesce(max(version), 0) FROM %s.schema_version", schema);
+	snprintf(sql, sizeof(sql), "SELECT coalesce(max(version), 0) FROM %s.schema_version",
+		 schema);
 	if (!(r = exec(pc, sql, 0, NULL, err)))
 		return err->code;
 	have = atoi(PQgetvalue(r, 0, 0));
@@ -57,16 +58,16 @@ static sq_status migrate(sq_pgconn *pc, const char *schema, const struct sq_migr
 			return err->code;
 		}
 		snprintf(ver, sizeof(ver), "%d", m[i].version);
-		snprintf(sql, sizeof(sql), "INSERT INTO %s.schema_version (version, name) VALUES ($1, $2)",
-		         schema);
+		snprintf(sql, sizeof(sql),
+			 "INSERT INTO %s.schema_version (version, name) VALUES ($1, $2)", schema);
 		if (exec_ok(pc, sql, 2, v, err))
 			return err->code;
 	}
 	if (have > m[count - 1].version)
 		return sq_err(err, SQ_ESTATE,
-		              "%s: schema %s is at version %d, newer than this build knows (%d); "
-		              "upgrade shardq",
-		              pc->shard_id, schema, have, m[count - 1].version);
+			      "%s: schema %s is at version %d, newer than this build knows (%d); "
+			      "upgrade shardq",
+			      pc->shard_id, schema, have, m[count - 1].version);
 	return SQ_OK;
 }
 
@@ -80,7 +81,7 @@ static void new_cluster_id(char *out, size_t len)
 		close(fd);
 	}
 	snprintf(out, len, "%02x%02x%02x%02x%02x%02x%02x%02x-%lx", rnd[0], rnd[1], rnd[2], rnd[3],
-	         rnd[4], rnd[5], rnd[6], rnd[7], (unsigned long)time(NULL));
+		 rnd[4], rnd[5], rnd[6], rnd[7], (unsigned long)time(NULL));
 }
 
 /* Meta database: schema, cluster row, shards, and on first run the map. */
@@ -103,7 +104,8 @@ static sq_status init_meta(sq_client *c, int *created, sq_error *err)
 		PQclear(r);
 		if (have != cfg->partitions) {
 			sq_err(err, SQ_ESTATE,
-			       "the cluster was initialised with %u partitions but the config says %u; "
+			       "the cluster was initialised with %u partitions but the config says "
+			       "%u; "
 			       "the partition count cannot change: set [cluster] partitions = %u",
 			       have, cfg->partitions, have);
 			goto fail;
@@ -115,8 +117,10 @@ static sq_status init_meta(sq_client *c, int *created, sq_error *err)
 		new_cluster_id(cid, sizeof(cid));
 		snprintf(parts, sizeof(parts), "%u", cfg->partitions);
 		const char *v[2] = {cid, parts};
-		if (exec_ok(m, "INSERT INTO shardq_meta.cluster (cluster_id, partitions) VALUES ($1, $2)", 2,
-		            v, err))
+		if (exec_ok(m,
+			    "INSERT INTO shardq_meta.cluster (cluster_id, partitions) VALUES ($1, "
+			    "$2)",
+			    2, v, err))
 			goto fail;
 	}
 	/* shards: new ids are registered; weights follow the config */
@@ -125,9 +129,9 @@ static sq_status init_meta(sq_client *c, int *created, sq_error *err)
 		snprintf(w, sizeof(w), "%.17g", cfg->shards[i].weight);
 		const char *v[2] = {cfg->shards[i].id, w};
 		if (exec_ok(m,
-		            "INSERT INTO shardq_meta.shards (shard_id, weight) VALUES ($1, $2) "
-		            "ON CONFLICT (shard_id) DO UPDATE SET weight = EXCLUDED.weight",
-		            2, v, err))
+			    "INSERT INTO shardq_meta.shards (shard_id, weight) VALUES ($1, $2) "
+			    "ON CONFLICT (shard_id) DO UPDATE SET weight = EXCLUDED.weight",
+			    2, v, err))
 			goto fail;
 	}
 	if (*created) {
@@ -143,7 +147,8 @@ static sq_status init_meta(sq_client *c, int *created, sq_error *err)
 			ids[i] = cfg->shards[i].id, ws[i] = cfg->shards[i].weight;
 		if (sq_hrw_plan(cfg->partitions, cfg->nshards, ids, ws, plan)) {
 			free(plan);
-			sq_err(err, SQ_ECONFIG, "every shard has weight 0; give at least one a weight above 0");
+			sq_err(err, SQ_ECONFIG,
+			       "every shard has weight 0; give at least one a weight above 0");
 			goto fail;
 		}
 		sq_buf_init(&pa);
@@ -159,9 +164,9 @@ static sq_status init_meta(sq_client *c, int *created, sq_error *err)
 		free(plan);
 		const char *v[2] = {pa.data, sa.data};
 		st = exec_ok(m,
-		             "INSERT INTO shardq_meta.partition_map (partition, shard_id) "
-		             "SELECT * FROM unnest($1::int[], $2::text[])",
-		             2, v, err);
+			     "INSERT INTO shardq_meta.partition_map (partition, shard_id) "
+			     "SELECT * FROM unnest($1::int[], $2::text[])",
+			     2, v, err);
 		sq_buf_free(&pa);
 		sq_buf_free(&sa);
 		if (st)
@@ -170,13 +175,12 @@ static sq_status init_meta(sq_client *c, int *created, sq_error *err)
 	if (exec_ok(m, "COMMIT", 0, NULL, err))
 		return err->code;
 	return SQ_OK;
-fail:
-	{
-		sq_error ignore;
-		PGresult *rb = exec(m, "ROLLBACK", 0, NULL, &ignore);
-		if (rb)
-			PQclear(rb);
-	}
+fail : {
+	sq_error ignore;
+	PGresult *rb = exec(m, "ROLLBACK", 0, NULL, &ignore);
+	if (rb)
+		PQclear(rb);
+}
 	return err->code;
 }
 
@@ -193,17 +197,19 @@ static sq_status init_shard(sq_client *c, int s, sq_error *err)
 		return err->code;
 	if (migrate(pc, "shardq", sq_shard_migrations, sq_shard_migration_count, err))
 		goto fail;
-	if (!(r = exec(pc, "SELECT shard_id, cluster_id, partitions FROM shardq.node", 0, NULL, err)))
+	if (!(r = exec(pc, "SELECT shard_id, cluster_id, partitions FROM shardq.node", 0, NULL,
+		       err)))
 		goto fail;
 	if (PQntuples(r) == 1) {
 		int bad = strcmp(PQgetvalue(r, 0, 0), cfg->shards[s].id) ||
-		          strcmp(PQgetvalue(r, 0, 1), c->cluster_id);
+			  strcmp(PQgetvalue(r, 0, 1), c->cluster_id);
 		if (bad)
 			sq_err(err, SQ_ESTATE,
-			       "shard %s (%s): this database already belongs to shard '%s' of cluster %s "
+			       "shard %s (%s): this database already belongs to shard '%s' of "
+			       "cluster %s "
 			       "(this cluster is %s); check the dsn of [shard %s]",
-			       cfg->shards[s].id, pc->addr, PQgetvalue(r, 0, 0), PQgetvalue(r, 0, 1),
-			       c->cluster_id, cfg->shards[s].id);
+			       cfg->shards[s].id, pc->addr, PQgetvalue(r, 0, 0),
+			       PQgetvalue(r, 0, 1), c->cluster_id, cfg->shards[s].id);
 		PQclear(r);
 		if (bad)
 			goto fail;
@@ -211,8 +217,10 @@ static sq_status init_shard(sq_client *c, int s, sq_error *err)
 		PQclear(r);
 		snprintf(parts, sizeof(parts), "%u", cfg->partitions);
 		const char *v[3] = {cfg->shards[s].id, c->cluster_id, parts};
-		if (exec_ok(pc, "INSERT INTO shardq.node (shard_id, cluster_id, partitions) VALUES ($1,$2,$3)",
-		            3, v, err))
+		if (exec_ok(pc,
+			    "INSERT INTO shardq.node (shard_id, cluster_id, partitions) VALUES "
+			    "($1,$2,$3)",
+			    3, v, err))
 			goto fail;
 	}
 	sq_buf_init(&pa);
@@ -224,10 +232,10 @@ static sq_status init_shard(sq_client *c, int s, sq_error *err)
 	{
 		const char *v[1] = {pa.data};
 		sq_status st = exec_ok(pc,
-		                       "INSERT INTO shardq.partition_state (partition, state) "
-		                       "SELECT p, 'owned' FROM unnest($1::int[]) p "
-		                       "ON CONFLICT (partition) DO NOTHING",
-		                       1, v, err);
+				       "INSERT INTO shardq.partition_state (partition, state) "
+				       "SELECT p, 'owned' FROM unnest($1::int[]) p "
+				       "ON CONFLICT (partition) DO NOTHING",
+				       1, v, err);
 		sq_buf_free(&pa);
 		if (st)
 			goto fail;
@@ -235,13 +243,12 @@ static sq_status init_shard(sq_client *c, int s, sq_error *err)
 	if (exec_ok(pc, "COMMIT", 0, NULL, err))
 		return err->code;
 	return SQ_OK;
-fail:
-	{
-		sq_error ignore;
-		PGresult *rb = exec(pc, "ROLLBACK", 0, NULL, &ignore);
-		if (rb)
-			PQclear(rb);
-	}
+fail : {
+	sq_error ignore;
+	PGresult *rb = exec(pc, "ROLLBACK", 0, NULL, &ignore);
+	if (rb)
+		PQclear(rb);
+}
 	return err->code;
 }
 

@@ -7,21 +7,22 @@
 #include <string.h>
 
 static const sq_stmt stmt_stats = {
-	"sq_stats",
-	"SELECT task, status::text, count(*),"
-	"       COALESCE((extract(epoch from now() - min(schedule_time)"
-	"                 FILTER (WHERE status = 'ready' AND schedule_time <= now())) * 1000)::bigint, -1),"
-	"       count(*) FILTER (WHERE status IN ('starting', 'running')"
-	"                          AND expected_status_change_time < now())"
-	"  FROM shardq.jobs GROUP BY task, status"
-	" UNION ALL "
-	"SELECT task, status::text, count(*), -1, 0 FROM shardq.jobs_history GROUP BY task, status"};
+	"sq_stats", "SELECT task, status::text, count(*),"
+		    "       COALESCE((extract(epoch from now() - min(schedule_time)"
+		    "                 FILTER (WHERE status = 'ready' AND schedule_time <= now())) "
+		    "* 1000)::bigint, "
+		    "-1),"
+		    "       count(*) FILTER (WHERE status IN ('starting', 'running')"
+		    "                          AND expected_status_change_time < now())"
+		    "  FROM shardq.jobs GROUP BY task, status"
+		    " UNION ALL "
+		    "SELECT task, status::text, count(*), -1, 0 FROM shardq.jobs_history GROUP BY "
+		    "task, status"};
 
 static const sq_stmt stmt_parts = {
-	"sq_stats_parts",
-	"SELECT count(*) FILTER (WHERE state = 'owned'),"
-	"       count(*) FILTER (WHERE state IN ('importing', 'moving_out'))"
-	"  FROM shardq.partition_state"};
+	"sq_stats_parts", "SELECT count(*) FILTER (WHERE state = 'owned'),"
+			  "       count(*) FILTER (WHERE state IN ('importing', 'moving_out'))"
+			  "  FROM shardq.partition_state"};
 
 static sq_stats_row *row_for(sq_stats *st, size_t *cap, int shard, const char *type)
 {

@@ -46,8 +46,10 @@ START_TEST(three_types_one_statement_per_shard)
 	enqueue_many(t.client, "b", 400 * ns, 3);
 	enqueue_many(t.client, "c", 400 * ns, 3);
 	for (int s = 0; s < ns; s++)
-		testdb_scalar(&t, s, "SELECT 1 FROM (SELECT pg_stat_statements_reset(0, "
-		                     "(SELECT oid FROM pg_database WHERE datname = current_database()), 0)) x");
+		testdb_scalar(
+			&t, s,
+			"SELECT 1 FROM (SELECT pg_stat_statements_reset(0, "
+			"(SELECT oid FROM pg_database WHERE datname = current_database()), 0)) x");
 	sq_claim_req rq[3] = {{"a", 10 * ns}, {"b", 5 * ns}, {"c", 2 * ns}};
 	sq_job *js;
 	size_t n;
@@ -70,27 +72,32 @@ START_TEST(three_types_one_statement_per_shard)
 	/* every shard gave jobs of every type, in one claim statement each */
 	for (int s = 0; s < ns; s++) {
 		for (int k = 0; k < 3; k++)
-			ck_assert_msg(per_shard_type[s][k] > 0, "shard %d gave no job of type %c", s, 'a' + k);
+			ck_assert_msg(per_shard_type[s][k] > 0, "shard %d gave no job of type %c",
+				      s, 'a' + k);
 		ck_assert_int_eq(testdb_scalar(&t, s, claims_sql), 1);
 	}
 	/* documented order: priority DESC, COALESCE(delay_tolerance_time,
 	 * schedule_time) ASC */
 	for (size_t i = 1; i < n; i++) {
 		const sq_job *p = &js[i - 1], *q = &js[i];
-		int64_t op = p->delay_tolerance_time_us ? p->delay_tolerance_time_us : p->schedule_time_us;
-		int64_t oq = q->delay_tolerance_time_us ? q->delay_tolerance_time_us : q->schedule_time_us;
+		int64_t op = p->delay_tolerance_time_us ? p->delay_tolerance_time_us
+							: p->schedule_time_us;
+		int64_t oq = q->delay_tolerance_time_us ? q->delay_tolerance_time_us
+							: q->schedule_time_us;
 		ck_assert(p->priority >= q->priority);
 		if (p->priority == q->priority)
 			ck_assert(op <= oq);
 	}
 	/* and within a shard, the claim took the best jobs: none left ready on
 	 * a shard outranks one it gave */
-	ck_assert_int_eq(testdb_sum(&t, "SELECT count(*) FROM shardq.jobs r WHERE r.status = 'ready' "
-	                                "AND r.task = 'a' AND r.priority > (SELECT min(priority) FROM "
-	                                "shardq.jobs s WHERE s.status = 'starting' AND s.task = 'a')"),
-	                 0);
-	ck_assert_int_eq(testdb_sum(&t, "SELECT count(*) FROM shardq.jobs WHERE status = 'starting'"),
-	                 (long long)n);
+	ck_assert_int_eq(testdb_sum(&t,
+				    "SELECT count(*) FROM shardq.jobs r WHERE r.status = 'ready' "
+				    "AND r.task = 'a' AND r.priority > (SELECT min(priority) FROM "
+				    "shardq.jobs s WHERE s.status = 'starting' AND s.task = 'a')"),
+			 0);
+	ck_assert_int_eq(
+		testdb_sum(&t, "SELECT count(*) FROM shardq.jobs WHERE status = 'starting'"),
+		(long long)n);
 	sq_jobs_free(js, n);
 	testdb_close(&t);
 }
@@ -111,7 +118,8 @@ START_TEST(delay_tolerance_orders_and_schedule_waits)
 	js[0].delay_tolerance_ms = 10000;
 	js[1].type = "ord", js[1].key = "late-strict", js[1].run_at_us = now;
 	js[1].delay_tolerance_ms = 1000;
-	js[2].type = "ord", js[2].key = "future", js[2].delay_ms = 60000, js[2].delay_tolerance_ms = 0;
+	js[2].type = "ord", js[2].key = "future", js[2].delay_ms = 60000,
+	js[2].delay_tolerance_ms = 0;
 	OKE(sq_enqueue(t.client, js, 3, rs, &err));
 	sq_job *got;
 	ck_assert_uint_eq(claim_type(t.client, "w", "ord", 1, &got), 1);
@@ -148,7 +156,8 @@ static void *claim_loop(void *arg)
 		empty = n ? 0 : empty + 1;
 		for (size_t i = 0; i < n; i++) {
 			if (cl->n == cl->cap)
-				cl->ids = realloc(cl->ids, (cl->cap = cl->cap * 2 + 1024) * sizeof(int64_t));
+				cl->ids = realloc(cl->ids,
+						  (cl->cap = cl->cap * 2 + 1024) * sizeof(int64_t));
 			cl->ids[cl->n++] = js[i].id;
 			ck_assert_str_eq(js[i].worker, worker);
 		}
@@ -190,9 +199,10 @@ START_TEST(eight_claimers_each_job_once)
 		ck_assert_msg(all[i] != all[i - 1], "job %lld claimed twice", (long long)all[i]);
 	ck_assert_uint_eq(total, N);
 	/* the shards agree: every job starting, first attempt, one worker */
-	ck_assert_int_eq(testdb_sum(&t, "SELECT count(*) FROM shardq.jobs WHERE status = 'starting' "
-	                                "AND attempt = 1 AND worker LIKE 'w_'"),
-	                 N);
+	ck_assert_int_eq(testdb_sum(&t,
+				    "SELECT count(*) FROM shardq.jobs WHERE status = 'starting' "
+				    "AND attempt = 1 AND worker LIKE 'w_'"),
+			 N);
 	free(all);
 	testdb_close(&t);
 }

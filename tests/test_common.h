@@ -10,11 +10,11 @@
 #include <string.h>
 #include <time.h>
 
-#define OK(call)                                                   \
-	do {                                                           \
-		sq_error e_;                                               \
-		sq_status s_ = (call);                                     \
-		(void)e_;                                                  \
+#define OK(call)                                                                   \
+	do {                                                                       \
+		sq_error e_;                                                       \
+		sq_status s_ = (call);                                             \
+		(void)e_;                                                          \
 		ck_assert_msg(s_ == SQ_OK, "%s -> %s", #call, sq_status_name(s_)); \
 	} while (0)
 
@@ -38,8 +38,8 @@ static inline int run_suite(Suite *s)
 }
 
 /* Enqueues one job and returns its id. */
-static inline int64_t enqueue_one(sq_client *c, const char *type, const char *key, const char *params,
-                                  sq_enqueue_outcome *outcome)
+static inline int64_t enqueue_one(sq_client *c, const char *type, const char *key,
+				  const char *params, sq_enqueue_outcome *outcome)
 {
 	sq_job_spec j;
 	sq_enqueue_result r;
@@ -57,7 +57,7 @@ static inline int64_t enqueue_one(sq_client *c, const char *type, const char *ke
 
 /* Claims everything of one type up to limit for worker. */
 static inline size_t claim_type(sq_client *c, const char *worker, const char *type, int limit,
-                                sq_job **jobs)
+				sq_job **jobs)
 {
 	sq_claim_req rq = {type, limit};
 	size_t n;

@@ -3,9 +3,9 @@
 #include "test_common.h"
 
 static const char *types = "[type ign]\ndedup = ignore\n"
-                           "[type rep]\ndedup = replace\n"
-                           "[type mrg]\ndedup = merge\n"
-                           "[type rr]\ndedup = rerun\n";
+			   "[type rep]\ndedup = replace\n"
+			   "[type mrg]\ndedup = merge\n"
+			   "[type rr]\ndedup = rerun\n";
 
 static testdb t;
 
@@ -37,9 +37,9 @@ static long live_with_key(const char *key)
 {
 	char sql[256];
 	snprintf(sql, sizeof(sql),
-	         "SELECT count(*) FROM shardq.jobs WHERE active_uid = '%s' "
-	         "AND status IN ('ready','starting','running')",
-	         key);
+		 "SELECT count(*) FROM shardq.jobs WHERE active_uid = '%s' "
+		 "AND status IN ('ready','starting','running')",
+		 key);
 	return (long)testdb_sum(&t, sql);
 }
 
@@ -86,7 +86,8 @@ START_TEST(replace_while_ready_only)
 	sq_error err;
 	int64_t a = enqueue_one(t.client, "rep", "k2", "{\"v\":1}", &o);
 	memset(&js, 0, sizeof(js));
-	js.type = "rep", js.key = "k2", js.params = "{\"v\":2}", js.has_priority = 1, js.priority = 9;
+	js.type = "rep", js.key = "k2", js.params = "{\"v\":2}", js.has_priority = 1,
+	js.priority = 9;
 	js.delay_tolerance_ms = -1;
 	OKE(sq_enqueue(t.client, &js, 1, &r, &err));
 	ck_assert_int_eq(r.outcome, SQ_ENQ_REPLACED);
@@ -127,7 +128,8 @@ START_TEST(merge_params_while_ready)
 	memset(js, 0, sizeof(js));
 	const char *ps[3] = {"{\"n\":1}", "{\"m\":2}", "{\"n\":3}"};
 	for (int i = 0; i < 3; i++)
-		js[i].type = "mrg", js[i].key = "k4", js[i].params = ps[i], js[i].delay_tolerance_ms = -1;
+		js[i].type = "mrg", js[i].key = "k4", js[i].params = ps[i],
+		js[i].delay_tolerance_ms = -1;
 	OKE(sq_enqueue(t.client, js, 3, r, &err));
 	ck_assert_int_eq(r[0].outcome, SQ_ENQ_INSERTED);
 	ck_assert_int_eq(r[1].outcome, SQ_ENQ_MERGED);

@@ -23,9 +23,9 @@ START_TEST(unreachable_shard_is_named)
 	testdb_ports(ports, 16);
 	char ini[512];
 	snprintf(ini, sizeof(ini),
-	         "[shard s1]\ndsn = host=127.0.0.1 port=%d dbname=postgres user=postgres\n"
-	         "[shard s2]\ndsn = host=127.0.0.1 port=1 dbname=shardq user=postgres\n",
-	         ports[0]);
+		 "[shard s1]\ndsn = host=127.0.0.1 port=%d dbname=postgres user=postgres\n"
+		 "[shard s2]\ndsn = host=127.0.0.1 port=1 dbname=shardq user=postgres\n",
+		 ports[0]);
 	OKE(sq_config_parse(ini, "x.ini", &cfg, &err));
 	ck_assert_int_eq(sq_client_open(cfg, 0, &c, &err), SQ_ECONN);
 	ck_assert_ptr_nonnull(strstr(err.msg, "shard s2 (127.0.0.1:1)"));
@@ -44,7 +44,8 @@ START_TEST(not_initialised)
 	testdb_ports(ports, 16);
 	char ini[512];
 	snprintf(ini, sizeof(ini),
-	         "[shard s1]\ndsn = host=127.0.0.1 port=%d dbname=postgres user=postgres\n", ports[0]);
+		 "[shard s1]\ndsn = host=127.0.0.1 port=%d dbname=postgres user=postgres\n",
+		 ports[0]);
 	OKE(sq_config_parse(ini, "x.ini", &cfg, &err));
 	sq_status st = sq_client_open(cfg, 0, &c, &err);
 	ck_assert_msg(st == SQ_ESTATE || st == SQ_EDB, "got %s", sq_status_name(st));
@@ -178,7 +179,8 @@ START_TEST(cli_errors)
 	snprintf(jobs, sizeof(jobs), "/tmp/sqt-errors-%d.jsonl", (int)getpid());
 
 	/* a malformed config: every bad key with its line, exit 3 */
-	write_file(path, "[cluster]\npartitions = 3\n[shard s1]\nweight = x\n[type t]\nretries = 2\n");
+	write_file(path,
+		   "[cluster]\npartitions = 3\n[shard s1]\nweight = x\n[type t]\nretries = 2\n");
 	ck_assert_int_eq(run_cli(out, sizeof(out), "-c %s stats", path), 3);
 	ck_assert_ptr_nonnull(strstr(out, ":2: [cluster] partitions"));
 	ck_assert_ptr_nonnull(strstr(out, ":4: [shard s1] weight"));
@@ -188,7 +190,7 @@ START_TEST(cli_errors)
 	/* a good config; a job file with a bad third line writes nothing */
 	write_file(path, t.ini);
 	write_file(jobs, "{\"type\":\"t\",\"key\":\"a\"}\n{\"type\":\"t\",\"key\":\"b\"}\n"
-	                 "{\"type\":\"t\",\"params\":{\"x\":}\n{\"type\":\"t\"}\n");
+			 "{\"type\":\"t\",\"params\":{\"x\":}\n{\"type\":\"t\"}\n");
 	ck_assert_int_eq(run_cli(out, sizeof(out), "-c %s enqueue --file %s", path, jobs), 5);
 	ck_assert_ptr_nonnull(strstr(out, ":3: invalid JSON"));
 	ck_assert_ptr_nonnull(strstr(out, "nothing was enqueued"));
@@ -197,33 +199,35 @@ START_TEST(cli_errors)
 	ck_assert_int_eq(run_cli(out, sizeof(out), "-c %s enqueue --file %s", path, jobs), 5);
 	ck_assert_ptr_nonnull(strstr(out, ":2: unknown task type 'nosuch'"));
 	ck_assert_int_eq(jobs_now(&t), 0);
-	ck_assert_int_eq(run_cli(out, sizeof(out), "-c %s enqueue --type t --params '{x'", path), 5);
+	ck_assert_int_eq(run_cli(out, sizeof(out), "-c %s enqueue --type t --params '{x'", path),
+			 5);
 	ck_assert_ptr_nonnull(strstr(out, "not valid JSON"));
 	ck_assert_int_eq(jobs_now(&t), 0);
 
 	/* the whole path through the CLI: enqueue, claim, start, complete */
 	write_file(jobs, "{\"type\":\"t\",\"key\":\"a\",\"params\":{\"n\":1}}\n"
-	                 "{\"type\":\"t\",\"key\":\"b\"}\n{\"type\":\"t\",\"key\":\"a\"}\n");
+			 "{\"type\":\"t\",\"key\":\"b\"}\n{\"type\":\"t\",\"key\":\"a\"}\n");
 	ck_assert_int_eq(run_cli(out, sizeof(out), "-c %s enqueue --file %s", path, jobs), 0);
 	ck_assert_ptr_nonnull(strstr(out, "\"outcome\":\"duplicate\""));
 	ck_assert_int_eq(jobs_now(&t), 2);
 	ck_assert_int_eq(run_cli(out, sizeof(out),
-	                         "-c %s claim --types t:10 --worker cli > %s.claimed && "
-	                         "%s -c %s start --worker cli - < %s.claimed && "
-	                         "%s -c %s complete --worker cli - < %s.claimed",
-	                         path, jobs, getenv("SHARDQ_CLI"), path, jobs, getenv("SHARDQ_CLI"),
-	                         path, jobs),
-	                 0);
+				 "-c %s claim --types t:10 --worker cli > %s.claimed && "
+				 "%s -c %s start --worker cli - < %s.claimed && "
+				 "%s -c %s complete --worker cli - < %s.claimed",
+				 path, jobs, getenv("SHARDQ_CLI"), path, jobs, getenv("SHARDQ_CLI"),
+				 path, jobs),
+			 0);
 	ck_assert_int_eq(jobs_now(&t), 0);
 	/* completing again: lost, exit 6 */
-	ck_assert_int_eq(run_cli(out, sizeof(out), "-c %s complete --worker cli - < %s.claimed", path,
-	                         jobs),
-	                 6);
+	ck_assert_int_eq(
+		run_cli(out, sizeof(out), "-c %s complete --worker cli - < %s.claimed", path, jobs),
+		6);
 	ck_assert_ptr_nonnull(strstr(out, " lost"));
 
 	/* every command has --help; bad usage is exit 2 */
-	const char *cmds[] = {"init", "enqueue", "claim", "start", "heartbeat", "complete",
-	                      "fail", "release", "cancel", "get", "stats", "map", "demo"};
+	const char *cmds[] = {"init",     "enqueue", "claim",   "start",  "heartbeat",
+			      "complete", "fail",    "release", "cancel", "get",
+			      "stats",    "map",     "demo"};
 	for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
 		ck_assert_int_eq(run_cli(out, sizeof(out), "%s --help", cmds[i]), 0);
 		ck_assert_ptr_nonnull(strstr(out, "usage: shardq"));

@@ -37,8 +37,8 @@ static void clear(sq_job *j)
 }
 
 static sq_status one(sq_status (*fn)(sq_client *, const char *, const sq_job_ref *, size_t,
-                                     sq_status *, sq_error *),
-                     sq_client *c, const char *w, int64_t id, int att)
+				     sq_status *, sq_error *),
+		     sq_client *c, const char *w, int64_t id, int att)
 {
 	sq_job_ref r = {id, att};
 	sq_status st;
@@ -165,8 +165,9 @@ START_TEST(retry_with_backoff_then_failed)
 			/* linear backoff: attempt * 1s */
 			int64_t delay_ms = (j.schedule_time_us - before * 1000000) / 1000;
 			ck_assert_int_eq(j.status, SQ_READY);
-			ck_assert_msg(delay_ms >= round * 1000 - 1000 && delay_ms <= round * 1000 + 1000,
-			              "round %d: scheduled %lld ms later", round, (long long)delay_ms);
+			ck_assert_msg(
+				delay_ms >= round * 1000 - 1000 && delay_ms <= round * 1000 + 1000,
+				"round %d: scheduled %lld ms later", round, (long long)delay_ms);
 			/* not due yet: a claim now takes nothing */
 			ck_assert_int_eq(claim1(t.client, "w", "lin", &att), 0);
 		} else {
@@ -176,8 +177,8 @@ START_TEST(retry_with_backoff_then_failed)
 		clear(&j);
 	}
 	ck_assert_int_eq(testdb_sum(&t, "SELECT count(*) FROM shardq.jobs WHERE status = 'failed' "
-	                                "AND last_error = 'boom'"),
-	                 1);
+					"AND last_error = 'boom'"),
+			 1);
 	/* a failed job is not claimed again */
 	ck_assert_int_eq(claim1(t.client, "w", "lin", &att), 0);
 }
@@ -287,8 +288,8 @@ START_TEST(batched_mixed_results)
 	/* completed jobs left the hot table; this type keeps history */
 	ck_assert_int_eq(testdb_sum(&t, "SELECT count(*) FROM shardq.jobs"), 1);
 	ck_assert_int_eq(testdb_sum(&t, "SELECT count(*) FROM shardq.jobs_history "
-	                                "WHERE status = 'completed'"),
-	                 N - 1);
+					"WHERE status = 'completed'"),
+			 N - 1);
 	sq_jobs_free(cl, n);
 }
 END_TEST

@@ -20,7 +20,8 @@ START_TEST(random_keys_follow_map_shares)
 	srand(12345);
 	for (int done = 0; done < N; done += B) {
 		for (int i = 0; i < B; i++) {
-			snprintf(keys[i], 40, "k%08x%08x-%d", (unsigned)rand(), (unsigned)rand(), done + i);
+			snprintf(keys[i], 40, "k%08x%08x-%d", (unsigned)rand(), (unsigned)rand(),
+				 done + i);
 			memset(&js[i], 0, sizeof(js[i]));
 			js[i].type = "t";
 			js[i].key = keys[i];
@@ -46,16 +47,17 @@ START_TEST(random_keys_follow_map_shares)
 		double want = share * N;
 		ck_assert_int_eq(on_shard, landed[s]);
 		ck_assert_msg(on_shard > want * 0.95 && on_shard < want * 1.05,
-		              "shard %d holds %ld jobs, map share says %.0f (+-5%%)", s, on_shard, want);
+			      "shard %d holds %ld jobs, map share says %.0f (+-5%%)", s, on_shard,
+			      want);
 		total += on_shard;
 	}
 	ck_assert_int_eq(total, N);
 	/* each row sits in the partition its key hashes to, on an owned partition */
 	ck_assert_int_eq(testdb_sum(&t, "SELECT count(*) FROM shardq.jobs j LEFT JOIN "
-	                                "shardq.partition_state ps USING (partition) "
-	                                "WHERE ps.state IS DISTINCT FROM 'owned' "
-	                                "OR j.partition <> (j.id & 65535)"),
-	                 0);
+					"shardq.partition_state ps USING (partition) "
+					"WHERE ps.state IS DISTINCT FROM 'owned' "
+					"OR j.partition <> (j.id & 65535)"),
+			 0);
 	/* ids are unique across shards */
 	long long distinct = 0;
 	{
@@ -65,9 +67,11 @@ START_TEST(random_keys_follow_map_shares)
 		PQclear(PQexec(c0, "CREATE TEMP TABLE allids (id bigint)"));
 		for (int s = 0; s < ns; s++) {
 			PGconn *cs = testdb_pg(&t, s);
-			PGresult *r = PQexec(cs, "SELECT string_agg(id::text, ',') FROM shardq.jobs");
+			PGresult *r =
+				PQexec(cs, "SELECT string_agg(id::text, ',') FROM shardq.jobs");
 			char *sql = malloc(strlen(PQgetvalue(r, 0, 0)) + 64);
-			sprintf(sql, "INSERT INTO allids SELECT unnest('{%s}'::bigint[])", PQgetvalue(r, 0, 0));
+			sprintf(sql, "INSERT INTO allids SELECT unnest('{%s}'::bigint[])",
+				PQgetvalue(r, 0, 0));
 			PGresult *r2 = PQexec(c0, sql);
 			ck_assert_int_eq(PQresultStatus(r2), PGRES_COMMAND_OK);
 			PQclear(r2);
@@ -103,7 +107,8 @@ START_TEST(same_key_same_place)
 		int64_t b = enqueue_one(other, "t", key, NULL, &o);
 		ck_assert_int_eq(o, SQ_ENQ_DUPLICATE);
 		ck_assert_int_eq(a, b);
-		ck_assert_uint_eq(sq_partition_of_id(a), sq_partition_of_key(key, strlen(key), 1024));
+		ck_assert_uint_eq(sq_partition_of_id(a),
+				  sq_partition_of_key(key, strlen(key), 1024));
 	}
 	/* keyless jobs spread over shards too (partition from their own id) */
 	sq_job_spec js[4000];
@@ -117,7 +122,8 @@ START_TEST(same_key_same_place)
 	for (int i = 0; i < 4000; i++)
 		per[rs[i].shard]++;
 	for (int s = 0; s < t.nshards; s++)
-		ck_assert_msg(per[s] > 4000 / t.nshards * 0.8, "keyless jobs: shard %d got %ld", s, per[s]);
+		ck_assert_msg(per[s] > 4000 / t.nshards * 0.8, "keyless jobs: shard %d got %ld", s,
+			      per[s]);
 	sq_client_close(other);
 	testdb_close(&t);
 }

@@ -49,7 +49,8 @@ START_TEST(hrw_weights_and_minimal_moves)
 	const char *ids4[] = {"s1", "s2", "s3", "s4"};
 	const char *ids5[] = {"s1", "s2", "s3", "s4", "s5"};
 	double w4[] = {1, 1, 1, 1}, w5[] = {1, 1, 1, 1, 1}, wskew[] = {1, 1, 1, 2};
-	int *a = malloc(sizeof(int) * P), *b = malloc(sizeof(int) * P), *c = malloc(sizeof(int) * P);
+	int *a = malloc(sizeof(int) * P), *b = malloc(sizeof(int) * P),
+	    *c = malloc(sizeof(int) * P);
 	ck_assert_int_eq(sq_hrw_plan(P, 4, ids4, w4, a), 0);
 	for (int s = 0; s < 4; s++)
 		ck_assert_int_lt(abs(count_of(a, P, s) - P / 4), P / 4 / 10);
@@ -86,11 +87,11 @@ START_TEST(config_good)
 	sq_config *cfg;
 	sq_error err;
 	const char *ini = "[cluster]\npartitions = 1024\n"
-	                  "[connection]\nstatement_timeout = 10s\n"
-	                  "[shard a]\ndsn = host=x\nweight = 2.5\n"
-	                  "[shard b]\ndsn = host=y\n"
-	                  "[type email]\nbackoff = linear\nbackoff_base = 250ms\ndedup = rerun\n"
-	                  "history = true\nmax_attempts = 7\n";
+			  "[connection]\nstatement_timeout = 10s\n"
+			  "[shard a]\ndsn = host=x\nweight = 2.5\n"
+			  "[shard b]\ndsn = host=y\n"
+			  "[type email]\nbackoff = linear\nbackoff_base = 250ms\ndedup = rerun\n"
+			  "history = true\nmax_attempts = 7\n";
 	ck_assert_int_eq(sq_config_parse(ini, "good.ini", &cfg, &err), SQ_OK);
 	ck_assert_uint_eq(cfg->partitions, 1024);
 	ck_assert_int_eq(cfg->statement_timeout_ms, 10000);
@@ -115,24 +116,26 @@ START_TEST(config_every_bad_key_with_line)
 {
 	sq_config *cfg = (sq_config *)1;
 	sq_error err;
-	const char *ini = "[cluster]\n"                /* 1 */
-	                  "partitions = 1000\n"        /* 2: not a power of two */
-	                  "[shard s1]\n"               /* 3 */
-	                  "dsn = host=x\n"             /* 4 */
-	                  "weight = heavy\n"           /* 5: not a number */
-	                  "[type email]\n"             /* 6 */
-	                  "backoff = fibonacci\n"      /* 7: not a choice */
-	                  "starting_timeout = 30\n"    /* 8: no unit */
-	                  "colour = blue\n"            /* 9: unknown key */
-	                  "[typo]\n"                   /* 10 */
-	                  "x = 1\n"                    /* 11: unknown section */
-	                  "[shard s2]\n"               /* 12: no dsn */
-	                  "weight = 1\n";              /* 13 */
+	const char *ini = "[cluster]\n"             /* 1 */
+			  "partitions = 1000\n"     /* 2: not a power of two */
+			  "[shard s1]\n"            /* 3 */
+			  "dsn = host=x\n"          /* 4 */
+			  "weight = heavy\n"        /* 5: not a number */
+			  "[type email]\n"          /* 6 */
+			  "backoff = fibonacci\n"   /* 7: not a choice */
+			  "starting_timeout = 30\n" /* 8: no unit */
+			  "colour = blue\n"         /* 9: unknown key */
+			  "[typo]\n"                /* 10 */
+			  "x = 1\n"                 /* 11: unknown section */
+			  "[shard s2]\n"            /* 12: no dsn */
+			  "weight = 1\n";           /* 13 */
 	ck_assert_int_eq(sq_config_parse(ini, "bad.ini", &cfg, &err), SQ_ECONFIG);
 	ck_assert_ptr_null(cfg);
 	ck_assert_ptr_nonnull(strstr(err.msg, "bad.ini:5: [shard s1] weight: expected a number"));
-	ck_assert_ptr_nonnull(strstr(err.msg, "bad.ini:7: [type email] backoff: 'fibonacci' is not one of"));
-	ck_assert_ptr_nonnull(strstr(err.msg, "bad.ini:8: [type email] starting_timeout: expected a duration"));
+	ck_assert_ptr_nonnull(
+		strstr(err.msg, "bad.ini:7: [type email] backoff: 'fibonacci' is not one of"));
+	ck_assert_ptr_nonnull(
+		strstr(err.msg, "bad.ini:8: [type email] starting_timeout: expected a duration"));
 	ck_assert_ptr_nonnull(strstr(err.msg, "bad.ini:9: [type email] colour: unknown key"));
 	ck_assert_ptr_nonnull(strstr(err.msg, "bad.ini:11: [typo] x: unknown section"));
 	ck_assert_ptr_nonnull(strstr(err.msg, "bad.ini:12: [shard s2] dsn: missing"));
@@ -159,7 +162,8 @@ START_TEST(config_no_shard)
 {
 	sq_config *cfg;
 	sq_error err;
-	ck_assert_int_eq(sq_config_parse("[cluster]\npartitions = 64\n", "x.ini", &cfg, &err), SQ_ECONFIG);
+	ck_assert_int_eq(sq_config_parse("[cluster]\npartitions = 64\n", "x.ini", &cfg, &err),
+			 SQ_ECONFIG);
 	ck_assert_ptr_nonnull(strstr(err.msg, "no shard configured"));
 }
 END_TEST
@@ -172,13 +176,14 @@ static int json_ok(const char *s)
 START_TEST(json_validator)
 {
 	ck_assert(json_ok("{}"));
-	ck_assert(json_ok(" {\"a\": [1, -2.5e3, true, false, null, {\"b\": \"\\u00e9\\ud83d\\ude00\"}]} "));
+	ck_assert(json_ok(
+		" {\"a\": [1, -2.5e3, true, false, null, {\"b\": \"\\u00e9\\ud83d\\ude00\"}]} "));
 	ck_assert(json_ok("{\"k\":\"caf\xc3\xa9\"}"));
 	ck_assert(!json_ok(""));
-	ck_assert(!json_ok("[1,2]"));        /* not an object */
-	ck_assert(!json_ok("{\"a\":1,}"));   /* trailing comma */
-	ck_assert(!json_ok("{\"a\":01}"));   /* leading zero: trailing chars */
-	ck_assert(!json_ok("{a:1}"));        /* unquoted key */
+	ck_assert(!json_ok("[1,2]"));      /* not an object */
+	ck_assert(!json_ok("{\"a\":1,}")); /* trailing comma */
+	ck_assert(!json_ok("{\"a\":01}")); /* leading zero: trailing chars */
+	ck_assert(!json_ok("{a:1}"));      /* unquoted key */
 	ck_assert(!json_ok("{\"a\":\"\\u0000\"}"));
 	ck_assert(!json_ok("{\"a\":\"\\ud800\"}"));
 	ck_assert(!json_ok("{\"a\":\"\xff\"}"));

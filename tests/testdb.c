@@ -12,7 +12,8 @@ int testdb_ports(int *ports, int max)
 	char buf[256];
 	int n = 0;
 	snprintf(buf, sizeof(buf), "%s", env && *env ? env : "55431,55432,55433,55434");
-	for (char *save = NULL, *t = strtok_r(buf, ",", &save); t && n < max; t = strtok_r(NULL, ",", &save))
+	for (char *save = NULL, *t = strtok_r(buf, ",", &save); t && n < max;
+	     t = strtok_r(NULL, ",", &save))
 		ports[n++] = atoi(t);
 	return n;
 }
@@ -23,9 +24,10 @@ static PGconn *connect_db(int port, const char *db)
 	snprintf(dsn, sizeof(dsn), "host=127.0.0.1 port=%d dbname=%s user=postgres", port, db);
 	PGconn *c = PQconnectdb(dsn);
 	if (PQstatus(c) != CONNECTION_OK)
-		ck_abort_msg("cannot connect to the test shard on port %d (%s): %s; start the shards "
-		             "with scripts/shards start",
-		             port, db, PQerrorMessage(c));
+		ck_abort_msg(
+			"cannot connect to the test shard on port %d (%s): %s; start the shards "
+			"with scripts/shards start",
+			port, db, PQerrorMessage(c));
 	return c;
 }
 
@@ -61,9 +63,10 @@ void testdb_open(testdb *t, const char *db, int nshards, unsigned partitions, co
 	t->ini = malloc(cap);
 	int k = snprintf(t->ini, cap, "[cluster]\npartitions = %u\n\n", partitions);
 	for (int i = 0; i < nshards; i++)
-		k += snprintf(t->ini + k, cap - (size_t)k,
-		              "[shard s%d]\ndsn = host=127.0.0.1 port=%d dbname=%s user=postgres\n\n",
-		              i + 1, t->ports[i], db);
+		k += snprintf(
+			t->ini + k, cap - (size_t)k,
+			"[shard s%d]\ndsn = host=127.0.0.1 port=%d dbname=%s user=postgres\n\n",
+			i + 1, t->ports[i], db);
 	snprintf(t->ini + k, cap - (size_t)k, "%s", extra ? extra : "");
 	if (sq_config_parse(t->ini, db, &t->cfg, &err) != SQ_OK)
 		ck_abort_msg("test config: %s", err.msg);

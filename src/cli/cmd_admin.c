@@ -6,9 +6,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define COMMON_OPTS                                   \
-	{"config", required_argument, NULL, 'c'},         \
-	{"help", no_argument, NULL, 'h'}
+#define COMMON_OPTS                               \
+	{"config", required_argument, NULL, 'c'}, \
+	{                                         \
+		"help", no_argument, NULL, 'h'    \
+	}
 
 int cmd_init(cli *x, int argc, char **argv)
 {
@@ -20,10 +22,14 @@ int cmd_init(cli *x, int argc, char **argv)
 		case 'c': x->config_path = optarg; break;
 		case 'h':
 			printf("usage: shardq [-c FILE] init\n\n"
-			       "Creates or upgrades the shardq schema on every shard and in the meta\n"
-			       "database. On the first run it plans the partition map with weighted\n"
-			       "rendezvous hashing over the configured shards. Safe to run again; refused\n"
-			       "if the cluster was made with another partition count, or a database\n"
+			       "Creates or upgrades the shardq schema on every shard and in the "
+			       "meta\n"
+			       "database. On the first run it plans the partition map with "
+			       "weighted\n"
+			       "rendezvous hashing over the configured shards. Safe to run again; "
+			       "refused\n"
+			       "if the cluster was made with another partition count, or a "
+			       "database\n"
 			       "belongs to another shard.\n");
 			return EX_OK;
 		default: return EX_USAGE;
@@ -53,7 +59,8 @@ static void fmt_age(char *out, size_t len, int64_t ms)
 
 int cmd_stats(cli *x, int argc, char **argv)
 {
-	static const struct option opts[] = {COMMON_OPTS, {"json", no_argument, NULL, 'j'}, {NULL, 0, NULL, 0}};
+	static const struct option opts[] = {
+		COMMON_OPTS, {"json", no_argument, NULL, 'j'}, {NULL, 0, NULL, 0}};
 	sq_error err;
 	sq_stats *st;
 	int c, rc;
@@ -63,7 +70,8 @@ int cmd_stats(cli *x, int argc, char **argv)
 		case 'j': x->json = 1; break;
 		case 'h':
 			printf("usage: shardq [-c FILE] stats [--json]\n\n"
-			       "Per shard and task type: jobs per status, the age of the oldest due ready\n"
+			       "Per shard and task type: jobs per status, the age of the oldest "
+			       "due ready\n"
 			       "job, leases expired; per shard: partitions owned and moving.\n"
 			       "  --json   one JSON document instead of the table\n");
 			return EX_OK;
@@ -88,8 +96,10 @@ int cmd_stats(cli *x, int argc, char **argv)
 					continue;
 				printf("%s{\"type\":\"%s\"", first ? "" : ",", r->type);
 				for (int k = 0; k < 6; k++)
-					printf(",\"%s\":%" PRId64, sq_job_status_name((sq_job_status)k), r->count[k]);
-				printf(",\"oldest_ready_age_ms\":%" PRId64 ",\"expired_leases\":%" PRId64 "}",
+					printf(",\"%s\":%" PRId64,
+					       sq_job_status_name((sq_job_status)k), r->count[k]);
+				printf(",\"oldest_ready_age_ms\":%" PRId64
+				       ",\"expired_leases\":%" PRId64 "}",
 				       r->oldest_ready_age_ms, r->expired_leases);
 				first = 0;
 			}
@@ -99,15 +109,17 @@ int cmd_stats(cli *x, int argc, char **argv)
 	} else {
 		int64_t tot[6] = {0};
 		printf("%-8s %-16s %9s %9s %9s %9s %9s %9s %8s %7s\n", "SHARD", "TYPE", "READY",
-		       "STARTING", "RUNNING", "DONE(h)", "FAILED", "CANCELLED", "OLDEST", "EXPIRED");
+		       "STARTING", "RUNNING", "DONE(h)", "FAILED", "CANCELLED", "OLDEST",
+		       "EXPIRED");
 		for (size_t i = 0; i < st->nrows; i++) {
 			sq_stats_row *r = &st->rows[i];
 			char age[16];
 			fmt_age(age, sizeof(age), r->oldest_ready_age_ms);
-			printf("%-8s %-16s %9" PRId64 " %9" PRId64 " %9" PRId64 " %9" PRId64 " %9" PRId64
-			       " %9" PRId64 " %8s %7" PRId64 "\n",
-			       sq_config_shard_id(x->cfg, r->shard), r->type, r->count[0], r->count[1],
-			       r->count[2], r->count[3], r->count[4], r->count[5], age, r->expired_leases);
+			printf("%-8s %-16s %9" PRId64 " %9" PRId64 " %9" PRId64 " %9" PRId64
+			       " %9" PRId64 " %9" PRId64 " %8s %7" PRId64 "\n",
+			       sq_config_shard_id(x->cfg, r->shard), r->type, r->count[0],
+			       r->count[1], r->count[2], r->count[3], r->count[4], r->count[5], age,
+			       r->expired_leases);
 			for (int k = 0; k < 6; k++)
 				tot[k] += r->count[k];
 		}
@@ -116,9 +128,11 @@ int cmd_stats(cli *x, int argc, char **argv)
 		       "total", "", tot[0], tot[1], tot[2], tot[3], tot[4], tot[5]);
 		printf("\npartitions (map version %" PRId64 "):", st->map_version);
 		for (int s = 0; s < st->nshards; s++)
-			printf(" %s=%" PRId64 "%s", sq_config_shard_id(x->cfg, s), st->partitions_owned[s],
+			printf(" %s=%" PRId64 "%s", sq_config_shard_id(x->cfg, s),
+			       st->partitions_owned[s],
 			       st->partitions_moving[s] ? " (moving)" : "");
-		printf("\nDONE(h) counts completed jobs kept in history (types with history = true).\n");
+		printf("\nDONE(h) counts completed jobs kept in history (types with history = "
+		       "true).\n");
 	}
 	sq_stats_free(st);
 	return EX_OK;
@@ -126,7 +140,8 @@ int cmd_stats(cli *x, int argc, char **argv)
 
 int cmd_map(cli *x, int argc, char **argv)
 {
-	static const struct option opts[] = {COMMON_OPTS, {"json", no_argument, NULL, 'j'}, {NULL, 0, NULL, 0}};
+	static const struct option opts[] = {
+		COMMON_OPTS, {"json", no_argument, NULL, 'j'}, {NULL, 0, NULL, 0}};
 	int c, rc;
 	while ((c = getopt_long(argc, argv, "c:hj", opts, NULL)) != -1) {
 		switch (c) {
@@ -134,7 +149,8 @@ int cmd_map(cli *x, int argc, char **argv)
 		case 'j': x->json = 1; break;
 		case 'h':
 			printf("usage: shardq [-c FILE] map [--json]\n\n"
-			       "Partitions per shard by the meta database's map, and its version.\n");
+			       "Partitions per shard by the meta database's map, and its "
+			       "version.\n");
 			return EX_OK;
 		default: return EX_USAGE;
 		}
@@ -150,10 +166,12 @@ int cmd_map(cli *x, int argc, char **argv)
 		printf("{\"version\":%" PRId64 ",\"partitions\":%u,\"shards\":{",
 		       sq_client_map_version(x->client), parts);
 		for (int s = 0; s < n; s++)
-			printf("%s\"%s\":%ld", s ? "," : "", sq_config_shard_id(x->cfg, s), count[s]);
+			printf("%s\"%s\":%ld", s ? "," : "", sq_config_shard_id(x->cfg, s),
+			       count[s]);
 		printf("}}\n");
 	} else {
-		printf("map version %" PRId64 ", %u partitions\n", sq_client_map_version(x->client), parts);
+		printf("map version %" PRId64 ", %u partitions\n", sq_client_map_version(x->client),
+		       parts);
 		for (int s = 0; s < n; s++)
 			printf("  %-12s %6ld  %5.1f%%\n", sq_config_shard_id(x->cfg, s), count[s],
 			       100.0 * (double)count[s] / parts);

@@ -11,19 +11,21 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define COMMON_OPTS                           \
+#define COMMON_OPTS                               \
 	{"config", required_argument, NULL, 'c'}, \
-	{"help", no_argument, NULL, 'h'}
+	{                                         \
+		"help", no_argument, NULL, 'h'    \
+	}
 
 static int parse_int(const char *cmd, const char *what, const char *s, long long lo, long long hi,
-                     long long *out)
+		     long long *out)
 {
 	char *end;
 	errno = 0;
 	long long v = strtoll(s, &end, 10);
 	if (end == s || *end || errno || v < lo || v > hi) {
-		fprintf(stderr, "shardq %s: %s '%s' must be an integer in [%lld, %lld]\n", cmd, what, s,
-		        lo, hi);
+		fprintf(stderr, "shardq %s: %s '%s' must be an integer in [%lld, %lld]\n", cmd,
+			what, s, lo, hi);
 		return -1;
 	}
 	*out = v;
@@ -34,8 +36,9 @@ static int parse_dur(const char *cmd, const char *what, const char *s, int64_t *
 {
 	int64_t ms = sq_parse_duration_ms(s);
 	if (ms < 0) {
-		fprintf(stderr, "shardq %s: %s '%s' is not a duration; use e.g. 500ms, 30s, 5m, 1h\n",
-		        cmd, what, s);
+		fprintf(stderr,
+			"shardq %s: %s '%s' is not a duration; use e.g. 500ms, 30s, 5m, 1h\n", cmd,
+			what, s);
 		return -1;
 	}
 	*out = ms;
@@ -81,29 +84,34 @@ static const char *parse_line(const sq_config *cfg, json_t *o, line_job *lj, cha
 		else if (!strcmp(k, "params") && json_is_object(v))
 			lj->params = json_dumps(v, JSON_COMPACT);
 		else if (!strcmp(k, "priority") && json_is_integer(v))
-			lj->spec.has_priority = 1, lj->spec.priority = (int32_t)json_integer_value(v);
+			lj->spec.has_priority = 1,
+			lj->spec.priority = (int32_t)json_integer_value(v);
 		else if (!strcmp(k, "delay_ms") && json_is_integer(v) && json_integer_value(v) >= 0)
 			lj->spec.delay_ms = json_integer_value(v);
 		else if (!strcmp(k, "run_at_us") && json_is_integer(v) && json_integer_value(v) > 0)
 			lj->spec.run_at_us = json_integer_value(v);
-		else if (!strcmp(k, "delay_tolerance_ms") && json_is_integer(v) && json_integer_value(v) >= 0)
+		else if (!strcmp(k, "delay_tolerance_ms") && json_is_integer(v) &&
+			 json_integer_value(v) >= 0)
 			lj->spec.delay_tolerance_ms = json_integer_value(v);
-		else if (!strcmp(k, "max_attempts") && json_is_integer(v) && json_integer_value(v) > 0 &&
-		         json_integer_value(v) < 1000000)
+		else if (!strcmp(k, "max_attempts") && json_is_integer(v) &&
+			 json_integer_value(v) > 0 && json_integer_value(v) < 1000000)
 			lj->spec.max_attempts = (int32_t)json_integer_value(v);
 		else {
 			snprintf(why, len,
-			         "field \"%s\" is unknown or of the wrong kind (known: type, key, params "
-			         "(object), priority, delay_ms, run_at_us, delay_tolerance_ms, max_attempts)",
-			         k);
+				 "field \"%s\" is unknown or of the wrong kind (known: type, key, "
+				 "params "
+				 "(object), priority, delay_ms, run_at_us, delay_tolerance_ms, "
+				 "max_attempts)",
+				 k);
 			return why;
 		}
 	}
 	if (!lj->type)
 		return "\"type\" (a string) is required";
 	if (!sq_config_type(cfg, lj->type)) {
-		snprintf(why, len, "unknown task type '%.64s'; add a [type %.64s] section to the config",
-		         lj->type, lj->type);
+		snprintf(why, len,
+			 "unknown task type '%.64s'; add a [type %.64s] section to the config",
+			 lj->type, lj->type);
 		return why;
 	}
 	if (lj->key && (strlen(lj->key) > SQ_MAX_KEY_LEN || !*lj->key)) {
@@ -145,9 +153,10 @@ static int read_job_file(cli *x, const char *path, line_job **out, size_t *nout)
 			continue;
 		json_t *o = json_loadb(line, (size_t)got, JSON_REJECT_DUPLICATES, &je);
 		if (!o) {
-			fprintf(stderr, "shardq enqueue: %s:%ld: invalid JSON: %s (column %d); nothing was "
-			                "enqueued\n",
-			        path, lineno, je.text, je.column);
+			fprintf(stderr,
+				"shardq enqueue: %s:%ld: invalid JSON: %s (column %d); nothing was "
+				"enqueued\n",
+				path, lineno, je.text, je.column);
 			goto fail;
 		}
 		if (n == cap)
@@ -156,7 +165,8 @@ static int read_job_file(cli *x, const char *path, line_job **out, size_t *nout)
 		json_decref(o);
 		n++;
 		if (bad) {
-			fprintf(stderr, "shardq enqueue: %s:%ld: %s; nothing was enqueued\n", path, lineno, bad);
+			fprintf(stderr, "shardq enqueue: %s:%ld: %s; nothing was enqueued\n", path,
+				lineno, bad);
 			goto fail;
 		}
 	}
@@ -227,16 +237,29 @@ int cmd_enqueue(cli *x, int argc, char **argv)
 			break;
 		case 'q': quiet = 1; break;
 		case 'h':
-			printf("usage: shardq [-c FILE] enqueue --type T [--key K] [--params JSON]\n"
-			       "                [--priority N] [--delay D] [--tolerance D] [--max-attempts N]\n"
+			printf("usage: shardq [-c FILE] enqueue --type T [--key K] [--params "
+			       "JSON]\n"
+			       "                [--priority N] [--delay D] [--tolerance D] "
+			       "[--max-attempts N]\n"
 			       "       shardq [-c FILE] enqueue --file F [--batch N] [--quiet]\n\n"
-			       "Adds one job, or every job of F (one JSON object per line; - for stdin):\n"
-			       "  {\"type\":\"email\",\"key\":\"user:42\",\"params\":{...},\"priority\":0,\n"
-			       "   \"delay_ms\":0,\"run_at_us\":0,\"delay_tolerance_ms\":1000,\"max_attempts\":5}\n"
-			       "The whole file is checked before anything is written; a bad line is\n"
-			       "reported with its number and nothing is enqueued. Jobs go in batches of N\n"
-			       "(default 1000): one statement per shard per batch, all shards at once.\n"
-			       "Prints one JSON line per job: {\"id\":...,\"outcome\":...,\"shard\":...}\n"
+			       "Adds one job, or every job of F (one JSON object per line; - for "
+			       "stdin):\n"
+			       "  "
+			       "{\"type\":\"email\",\"key\":\"user:42\",\"params\":{...},"
+			       "\"priority\":"
+			       "0,\n"
+			       "   "
+			       "\"delay_ms\":0,\"run_at_us\":0,\"delay_tolerance_ms\":1000,\"max_"
+			       "attempts\":5}\n"
+			       "The whole file is checked before anything is written; a bad line "
+			       "is\n"
+			       "reported with its number and nothing is enqueued. Jobs go in "
+			       "batches "
+			       "of N\n"
+			       "(default 1000): one statement per shard per batch, all shards at "
+			       "once.\n"
+			       "Prints one JSON line per job: "
+			       "{\"id\":...,\"outcome\":...,\"shard\":...}\n"
 			       "(outcomes: inserted, duplicate, replaced, merged, rerun).\n"
 			       "Durations: 500ms, 30s, 5m, 1h.\n");
 			return EX_OK;
@@ -244,7 +267,8 @@ int cmd_enqueue(cli *x, int argc, char **argv)
 		}
 	}
 	if (!file && !one.type) {
-		fprintf(stderr, "shardq enqueue: give --type (one job) or --file (a batch); see --help\n");
+		fprintf(stderr,
+			"shardq enqueue: give --type (one job) or --file (a batch); see --help\n");
 		return EX_USAGE;
 	}
 	if (file && one.type) {
@@ -268,13 +292,16 @@ int cmd_enqueue(cli *x, int argc, char **argv)
 		sq_error err;
 		if (sq_enqueue(x->client, specs + done, k, res + done, &err) != SQ_OK) {
 			rc = cli_fail("enqueue", &err);
-			fprintf(stderr, "shardq enqueue: %zu of %zu jobs were enqueued before the error%s\n",
-			        done, n, file ? " (lines before that batch)" : "");
+			fprintf(stderr,
+				"shardq enqueue: %zu of %zu jobs were enqueued before the "
+				"error%s\n",
+				done, n, file ? " (lines before that batch)" : "");
 			break;
 		}
 		for (size_t i = done; !quiet && i < done + k; i++)
-			printf("{\"id\":%" PRId64 ",\"outcome\":\"%s\",\"shard\":\"%s\"}\n", res[i].id,
-			       sq_enqueue_outcome_name(res[i].outcome), sq_config_shard_id(x->cfg, res[i].shard));
+			printf("{\"id\":%" PRId64 ",\"outcome\":\"%s\",\"shard\":\"%s\"}\n",
+			       res[i].id, sq_enqueue_outcome_name(res[i].outcome),
+			       sq_config_shard_id(x->cfg, res[i].shard));
 		done += k;
 	}
 	if (quiet && rc == EX_OK)
@@ -306,10 +333,14 @@ int cmd_claim(cli *x, int argc, char **argv)
 		case 't': types = optarg; break;
 		case 'w': worker = optarg; break;
 		case 'h':
-			printf("usage: shardq [-c FILE] claim --types TYPE:LIMIT[,TYPE:LIMIT...] --worker W\n\n"
-			       "Claims due ready jobs (and jobs whose lease expired) of each type, up to\n"
-			       "its limit, from all shards at once, one statement per shard. They become\n"
-			       "'starting' with the type's starting lease. Prints one JSON line per job,\n"
+			printf("usage: shardq [-c FILE] claim --types TYPE:LIMIT[,TYPE:LIMIT...] "
+			       "--worker W\n\n"
+			       "Claims due ready jobs (and jobs whose lease expired) of each type, "
+			       "up to\n"
+			       "its limit, from all shards at once, one statement per shard. They "
+			       "become\n"
+			       "'starting' with the type's starting lease. Prints one JSON line "
+			       "per job,\n"
 			       "ordered by priority, then delay tolerance. Pass the output to\n"
 			       "`shardq start --worker W -` to start them.\n");
 			return EX_OK;
@@ -321,11 +352,13 @@ int cmd_claim(cli *x, int argc, char **argv)
 		return EX_USAGE;
 	}
 	names = strdup(types);
-	for (char *save = NULL, *tok = strtok_r(names, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+	for (char *save = NULL, *tok = strtok_r(names, ",", &save); tok;
+	     tok = strtok_r(NULL, ",", &save)) {
 		char *colon = strrchr(tok, ':');
 		long long lim;
 		if (!colon || nreqs == SQ_MAX_TYPES) {
-			fprintf(stderr, "shardq claim: '%s' must be TYPE:LIMIT, e.g. email:10\n", tok);
+			fprintf(stderr, "shardq claim: '%s' must be TYPE:LIMIT, e.g. email:10\n",
+				tok);
 			free(names);
 			return EX_USAGE;
 		}
@@ -356,7 +389,7 @@ int cmd_claim(cli *x, int argc, char **argv)
 /* ---- fenced transitions --------------------------------------------------- */
 
 typedef sq_status (*fenced_fn)(sq_client *, const char *, const sq_job_ref *, size_t, sq_status *,
-                               sq_error *);
+			       sq_error *);
 
 static int fenced_cmd(cli *x, const char *cmd, fenced_fn fn, int is_fail, int argc, char **argv)
 {
@@ -378,19 +411,25 @@ static int fenced_cmd(cli *x, const char *cmd, fenced_fn fn, int is_fail, int ar
 		case 'h':
 			printf("usage: shardq [-c FILE] %s --worker W%s ID:ATTEMPT... | -\n\n", cmd,
 			       is_fail ? " [--error TEXT] [--permanent]" : "");
-			printf("Fenced by (id, attempt, worker): a job whose row no longer matches is\n"
-			       "reported 'lost' and left alone (exit code 6). Jobs are named ID:ATTEMPT, or\n"
-			       "read as JSON lines (as printed by shardq claim) from stdin with '-'.\n");
+			printf("Fenced by (id, attempt, worker): a job whose row no longer matches "
+			       "is\n"
+			       "reported 'lost' and left alone (exit code 6). Jobs are named "
+			       "ID:ATTEMPT, or\n"
+			       "read as JSON lines (as printed by shardq claim) from stdin with "
+			       "'-'.\n");
 			if (is_fail)
-				printf("A failed job is retried with its type's backoff while attempts remain,\n"
+				printf("A failed job is retried with its type's backoff while "
+				       "attempts remain,\n"
 				       "else it is marked failed; --permanent fails it at once.\n");
 			return EX_OK;
 		default: return EX_USAGE;
 		}
 	}
 	if (!worker || optind >= argc) {
-		fprintf(stderr, "shardq %s: --worker and at least one ID:ATTEMPT are required; see --help\n",
-		        cmd);
+		fprintf(stderr,
+			"shardq %s: --worker and at least one ID:ATTEMPT are required; see "
+			"--help\n",
+			cmd);
 		return EX_USAGE;
 	}
 	if (!is_fail && (error || permanent)) {
@@ -469,8 +508,10 @@ int cmd_cancel(cli *x, int argc, char **argv)
 		case 'h':
 			printf("usage: shardq [-c FILE] cancel ID...\n"
 			       "       shardq [-c FILE] cancel --type T --key K\n\n"
-			       "Cancels live (ready, starting or running) jobs. A running job's worker\n"
-			       "then gets 'lost' when it completes. Exit 7 if a job was not live.\n");
+			       "Cancels live (ready, starting or running) jobs. A running job's "
+			       "worker\n"
+			       "then gets 'lost' when it completes. Exit 7 if a job was not "
+			       "live.\n");
 			return EX_OK;
 		default: return EX_USAGE;
 		}
@@ -525,7 +566,8 @@ int cmd_get(cli *x, int argc, char **argv)
 		switch (c) {
 		case 'c': x->config_path = optarg; break;
 		case 'h':
-			printf("usage: shardq [-c FILE] get ID\n\nPrints the job as one JSON line.\n");
+			printf("usage: shardq [-c FILE] get ID\n\nPrints the job as one JSON "
+			       "line.\n");
 			return EX_OK;
 		default: return EX_USAGE;
 		}

@@ -35,10 +35,15 @@ int cmd_demo(cli *x, int argc, char **argv)
 		case 'l': claim = atol(optarg); break;
 		case 'h':
 			printf("usage: shardq [-c FILE] demo [--jobs N] [--batch N] [--claim N]\n\n"
-			       "Enqueues N jobs (default 100000) of the first three configured task types\n"
-			       "with random keys, in batches (default 1000), then claims them with\n"
-			       "multi-type claims of up to --claim jobs (default 1000, shared by the\n"
-			       "types), starts and completes them, and prints the stats and the rates.\n");
+			       "Enqueues N jobs (default 100000) of the first three configured "
+			       "task "
+			       "types\n"
+			       "with random keys, in batches (default 1000), then claims them "
+			       "with\n"
+			       "multi-type claims of up to --claim jobs (default 1000, shared by "
+			       "the\n"
+			       "types), starts and completes them, and prints the stats and the "
+			       "rates.\n");
 			return EX_OK;
 		default: return EX_USAGE;
 		}
@@ -58,7 +63,7 @@ int cmd_demo(cli *x, int argc, char **argv)
 	long *per_shard = calloc((size_t)nshards, sizeof(long));
 	sq_job_spec *specs = calloc((size_t)batch, sizeof(*specs));
 	sq_enqueue_result *res = calloc((size_t)batch, sizeof(*res));
-	char (*keys)[48] = calloc((size_t)batch, 48);
+	char(*keys)[48] = calloc((size_t)batch, 48);
 	char worker[64];
 	sq_error err;
 	unsigned run = (unsigned)time(NULL) ^ ((unsigned)getpid() << 16);

@@ -35,17 +35,17 @@ static const struct {
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: shardq [-c FILE] COMMAND [OPTIONS]\n\n"
-	           "A job queue spread over many PostgreSQL shards.\n\n"
-	           "Commands:\n");
+		   "A job queue spread over many PostgreSQL shards.\n\n"
+		   "Commands:\n");
 	for (size_t i = 0; i < NCOMMANDS; i++)
 		fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
 	fprintf(f, "\nOptions:\n"
-	           "  -c, --config FILE  the config (default: $SHARDQ_CONFIG, else ./shardq.ini)\n"
-	           "  -h, --help         this text; `shardq COMMAND --help` for a command\n\n"
-	           "Exit codes:\n"
-	           "  0 ok            1 other failure    2 bad command line  3 invalid config\n"
-	           "  4 unreachable   5 invalid input    6 lease lost        7 not found\n"
-	           "  8 cluster state 9 database error  10 partition moving or moved\n");
+		   "  -c, --config FILE  the config (default: $SHARDQ_CONFIG, else ./shardq.ini)\n"
+		   "  -h, --help         this text; `shardq COMMAND --help` for a command\n\n"
+		   "Exit codes:\n"
+		   "  0 ok            1 other failure    2 bad command line  3 invalid config\n"
+		   "  4 unreachable   5 invalid input    6 lease lost        7 not found\n"
+		   "  8 cluster state 9 database error  10 partition moving or moved\n");
 }
 
 int cli_exit_code(sq_status st)
@@ -134,9 +134,11 @@ long cli_read_refs(const char *cmd, int argc, char **argv, sq_job_ref **out)
 				json_t *att = o ? json_object_get(o, "attempt") : NULL;
 				if (!json_is_integer(id) || !json_is_integer(att)) {
 					fprintf(stderr,
-					        "shardq %s: stdin line %ld: expected a JSON object with integer "
-					        "\"id\" and \"attempt\" (as printed by shardq claim)\n",
-					        cmd, lineno);
+						"shardq %s: stdin line %ld: expected a JSON object "
+						"with integer "
+						"\"id\" and \"attempt\" (as printed by shardq "
+						"claim)\n",
+						cmd, lineno);
 					json_decref(o);
 					free(refs);
 					return -1;
@@ -153,9 +155,10 @@ long cli_read_refs(const char *cmd, int argc, char **argv, sq_job_ref **out)
 		if (n == cap)
 			refs = realloc(refs, (cap *= 2) * sizeof(*refs));
 		if (cli_parse_ref(argv[i], &refs[n])) {
-			fprintf(stderr, "shardq %s: '%s' is not a job reference; expected ID:ATTEMPT "
-			                "(as printed by shardq claim), or - for JSON lines on stdin\n",
-			        cmd, argv[i]);
+			fprintf(stderr,
+				"shardq %s: '%s' is not a job reference; expected ID:ATTEMPT "
+				"(as printed by shardq claim), or - for JSON lines on stdin\n",
+				cmd, argv[i]);
 			free(refs);
 			return -1;
 		}
@@ -191,7 +194,7 @@ void cli_print_job_json(FILE *f, const sq_job *j, const sq_config *cfg)
 	else
 		sq_buf_puts(&b, "null");
 	sq_buf_printf(&b, ",\"status\":\"%s\",\"priority\":%d,\"max_attempts\":%d,\"shard\":",
-	              sq_job_status_name(j->status), j->priority, j->max_attempts);
+		      sq_job_status_name(j->status), j->priority, j->max_attempts);
 	sq_json_put_string(&b, sq_config_shard_id(cfg, j->shard));
 	sq_buf_puts(&b, ",\"worker\":");
 	if (j->worker)
