@@ -200,10 +200,13 @@ typedef struct sq_claim_req {
  * Claims up to reqs[i].limit jobs of each type for `worker`, from all shards
  * concurrently, one statement per shard. Due ready jobs and jobs whose lease
  * expired are taken; they become `starting` with the type's starting lease.
- * Each type's limit is shared among shards by their recent yield.
+ * Each type's limit is shared among shards by their recent yield; when that
+ * round comes back short, one more round asks the shards that were not asked
+ * or gave all they were asked.
  * The result is ordered by priority DESC, COALESCE(delay_tolerance_time,
  * schedule_time) ASC, id ASC. *jobs is freed with sq_jobs_free(); it is NULL
- * when *njobs is 0.
+ * when *njobs is 0. If a shard fails, the jobs claimed on the others are
+ * still returned in *jobs (free them) along with the error.
  */
 SQ_MUST_CHECK sq_status sq_claim(sq_client *c, const char *worker, const sq_claim_req *reqs,
 				 size_t nreqs, sq_job **jobs, size_t *njobs, sq_error *err);
