@@ -202,7 +202,8 @@ typedef struct sq_claim_req {
  * expired are taken; they become `starting` with the type's starting lease.
  * Each type's limit is shared among shards by their recent yield; when that
  * round comes back short, one more round asks the shards that were not asked
- * or gave all they were asked.
+ * or gave all they were asked, at least one job each; whatever comes back
+ * beyond the limit is released at once (no attempt counted).
  * The result is ordered by priority DESC, COALESCE(delay_tolerance_time,
  * schedule_time) ASC, id ASC. *jobs is freed with sq_jobs_free(); it is NULL
  * when *njobs is 0. If a shard fails, the jobs claimed on the others are
