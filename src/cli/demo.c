@@ -67,6 +67,7 @@ int cmd_demo(cli *x, int argc, char **argv)
 	char worker[64];
 	sq_error err;
 	unsigned run = (unsigned)time(NULL) ^ ((unsigned)getpid() << 16);
+	int tty = isatty(2);
 	snprintf(worker, sizeof(worker), "demo-%d", (int)getpid());
 
 	printf("demo: %ld jobs of %d types (", jobs, ntypes);
@@ -95,16 +96,32 @@ int cmd_demo(cli *x, int argc, char **argv)
 		done += k;
 		if (done * 10 / jobs != last_pct) {
 			last_pct = done * 10 / jobs;
-			fprintf(stderr, "\renqueued %ld/%ld", done, jobs);
+			fprintf(stderr, tty ? "\renqueued %ld/%ld" : "enqueued %ld/%ld\n", done,
+				jobs);
 		}
 	}
 	double t_enq = now_s() - t0;
-	fprintf(stderr, "\n");
+	if (tty)
+		fprintf(stderr, "\n");
 	printf("enqueued %ld jobs in %.2fs: %.0f jobs/s; per shard:", jobs, t_enq, jobs / t_enq);
 	for (int s = 0; s < nshards; s++)
 		printf(" %s=%ld", sq_config_shard_id(x->cfg, s), per_shard[s]);
 	printf("\n");
 
+	{
+		sq_stats *st;
+		if (sq_stats_get(x->client, &st, &err) == SQ_OK) {
+			printf("\nready jobs per shard and type:\n");
+			for (size_t i = 0; i < st->nrows; i++)
+				printf("  %-4s %-10s %7" PRId64 "\n",
+				       sq_config_shard_id(x->cfg, st->rows[i].shard),
+				       st->rows[i].type, st->rows[i].count[SQ_READY]);
+			printf("\n");
+			sq_stats_free(st);
+		}
+		fflush(stdout);
+	}
+	last_pct = -1;
 	sq_claim_req reqs[3];
 	for (int t = 0; t < ntypes; t++) {
 		reqs[t].type = x->cfg->types[t].name;
@@ -159,10 +176,15 @@ int cmd_demo(cli *x, int argc, char **argv)
 		free(refs);
 		free(st);
 		sq_jobs_free(js, n);
-		fprintf(stderr, "\rcompleted %ld/%ld", completed, jobs);
+		if (tty)
+			fprintf(stderr, "\rcompleted %ld/%ld", completed, jobs);
+		else if (completed * 10 / jobs != last_pct)
+			fprintf(stderr, "completed %ld/%ld\n", completed, jobs);
+		last_pct = completed * 10 / jobs;
 	}
 	double t_run = now_s() - t1;
-	fprintf(stderr, "\n");
+	if (tty)
+		fprintf(stderr, "\n");
 	printf("claimed, started and completed %ld jobs in %.2fs: %.0f jobs/s (%ld multi-type "
 	       "claims, %ld lost)\n",
 	       completed, t_run, completed / t_run, claims, lost);
