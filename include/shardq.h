@@ -285,6 +285,99 @@ typedef struct sq_stats {
 SQ_MUST_CHECK sq_status sq_stats_get(sq_client *c, sq_stats **out, sq_error *err);
 void sq_stats_free(sq_stats *s);
 
+/* ---- worker runtime ----------------------------------------------------- */
+
+/* What a handler reports for its job. */
+typedef enum sq_job_result {
+	SQ_RESULT_DONE = 0, /* complete the job */
+	SQ_RESULT_RETRY,    /* fail it under the type's retry policy */
+	SQ_RESULT_FAIL,     /* fail it for good (no retry) */
+} sq_job_result;
+
+/*
+ * Runs one job on a pool thread. `job` and its strings are valid until the
+ * handler returns. On RETRY or FAIL, the handler may write a message into
+ * errbuf (errlen bytes): it becomes the job's last_error. A handler must not
+ * call into its sq_worker.
+ */
+typedef sq_job_result (*sq_handler)(const sq_job *job, void *arg, char *errbuf, size_t errlen);
+
+#define SQ_WORKER_MAX_TYPES 32
+
+typedef struct sq_worker_type_stats {
+	char type[SQ_MAX_TYPE_LEN + 1];
+	int concurrency;
+	int running;       /* jobs in `running` now */
+	int buffered;      /* jobs held in `starting`, waiting for a slot */
+	int prefetch;      /* predicted: jobs to hold beyond free slots */
+	double exec_ms;    /* observed execution time (moving average) */
+	uint64_t done;     /* completed */
+	uint64_t retried;  /* failed, to be retried */
+	uint64_t failed;   /* failed for good */
+	uint64_t lost;     /* a fenced write found the job no longer ours */
+	uint64_t released; /* handed back unstarted (shutdown) */
+} sq_worker_type_stats;
+
+typedef struct sq_worker_stats {
+	int ntypes;
+	sq_worker_type_stats types[SQ_WORKER_MAX_TYPES];
+	int capacity;           /* most jobs held at once: slots + buffer */
+	int running, buffered;  /* totals */
+	uint64_t claims;        /* claim calls made */
+	double claim_rtt_ms;    /* claim round trip (moving average) */
+	double slot_idle_ratio; /* share of slot time idle while work was
+	                           available (the last claim or buffer had jobs) */
+	double busy_seconds;    /* the slot time that ratio is measured over */
+} sq_worker_stats;
+
+typedef struct sq_worker sq_worker;
+
+typedef struct sq_worker_opts {
+	const char *worker_id; /* NULL: "<hostname>-<pid>" */
+	int buffer;            /* most jobs held in starting; -1: the total concurrency */
+	int min_prefetch;      /* jobs to hold per type beyond free slots at least (0) */
+	int64_t poll_min_ms;   /* first poll interval of an empty queue (default 20) */
+	int64_t poll_max_ms;   /* the backoff stops here (default 1000) */
+	int listen;            /* wake on LISTEN/NOTIFY from enqueues */
+	int64_t grace_ms;      /* shutdown: how long running jobs may finish (30000) */
+	int handle_signals;    /* SIGTERM/SIGINT stop gracefully; a second, at once */
+	int64_t report_ms;     /* > 0: call report() this often */
+	void (*report)(const sq_worker_stats *st, void *arg);
+	void *report_arg;
+} sq_worker_opts;
+
+/* Fills opts with the defaults above. */
+void sq_worker_opts_init(sq_worker_opts *opts);
+
+/*
+ * Creates a worker: it connects to every shard (and, with opts->listen, one
+ * LISTEN connection per shard). cfg must outlive it. Free with
+ * sq_worker_destroy().
+ */
+SQ_MUST_CHECK sq_status sq_worker_create(const sq_config *cfg, const sq_worker_opts *opts,
+					 sq_worker **out, sq_error *err);
+/* Registers the handler of a type with its concurrency (1..1024). */
+SQ_MUST_CHECK sq_status sq_worker_add(sq_worker *w, const char *type, int concurrency,
+				      sq_handler fn, void *arg, sq_error *err);
+/*
+ * Runs until stopped: one thread (the caller's) does all database work,
+ * handlers run on a pool of threads. Returns SQ_OK after a graceful stop
+ * (buffered jobs released, running jobs finished). Returns SQ_ESTATE when
+ * stopped at once (a second signal, or sq_worker_stop(w, 1)) or when the
+ * grace period ran out with jobs still running: their leases bring them
+ * back; the process should exit rather than destroy the worker.
+ */
+SQ_MUST_CHECK sq_status sq_worker_run(sq_worker *w, sq_error *err);
+/* Asks a running worker to stop: gracefully, or at once. Async-signal-safe
+ * and thread-safe. */
+void sq_worker_stop(sq_worker *w, int at_once);
+/* A snapshot of the worker's figures; thread-safe. */
+void sq_worker_get_stats(sq_worker *w, sq_worker_stats *out);
+/* The worker id used in the job rows. */
+const char *sq_worker_id(const sq_worker *w);
+/* Waits for the pool threads and frees everything. */
+void sq_worker_destroy(sq_worker *w);
+
 /* ---- introspection for tests and tools ---------------------------------- */
 
 /* Statements sent to shard i since the client opened. */

@@ -38,6 +38,7 @@ struct sq_config {
 	uint32_t partitions;
 	char *meta_shard; /* shard id holding the meta schema, or NULL */
 	char *meta_dsn;   /* explicit meta database, or NULL */
+	int notify;       /* enqueue sends NOTIFY shardq_jobs, once per batch per shard */
 	int64_t connect_timeout_ms;
 	int64_t statement_timeout_ms;
 	int64_t idle_in_tx_timeout_ms;

@@ -59,6 +59,9 @@ static const sq_stmt stmt_enqueue = {
 	"                        AND x.active_uid = i.uid"
 	"                        AND x.status IN ('ready', 'starting', 'running')) d ON true"};
 
+/* Wakes idle workers that LISTEN; once per batch per shard. */
+static const sq_stmt stmt_notify = {"sq_enqueue_notify", "SELECT pg_notify('shardq_jobs', '')"};
+
 enum { NCOLS = 11 };
 
 /* One statement's worth of rows for one shard. */
@@ -69,8 +72,8 @@ typedef struct round {
 	size_t n, cap;
 } round;
 
-/* gate + check + rounds must fit one pipeline */
-#define MAX_ROUNDS (SQ_PIPE_MAX - 2)
+/* gate + check + rounds + notify must fit one pipeline */
+#define MAX_ROUNDS (SQ_PIPE_MAX - 3)
 
 typedef struct shard_batch {
 	round r[MAX_ROUNDS];
@@ -208,13 +211,15 @@ static sq_status send_all(sq_client *c, shard_batch *sb, const sq_job_spec *jobs
 		sq_client_push_guard(c, s, b->parts_val);
 		for (int k = 0; k < b->nrounds; k++)
 			sq_pgconn_push(&c->shards[s], &stmt_enqueue, NCOLS, b->r[k].vals);
+		if (c->cfg->notify)
+			sq_pgconn_push(&c->shards[s], &stmt_notify, 0, NULL);
 	}
 	if ((st = sq_client_run(c, err)) != SQ_OK)
 		return st;
 	for (int s = 0; s < c->nshards; s++) {
 		sq_pgconn *pc = &c->shards[s];
 		/* results: gate, check, then one per round */
-		for (int q = 2; q < pc->nres; q++) {
+		for (int q = 2; q < 2 + sb[s].nrounds && q < pc->nres; q++) {
 			PGresult *r = pc->res[q];
 			round *rd = &sb[s].r[q - 2];
 			for (int row = 0; row < PQntuples(r); row++) {

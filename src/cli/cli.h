@@ -56,5 +56,6 @@ int cmd_fail(cli *x, int argc, char **argv);
 int cmd_cancel(cli *x, int argc, char **argv);
 int cmd_get(cli *x, int argc, char **argv);
 int cmd_demo(cli *x, int argc, char **argv);
+int cmd_work(cli *x, int argc, char **argv);
 
 #endif

@@ -26,6 +26,7 @@ static const struct {
 	{"release", cmd_release, "starting -> ready without counting an attempt"},
 	{"cancel", cmd_cancel, "cancel live jobs by id, or by type and key"},
 	{"get", cmd_get, "show one job as JSON"},
+	{"work", cmd_work, "run a command for each claimed job (the worker runtime)"},
 	{"stats", cmd_stats, "per shard, per type, per status counts"},
 	{"map", cmd_map, "partitions per shard and the map version"},
 	{"demo", cmd_demo, "enqueue, claim, start and complete N jobs; print the rates"},

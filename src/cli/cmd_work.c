@@ -1,0 +1,458 @@
+/* cmd_work.c - `shardq work`: the worker runtime running a command per job.
+ * The job's params go to the command's stdin and its fields to environment
+ * variables; exit 0 completes the job, PERMANENT_EXIT fails it for good, any
+ * other exit fails it under the type's retry policy. */
+#define _GNU_SOURCE
+#include "cli.h"
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define PERMANENT_EXIT 100
+
+extern char **environ;
+
+typedef struct exec_ctx {
+	const char *cmd;
+	const char *worker;
+	int quiet; /* do not forward the command's output */
+} exec_ctx;
+
+static pthread_mutex_t out_mu = PTHREAD_MUTEX_INITIALIZER;
+
+/* One of the command's outputs: forwarded line by line with a [job ID]
+ * prefix; the last non-empty line is kept for the job's error. */
+typedef struct stream {
+	int fd;
+	FILE *to;
+	char buf[8192];
+	size_t n;
+	char last[512];
+	int open;
+} stream;
+
+static void emit(stream *st, int64_t id, const char *line, size_t n, int quiet)
+{
+	if (n > 0) {
+		size_t k = n < sizeof(st->last) - 1 ? n : sizeof(st->last) - 1;
+		memcpy(st->last, line, k);
+		st->last[k] = '\0';
+	}
+	if (quiet)
+		return;
+	pthread_mutex_lock(&out_mu);
+	fprintf(st->to, "[job %" PRId64 "] %.*s\n", id, (int)n, line);
+	fflush(st->to);
+	pthread_mutex_unlock(&out_mu);
+}
+
+/* Reads what is there; at end of input flushes a last partial line. */
+static void stream_read(stream *st, int64_t id, int quiet)
+{
+	ssize_t r = read(st->fd, st->buf + st->n, sizeof(st->buf) - st->n);
+	if (r <= 0) {
+		if (st->n)
+			emit(st, id, st->buf, st->n, quiet);
+		st->n = 0;
+		st->open = 0;
+		return;
+	}
+	st->n += (size_t)r;
+	size_t used = 0;
+	for (;;) {
+		char *nl = memchr(st->buf + used, '\n', st->n - used);
+		if (!nl)
+			break;
+		emit(st, id, st->buf + used, (size_t)(nl - (st->buf + used)), quiet);
+		used = (size_t)(nl - st->buf) + 1;
+	}
+	if (used == 0 && st->n == sizeof(st->buf)) {
+		emit(st, id, st->buf, st->n, quiet); /* a line longer than the buffer */
+		used = st->n;
+	}
+	memmove(st->buf, st->buf + used, st->n - used);
+	st->n -= used;
+}
+
+static char **job_env(const sq_job *job, const char *worker)
+{
+	size_t n = 0;
+	while (environ[n])
+		n++;
+	char **env = calloc(n + 8, sizeof(char *));
+	if (!env)
+		return NULL;
+	size_t k = 0;
+	for (size_t i = 0; i < n; i++)
+		if (strncmp(environ[i], "SHARDQ_JOB_", 11))
+			env[k++] = strdup(environ[i]);
+	char tmp[1024];
+	snprintf(tmp, sizeof(tmp), "SHARDQ_JOB_ID=%" PRId64, job->id);
+	env[k++] = strdup(tmp);
+	snprintf(tmp, sizeof(tmp), "SHARDQ_JOB_TYPE=%s", job->type);
+	env[k++] = strdup(tmp);
+	snprintf(tmp, sizeof(tmp), "SHARDQ_JOB_KEY=%s", job->key ? job->key : "");
+	env[k++] = strdup(tmp);
+	snprintf(tmp, sizeof(tmp), "SHARDQ_JOB_ATTEMPT=%d", job->attempt);
+	env[k++] = strdup(tmp);
+	snprintf(tmp, sizeof(tmp), "SHARDQ_JOB_MAX_ATTEMPTS=%d", job->max_attempts);
+	env[k++] = strdup(tmp);
+	snprintf(tmp, sizeof(tmp), "SHARDQ_WORKER=%s", worker);
+	env[k++] = strdup(tmp);
+	return env;
+}
+
+static void env_free(char **env)
+{
+	for (size_t i = 0; env && env[i]; i++)
+		free(env[i]);
+	free(env);
+}
+
+static sq_job_result exec_handler(const sq_job *job, void *arg, char *errbuf, size_t errlen)
+{
+	exec_ctx *x = arg;
+	int in[2] = {-1, -1}, out[2] = {-1, -1}, er[2] = {-1, -1};
+	char **env = job_env(job, x->worker);
+	pid_t parent = getpid(), pid;
+	if (!env || pipe2(in, O_CLOEXEC) || pipe2(out, O_CLOEXEC) || pipe2(er, O_CLOEXEC)) {
+		snprintf(errbuf, errlen, "cannot start the command: %s", strerror(errno));
+		env_free(env);
+		for (int i = 0; i < 2; i++) {
+			if (in[i] >= 0)
+				close(in[i]);
+			if (out[i] >= 0)
+				close(out[i]);
+			if (er[i] >= 0)
+				close(er[i]);
+		}
+		return SQ_RESULT_RETRY;
+	}
+	pid = fork();
+	if (pid == 0) {
+		/* the command dies with the worker: a killed worker leaves no job
+		 * running behind its lease */
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (getppid() != parent)
+			_exit(127);
+		sigset_t none;
+		sigemptyset(&none);
+		sigprocmask(SIG_SETMASK, &none, NULL);
+		dup2(in[0], 0);
+		dup2(out[1], 1);
+		dup2(er[1], 2);
+		char *argv[] = {"sh", "-c", (char *)x->cmd, NULL};
+		execve("/bin/sh", argv, env);
+		_exit(127);
+	}
+	close(in[0]);
+	close(out[1]);
+	close(er[1]);
+	env_free(env);
+	if (pid < 0) {
+		snprintf(errbuf, errlen, "cannot fork: %s", strerror(errno));
+		close(in[1]);
+		close(out[0]);
+		close(er[0]);
+		return SQ_RESULT_RETRY;
+	}
+	/* feed stdin and drain both outputs at once, so a large params document
+	 * or a chatty command cannot deadlock against us */
+	const char *params = job->params ? job->params : "{}";
+	size_t plen = strlen(params), sent = 0;
+	stream so = {.fd = out[0], .to = stdout, .open = 1};
+	stream se = {.fd = er[0], .to = stderr, .open = 1};
+	fcntl(in[1], F_SETFL, O_NONBLOCK);
+	while (so.open || se.open) {
+		struct pollfd p[3];
+		int np = 0, iin = -1, iout = -1, ierr = -1;
+		if (in[1] >= 0)
+			p[iin = np++] = (struct pollfd){in[1], POLLOUT, 0};
+		if (so.open)
+			p[iout = np++] = (struct pollfd){out[0], POLLIN, 0};
+		if (se.open)
+			p[ierr = np++] = (struct pollfd){er[0], POLLIN, 0};
+		if (poll(p, (nfds_t)np, -1) < 0) {
+			if (errno == EINTR)
+				continue;
+			break;
+		}
+		if (iin >= 0 && p[iin].revents) {
+			ssize_t w = write(in[1], params + sent, plen - sent);
+			if (w > 0)
+				sent += (size_t)w;
+			if (w < 0 || sent == plen) {
+				close(in[1]);
+				in[1] = -1;
+			}
+		}
+		if (iout >= 0 && p[iout].revents)
+			stream_read(&so, job->id, x->quiet);
+		if (ierr >= 0 && p[ierr].revents)
+			stream_read(&se, job->id, x->quiet);
+	}
+	if (in[1] >= 0)
+		close(in[1]);
+	close(out[0]);
+	close(er[0]);
+	int status = 0;
+	while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+		;
+	const char *last = se.last[0] ? se.last : so.last;
+	if (WIFEXITED(status)) {
+		int code = WEXITSTATUS(status);
+		if (code == 0)
+			return SQ_RESULT_DONE;
+		if (code == 126 || code == 127) {
+			snprintf(errbuf, errlen, "the command could not be started (exit %d): %s",
+				 code, last[0] ? last : "not found or not executable");
+			return SQ_RESULT_RETRY;
+		}
+		snprintf(errbuf, errlen, "%s", last[0] ? last : "");
+		if (!last[0])
+			snprintf(errbuf, errlen, "exit code %d", code);
+		return code == PERMANENT_EXIT ? SQ_RESULT_FAIL : SQ_RESULT_RETRY;
+	}
+	snprintf(errbuf, errlen, "killed by signal %d%s%s", WTERMSIG(status), last[0] ? ": " : "",
+		 last);
+	return SQ_RESULT_RETRY;
+}
+
+/* The first word of the command must be something we can run; a shell
+ * construct (quotes, variables, builtins) is left to the shell. */
+static int check_command(const char *cmd, char *why, size_t len)
+{
+	char word[512];
+	size_t n = strcspn(cmd, " \t\n;|&<>()$`\"'\\");
+	while (*cmd == ' ' || *cmd == '\t')
+		cmd++, n = strcspn(cmd, " \t\n;|&<>()$`\"'\\");
+	if (n == 0 || n >= sizeof(word))
+		return 0;
+	if (cmd[n] && strchr(";|&<>()$`\"'\\", cmd[n]))
+		return 0;
+	memcpy(word, cmd, n);
+	word[n] = '\0';
+	static const char *builtins[] = {"exit", "true", "false",  "echo",  "test", "[", "cd",
+					 "exec", "read", "printf", "sleep", "cat",  NULL};
+	for (int i = 0; builtins[i]; i++)
+		if (!strcmp(word, builtins[i]))
+			return 0;
+	if (strchr(word, '/')) {
+		struct stat sb;
+		if (stat(word, &sb) != 0) {
+			snprintf(why, len, "cannot run '%s': %s", word, strerror(errno));
+			return -1;
+		}
+		if (!S_ISREG(sb.st_mode) || access(word, X_OK) != 0) {
+			snprintf(why, len, "cannot run '%s': not an executable file", word);
+			return -1;
+		}
+		return 0;
+	}
+	const char *path = getenv("PATH");
+	char buf[4096];
+	snprintf(buf, sizeof(buf), "%s", path ? path : "/usr/bin:/bin");
+	for (char *save = NULL, *dir = strtok_r(buf, ":", &save); dir;
+	     dir = strtok_r(NULL, ":", &save)) {
+		char full[1024];
+		snprintf(full, sizeof(full), "%s/%s", dir, word);
+		if (access(full, X_OK) == 0)
+			return 0;
+	}
+	snprintf(why, len, "cannot run '%s': not found in PATH", word);
+	return -1;
+}
+
+static void report(const sq_worker_stats *st, void *arg)
+{
+	(void)arg;
+	pthread_mutex_lock(&out_mu);
+	fprintf(stderr,
+		"shardq work: running %d/%d, buffered %d, claims %" PRIu64
+		", claim rtt %.1fms, idle slots %.1f%%\n",
+		st->running, st->capacity, st->buffered, st->claims, st->claim_rtt_ms,
+		st->slot_idle_ratio * 100);
+	for (int t = 0; t < st->ntypes; t++) {
+		const sq_worker_type_stats *s = &st->types[t];
+		fprintf(stderr,
+			"  %-16s done %" PRIu64 " retried %" PRIu64 " failed %" PRIu64
+			" lost %" PRIu64 " released %" PRIu64
+			" running %d buffered %d prefetch %d exec %.1fms\n",
+			s->type, s->done, s->retried, s->failed, s->lost, s->released, s->running,
+			s->buffered, s->prefetch, s->exec_ms);
+	}
+	pthread_mutex_unlock(&out_mu);
+}
+
+int cmd_work(cli *x, int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{"config", required_argument, NULL, 'c'},
+		{"help", no_argument, NULL, 'h'},
+		{"types", required_argument, NULL, 't'},
+		{"concurrency", required_argument, NULL, 'n'},
+		{"exec", required_argument, NULL, 'e'},
+		{"worker", required_argument, NULL, 'w'},
+		{"buffer", required_argument, NULL, 'b'},
+		{"prefetch", required_argument, NULL, 'p'},
+		{"listen", no_argument, NULL, 'L'},
+		{"no-listen", no_argument, NULL, 'N'},
+		{"poll", required_argument, NULL, 'P'},
+		{"grace", required_argument, NULL, 'g'},
+		{"quiet", no_argument, NULL, 'q'},
+		{"verbose", no_argument, NULL, 'v'},
+		{NULL, 0, NULL, 0},
+	};
+	const char *types = NULL, *cmd = NULL;
+	int conc = 1, c, rc, listen = 1;
+	sq_worker_opts wo;
+	exec_ctx ex = {0};
+	sq_worker_opts_init(&wo);
+	wo.handle_signals = 1;
+	while ((c = getopt_long(argc, argv, "c:ht:n:e:w:b:p:LNP:g:qv", opts, NULL)) != -1) {
+		switch (c) {
+		case 'c': x->config_path = optarg; break;
+		case 't': types = optarg; break;
+		case 'n':
+			conc = atoi(optarg);
+			if (conc < 1 || conc > 1024) {
+				fprintf(stderr, "shardq work: --concurrency must be 1..1024\n");
+				return EX_USAGE;
+			}
+			break;
+		case 'e': cmd = optarg; break;
+		case 'w': wo.worker_id = optarg; break;
+		case 'b': wo.buffer = atoi(optarg); break;
+		case 'p': wo.min_prefetch = atoi(optarg); break;
+		case 'L': listen = 1; break;
+		case 'N': listen = 0; break;
+		case 'P':
+			wo.poll_max_ms = sq_parse_duration_ms(optarg);
+			if (wo.poll_max_ms <= 0) {
+				fprintf(stderr,
+					"shardq work: --poll takes a duration such as 1s\n");
+				return EX_USAGE;
+			}
+			if (wo.poll_min_ms > wo.poll_max_ms)
+				wo.poll_min_ms = wo.poll_max_ms;
+			break;
+		case 'g':
+			wo.grace_ms = sq_parse_duration_ms(optarg);
+			if (wo.grace_ms < 0) {
+				fprintf(stderr,
+					"shardq work: --grace takes a duration such as 30s\n");
+				return EX_USAGE;
+			}
+			break;
+		case 'q': ex.quiet = 1; break;
+		case 'v': wo.report_ms = 2000; break;
+		case 'h':
+			printf("usage: shardq [-c FILE] work --types T[:N][,T[:N]...] --exec CMD\n"
+			       "              [--concurrency N] [--worker ID] [--buffer N] "
+			       "[--prefetch N]\n"
+			       "              [--no-listen] [--poll D] [--grace D] [--quiet] "
+			       "[-v]\n\n"
+			       "Runs CMD (with /bin/sh -c) for each claimed job of the types, N at "
+			       "a\n"
+			       "time per type (T:N, else --concurrency, default 1). The job's "
+			       "params are\n"
+			       "on CMD's stdin; its fields in SHARDQ_JOB_ID, SHARDQ_JOB_TYPE,\n"
+			       "SHARDQ_JOB_KEY, SHARDQ_JOB_ATTEMPT, SHARDQ_JOB_MAX_ATTEMPTS and\n"
+			       "SHARDQ_WORKER. Exit 0 completes the job; exit %d fails it for "
+			       "good; any\n"
+			       "other exit fails it under the type's retry policy. CMD's output "
+			       "is\n"
+			       "forwarded with a [job ID] prefix; its last line on stderr (else\n"
+			       "stdout) becomes the job's error.\n\n"
+			       "Claimed jobs wait in a local buffer (status starting) until a "
+			       "slot\n"
+			       "frees; the buffer holds the predicted prefetch (fast jobs) or "
+			       "nothing\n"
+			       "beyond free slots (long jobs), never more than --buffer (default: "
+			       "the\n"
+			       "total concurrency). Running jobs heartbeat. An idle worker polls "
+			       "with\n"
+			       "backoff up to --poll (1s) and wakes on NOTIFY (off: "
+			       "--no-listen).\n\n"
+			       "SIGTERM or SIGINT: stop claiming, hand buffered jobs back at once, "
+			       "let\n"
+			       "running jobs finish within --grace (30s), exit 0. A second signal\n"
+			       "exits at once (exit 1); leases bring back what was left.\n"
+			       "  -v   print the worker's figures every 2s\n",
+			       PERMANENT_EXIT);
+			return EX_OK;
+		default: return EX_USAGE;
+		}
+	}
+	if (!types || !cmd) {
+		fprintf(stderr, "shardq work: --types and --exec are required; see --help\n");
+		return EX_USAGE;
+	}
+	char why[600];
+	if (check_command(cmd, why, sizeof(why))) {
+		fprintf(stderr, "shardq work: %s; nothing was claimed\n", why);
+		return EX_INPUT;
+	}
+	wo.listen = listen;
+	wo.report = report;
+	ex.cmd = cmd;
+	/* the config is needed before connecting, for type names */
+	sq_error err;
+	if (!x->config_path) {
+		x->config_path = getenv("SHARDQ_CONFIG");
+		if (!x->config_path)
+			x->config_path = "shardq.ini";
+	}
+	if (sq_config_load(x->config_path, &x->cfg, &err) != SQ_OK) {
+		fprintf(stderr, "shardq work: invalid config:\n%s\n", err.msg);
+		return EX_CONFIG;
+	}
+	sq_worker *w;
+	if (sq_worker_create(x->cfg, &wo, &w, &err) != SQ_OK)
+		return cli_fail("work", &err);
+	ex.worker = sq_worker_id(w);
+	char *list = strdup(types);
+	rc = EX_OK;
+	for (char *save = NULL, *tok = strtok_r(list, ",", &save); tok;
+	     tok = strtok_r(NULL, ",", &save)) {
+		char *colon = strchr(tok, ':');
+		int n = conc;
+		if (colon) {
+			*colon = '\0';
+			n = atoi(colon + 1);
+		}
+		if (sq_worker_add(w, tok, n, exec_handler, &ex, &err) != SQ_OK) {
+			rc = cli_fail("work", &err);
+			break;
+		}
+	}
+	free(list);
+	if (rc == EX_OK) {
+		fprintf(stderr, "shardq work: worker %s on %d shards\n", sq_worker_id(w),
+			sq_config_shard_count(x->cfg));
+		sq_status st = sq_worker_run(w, &err);
+		sq_worker_stats s;
+		sq_worker_get_stats(w, &s);
+		report(&s, NULL);
+		if (st != SQ_OK) {
+			fprintf(stderr, "shardq work: %s\n", err.msg);
+			fflush(NULL);
+			_exit(EX_FAIL); /* handler threads may still run: do not wait */
+		}
+		fprintf(stderr, "shardq work: stopped cleanly\n");
+	}
+	sq_worker_destroy(w);
+	return rc;
+}

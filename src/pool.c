@@ -1,0 +1,109 @@
+/* pool.c - handler threads of the worker runtime. Handlers never touch the
+ * database: they take a task, run it, and hand it back to the loop. */
+#include "pool.h"
+
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+double sq_mono_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void *pool_main(void *arg)
+{
+	sq_pool *p = arg;
+	sigset_t all;
+	/* signals are the loop's business */
+	sigfillset(&all);
+	pthread_sigmask(SIG_BLOCK, &all, NULL);
+	for (;;) {
+		sq_task *t;
+		pthread_mutex_lock(&p->mu);
+		while (!p->todo_head && !p->quit)
+			pthread_cond_wait(&p->cv, &p->mu);
+		if (!p->todo_head) {
+			pthread_mutex_unlock(&p->mu);
+			return NULL;
+		}
+		t = p->todo_head;
+		p->todo_head = t->next;
+		if (!p->todo_head)
+			p->todo_tail = NULL;
+		pthread_mutex_unlock(&p->mu);
+
+		t->err[0] = '\0';
+		t->started = sq_mono_s();
+		t->result = t->fn(&t->job, t->arg, t->err, sizeof(t->err));
+		t->finished = sq_mono_s();
+
+		pthread_mutex_lock(&p->mu);
+		t->next = p->done;
+		p->done = t;
+		pthread_mutex_unlock(&p->mu);
+		char b = 1;
+		ssize_t w = write(p->wake_fd, &b, 1); /* a full pipe already wakes */
+		(void)w;
+	}
+}
+
+int sq_pool_start(sq_pool *p, int n, int wake_fd)
+{
+	memset(p, 0, sizeof(*p));
+	p->wake_fd = wake_fd;
+	pthread_mutex_init(&p->mu, NULL);
+	pthread_cond_init(&p->cv, NULL);
+	p->threads = calloc((size_t)n, sizeof(pthread_t));
+	if (!p->threads)
+		return -1;
+	for (int i = 0; i < n; i++) {
+		if (pthread_create(&p->threads[i], NULL, pool_main, p))
+			return -1;
+		p->nthreads++;
+	}
+	return 0;
+}
+
+void sq_pool_submit(sq_pool *p, sq_task *t)
+{
+	t->next = NULL;
+	pthread_mutex_lock(&p->mu);
+	if (p->todo_tail)
+		p->todo_tail->next = t;
+	else
+		p->todo_head = t;
+	p->todo_tail = t;
+	pthread_cond_signal(&p->cv);
+	pthread_mutex_unlock(&p->mu);
+}
+
+sq_task *sq_pool_take_done(sq_pool *p)
+{
+	sq_task *d;
+	pthread_mutex_lock(&p->mu);
+	d = p->done;
+	p->done = NULL;
+	pthread_mutex_unlock(&p->mu);
+	return d;
+}
+
+void sq_pool_stop(sq_pool *p)
+{
+	if (!p->threads)
+		return;
+	pthread_mutex_lock(&p->mu);
+	p->quit = 1;
+	pthread_cond_broadcast(&p->cv);
+	pthread_mutex_unlock(&p->mu);
+	for (int i = 0; i < p->nthreads; i++)
+		pthread_join(p->threads[i], NULL);
+	free(p->threads);
+	p->threads = NULL;
+	pthread_mutex_destroy(&p->mu);
+	pthread_cond_destroy(&p->cv);
+}

@@ -1,0 +1,812 @@
+/* worker.c - the worker runtime: one loop thread does all database work
+ * (claims, starts, heartbeats, completions, releases; each call batched per
+ * shard, all shards at once), handlers run on a pool of threads. Claimed
+ * jobs wait in a bounded local buffer in `starting` and turn `running` when
+ * a slot frees; the buffer holds what the predicted prefetch asks for, and
+ * never more than the capacity allows. */
+#include "client.h"
+#include "error.h"
+#include "jobrow.h"
+#include "pool.h"
+
+#include <errno.h>
+#include <event2/event.h>
+#include <fcntl.h>
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* A job whose execution takes more than this many claim round trips is
+ * "long": it is never claimed beyond free slots. */
+#define LONG_JOB_RTTS 10.0
+#define EWMA          0.2
+
+typedef struct wtype {
+	const sq_type_conf *conf;
+	sq_handler fn;
+	void *arg;
+	int conc;
+	sq_task *buf_head, *buf_tail; /* claimed, `starting`, in claim order */
+	int buffered, running;
+	double exec_ms;
+	int have_exec;
+	int had_work; /* the last claim gave jobs of this type */
+	double idle_s, busy_s;
+	sq_worker_type_stats st;
+} wtype;
+
+struct sq_worker {
+	const sq_config *cfg;
+	sq_client *c;
+	sq_worker_opts opts;
+	char id[128];
+	wtype types[SQ_WORKER_MAX_TYPES];
+	int ntypes;
+	int conc_total;
+	sq_pool pool;
+	int pool_started;
+	int wake[2];
+	struct event_base *base;
+	struct event *wake_ev, *timer_ev, *sig_ev[2];
+	PGconn *listen[SQ_MAX_SHARDS];
+	struct event *listen_ev[SQ_MAX_SHARDS];
+	atomic_int stop_req, stop_now;
+	int stopping, released;
+	double grace_deadline;
+	double next_claim_at, poll_delay_ms;
+	int woken;
+	double rtt_ms;
+	int have_rtt;
+	sq_task *running; /* list through run_next */
+	sq_task *pending; /* finished, whose result is not yet written */
+	double last_tick, next_report;
+	uint64_t claims;
+	pthread_mutex_t stats_mu;
+	sq_worker_stats snap;
+};
+
+void sq_worker_opts_init(sq_worker_opts *o)
+{
+	memset(o, 0, sizeof(*o));
+	o->buffer = -1;
+	o->poll_min_ms = 20;
+	o->poll_max_ms = 1000;
+	o->grace_ms = 30000;
+}
+
+const char *sq_worker_id(const sq_worker *w)
+{
+	return w->id;
+}
+
+static void on_wake(evutil_socket_t fd, short what, void *arg)
+{
+	char buf[256];
+	(void)what;
+	(void)arg;
+	while (read(fd, buf, sizeof(buf)) > 0)
+		;
+}
+
+static void on_timer(evutil_socket_t fd, short what, void *arg)
+{
+	(void)fd;
+	(void)what;
+	(void)arg;
+}
+
+static void on_signal(evutil_socket_t sig, short what, void *arg)
+{
+	sq_worker *w = arg;
+	(void)sig;
+	(void)what;
+	if (atomic_load(&w->stop_req))
+		atomic_store(&w->stop_now, 1);
+	atomic_store(&w->stop_req, 1);
+}
+
+static void on_listen(evutil_socket_t fd, short what, void *arg)
+{
+	sq_worker *w = arg;
+	(void)what;
+	for (int s = 0; s < w->c->nshards; s++) {
+		PGconn *l = w->listen[s];
+		PGnotify *n;
+		if (!l || PQsocket(l) != fd)
+			continue;
+		if (!PQconsumeInput(l)) {
+			/* the wake-up is lost; polling carries on */
+			event_free(w->listen_ev[s]);
+			w->listen_ev[s] = NULL;
+			PQfinish(l);
+			w->listen[s] = NULL;
+			return;
+		}
+		while ((n = PQnotifies(l)) != NULL) {
+			PQfreemem(n);
+			w->woken = 1;
+		}
+	}
+}
+
+void sq_worker_stop(sq_worker *w, int at_once)
+{
+	char b = 1;
+	if (at_once)
+		atomic_store(&w->stop_now, 1);
+	atomic_store(&w->stop_req, 1);
+	ssize_t r = write(w->wake[1], &b, 1);
+	(void)r;
+}
+
+static sq_status open_listeners(sq_worker *w, sq_error *err)
+{
+	for (int s = 0; s < w->c->nshards; s++) {
+		PGconn *l = PQconnectdb(w->cfg->shards[s].dsn);
+		PGresult *r;
+		if (PQstatus(l) != CONNECTION_OK) {
+			sq_err(err, SQ_ECONN, "shard %s (%s): listen connection: %s",
+			       w->cfg->shards[s].id, w->c->shards[s].addr, PQerrorMessage(l));
+			PQfinish(l);
+			return SQ_ECONN;
+		}
+		r = PQexec(l, "LISTEN shardq_jobs");
+		PQclear(r);
+		PQsetnonblocking(l, 1);
+		w->listen[s] = l;
+		w->listen_ev[s] =
+			event_new(w->base, PQsocket(l), EV_READ | EV_PERSIST, on_listen, w);
+		event_add(w->listen_ev[s], NULL);
+	}
+	return SQ_OK;
+}
+
+sq_status sq_worker_create(const sq_config *cfg, const sq_worker_opts *opts, sq_worker **out,
+			   sq_error *err)
+{
+	sq_worker *w = calloc(1, sizeof(*w));
+	sq_status st;
+	*out = NULL;
+	if (!w)
+		return sq_err(err, SQ_ENOMEM, "out of memory");
+	w->cfg = cfg;
+	if (opts)
+		w->opts = *opts;
+	else
+		sq_worker_opts_init(&w->opts);
+	if (w->opts.poll_min_ms <= 0)
+		w->opts.poll_min_ms = 20;
+	if (w->opts.poll_max_ms < w->opts.poll_min_ms)
+		w->opts.poll_max_ms = w->opts.poll_min_ms;
+	if (w->opts.worker_id && *w->opts.worker_id) {
+		if (strlen(w->opts.worker_id) >= sizeof(w->id)) {
+			free(w);
+			return sq_err(err, SQ_EINVAL, "worker id is longer than %zu bytes",
+				      sizeof(w->id) - 1);
+		}
+		snprintf(w->id, sizeof(w->id), "%s", w->opts.worker_id);
+	} else {
+		char host[64] = "host";
+		gethostname(host, sizeof(host) - 1);
+		snprintf(w->id, sizeof(w->id), "%s-%d", host, (int)getpid());
+	}
+	w->opts.worker_id = NULL;
+	pthread_mutex_init(&w->stats_mu, NULL);
+	w->wake[0] = w->wake[1] = -1;
+	if (pipe(w->wake) || fcntl(w->wake[0], F_SETFL, O_NONBLOCK) ||
+	    fcntl(w->wake[1], F_SETFL, O_NONBLOCK)) {
+		sq_worker_destroy(w);
+		return sq_err(err, SQ_ENOMEM, "cannot make the wake-up pipe: %s", strerror(errno));
+	}
+	w->base = event_base_new();
+	if (!w->base) {
+		sq_worker_destroy(w);
+		return sq_err(err, SQ_ENOMEM, "out of memory");
+	}
+	w->wake_ev = event_new(w->base, w->wake[0], EV_READ | EV_PERSIST, on_wake, w);
+	w->timer_ev = evtimer_new(w->base, on_timer, w);
+	event_add(w->wake_ev, NULL);
+	if ((st = sq_client_open(cfg, 0, &w->c, err)) != SQ_OK) {
+		sq_worker_destroy(w);
+		return st;
+	}
+	if (w->opts.listen && (st = open_listeners(w, err)) != SQ_OK) {
+		sq_worker_destroy(w);
+		return st;
+	}
+	*out = w;
+	return SQ_OK;
+}
+
+sq_status sq_worker_add(sq_worker *w, const char *type, int concurrency, sq_handler fn, void *arg,
+			sq_error *err)
+{
+	const sq_type_conf *t = type ? sq_config_type(w->cfg, type) : NULL;
+	if (!t)
+		return sq_err(err, SQ_EINVAL, "unknown task type '%s'; add a [type %s] section",
+			      type ? type : "(null)", type ? type : "");
+	if (concurrency < 1 || concurrency > 1024)
+		return sq_err(err, SQ_EINVAL, "concurrency of '%s' must be 1..1024, not %d", type,
+			      concurrency);
+	for (int i = 0; i < w->ntypes; i++)
+		if (w->types[i].conf == t)
+			return sq_err(err, SQ_EINVAL, "type '%s' has a handler already", type);
+	if (w->ntypes == SQ_WORKER_MAX_TYPES)
+		return sq_err(err, SQ_EINVAL, "at most %d types per worker", SQ_WORKER_MAX_TYPES);
+	wtype *wt = &w->types[w->ntypes++];
+	memset(wt, 0, sizeof(*wt));
+	wt->conf = t;
+	wt->fn = fn;
+	wt->arg = arg;
+	wt->conc = concurrency;
+	snprintf(wt->st.type, sizeof(wt->st.type), "%s", t->name);
+	wt->st.concurrency = concurrency;
+	w->conc_total += concurrency;
+	return SQ_OK;
+}
+
+static int capacity(const sq_worker *w)
+{
+	return w->conc_total + (w->opts.buffer >= 0 ? w->opts.buffer : w->conc_total);
+}
+
+static int buffer_max(const sq_worker *w)
+{
+	return w->opts.buffer >= 0 ? w->opts.buffer : w->conc_total;
+}
+
+/* Jobs to hold beyond free slots: enough to cover a claim round trip at
+ * the observed execution time; none for long jobs. */
+static int predicted_prefetch(const sq_worker *w, const wtype *t)
+{
+	int p = w->opts.min_prefetch;
+	if (t->have_exec && w->have_rtt) {
+		double rtt = w->rtt_ms > 0.05 ? w->rtt_ms : 0.05;
+		double exec = t->exec_ms > 0.01 ? t->exec_ms : 0.01;
+		if (exec <= LONG_JOB_RTTS * rtt) {
+			/* each slot finishes rtt/exec jobs while a claim is out; keep
+			 * twice that, plus a slot's worth for the start round trip */
+			double want = t->conc * (2.0 * rtt / exec + 1.0);
+			int q = (int)ceil(want);
+			if (q > p)
+				p = q;
+		}
+	}
+	if (p > buffer_max(w))
+		p = buffer_max(w);
+	return p;
+}
+
+static void buf_push(wtype *t, sq_task *k)
+{
+	k->next = NULL;
+	if (t->buf_tail)
+		t->buf_tail->next = k;
+	else
+		t->buf_head = k;
+	t->buf_tail = k;
+	t->buffered++;
+}
+
+static sq_task *buf_pop(wtype *t)
+{
+	sq_task *k = t->buf_head;
+	if (!k)
+		return NULL;
+	t->buf_head = k->next;
+	if (!t->buf_head)
+		t->buf_tail = NULL;
+	t->buffered--;
+	return k;
+}
+
+static void task_free(sq_task *k)
+{
+	sq_job_clear(&k->job);
+	free(k);
+}
+
+static void running_remove(sq_worker *w, sq_task *k)
+{
+	for (sq_task **p = &w->running; *p; p = &(*p)->run_next)
+		if (*p == k) {
+			*p = k->run_next;
+			return;
+		}
+}
+
+/* Writes the results of finished tasks in k[0..n): completions in one
+ * batched call, failures in another. Sets done[i] for the tasks whose
+ * result was answered by the shards (written, or found LOST). */
+static void write_batch(sq_worker *w, sq_task **k, size_t n, int failures, unsigned char *done)
+{
+	sq_job_ref *refs = malloc(n * sizeof(*refs));
+	sq_fail_req *fr = malloc(n * sizeof(*fr));
+	sq_status *out = malloc(n * sizeof(*out));
+	sq_error err;
+	sq_status st;
+	if (!refs || !fr || !out)
+		goto out;
+	for (size_t i = 0; i < n; i++) {
+		refs[i].id = fr[i].ref.id = k[i]->job.id;
+		refs[i].attempt = fr[i].ref.attempt = k[i]->job.attempt;
+		fr[i].error = k[i]->err[0] ? k[i]->err : "the handler failed";
+		fr[i].permanent = k[i]->result == SQ_RESULT_FAIL;
+	}
+	st = failures ? sq_fail(w->c, w->id, fr, n, out, &err)
+		      : sq_complete(w->c, w->id, refs, n, out, &err);
+	if (st != SQ_OK)
+		goto out; /* not answered: they stay pending */
+	for (size_t i = 0; i < n; i++) {
+		wtype *t = &w->types[k[i]->type];
+		done[i] = 1;
+		if (out[i] != SQ_OK)
+			t->st.lost++;
+		else if (!failures)
+			t->st.done++;
+		else if (fr[i].permanent || k[i]->job.attempt >= k[i]->job.max_attempts)
+			t->st.failed++;
+		else
+			t->st.retried++;
+	}
+out:
+	free(refs);
+	free(fr);
+	free(out);
+}
+
+/* Finished tasks: their results are written (completions and failures each
+ * one batched call); what the shards did not answer stays pending and is
+ * sent again on a later tick. A task whose lease was found lost while it
+ * ran is discarded: another worker owns the job. */
+static void write_results(sq_worker *w)
+{
+	sq_task *done = sq_pool_take_done(&w->pool), *next;
+	for (sq_task *k = done; k; k = next) {
+		wtype *t = &w->types[k->type];
+		double ms = (k->finished - k->started) * 1000.0;
+		next = k->next;
+		running_remove(w, k);
+		t->running--;
+		t->exec_ms = t->have_exec ? (1 - EWMA) * t->exec_ms + EWMA * ms : ms;
+		t->have_exec = 1;
+		if (k->lost) {
+			t->st.lost++;
+			task_free(k);
+			continue;
+		}
+		k->next = w->pending;
+		w->pending = k;
+	}
+	size_t n = 0;
+	for (sq_task *k = w->pending; k; k = k->next)
+		n++;
+	if (!n)
+		return;
+	sq_task **ks = malloc(2 * n * sizeof(*ks));
+	unsigned char *ok = calloc(2 * n, 1);
+	if (!ks || !ok) {
+		free(ks);
+		free(ok);
+		return;
+	}
+	size_t nc = 0, nf = 0;
+	for (sq_task *k = w->pending; k; k = k->next) {
+		if (k->result == SQ_RESULT_DONE)
+			ks[nc++] = k;
+		else
+			ks[n + nf++] = k;
+	}
+	if (nc)
+		write_batch(w, ks, nc, 0, ok);
+	if (nf)
+		write_batch(w, ks + n, nf, 1, ok + n);
+	sq_task *keep = NULL;
+	for (size_t i = 0; i < 2 * n; i++) {
+		if ((i < n && i >= nc) || (i >= n && i - n >= nf))
+			continue;
+		if (ok[i]) {
+			task_free(ks[i]);
+		} else {
+			ks[i]->next = keep;
+			keep = ks[i];
+		}
+	}
+	w->pending = keep;
+	free(ks);
+	free(ok);
+}
+
+/* Shutdown: every buffered job goes back to ready at once. */
+static void release_buffered(sq_worker *w)
+{
+	size_t n = 0, i = 0;
+	for (int t = 0; t < w->ntypes; t++)
+		n += (size_t)w->types[t].buffered;
+	if (!n)
+		return;
+	sq_task **ks = malloc(n * sizeof(*ks));
+	sq_job_ref *refs = malloc(n * sizeof(*refs));
+	sq_status *out = malloc(n * sizeof(*out));
+	sq_error err;
+	if (ks && refs && out) {
+		for (int t = 0; t < w->ntypes; t++)
+			for (sq_task *k; (k = buf_pop(&w->types[t])) != NULL; i++) {
+				ks[i] = k;
+				refs[i].id = k->job.id;
+				refs[i].attempt = k->job.attempt;
+			}
+		if (sq_release(w->c, w->id, refs, n, out, &err) == SQ_OK)
+			for (i = 0; i < n; i++)
+				w->types[ks[i]->type].st.released += out[i] == SQ_OK;
+		/* unreleased ones come back when their starting lease expires */
+		for (i = 0; i < n; i++)
+			task_free(ks[i]);
+	}
+	free(ks);
+	free(refs);
+	free(out);
+}
+
+/* Free slots take buffered jobs: starting -> running in one batched call,
+ * then to the pool. A job whose start is LOST was taken by another worker
+ * (its starting lease expired in our buffer) and is dropped. */
+static void promote(sq_worker *w, double now)
+{
+	size_t n = 0, i = 0;
+	for (int t = 0; t < w->ntypes; t++) {
+		wtype *wt = &w->types[t];
+		int free_slots = wt->conc - wt->running;
+		n += (size_t)(free_slots < wt->buffered ? free_slots : wt->buffered);
+	}
+	if (!n)
+		return;
+	sq_task **ks = malloc(n * sizeof(*ks));
+	sq_job_ref *refs = malloc(n * sizeof(*refs));
+	sq_status *out = malloc(n * sizeof(*out));
+	sq_error err;
+	if (!ks || !refs || !out)
+		goto out;
+	for (int t = 0; t < w->ntypes; t++) {
+		wtype *wt = &w->types[t];
+		int take = wt->conc - wt->running;
+		for (; take > 0 && wt->buffered; take--, i++) {
+			ks[i] = buf_pop(wt);
+			refs[i].id = ks[i]->job.id;
+			refs[i].attempt = ks[i]->job.attempt;
+		}
+	}
+	if (sq_start(w->c, w->id, refs, n, out, &err) != SQ_OK) {
+		/* not answered: back to the front of their buffers, next tick */
+		for (i = n; i-- > 0;) {
+			wtype *wt = &w->types[ks[i]->type];
+			ks[i]->next = wt->buf_head;
+			wt->buf_head = ks[i];
+			if (!wt->buf_tail)
+				wt->buf_tail = ks[i];
+			wt->buffered++;
+		}
+		goto out;
+	}
+	for (i = 0; i < n; i++) {
+		sq_task *k = ks[i];
+		wtype *wt = &w->types[k->type];
+		if (out[i] != SQ_OK) {
+			wt->st.lost++;
+			task_free(k);
+			continue;
+		}
+		k->hb_due = now + (double)wt->conf->execution_timeout_ms / 2000.0;
+		k->run_next = w->running;
+		w->running = k;
+		wt->running++;
+		sq_pool_submit(&w->pool, k);
+	}
+out:
+	free(ks);
+	free(refs);
+	free(out);
+}
+
+/* Running jobs extend their lease before half of it has passed. */
+static void heartbeat(sq_worker *w, double now)
+{
+	size_t n = 0, i = 0;
+	for (sq_task *k = w->running; k; k = k->run_next)
+		n += !k->lost && now >= k->hb_due;
+	if (!n)
+		return;
+	sq_task **ks = malloc(n * sizeof(*ks));
+	sq_job_ref *refs = malloc(n * sizeof(*refs));
+	sq_status *out = malloc(n * sizeof(*out));
+	sq_error err;
+	if (ks && refs && out) {
+		for (sq_task *k = w->running; k; k = k->run_next)
+			if (!k->lost && now >= k->hb_due) {
+				ks[i] = k;
+				refs[i].id = k->job.id;
+				refs[i].attempt = k->job.attempt;
+				i++;
+			}
+		if (sq_heartbeat(w->c, w->id, refs, n, out, &err) == SQ_OK)
+			for (i = 0; i < n; i++) {
+				const sq_type_conf *tc = w->types[ks[i]->type].conf;
+				if (out[i] == SQ_OK)
+					ks[i]->hb_due =
+						now + (double)tc->execution_timeout_ms / 2000.0;
+				else
+					ks[i]->lost = 1; /* its result will be discarded */
+			}
+	}
+	free(ks);
+	free(refs);
+	free(out);
+}
+
+/* How many of each type to ask for: free slots plus the predicted prefetch,
+ * less what is buffered, within the capacity left. */
+static int claim_limits(sq_worker *w, sq_claim_req *reqs)
+{
+	int room = capacity(w), total = 0;
+	for (int t = 0; t < w->ntypes; t++)
+		room -= w->types[t].running + w->types[t].buffered;
+	for (int t = 0; t < w->ntypes; t++) {
+		wtype *wt = &w->types[t];
+		int pf = predicted_prefetch(w, wt);
+		int want = (wt->conc - wt->running) + pf - wt->buffered;
+		wt->st.prefetch = pf;
+		if (want < 0)
+			want = 0;
+		if (want > room)
+			want = room;
+		room -= want;
+		reqs[t].type = wt->conf->name;
+		reqs[t].limit = want;
+		total += want;
+	}
+	return total;
+}
+
+static void claim(sq_worker *w, double now)
+{
+	sq_claim_req reqs[SQ_WORKER_MAX_TYPES];
+	sq_job *jobs;
+	size_t n;
+	sq_error err;
+	int asked = claim_limits(w, reqs);
+	if (!asked || now < w->next_claim_at)
+		return;
+	double t0 = sq_mono_s();
+	sq_status st = sq_claim(w->c, w->id, reqs, (size_t)w->ntypes, &jobs, &n, &err);
+	double ms = (sq_mono_s() - t0) * 1000.0;
+	w->claims++;
+	w->rtt_ms = w->have_rtt ? (1 - EWMA) * w->rtt_ms + EWMA * ms : ms;
+	w->have_rtt = 1;
+	for (int t = 0; t < w->ntypes; t++)
+		w->types[t].had_work = 0;
+	for (size_t i = 0; i < n; i++) {
+		sq_task *k = calloc(1, sizeof(*k));
+		int t = 0;
+		while (t < w->ntypes && strcmp(w->types[t].conf->name, jobs[i].type))
+			t++;
+		if (!k || t == w->ntypes) {
+			/* cannot hold it: its starting lease brings it back */
+			free(k);
+			sq_job_clear(&jobs[i]);
+			continue;
+		}
+		k->job = jobs[i];
+		k->type = t;
+		k->fn = w->types[t].fn;
+		k->arg = w->types[t].arg;
+		w->types[t].had_work = 1;
+		buf_push(&w->types[t], k);
+	}
+	free(jobs);
+	if (st != SQ_OK || n == 0) {
+		w->poll_delay_ms = w->poll_delay_ms
+					   ? fmin(w->poll_delay_ms * 2, (double)w->opts.poll_max_ms)
+					   : (double)w->opts.poll_min_ms;
+		w->next_claim_at = now + w->poll_delay_ms / 1000.0;
+	} else {
+		w->poll_delay_ms = 0;
+		/* a full answer: more may be there at once; a partial one: the
+		 * queue is drained for now */
+		w->next_claim_at =
+			(int)n >= asked ? now : now + (double)w->opts.poll_min_ms / 1000.0;
+	}
+}
+
+/* Slot time left idle while work was there to do. */
+static void account_idle(sq_worker *w, double now)
+{
+	double dt = w->last_tick ? now - w->last_tick : 0;
+	w->last_tick = now;
+	if (dt <= 0 || dt > 5)
+		return;
+	for (int t = 0; t < w->ntypes; t++) {
+		wtype *wt = &w->types[t];
+		if (!wt->had_work && !wt->buffered)
+			continue;
+		wt->busy_s += dt * wt->conc;
+		wt->idle_s += dt * (wt->conc - wt->running);
+	}
+}
+
+static void snapshot(sq_worker *w)
+{
+	sq_worker_stats s;
+	double idle = 0, busy = 0;
+	memset(&s, 0, sizeof(s));
+	s.ntypes = w->ntypes;
+	s.capacity = capacity(w);
+	s.claims = w->claims;
+	s.claim_rtt_ms = w->rtt_ms;
+	for (int t = 0; t < w->ntypes; t++) {
+		wtype *wt = &w->types[t];
+		wt->st.running = wt->running;
+		wt->st.buffered = wt->buffered;
+		wt->st.exec_ms = wt->exec_ms;
+		s.types[t] = wt->st;
+		s.running += wt->running;
+		s.buffered += wt->buffered;
+		idle += wt->idle_s;
+		busy += wt->busy_s;
+	}
+	s.slot_idle_ratio = busy > 0 ? idle / busy : 0;
+	s.busy_seconds = busy;
+	pthread_mutex_lock(&w->stats_mu);
+	w->snap = s;
+	pthread_mutex_unlock(&w->stats_mu);
+}
+
+void sq_worker_get_stats(sq_worker *w, sq_worker_stats *out)
+{
+	pthread_mutex_lock(&w->stats_mu);
+	*out = w->snap;
+	pthread_mutex_unlock(&w->stats_mu);
+}
+
+static double next_wake(sq_worker *w, double now)
+{
+	double at = now + 1.0;
+	if (!w->stopping) {
+		sq_claim_req reqs[SQ_WORKER_MAX_TYPES];
+		if (claim_limits(w, reqs) > 0 && w->next_claim_at < at)
+			at = w->next_claim_at;
+	}
+	for (sq_task *k = w->running; k; k = k->run_next)
+		if (!k->lost && k->hb_due < at)
+			at = k->hb_due;
+	if (w->pending && now + 0.1 < at)
+		at = now + 0.1; /* results not yet written: try again soon */
+	if (w->stopping && w->grace_deadline < at)
+		at = w->grace_deadline;
+	if (w->opts.report_ms > 0 && w->next_report < at)
+		at = w->next_report;
+	return at;
+}
+
+sq_status sq_worker_run(sq_worker *w, sq_error *err)
+{
+	if (!w->ntypes)
+		return sq_err(err, SQ_EINVAL,
+			      "the worker has no handler; add one with sq_worker_add");
+	if (!w->pool_started) {
+		if (sq_pool_start(&w->pool, w->conc_total, w->wake[1]))
+			return sq_err(err, SQ_ENOMEM, "cannot start %d handler threads",
+				      w->conc_total);
+		w->pool_started = 1;
+	}
+	if (w->opts.handle_signals) {
+		w->sig_ev[0] = evsignal_new(w->base, SIGTERM, on_signal, w);
+		w->sig_ev[1] = evsignal_new(w->base, SIGINT, on_signal, w);
+		event_add(w->sig_ev[0], NULL);
+		event_add(w->sig_ev[1], NULL);
+	}
+	w->next_report = sq_mono_s() + (double)w->opts.report_ms / 1000.0;
+	for (;;) {
+		double now = sq_mono_s();
+		account_idle(w, now);
+		if (atomic_load(&w->stop_now))
+			break;
+		if (atomic_load(&w->stop_req) && !w->stopping) {
+			w->stopping = 1;
+			w->grace_deadline = now + (double)w->opts.grace_ms / 1000.0;
+		}
+		write_results(w);
+		if (w->stopping && !w->released) {
+			release_buffered(w);
+			w->released = 1;
+		}
+		if (!w->stopping)
+			promote(w, now);
+		heartbeat(w, now);
+		if (w->woken && !w->stopping) {
+			w->woken = 0;
+			w->next_claim_at = now;
+			w->poll_delay_ms = 0;
+		}
+		if (!w->stopping) {
+			claim(w, now);
+			promote(w, sq_mono_s()); /* fresh jobs meet free slots at once */
+		}
+		snapshot(w);
+		if (w->opts.report_ms > 0 && now >= w->next_report) {
+			w->next_report = now + (double)w->opts.report_ms / 1000.0;
+			if (w->opts.report)
+				w->opts.report(&w->snap, w->opts.report_arg);
+		}
+		if (w->stopping && !w->running && !w->pending)
+			break;
+		if (w->stopping && now >= w->grace_deadline)
+			break;
+
+		double at = next_wake(w, sq_mono_s()), wait = at - sq_mono_s();
+		if (wait > 0) {
+			struct timeval tv = {(time_t)wait,
+					     (suseconds_t)((wait - floor(wait)) * 1e6)};
+			evtimer_add(w->timer_ev, &tv);
+			event_base_loop(w->base, EVLOOP_ONCE);
+		} else {
+			event_base_loop(w->base, EVLOOP_NONBLOCK);
+		}
+	}
+	snapshot(w);
+	if (w->running || w->pending) {
+		int left = 0;
+		for (sq_task *k = w->running; k; k = k->run_next)
+			left++;
+		return sq_err(err, SQ_ESTATE,
+			      "stopped with %d job(s) still running; their leases bring them back",
+			      left);
+	}
+	return SQ_OK;
+}
+
+void sq_worker_destroy(sq_worker *w)
+{
+	if (!w)
+		return;
+	if (w->pool_started) {
+		sq_pool_stop(&w->pool);
+		for (sq_task *k = sq_pool_take_done(&w->pool), *n; k; k = n) {
+			n = k->next;
+			task_free(k);
+		}
+	}
+	for (sq_task *k = w->pending, *n; k; k = n) {
+		n = k->next;
+		task_free(k);
+	}
+	for (int t = 0; t < w->ntypes; t++)
+		for (sq_task *k; (k = buf_pop(&w->types[t])) != NULL;)
+			task_free(k);
+	for (int s = 0; s < SQ_MAX_SHARDS; s++) {
+		if (w->listen_ev[s])
+			event_free(w->listen_ev[s]);
+		if (w->listen[s])
+			PQfinish(w->listen[s]);
+	}
+	for (int i = 0; i < 2; i++)
+		if (w->sig_ev[i])
+			event_free(w->sig_ev[i]);
+	if (w->wake_ev)
+		event_free(w->wake_ev);
+	if (w->timer_ev)
+		event_free(w->timer_ev);
+	if (w->base)
+		event_base_free(w->base);
+	sq_client_close(w->c);
+	if (w->wake[0] >= 0)
+		close(w->wake[0]);
+	if (w->wake[1] >= 0)
+		close(w->wake[1]);
+	pthread_mutex_destroy(&w->stats_mu);
+	free(w);
+}
