@@ -201,9 +201,9 @@ typedef struct sq_claim_req {
  * concurrently, one statement per shard. Due ready jobs and jobs whose lease
  * expired are taken; they become `starting` with the type's starting lease.
  * Each type's limit is shared among shards by their recent yield; when that
- * round comes back short, one more round asks the shards that were not asked
- * or gave all they were asked, at least one job each; whatever comes back
- * beyond the limit is released at once (no attempt counted).
+ * round comes back short, further rounds ask for exactly what is missing
+ * from the shards not yet asked (or that gave all they were asked), so the
+ * limit is never exceeded, even for a moment.
  * The result is ordered by priority DESC, COALESCE(delay_tolerance_time,
  * schedule_time) ASC, id ASC. *jobs is freed with sq_jobs_free(); it is NULL
  * when *njobs is 0. If a shard fails, the jobs claimed on the others are

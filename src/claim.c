@@ -171,52 +171,6 @@ static sq_status claim_round(sq_client *c, const char *worker, const sq_claim_re
 	return st;
 }
 
-/* Keeps the best want[k] jobs of each type among jv->v[first..] and releases
- * the rest (starting -> ready, no attempt counted). A job that cannot be
- * released stays claimed by us and is returned: its lease brings it back
- * if the caller drops it, and the count is exceeded rather than lost. */
-static void trim_excess(sq_client *c, const char *worker, const sq_claim_req *reqs, size_t nreqs,
-			const int32_t *want, job_vec *jv, size_t first)
-{
-	size_t n = jv->n - first, nrel = 0, keep = first;
-	sq_job *tail = jv->v + first;
-	sq_job_ref *refs = malloc(n * sizeof(*refs));
-	sq_status *out = malloc(n * sizeof(*out));
-	int32_t kept[SQ_MAX_TYPES] = {0};
-	unsigned char *drop = calloc(n, 1);
-	sq_error ignore;
-	if (!refs || !out || !drop)
-		goto done;
-	qsort(tail, n, sizeof(sq_job), cmp_jobs);
-	for (size_t i = 0; i < n; i++) {
-		size_t k = 0;
-		while (k < nreqs && strcmp(reqs[k].type, tail[i].type))
-			k++;
-		if (k < nreqs && kept[k] < want[k]) {
-			kept[k]++;
-			continue;
-		}
-		drop[i] = 1;
-		refs[nrel].id = tail[i].id;
-		refs[nrel].attempt = tail[i].attempt;
-		nrel++;
-	}
-	if (!nrel || sq_release(c, worker, refs, nrel, out, &ignore) != SQ_OK)
-		goto done;
-	for (size_t i = 0, r = 0; i < n; i++) {
-		if (drop[i] && out[r++] == SQ_OK) {
-			sq_job_clear(&tail[i]);
-			continue;
-		}
-		jv->v[keep++] = tail[i];
-	}
-	jv->n = keep;
-done:
-	free(refs);
-	free(out);
-	free(drop);
-}
-
 sq_status sq_claim(sq_client *c, const char *worker, const sq_claim_req *reqs, size_t nreqs,
 		   sq_job **jobs_out, size_t *njobs_out, sq_error *err)
 {
@@ -281,38 +235,47 @@ sq_status sq_claim(sq_client *c, const char *worker, const sq_claim_req *reqs, s
 		if (want2[k] > 0)
 			again = 1;
 	}
-	/* round 2, only when short: every shard that was not asked, or gave all
-	 * it was asked, is asked for its share of the rest, at least one; what
-	 * comes back beyond the limit is released at once (no attempt counted),
-	 * so a limit smaller than the shard count still finds a lone job */
-	if (st == SQ_OK && again) {
+	/* more rounds, only when short: the rest is shared among the shards that
+	 * were not asked yet in this call or gave all they were asked (they may
+	 * have more). Every round asks exactly what is missing, so the limit is
+	 * never exceeded, even for a moment; a limit smaller than the number of
+	 * shards still finds a lone job, at one round trip per round. */
+	unsigned char *tried = calloc((size_t)c->nshards * nreqs + 1, 1);
+	for (int round = 1; st == SQ_OK && again && tried && round < c->nshards + 1; round++) {
 		int any2 = 0;
-		size_t first2 = jv.n;
 		for (size_t k = 0; k < nreqs; k++) {
 			double w[SQ_MAX_SHARDS] = {0};
 			int32_t part[SQ_MAX_SHARDS];
 			int cand = 0;
 			for (int s = 0; s < c->nshards; s++) {
-				int open = !sr[s].asked[k] || sr[s].got[k] == sr[s].asked[k];
-				w[s] = open ? 1.0 : 0.0;
-				cand += open;
+				unsigned char *tr = &tried[s * nreqs + k];
+				int full = sr[s].asked[k] && sr[s].got[k] == sr[s].asked[k];
+				if (sr[s].asked[k])
+					*tr = 1;
+				w[s] = (!*tr || full) ? 1.0 : 0.0;
+				cand += w[s] > 0;
 			}
 			for (int s = 0; s < c->nshards; s++)
 				sr[s].asked[k] = 0;
 			if (want2[k] <= 0 || !cand)
 				continue;
-			share(want2[k], w, c->nshards, c->rotate, part);
+			share(want2[k], w, c->nshards, c->rotate++, part);
 			for (int s = 0; s < c->nshards; s++) {
-				if (w[s] > 0)
-					sr[s].asked[k] = part[s] > 0 ? part[s] : 1;
+				sr[s].asked[k] = w[s] > 0 ? part[s] : 0;
 				any2 |= sr[s].asked[k] > 0;
 			}
 		}
-		if (any2)
-			st = claim_round(c, worker, reqs, ti, nreqs, sr, &jv, err);
-		if (jv.n > first2)
-			trim_excess(c, worker, reqs, nreqs, want2, &jv, first2);
+		if (!any2)
+			break;
+		st = claim_round(c, worker, reqs, ti, nreqs, sr, &jv, err);
+		again = 0;
+		for (size_t k = 0; k < nreqs; k++) {
+			for (int s = 0; s < c->nshards; s++)
+				want2[k] -= sr[s].got[k];
+			again |= want2[k] > 0;
+		}
 	}
+	free(tried);
 	if (jv.n > 1)
 		qsort(jv.v, jv.n, sizeof(sq_job), cmp_jobs);
 	*jobs_out = jv.n ? jv.v : NULL;

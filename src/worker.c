@@ -35,8 +35,10 @@ typedef struct wtype {
 	int buffered, running;
 	double exec_ms;
 	int have_exec;
-	int had_work; /* the last claim gave jobs of this type */
-	double idle_s, busy_s;
+	int had_work;  /* the last claim gave jobs of this type */
+	double *freed; /* when each free slot freed (a ring of conc entries) */
+	int nfreed, freed_head;
+	double idle_s, exec_s; /* slot time: waiting for a refill; running */
 	sq_worker_type_stats st;
 } wtype;
 
@@ -64,7 +66,7 @@ struct sq_worker {
 	int have_rtt;
 	sq_task *running; /* list through run_next */
 	sq_task *pending; /* finished, whose result is not yet written */
-	double last_tick, next_report;
+	double next_report;
 	uint64_t claims;
 	pthread_mutex_t stats_mu;
 	sq_worker_stats snap;
@@ -244,6 +246,11 @@ sq_status sq_worker_add(sq_worker *w, const char *type, int concurrency, sq_hand
 	wt->fn = fn;
 	wt->arg = arg;
 	wt->conc = concurrency;
+	wt->freed = calloc((size_t)concurrency, sizeof(double));
+	if (!wt->freed) {
+		w->ntypes--;
+		return sq_err(err, SQ_ENOMEM, "out of memory");
+	}
 	snprintf(wt->st.type, sizeof(wt->st.type), "%s", t->name);
 	wt->st.concurrency = concurrency;
 	w->conc_total += concurrency;
@@ -375,6 +382,9 @@ static void write_results(sq_worker *w)
 		t->running--;
 		t->exec_ms = t->have_exec ? (1 - EWMA) * t->exec_ms + EWMA * ms : ms;
 		t->have_exec = 1;
+		t->exec_s += k->finished - k->started;
+		if (t->nfreed < t->conc)
+			t->freed[(t->freed_head + t->nfreed++) % t->conc] = k->finished;
 		if (k->lost) {
 			t->st.lost++;
 			task_free(k);
@@ -501,6 +511,14 @@ static void promote(sq_worker *w, double now)
 			task_free(k);
 			continue;
 		}
+		if (wt->nfreed) {
+			/* the slot sat idle from its last job's end until now */
+			double gap = now - wt->freed[wt->freed_head];
+			wt->freed_head = (wt->freed_head + 1) % wt->conc;
+			wt->nfreed--;
+			if (gap > 0)
+				wt->idle_s += gap;
+		}
 		k->hb_due = now + (double)wt->conf->execution_timeout_ms / 2000.0;
 		k->run_next = w->running;
 		w->running = k;
@@ -555,6 +573,9 @@ static int claim_limits(sq_worker *w, sq_claim_req *reqs)
 	int room = capacity(w), total = 0;
 	for (int t = 0; t < w->ntypes; t++)
 		room -= w->types[t].running + w->types[t].buffered;
+	/* finished jobs whose result is not written yet still hold their row */
+	for (sq_task *k = w->pending; k; k = k->next)
+		room--;
 	for (int t = 0; t < w->ntypes; t++) {
 		wtype *wt = &w->types[t];
 		int pf = predicted_prefetch(w, wt);
@@ -608,6 +629,10 @@ static void claim(sq_worker *w, double now)
 		buf_push(&w->types[t], k);
 	}
 	free(jobs);
+	/* a type with no work: its free slots are not waiting for anything */
+	for (int t = 0; t < w->ntypes; t++)
+		if (!w->types[t].had_work && !w->types[t].buffered)
+			w->types[t].nfreed = 0;
 	if (st != SQ_OK || n == 0) {
 		w->poll_delay_ms = w->poll_delay_ms
 					   ? fmin(w->poll_delay_ms * 2, (double)w->opts.poll_max_ms)
@@ -619,22 +644,6 @@ static void claim(sq_worker *w, double now)
 		 * queue is drained for now */
 		w->next_claim_at =
 			(int)n >= asked ? now : now + (double)w->opts.poll_min_ms / 1000.0;
-	}
-}
-
-/* Slot time left idle while work was there to do. */
-static void account_idle(sq_worker *w, double now)
-{
-	double dt = w->last_tick ? now - w->last_tick : 0;
-	w->last_tick = now;
-	if (dt <= 0 || dt > 5)
-		return;
-	for (int t = 0; t < w->ntypes; t++) {
-		wtype *wt = &w->types[t];
-		if (!wt->had_work && !wt->buffered)
-			continue;
-		wt->busy_s += dt * wt->conc;
-		wt->idle_s += dt * (wt->conc - wt->running);
 	}
 }
 
@@ -656,7 +665,7 @@ static void snapshot(sq_worker *w)
 		s.running += wt->running;
 		s.buffered += wt->buffered;
 		idle += wt->idle_s;
-		busy += wt->busy_s;
+		busy += wt->idle_s + wt->exec_s;
 	}
 	s.slot_idle_ratio = busy > 0 ? idle / busy : 0;
 	s.busy_seconds = busy;
@@ -712,7 +721,6 @@ sq_status sq_worker_run(sq_worker *w, sq_error *err)
 	w->next_report = sq_mono_s() + (double)w->opts.report_ms / 1000.0;
 	for (;;) {
 		double now = sq_mono_s();
-		account_idle(w, now);
 		if (atomic_load(&w->stop_now))
 			break;
 		if (atomic_load(&w->stop_req) && !w->stopping) {
@@ -784,9 +792,11 @@ void sq_worker_destroy(sq_worker *w)
 		n = k->next;
 		task_free(k);
 	}
-	for (int t = 0; t < w->ntypes; t++)
+	for (int t = 0; t < w->ntypes; t++) {
 		for (sq_task *k; (k = buf_pop(&w->types[t])) != NULL;)
 			task_free(k);
+		free(w->types[t].freed);
+	}
 	for (int s = 0; s < SQ_MAX_SHARDS; s++) {
 		if (w->listen_ev[s])
 			event_free(w->listen_ev[s]);
