@@ -353,6 +353,35 @@ START_TEST(sigterm_releases_buffer_and_finishes)
 }
 END_TEST
 
+/* A second signal exits at once; the lease brings the running job back. */
+START_TEST(second_signal_exits_at_once)
+{
+	setup_with("sqt_work_twice", "[type x]\nexecution_timeout = 2s\nhistory = true\n");
+	make_script("[ \"$SHARDQ_JOB_ATTEMPT\" = 1 ] && sleep 30; true");
+	enqueue_n("x", 1, NULL);
+	pid_t a = spawn_worker("wA", "x:1", "--quiet", "/tmp/sqt-wA8.out");
+	double deadline = now_s() + 20;
+	while (held("wA", "'running'") == 0 && now_s() < deadline)
+		usleep(10000);
+	ck_assert_int_eq(held("wA", "'running'"), 1);
+	kill(a, SIGTERM);
+	usleep(100000);
+	double t0 = now_s();
+	kill(a, SIGTERM);
+	int rc = wait_exit(a, 10);
+	printf("second signal: exited %.3fs later with %d\n", now_s() - t0, rc);
+	ck_assert_int_eq(rc, 1);
+	ck_assert(now_s() - t0 < 1.0);
+	/* the job comes back after its lease, and runs again to the end */
+	pid_t b = spawn_worker("wB", "x:1", "--poll 100ms --quiet", "/tmp/sqt-wB8.out");
+	ck_assert(wait_until_drained(30));
+	kill(b, SIGTERM);
+	ck_assert_int_eq(wait_exit(b, 20), 0);
+	ck_assert_int_eq(completed_once(), 1);
+	cleanup();
+}
+END_TEST
+
 START_TEST(backpressure_and_long_jobs_never_prefetched)
 {
 	setup_with("sqt_work_bp", "[type slow]\nhistory = true\n[type long]\nhistory = true\n");
@@ -576,6 +605,7 @@ int main(void)
 	tcase_set_timeout(tc, 240);
 	tcase_add_test(tc, kill9_jobs_come_back);
 	tcase_add_test(tc, sigterm_releases_buffer_and_finishes);
+	tcase_add_test(tc, second_signal_exits_at_once);
 	tcase_add_test(tc, backpressure_and_long_jobs_never_prefetched);
 	tcase_add_test(tc, fast_jobs_keep_slots_busy);
 	tcase_add_test(tc, expired_lease_result_discarded);
