@@ -378,6 +378,76 @@ const char *sq_worker_id(const sq_worker *w);
 /* Waits for the pool threads and frees everything. */
 void sq_worker_destroy(sq_worker *w);
 
+/* ---- partition moves ---------------------------------------------------- */
+
+/*
+ * A move carries a set of partitions from one shard to another, online:
+ * prepare (destination marks them importing), freeze (source marks them
+ * moving_out under the exclusive gate), drain, copy and take ownership (one
+ * destination transaction: the point of no return), switch (the meta map,
+ * new version, NOTIFY), clean up (source marks them gone, deletes, vacuums).
+ * Every step is recorded in shardq_meta.moves and is idempotent: running a
+ * move again resumes it where it stopped.
+ */
+typedef struct sq_move_info {
+	int64_t move_id;
+	char from[64], to[64];
+	int32_t npartitions;
+	char step[16];     /* planned, prepared, frozen, drained, copied,
+	                       switched, done, aborted */
+	int64_t rows;      /* rows copied (-1: not yet) */
+	double stall_ms;   /* how long the freeze held writes on the source */
+	double elapsed_ms; /* from start to finish (or to now) */
+	char error[256];   /* the last error recorded, or "" */
+} sq_move_info;
+
+typedef void (*sq_move_progress)(const sq_move_info *m, int set, int nsets, void *arg);
+
+typedef struct sq_move_opts {
+	int64_t lock_timeout_ms; /* the freeze waits at most this for the gate (2000) */
+	int freeze_tries;        /* and tries this many times (5) */
+	int delete_batch;        /* cleanup deletes this many rows per batch (10000) */
+	int set_size;            /* rebalance: partitions per move (256) */
+	int64_t pause_ms;        /* rebalance: pause between sets (0) */
+	sq_move_progress progress;
+	void *progress_arg;
+} sq_move_opts;
+
+void sq_move_opts_init(sq_move_opts *o);
+
+/* Moves the partitions to shard `to` (all must be on one source shard now);
+ * returns the move's id and its figures in *info (may be NULL). */
+SQ_MUST_CHECK sq_status sq_move(sq_client *c, const uint32_t *parts, size_t n, const char *to,
+				const sq_move_opts *o, sq_move_info *info, sq_error *err);
+/* Runs an unfinished move from where it stopped. */
+SQ_MUST_CHECK sq_status sq_move_resume(sq_client *c, int64_t move_id, const sq_move_opts *o,
+				       sq_move_info *info, sq_error *err);
+/* Undoes a move that has not passed the copy commit; SQ_ESTATE after it. */
+SQ_MUST_CHECK sq_status sq_move_abort(sq_client *c, int64_t move_id, sq_error *err);
+/* Lists moves (unfinished only, unless all); free *out with free(). */
+SQ_MUST_CHECK sq_status sq_moves_list(sq_client *c, int all, sq_move_info **out, size_t *n,
+				      sq_error *err);
+
+/* The plan of a rebalance: per partition, the shard it is on and the one
+ * weighted rendezvous hashing over the configured shards (and weights) puts
+ * it on. Free with sq_plan_free(). */
+typedef struct sq_plan {
+	uint32_t partitions;
+	int nshards;
+	int *from;       /* per partition: shard index now */
+	int *to;         /* per partition: shard index planned */
+	int64_t *before; /* per shard: partitions now */
+	int64_t *after;  /* per shard: partitions planned */
+	int64_t moving;  /* partitions whose shard changes */
+} sq_plan;
+
+SQ_MUST_CHECK sq_status sq_rebalance_plan(sq_client *c, sq_plan **out, sq_error *err);
+void sq_plan_free(sq_plan *p);
+/* Resumes unfinished moves, then carries out the plan in sets of
+ * o->set_size partitions per (source, destination) pair, calling
+ * o->progress after each step. */
+SQ_MUST_CHECK sq_status sq_rebalance(sq_client *c, const sq_move_opts *o, sq_error *err);
+
 /* ---- introspection for tests and tools ---------------------------------- */
 
 /* Statements sent to shard i since the client opened. */

@@ -7,6 +7,8 @@
 
 #include <event2/event.h>
 #include <stdio.h>
+#include <time.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -69,8 +71,17 @@ static char *conn_options(const sq_config *cfg)
 	return sq_buf_steal(&b);
 }
 
+static double mono_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
 sq_status sq_client_refresh_map(sq_client *c, sq_error *err)
 {
+	c->map_checked_at = mono_s();
+	c->map_refreshes++;
 	PGresult *r = sq_pgconn_exec(
 		&c->meta, "SELECT partitions, map_version, cluster_id FROM shardq_meta.cluster", 0,
 		NULL, err);
@@ -175,6 +186,17 @@ sq_status sq_client_open(const sq_config *cfg, int for_init, sq_client **out, sq
 	free(opts);
 	if (st == SQ_OK && !for_init)
 		st = sq_client_refresh_map(c, err);
+	if (st == SQ_OK && !for_init) {
+		/* map changes arrive by NOTIFY; the version poll covers a lost one */
+		c->map_listen = PQconnectdb(sq_config_meta_dsn(cfg));
+		if (PQstatus(c->map_listen) == CONNECTION_OK) {
+			PQclear(PQexec(c->map_listen, "LISTEN shardq_map"));
+			PQsetnonblocking(c->map_listen, 1);
+		} else {
+			PQfinish(c->map_listen);
+			c->map_listen = NULL;
+		}
+	}
 	if (st != SQ_OK) {
 		sq_client_close(c);
 		return st;
@@ -190,6 +212,8 @@ void sq_client_close(sq_client *c)
 	for (int i = 0; c->shards && i < c->nshards; i++)
 		sq_pgconn_close(&c->shards[i]);
 	sq_pgconn_close(&c->meta);
+	if (c->map_listen)
+		PQfinish(c->map_listen);
 	free(c->shards);
 	free(c->map);
 	free(c->yield);
@@ -256,6 +280,64 @@ sq_status sq_client_take_ids(sq_client *c, size_t n, int64_t *first, sq_error *e
 	*first = c->id_next;
 	c->id_next += (int64_t)n;
 	return SQ_OK;
+}
+
+void sq_client_check_map(sq_client *c)
+{
+	int changed = 0;
+	PGnotify *n;
+	if (c->map_listen) {
+		if (!PQconsumeInput(c->map_listen)) {
+			PQfinish(c->map_listen);
+			c->map_listen = NULL;
+		} else {
+			while ((n = PQnotifies(c->map_listen)) != NULL) {
+				changed |= atoll(n->extra) != c->map_version;
+				PQfreemem(n);
+			}
+		}
+	}
+	if (!changed && mono_s() - c->map_checked_at >= (double)c->cfg->map_poll_ms / 1000.0) {
+		sq_error e;
+		PGresult *r = sq_pgconn_exec(
+			&c->meta, "SELECT map_version FROM shardq_meta.cluster", 0, NULL, &e);
+		c->map_checked_at = mono_s();
+		if (r) {
+			changed = PQntuples(r) == 1 && atoll(PQgetvalue(r, 0, 0)) != c->map_version;
+			PQclear(r);
+		}
+	}
+	if (changed && sq_client_refresh_map(c, NULL) != SQ_OK)
+		c->map_checked_at = 0; /* try again next time */
+}
+
+sq_status sq_client_wait_moved(sq_client *c, int moved, int *tries, double *deadline, sq_error *err)
+{
+	double now = mono_s();
+	if (*deadline == 0)
+		*deadline = now + (double)c->cfg->moving_wait_ms / 1000.0;
+	if (now >= *deadline)
+		return sq_err(err, SQ_EMOVING,
+			      "a partition is still being moved after %.0fs; is a mover stuck? "
+			      "see shardq moves",
+			      (double)c->cfg->moving_wait_ms / 1000.0);
+	if (!moved) {
+		/* a move's freeze-to-switch takes milliseconds to seconds */
+		int ms = 5 << (*tries < 5 ? *tries : 5);
+		usleep((useconds_t)(ms > 200 ? 200 : ms) * 1000);
+	}
+	(*tries)++;
+	if (sq_client_refresh_map(c, NULL) != SQ_OK)
+		c->map_checked_at = 0;
+	return SQ_OK;
+}
+
+sq_status sq_client_send(sq_client *c, sq_error *err)
+{
+	sq_pgconn *conns[SQ_MAX_SHARDS];
+	for (int i = 0; i < c->nshards; i++)
+		conns[i] = &c->shards[i];
+	return sq_pgconn_run(c->base, conns, c->nshards, err);
 }
 
 sq_status sq_client_run(sq_client *c, sq_error *err)

@@ -30,6 +30,9 @@ struct sq_client {
 	double *yield;           /* [shard * ntypes + type]: recent claim yield */
 	unsigned rotate;         /* spreads small limits over shards in turn */
 	sq_type_arrays ta;
+	PGconn *map_listen;    /* LISTEN shardq_map on the meta database */
+	double map_checked_at; /* monotonic seconds of the last version check */
+	uint64_t map_refreshes;
 };
 
 /* Takes `n` fresh id numbers (not yet shifted/combined with a partition);
@@ -47,6 +50,24 @@ static inline int sq_shard_of_id(const sq_client *c, int64_t id)
 {
 	return c->map[sq_partition_of_id(id) & (c->partitions - 1)];
 }
+
+/* Reloads the map if a NOTIFY said it changed, or if map_poll has passed
+ * and the version moved. Cheap when nothing changed. */
+void sq_client_check_map(sq_client *c);
+
+/*
+ * After a shard answered "moving" (moved = 0) or "moved" (moved = 1): waits
+ * a little for a moving partition, refreshes the map, and tells whether to
+ * try again (SQ_OK) or give up (SQ_EMOVING once the deadline has passed).
+ * `tries` counts the calls for one operation; `deadline` is monotonic
+ * seconds, set on the first call when 0.
+ */
+sq_status sq_client_wait_moved(sq_client *c, int moved, int *tries, double *deadline,
+			       sq_error *err);
+
+/* Sends every shard's queued pipeline and waits; only connection failures
+ * are returned: each shard's results are for the caller to check. */
+SQ_MUST_CHECK sq_status sq_client_send(sq_client *c, sq_error *err);
 
 /* Runs the queued pipelines of every shard, then checks each shard's
  * results; returns the first error. */

@@ -44,6 +44,8 @@ struct sq_config {
 	int64_t idle_in_tx_timeout_ms;
 	int pool_size;
 	char *application_name;
+	int64_t map_poll_ms;    /* how often a client checks the map version */
+	int64_t moving_wait_ms; /* how long a write waits on a moving partition */
 	int nshards;
 	sq_shard_conf shards[SQ_MAX_SHARDS];
 	int ntypes;

@@ -199,10 +199,15 @@ static int keyset_bump(keyset *ks, const char *type, const char *key, size_t idx
 	return ks->count[i]++;
 }
 
+/* Sends every shard's batch at once. A shard that answers "moving" or
+ * "moved" wrote nothing (its pipeline is one transaction): its rows keep
+ * id -1, to be routed again; *moved says which answer came (2: moved,
+ * 1: moving, 0: none). Other errors are returned. */
 static sq_status send_all(sq_client *c, shard_batch *sb, const sq_job_spec *jobs,
-			  sq_enqueue_result *res, sq_error *err)
+			  sq_enqueue_result *res, int *moved, sq_error *err)
 {
 	sq_status st;
+	*moved = 0;
 	sq_client_reset(c);
 	for (int s = 0; s < c->nshards; s++) {
 		shard_batch *b = &sb[s];
@@ -214,10 +219,20 @@ static sq_status send_all(sq_client *c, shard_batch *sb, const sq_job_spec *jobs
 		if (c->cfg->notify)
 			sq_pgconn_push(&c->shards[s], &stmt_notify, 0, NULL);
 	}
-	if ((st = sq_client_run(c, err)) != SQ_OK)
+	if ((st = sq_client_send(c, err)) != SQ_OK)
 		return st;
 	for (int s = 0; s < c->nshards; s++) {
 		sq_pgconn *pc = &c->shards[s];
+		if (!sb[s].nrounds)
+			continue;
+		st = sq_pgconn_result_error(pc, err);
+		if (st == SQ_EMOVED || st == SQ_EMOVING) {
+			if (*moved < (st == SQ_EMOVED ? 2 : 1))
+				*moved = st == SQ_EMOVED ? 2 : 1;
+			continue;
+		}
+		if (st != SQ_OK)
+			return st;
 		/* results: gate, check, then one per round */
 		for (int q = 2; q < 2 + sb[s].nrounds && q < pc->nres; q++) {
 			PGresult *r = pc->res[q];
@@ -268,9 +283,15 @@ sq_status sq_enqueue(sq_client *c, const sq_job_spec *jobs, size_t n, sq_enqueue
 	for (size_t i = 0; i < n; i++)
 		res[i].id = -1, alias[i] = i;
 
-	/* a duplicate that finished between our insert and its lookup leaves
-	 * its row without an id: send those again (rare, bounded) */
-	for (attempt = 0; attempt < 3; attempt++) {
+	/* Rows with id -1 are to send. A shard answering "moving" or "moved"
+	 * leaves its rows at -1: they are routed again by the refreshed map.
+	 * A duplicate that finished between our insert and its lookup leaves
+	 * id 0: those are sent again too (rare, bounded). */
+	int dup_tries = 0, move_tries = 0;
+	double deadline = 0;
+	sq_client_check_map(c);
+	for (attempt = 0;; attempt++) {
+		int moved = 0;
 		sb = calloc((size_t)c->nshards, sizeof(*sb));
 		ks = calloc((size_t)c->nshards, sizeof(*ks));
 		if (!sb || !ks) {
@@ -285,9 +306,7 @@ sq_status sq_enqueue(sq_client *c, const sq_job_spec *jobs, size_t n, sq_enqueue
 			int64_t unique = first + (int64_t)i;
 			uint32_t part;
 			int s, rnd = 0;
-			if (attempt && res[i].id != 0)
-				continue;
-			if (alias[i] != i)
+			if (res[i].id != -1 || alias[i] != i)
 				continue;
 			if (j->key)
 				part = sq_partition_of_key(j->key, strlen(j->key), c->partitions);
@@ -326,8 +345,7 @@ sq_status sq_enqueue(sq_client *c, const sq_job_spec *jobs, size_t n, sq_enqueue
 			if (rnd >= MAX_ROUNDS) {
 				st = sq_err(err, SQ_EINVAL,
 					    "job %zu: key '%s' of type '%s' appears more than %d "
-					    "times in "
-					    "one "
+					    "times in one "
 					    "batch; its policy applies them in order, so split the "
 					    "batch",
 					    i + 1, j->key, j->type, MAX_ROUNDS);
@@ -347,7 +365,7 @@ sq_status sq_enqueue(sq_client *c, const sq_job_spec *jobs, size_t n, sq_enqueue
 				b->parts_val[0] = b->parts.data;
 			}
 		}
-		st = pending ? send_all(c, sb, jobs, res, err) : SQ_OK;
+		st = pending ? send_all(c, sb, jobs, res, &moved, err) : SQ_OK;
 	out:
 		for (int s = 0; s < c->nshards; s++) {
 			for (int k = 0; k < MAX_ROUNDS; k++)
@@ -363,25 +381,33 @@ sq_status sq_enqueue(sq_client *c, const sq_job_spec *jobs, size_t n, sq_enqueue
 		sq_client_reset(c);
 		if (st != SQ_OK)
 			break;
-		int missing = 0;
+		int again = 0;
 		for (size_t i = 0; i < n; i++) {
-			if (alias[i] != i) {
+			if (alias[i] != i && res[alias[i]].id > 0) {
 				res[i].id = res[alias[i]].id;
 				res[i].shard = res[alias[i]].shard;
 				res[i].outcome = SQ_ENQ_DUPLICATE;
 			}
-			if (res[i].id == 0)
-				missing = 1;
+			if (alias[i] == i && res[i].id == 0) {
+				res[i].id = -1;
+				dup_tries++;
+			}
+			again |= res[i].id == -1 && alias[i] == i;
 		}
-		if (!missing)
+		if (!again)
+			break;
+		if (dup_tries > 3 * (int)n) {
+			st = sq_err(err, SQ_EDB,
+				    "some jobs could not be placed (a duplicate kept finishing "
+				    "concurrently); enqueue them again");
+			break;
+		}
+		if (moved &&
+		    (st = sq_client_wait_moved(c, moved == 2, &move_tries, &deadline, err)))
 			break;
 	}
 	free(alias);
-	if (st != SQ_OK || attempt < 3)
-		return st;
-	return sq_err(err, SQ_EDB,
-		      "some jobs could not be placed after 3 tries (a duplicate kept "
-		      "finishing concurrently); enqueue them again");
+	return st;
 }
 
 const char *sq_enqueue_outcome_name(sq_enqueue_outcome o)

@@ -268,10 +268,38 @@ static sq_status fenced_pass(sq_client *c, const op *o, const char *worker, cons
 	return st;
 }
 
+/* Refs answered "moving" or "moved" are sent again once the map says where
+ * their partition is now; a job whose partition moved while it ran keeps
+ * its attempt and worker on the new shard, so the write succeeds there. */
+static sq_status redo_moved(sq_client *c, const op *o, const char *worker, const sq_job_ref *refs,
+			    size_t n, sq_status *out, sq_status missing, sq_error *err)
+{
+	int tries = 0;
+	double deadline = 0;
+	for (;;) {
+		int moving = 0, moved = 0;
+		for (size_t i = 0; i < n; i++) {
+			moving |= out[i] == SQ_EMOVING;
+			moved |= out[i] == SQ_EMOVED;
+			if (out[i] == SQ_EMOVED)
+				out[i] = SQ_EMOVING; /* one marker for "send again" */
+		}
+		if (!moving && !moved)
+			return SQ_OK;
+		sq_status st = sq_client_wait_moved(c, moved, &tries, &deadline, err);
+		if (st != SQ_OK)
+			return st;
+		st = fenced_pass(c, o, worker, refs, n, out, SQ_EMOVING, missing, err);
+		if (st != SQ_OK)
+			return st;
+	}
+}
+
 static sq_status fenced(sq_client *c, const op *o, const char *worker, const sq_job_ref *refs,
 			size_t n, sq_status *out, int second_look, sq_error *err)
 {
 	sq_status st;
+	sq_status missing = second_look ? SQ_ENOTFOUND : SQ_ELOST;
 	if (!worker || !*worker)
 		return sq_err(err, SQ_EINVAL, "a worker id is required");
 	for (size_t i = 0; i < n; i++) {
@@ -282,8 +310,10 @@ static sq_status fenced(sq_client *c, const op *o, const char *worker, const sq_
 	}
 	if (n == 0)
 		return SQ_OK;
-	st = fenced_pass(c, o, worker, refs, n, out, SQ_EINVAL,
-			 second_look ? SQ_ENOTFOUND : SQ_ELOST, err);
+	sq_client_check_map(c);
+	st = fenced_pass(c, o, worker, refs, n, out, SQ_EINVAL, missing, err);
+	if (st == SQ_OK)
+		st = redo_moved(c, o, worker, refs, n, out, missing, err);
 	if (st == SQ_OK && second_look) {
 		int again = 0;
 		for (size_t i = 0; i < n; i++)
@@ -292,6 +322,8 @@ static sq_status fenced(sq_client *c, const op *o, const char *worker, const sq_
 		 * with a fresh one; what still does not match is lost */
 		if (again)
 			st = fenced_pass(c, o, worker, refs, n, out, SQ_ENOTFOUND, SQ_ELOST, err);
+		if (st == SQ_OK)
+			st = redo_moved(c, o, worker, refs, n, out, SQ_ELOST, err);
 	}
 	return st;
 }
@@ -354,7 +386,28 @@ sq_status sq_fail(sq_client *c, const char *worker, const sq_fail_req *reqs, siz
 }
 
 /* Cancel by id: same machinery without a fence on worker. */
+static sq_status cancel_pass(sq_client *c, const int64_t *ids, size_t n, sq_status *out, int *moved,
+			     sq_error *err);
+
 sq_status sq_cancel(sq_client *c, const int64_t *ids, size_t n, sq_status *out, sq_error *err)
+{
+	int tries = 0, moved = 0;
+	double deadline = 0;
+	sq_status st;
+	for (size_t i = 0; i < n; i++)
+		out[i] = SQ_EINVAL; /* to do */
+	sq_client_check_map(c);
+	while ((st = cancel_pass(c, ids, n, out, &moved, err)) == SQ_OK && moved) {
+		if ((st = sq_client_wait_moved(c, moved == 2, &tries, &deadline, err)))
+			break;
+	}
+	return st;
+}
+
+/* Cancels the ids whose out[] is SQ_EINVAL ("to do"); a shard that answers
+ * moving/moved leaves its ids to do, and *moved says so (1 moving, 2 moved). */
+static sq_status cancel_pass(sq_client *c, const int64_t *ids, size_t n, sq_status *out, int *moved,
+			     sq_error *err)
 {
 	sq_buf *idb = calloc((size_t)c->nshards, sizeof(sq_buf));
 	sq_buf *pb = calloc((size_t)c->nshards, sizeof(sq_buf));
@@ -366,7 +419,10 @@ sq_status sq_cancel(sq_client *c, const int64_t *ids, size_t n, sq_status *out, 
 		free(vals);
 		return sq_err(err, SQ_ENOMEM, "out of memory");
 	}
+	*moved = 0;
 	for (size_t i = 0; i < n; i++) {
+		if (out[i] != SQ_EINVAL)
+			continue;
 		int s = sq_shard_of_id(c, ids[i]);
 		if (!idb[s].len) {
 			sq_arr_open(&idb[s]);
@@ -374,7 +430,6 @@ sq_status sq_cancel(sq_client *c, const int64_t *ids, size_t n, sq_status *out, 
 		}
 		sq_arr_i64(&idb[s], ids[i]);
 		sq_arr_i64(&pb[s], sq_partition_of_id(ids[i]) & (c->partitions - 1));
-		out[i] = SQ_ENOTFOUND;
 	}
 	sq_client_reset(c);
 	for (int s = 0; s < c->nshards; s++) {
@@ -387,11 +442,23 @@ sq_status sq_cancel(sq_client *c, const int64_t *ids, size_t n, sq_status *out, 
 		sq_client_push_guard(c, s, &vals[2 * s + 1]);
 		sq_pgconn_push(&c->shards[s], &stmt_cancel, 1, &vals[2 * s]);
 	}
-	st = sq_client_run(c, err);
+	st = sq_client_send(c, err);
 	for (int s = 0; st == SQ_OK && s < c->nshards; s++) {
 		if (!idb[s].len)
 			continue;
+		sq_status se = sq_pgconn_result_error(&c->shards[s], err);
+		if (se == SQ_EMOVED || se == SQ_EMOVING) {
+			*moved = se == SQ_EMOVED ? 2 : (*moved ? *moved : 1);
+			continue;
+		}
+		if (se != SQ_OK) {
+			st = se;
+			break;
+		}
 		PGresult *r = c->shards[s].res[2];
+		for (size_t i = 0; i < n; i++)
+			if (out[i] == SQ_EINVAL && sq_shard_of_id(c, ids[i]) == s)
+				out[i] = SQ_ENOTFOUND;
 		for (int row = 0; row < PQntuples(r); row++) {
 			int64_t id = atoll(PQgetvalue(r, row, 0));
 			for (size_t i = 0; i < n; i++)
@@ -422,12 +489,21 @@ sq_status sq_cancel_key(sq_client *c, const char *type, const char *key, int64_t
 	if (!type || !key || !*key)
 		return sq_err(err, SQ_EINVAL, "cancel by key needs a task type and a key");
 	part = sq_partition_of_key(key, strlen(key), c->partitions);
-	s = c->map[part];
 	snprintf(parts, sizeof(parts), "{%u}", part);
-	sq_client_reset(c);
-	sq_client_push_guard(c, s, pv);
-	sq_pgconn_push(&c->shards[s], &stmt_cancel_key, 2, v);
-	st = sq_client_run(c, err);
+	sq_client_check_map(c);
+	int tries = 0;
+	double deadline = 0;
+	for (;;) {
+		s = c->map[part];
+		sq_client_reset(c);
+		sq_client_push_guard(c, s, pv);
+		sq_pgconn_push(&c->shards[s], &stmt_cancel_key, 2, v);
+		st = sq_client_run(c, err);
+		if (st != SQ_EMOVED && st != SQ_EMOVING)
+			break;
+		if ((st = sq_client_wait_moved(c, st == SQ_EMOVED, &tries, &deadline, err)))
+			break;
+	}
 	if (st == SQ_OK) {
 		PGresult *r = c->shards[s].res[2];
 		if (PQntuples(r) == 0)
@@ -449,6 +525,7 @@ sq_status sq_get_job(sq_client *c, int64_t id, sq_job *job, sq_error *err)
 	memset(job, 0, sizeof(*job));
 	if (id <= 0)
 		return sq_err(err, SQ_EINVAL, "job id %lld is not valid", (long long)id);
+	sq_client_check_map(c);
 	s = sq_shard_of_id(c, id);
 	snprintf(ids, sizeof(ids), "%lld", (long long)id);
 	sq_client_reset(c);

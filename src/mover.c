@@ -1,0 +1,1017 @@
+/* mover.c - online partition moves with move markers (design section 6):
+ * prepare, freeze, drain, copy and take ownership, switch, clean up. Every
+ * step is recorded in shardq_meta.moves and is idempotent, so a mover killed
+ * anywhere is resumed by running the move again, or (before the copy
+ * commits) aborted. The mover uses its own plain connections: explicit
+ * transactions and COPY, apart from the client's pipelines. */
+#include "buf.h"
+#include "client.h"
+#include "error.h"
+#include "failpoint.h"
+#include "hrw.h"
+#include "schema.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+/* Every column of shardq.jobs, in one order for both ends of the copy. */
+#define JOB_COLS                                                                       \
+	"id, partition, task, status, priority, schedule_time, delay_tolerance_time, " \
+	"expected_status_change_time, attempt, max_attempts, worker, active_uid, "     \
+	"dedup_policy, params, rerun_params, last_error, created_at, updated_at"
+
+typedef struct move {
+	int64_t id;
+	int from, to; /* config indices */
+	uint32_t *parts;
+	size_t n;
+	char *lit; /* the partitions as an int[] literal */
+	char step[16];
+	int64_t rows;
+	double stall_ms;
+	double t0;
+	PGconn *meta, *src, *dst;
+} move;
+
+static double now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec * 1000.0 + (double)ts.tv_nsec / 1e6;
+}
+
+void sq_move_opts_init(sq_move_opts *o)
+{
+	memset(o, 0, sizeof(*o));
+	o->lock_timeout_ms = 2000;
+	o->freeze_tries = 5;
+	o->delete_batch = 10000;
+	o->set_size = 256;
+}
+
+static PGconn *connect_to(const char *what, const char *dsn, sq_error *err)
+{
+	const char *kw[] = {"dbname", "options", "application_name", NULL};
+	const char *vals[] = {dsn,
+			      "-c statement_timeout=0 -c idle_in_transaction_session_timeout=0",
+			      "shardq-mover", NULL};
+	PGconn *c = PQconnectdbParams(kw, vals, 1);
+	if (PQstatus(c) != CONNECTION_OK) {
+		sq_err(err, SQ_ECONN, "%s: %s", what, PQerrorMessage(c));
+		PQfinish(c);
+		return NULL;
+	}
+	return c;
+}
+
+/* Runs one statement; NULL and err on failure (the transaction, if any,
+ * is rolled back so the connection stays usable). */
+static PGresult *run(PGconn *c, const char *who, const char *sql, int n, const char *const *v,
+		     sq_error *err)
+{
+	PGresult *r = n ? PQexecParams(c, sql, n, NULL, v, NULL, NULL, 0) : PQexec(c, sql);
+	ExecStatusType s = PQresultStatus(r);
+	if (s == PGRES_COMMAND_OK || s == PGRES_TUPLES_OK)
+		return r;
+	const char *state = PQresultErrorField(r, PG_DIAG_SQLSTATE);
+	const char *msg = PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY);
+	sq_err(err, state && !strcmp(state, "42P01") ? SQ_ESTATE : SQ_EDB, "%s: %s%s", who,
+	       msg ? msg : PQerrorMessage(c),
+	       state && !strcmp(state, "42P01") ? " (is the shard initialised? run shardq init)"
+						: "");
+	if (state && !strcmp(state, "55P03"))
+		err->code = SQ_EMOVING; /* lock_timeout: try again */
+	PQclear(r);
+	if (PQtransactionStatus(c) == PQTRANS_INERROR || PQtransactionStatus(c) == PQTRANS_INTRANS)
+		PQclear(PQexec(c, "ROLLBACK"));
+	return NULL;
+}
+
+static sq_status run_ok(PGconn *c, const char *who, const char *sql, int n, const char *const *v,
+			sq_error *err)
+{
+	PGresult *r = run(c, who, sql, n, v, err);
+	if (!r)
+		return err->code;
+	PQclear(r);
+	return SQ_OK;
+}
+
+static const char *sid(sq_client *c, int s)
+{
+	return c->cfg->shards[s].id;
+}
+
+static void move_close(move *m)
+{
+	if (m->meta)
+		PQfinish(m->meta);
+	if (m->src)
+		PQfinish(m->src);
+	if (m->dst)
+		PQfinish(m->dst);
+	free(m->parts);
+	free(m->lit);
+	memset(m, 0, sizeof(*m));
+}
+
+static sq_status move_connect(sq_client *c, move *m, sq_error *err)
+{
+	char who[96];
+	if (!m->meta && !(m->meta = connect_to("meta", sq_config_meta_dsn(c->cfg), err)))
+		return err->code;
+	snprintf(who, sizeof(who), "shard %s (source)", sid(c, m->from));
+	if (!m->src && !(m->src = connect_to(who, c->cfg->shards[m->from].dsn, err)))
+		return err->code;
+	snprintf(who, sizeof(who), "shard %s (destination)", sid(c, m->to));
+	if (!m->dst && !(m->dst = connect_to(who, c->cfg->shards[m->to].dsn, err)))
+		return err->code;
+	return SQ_OK;
+}
+
+static void set_lit(move *m)
+{
+	sq_buf b;
+	sq_buf_init(&b);
+	sq_arr_open(&b);
+	for (size_t i = 0; i < m->n; i++)
+		sq_arr_i64(&b, m->parts[i]);
+	sq_arr_close(&b);
+	free(m->lit);
+	m->lit = sq_buf_steal(&b);
+}
+
+static sq_status record(move *m, const char *step, const char *extra_sql, sq_error *err)
+{
+	char id[24], sql[512];
+	const char *v[2] = {id, step};
+	snprintf(id, sizeof(id), "%lld", (long long)m->id);
+	snprintf(
+		sql, sizeof(sql),
+		"UPDATE shardq_meta.moves SET step = $2, updated_at = now()%s%s WHERE move_id = $1",
+		extra_sql ? ", " : "", extra_sql ? extra_sql : "");
+	if (run_ok(m->meta, "meta", sql, 2, v, err))
+		return err->code;
+	snprintf(m->step, sizeof(m->step), "%s", step);
+	return SQ_OK;
+}
+
+static void record_error(move *m, const sq_error *e)
+{
+	char id[24];
+	const char *v[2] = {id, e->msg};
+	sq_error ignore;
+	snprintf(id, sizeof(id), "%lld", (long long)m->id);
+	if (m->meta)
+		(void)run_ok(
+			m->meta, "meta",
+			"UPDATE shardq_meta.moves SET error = left($2, 1000), updated_at = now() "
+			"WHERE move_id = $1",
+			2, v, &ignore);
+}
+
+/* Reads a move's row into m. */
+static sq_status load(sq_client *c, move *m, int64_t id, sq_error *err)
+{
+	char ids[24];
+	const char *v[1] = {ids};
+	PGresult *r;
+	snprintf(ids, sizeof(ids), "%lld", (long long)id);
+	if (!m->meta && !(m->meta = connect_to("meta", sq_config_meta_dsn(c->cfg), err)))
+		return err->code;
+	r = run(m->meta, "meta",
+		"SELECT array_to_string(partitions, ','), from_shard, to_shard, step, "
+		"coalesce(rows_copied, -1), coalesce(stall_ms, 0) FROM shardq_meta.moves "
+		"WHERE move_id = $1",
+		1, v, err);
+	if (!r)
+		return err->code;
+	if (PQntuples(r) != 1) {
+		PQclear(r);
+		return sq_err(err, SQ_ENOTFOUND, "no move with id %lld (see shardq moves --all)",
+			      (long long)id);
+	}
+	m->id = id;
+	m->from = sq_config_shard_index(c->cfg, PQgetvalue(r, 0, 1));
+	m->to = sq_config_shard_index(c->cfg, PQgetvalue(r, 0, 2));
+	if (m->from < 0 || m->to < 0) {
+		sq_err(err, SQ_ECONFIG,
+		       "move %lld is between shards %s and %s; both must be in the config",
+		       (long long)id, PQgetvalue(r, 0, 1), PQgetvalue(r, 0, 2));
+		PQclear(r);
+		return SQ_ECONFIG;
+	}
+	snprintf(m->step, sizeof(m->step), "%s", PQgetvalue(r, 0, 3));
+	m->rows = atoll(PQgetvalue(r, 0, 4));
+	m->stall_ms = atof(PQgetvalue(r, 0, 5));
+	const char *list = PQgetvalue(r, 0, 0);
+	size_t cap = 16;
+	m->parts = malloc(cap * sizeof(uint32_t));
+	m->n = 0;
+	for (const char *p = list; *p && m->parts;) {
+		if (m->n == cap)
+			m->parts = realloc(m->parts, (cap *= 2) * sizeof(uint32_t));
+		m->parts[m->n++] = (uint32_t)strtoul(p, (char **)&p, 10);
+		if (*p == ',')
+			p++;
+	}
+	PQclear(r);
+	set_lit(m);
+	return SQ_OK;
+}
+
+/* Step 0: a moves row, and the partitions locked to this move. */
+static sq_status plan(sq_client *c, move *m, sq_error *err)
+{
+	const char *v[3] = {m->lit, sid(c, m->from), sid(c, m->to)};
+	PGresult *r;
+	if (run_ok(m->meta, "meta", "BEGIN", 0, NULL, err))
+		return err->code;
+	/* the map must agree that the source holds them all */
+	r = run(m->meta, "meta",
+		"SELECT count(*) FROM shardq_meta.partition_map "
+		"WHERE partition = ANY($1::int[]) AND shard_id = $2",
+		2, v, err);
+	if (!r)
+		return err->code;
+	if ((size_t)atoll(PQgetvalue(r, 0, 0)) != m->n) {
+		PQclear(r);
+		run_ok(m->meta, "meta", "ROLLBACK", 0, NULL, err);
+		return sq_err(err, SQ_EINVAL, "not every partition given is on shard %s by the map",
+			      sid(c, m->from));
+	}
+	PQclear(r);
+	r = run(m->meta, "meta",
+		"INSERT INTO shardq_meta.moves (partitions, from_shard, to_shard, step) "
+		"VALUES ($1::int[], $2, $3, 'planned') RETURNING move_id",
+		3, v, err);
+	if (!r)
+		return err->code;
+	m->id = atoll(PQgetvalue(r, 0, 0));
+	PQclear(r);
+	char ids[24];
+	const char *v2[2] = {m->lit, ids};
+	snprintf(ids, sizeof(ids), "%lld", (long long)m->id);
+	r = run(m->meta, "meta",
+		"INSERT INTO shardq_meta.move_lock (partition, move_id) "
+		"SELECT p, $2 FROM unnest($1::int[]) p ON CONFLICT (partition) DO NOTHING "
+		"RETURNING partition",
+		2, v2, err);
+	if (!r)
+		return err->code;
+	if ((size_t)PQntuples(r) != m->n) {
+		PQclear(r);
+		run_ok(m->meta, "meta", "ROLLBACK", 0, NULL, err);
+		return sq_err(
+			err, SQ_ESTATE,
+			"some of these partitions are in an unfinished move; resume or abort it "
+			"first (shardq moves)");
+	}
+	PQclear(r);
+	if (run_ok(m->meta, "meta", "COMMIT", 0, NULL, err))
+		return err->code;
+	snprintf(m->step, sizeof(m->step), "planned");
+	return SQ_OK;
+}
+
+/* Step 1: the destination marks the partitions importing and drops any
+ * rows an aborted attempt left there. */
+static sq_status prepare(sq_client *c, move *m, sq_error *err)
+{
+	char ids[24], who[96];
+	const char *v[2] = {m->lit, ids};
+	PGresult *r;
+	snprintf(ids, sizeof(ids), "%lld", (long long)m->id);
+	snprintf(who, sizeof(who), "shard %s (destination)", sid(c, m->to));
+	if (run_ok(m->dst, who, "BEGIN", 0, NULL, err))
+		return err->code;
+	r = run(m->dst, who,
+		"SELECT count(*) FROM shardq.partition_state WHERE partition = ANY($1::int[]) "
+		"AND state IN ('owned', 'moving_out') FOR UPDATE",
+		1, v, err);
+	if (!r)
+		return err->code;
+	long owned = atol(PQgetvalue(r, 0, 0));
+	PQclear(r);
+	if (owned) {
+		run_ok(m->dst, who, "ROLLBACK", 0, NULL, err);
+		return sq_err(err, SQ_ESTATE, "%s already owns %ld of these partitions", who,
+			      owned);
+	}
+	if (run_ok(m->dst, who, "DELETE FROM shardq.jobs WHERE partition = ANY($1::int[])", 1, v,
+		   err) ||
+	    run_ok(m->dst, who,
+		   "INSERT INTO shardq.partition_state (partition, state, move_id) "
+		   "SELECT p, 'importing', $2 FROM unnest($1::int[]) p "
+		   "ON CONFLICT (partition) DO UPDATE SET state = 'importing', move_id = $2, "
+		   "epoch = shardq.partition_state.epoch + 1, updated_at = now()",
+		   2, v, err) ||
+	    run_ok(m->dst, who, "COMMIT", 0, NULL, err))
+		return err->code;
+	if (record(m, "prepared", NULL, err))
+		return err->code;
+	sq_failpoint("after_prepare");
+	return SQ_OK;
+}
+
+/* Step 2: under the exclusive gate, the source marks them moving_out. The
+ * gate waits for every write in flight on the source (they hold it shared)
+ * and holds new ones for the few milliseconds of the update: that is the
+ * write stall, bounded by lock_timeout and measured. */
+static sq_status freeze(sq_client *c, move *m, const sq_move_opts *o, sq_error *err)
+{
+	char ids[24], who[96], lt[64];
+	const char *v[2] = {m->lit, ids};
+	snprintf(ids, sizeof(ids), "%lld", (long long)m->id);
+	snprintf(who, sizeof(who), "shard %s (source)", sid(c, m->from));
+	snprintf(lt, sizeof(lt), "SET LOCAL lock_timeout = %lld", (long long)o->lock_timeout_ms);
+	for (int attempt = 1;; attempt++) {
+		double t0 = now_ms();
+		PGresult *r;
+		if (run_ok(m->src, who, "BEGIN", 0, NULL, err) ||
+		    run_ok(m->src, who, lt, 0, NULL, err))
+			return err->code;
+		if (run_ok(m->src, who, "SELECT pg_advisory_xact_lock(" SQ_GATE_KEY ")", 0, NULL,
+			   err)) {
+			if (err->code == SQ_EMOVING && attempt < o->freeze_tries) {
+				usleep((useconds_t)(50000 * attempt));
+				continue;
+			}
+			sq_err_prefix(err, "freeze (gate busy after %d tries; retry later)",
+				      attempt);
+			return err->code;
+		}
+		r = run(m->src, who,
+			"SELECT count(*) FILTER (WHERE state = 'owned' OR (state = 'moving_out' "
+			"AND "
+			"move_id = $2::bigint)) FROM shardq.partition_state "
+			"WHERE partition = ANY($1::int[])",
+			2, v, err);
+		if (!r)
+			return err->code;
+		size_t ok = (size_t)atoll(PQgetvalue(r, 0, 0));
+		PQclear(r);
+		if (ok != m->n) {
+			run_ok(m->src, who, "ROLLBACK", 0, NULL, err);
+			return sq_err(err, SQ_ESTATE,
+				      "%s does not own all %zu partitions of move %lld", who, m->n,
+				      (long long)m->id);
+		}
+		if (run_ok(m->src, who,
+			   "UPDATE shardq.partition_state SET state = 'moving_out', move_id = $2, "
+			   "epoch = epoch + 1, updated_at = now() "
+			   "WHERE partition = ANY($1::int[]) AND state = 'owned'",
+			   2, v, err) ||
+		    run_ok(m->src, who, "COMMIT", 0, NULL, err))
+			return err->code;
+		m->stall_ms = now_ms() - t0;
+		break;
+	}
+	char extra[64];
+	snprintf(extra, sizeof(extra), "stall_ms = %.3f", m->stall_ms);
+	if (record(m, "frozen", extra, err))
+		return err->code;
+	sq_failpoint("after_freeze");
+	return SQ_OK;
+}
+
+/* Step 3: every transaction that began before the freeze has ended. The
+ * exclusive gate of the freeze already waited for the writers; this barrier
+ * makes the step explicit (and safe to repeat after a restart). */
+static sq_status drain(sq_client *c, move *m, sq_error *err)
+{
+	char who[96];
+	snprintf(who, sizeof(who), "shard %s (source)", sid(c, m->from));
+	if (run_ok(m->src, who, "BEGIN", 0, NULL, err) ||
+	    run_ok(m->src, who, "SELECT pg_advisory_xact_lock(" SQ_GATE_KEY ")", 0, NULL, err))
+		return err->code;
+	sq_failpoint("during_drain");
+	if (run_ok(m->src, who, "COMMIT", 0, NULL, err))
+		return err->code;
+	return record(m, "drained", NULL, err);
+}
+
+/* Step 4: in one destination transaction, copy the rows (COPY binary from
+ * source to destination), check the count, mark the partitions owned. Its
+ * commit is the point of no return. Starting and running jobs keep their
+ * attempt, worker and lease, so their worker's next write succeeds there. */
+static sq_status copy_and_own(sq_client *c, move *m, sq_error *err)
+{
+	char ids[24], sw[96], dw[96], sql[512];
+	const char *v[2] = {m->lit, ids};
+	PGresult *r;
+	snprintf(ids, sizeof(ids), "%lld", (long long)m->id);
+	snprintf(sw, sizeof(sw), "shard %s (source)", sid(c, m->from));
+	snprintf(dw, sizeof(dw), "shard %s (destination)", sid(c, m->to));
+
+	/* done before? (killed after the commit, before recording it) */
+	r = run(m->dst, dw,
+		"SELECT count(*) FROM shardq.partition_state WHERE partition = ANY($1::int[]) "
+		"AND state = 'owned' AND move_id = $2::bigint",
+		2, v, err);
+	if (!r)
+		return err->code;
+	int done = (size_t)atoll(PQgetvalue(r, 0, 0)) == m->n;
+	PQclear(r);
+	if (!done) {
+		r = run(m->src, sw,
+			"SELECT count(*) FROM shardq.jobs WHERE partition = ANY($1::int[])", 1, v,
+			err);
+		if (!r)
+			return err->code;
+		int64_t want = atoll(PQgetvalue(r, 0, 0));
+		PQclear(r);
+		if (run_ok(m->dst, dw, "BEGIN", 0, NULL, err))
+			return err->code;
+		r = run(m->dst, dw,
+			"SELECT count(*) FROM shardq.partition_state WHERE partition = "
+			"ANY($1::int[]) "
+			"AND state = 'importing' AND move_id = $2::bigint FOR UPDATE",
+			2, v, err);
+		if (!r)
+			return err->code;
+		size_t importing = (size_t)atoll(PQgetvalue(r, 0, 0));
+		PQclear(r);
+		if (importing != m->n) {
+			run_ok(m->dst, dw, "ROLLBACK", 0, NULL, err);
+			return sq_err(err, SQ_ESTATE,
+				      "%s is not importing these partitions for move %lld", dw,
+				      (long long)m->id);
+		}
+		if (run_ok(m->dst, dw, "DELETE FROM shardq.jobs WHERE partition = ANY($1::int[])",
+			   1, v, err))
+			return err->code;
+		/* stream source -> destination */
+		r = PQexec(m->dst, "COPY shardq.jobs (" JOB_COLS ") FROM STDIN (FORMAT binary)");
+		if (PQresultStatus(r) != PGRES_COPY_IN) {
+			sq_err(err, SQ_EDB, "%s: COPY: %s", dw, PQerrorMessage(m->dst));
+			PQclear(r);
+			run_ok(m->dst, dw, "ROLLBACK", 0, NULL, err);
+			return SQ_EDB;
+		}
+		PQclear(r);
+		snprintf(sql, sizeof(sql),
+			 "COPY (SELECT " JOB_COLS
+			 " FROM shardq.jobs WHERE partition = ANY('%s'::int[])) "
+			 "TO STDOUT (FORMAT binary)",
+			 m->lit);
+		r = PQexec(m->src, sql);
+		if (PQresultStatus(r) != PGRES_COPY_OUT) {
+			sq_err(err, SQ_EDB, "%s: COPY: %s", sw, PQerrorMessage(m->src));
+			PQclear(r);
+			PQputCopyEnd(m->dst, "source failed");
+			PQclear(PQgetResult(m->dst));
+			run_ok(m->dst, dw, "ROLLBACK", 0, NULL, err);
+			return SQ_EDB;
+		}
+		PQclear(r);
+		int got;
+		char *buf;
+		while ((got = PQgetCopyData(m->src, &buf, 0)) > 0) {
+			int put = PQputCopyData(m->dst, buf, got);
+			PQfreemem(buf);
+			if (put != 1)
+				break;
+		}
+		while ((r = PQgetResult(m->src)) != NULL)
+			PQclear(r);
+		sq_failpoint("mid_copy");
+		if (PQputCopyEnd(m->dst, NULL) != 1) {
+			sq_err(err, SQ_EDB, "%s: COPY: %s", dw, PQerrorMessage(m->dst));
+			return SQ_EDB;
+		}
+		r = PQgetResult(m->dst);
+		if (PQresultStatus(r) != PGRES_COMMAND_OK) {
+			sq_err(err, SQ_EDB, "%s: COPY: %s", dw, PQresultErrorMessage(r));
+			PQclear(r);
+			while ((r = PQgetResult(m->dst)) != NULL)
+				PQclear(r);
+			run_ok(m->dst, dw, "ROLLBACK", 0, NULL, err);
+			return SQ_EDB;
+		}
+		int64_t copied = atoll(PQcmdTuples(r));
+		PQclear(r);
+		while ((r = PQgetResult(m->dst)) != NULL)
+			PQclear(r);
+		if (copied != want) {
+			run_ok(m->dst, dw, "ROLLBACK", 0, NULL, err);
+			return sq_err(
+				err, SQ_EDB,
+				"move %lld: copied %lld rows but the source holds %lld; nothing "
+				"was committed, run the move again",
+				(long long)m->id, (long long)copied, (long long)want);
+		}
+		if (run_ok(m->dst, dw,
+			   "UPDATE shardq.partition_state SET state = 'owned', epoch = epoch + 1, "
+			   "updated_at = now() WHERE partition = ANY($1::int[]) AND move_id = $2",
+			   2, v, err) ||
+		    run_ok(m->dst, dw, "COMMIT", 0, NULL, err))
+			return err->code;
+		m->rows = copied;
+	} else if (m->rows < 0) {
+		r = run(m->dst, dw,
+			"SELECT count(*) FROM shardq.jobs WHERE partition = ANY($1::int[])", 1, v,
+			err);
+		if (!r)
+			return err->code;
+		m->rows = atoll(PQgetvalue(r, 0, 0));
+		PQclear(r);
+	}
+	char extra[64];
+	snprintf(extra, sizeof(extra), "rows_copied = %lld", (long long)m->rows);
+	if (record(m, "copied", extra, err))
+		return err->code;
+	sq_failpoint("after_copy_commit");
+	return SQ_OK;
+}
+
+/* Step 5: the meta map follows, with a new version and a NOTIFY. */
+static sq_status switch_map(sq_client *c, move *m, sq_error *err)
+{
+	char ids[24];
+	const char *v[3] = {m->lit, sid(c, m->to), ids};
+	PGresult *r;
+	snprintf(ids, sizeof(ids), "%lld", (long long)m->id);
+	if (run_ok(m->meta, "meta", "BEGIN", 0, NULL, err) ||
+	    run_ok(m->meta, "meta",
+		   "UPDATE shardq_meta.partition_map SET shard_id = $2 "
+		   "WHERE partition = ANY($1::int[])",
+		   2, v, err))
+		return err->code;
+	r = run(m->meta, "meta",
+		"UPDATE shardq_meta.cluster SET map_version = map_version + 1 RETURNING "
+		"map_version",
+		0, NULL, err);
+	if (!r)
+		return err->code;
+	char ver[24];
+	snprintf(ver, sizeof(ver), "%s", PQgetvalue(r, 0, 0));
+	PQclear(r);
+	const char *nv[1] = {ver};
+	const char *sv[1] = {ids};
+	if (run_ok(m->meta, "meta", "SELECT pg_notify('shardq_map', $1)", 1, nv, err) ||
+	    run_ok(m->meta, "meta",
+		   "UPDATE shardq_meta.moves SET step = 'switched', switched_at = now(), "
+		   "updated_at = now() WHERE move_id = $1",
+		   1, sv, err) ||
+	    run_ok(m->meta, "meta", "COMMIT", 0, NULL, err))
+		return err->code;
+	snprintf(m->step, sizeof(m->step), "switched");
+	sq_failpoint("after_switch");
+	return SQ_OK;
+}
+
+/* Step 6: the source marks the partitions gone (writers now hear "moved")
+ * and deletes their rows in batches. */
+static sq_status cleanup(sq_client *c, move *m, const sq_move_opts *o, sq_error *err)
+{
+	char ids[24], who[96], batch[16];
+	const char *v[2] = {m->lit, ids};
+	const char *dv[2] = {m->lit, batch};
+	snprintf(ids, sizeof(ids), "%lld", (long long)m->id);
+	snprintf(batch, sizeof(batch), "%d", o->delete_batch > 0 ? o->delete_batch : 10000);
+	snprintf(who, sizeof(who), "shard %s (source)", sid(c, m->from));
+	if (run_ok(m->src, who,
+		   "UPDATE shardq.partition_state SET state = 'gone', epoch = epoch + 1, "
+		   "updated_at = now() WHERE partition = ANY($1::int[]) AND move_id = $2 "
+		   "AND state = 'moving_out'",
+		   2, v, err))
+		return err->code;
+	for (int first = 1;; first = 0) {
+		PGresult *r = run(m->src, who,
+				  "DELETE FROM shardq.jobs WHERE ctid = ANY(ARRAY(SELECT ctid FROM "
+				  "shardq.jobs WHERE partition = ANY($1::int[]) LIMIT $2::int))",
+				  2, dv, err);
+		if (!r)
+			return err->code;
+		long n = atol(PQcmdTuples(r));
+		PQclear(r);
+		if (first)
+			sq_failpoint("mid_cleanup");
+		if (n == 0)
+			break;
+	}
+	const char *fv[1] = {ids};
+	if (run_ok(m->meta, "meta", "BEGIN", 0, NULL, err) ||
+	    run_ok(m->meta, "meta",
+		   "UPDATE shardq_meta.moves SET step = 'done', finished_at = now(), error = NULL, "
+		   "updated_at = now() WHERE move_id = $1",
+		   1, fv, err) ||
+	    run_ok(m->meta, "meta", "DELETE FROM shardq_meta.move_lock WHERE move_id = $1", 1, fv,
+		   err) ||
+	    run_ok(m->meta, "meta", "COMMIT", 0, NULL, err))
+		return err->code;
+	snprintf(m->step, sizeof(m->step), "done");
+	return SQ_OK;
+}
+
+static void fill_info(sq_client *c, const move *m, sq_move_info *info)
+{
+	if (!info)
+		return;
+	memset(info, 0, sizeof(*info));
+	info->move_id = m->id;
+	snprintf(info->from, sizeof(info->from), "%s", sid(c, m->from));
+	snprintf(info->to, sizeof(info->to), "%s", sid(c, m->to));
+	info->npartitions = (int32_t)m->n;
+	snprintf(info->step, sizeof(info->step), "%s", m->step);
+	info->rows = m->rows;
+	info->stall_ms = m->stall_ms;
+	info->elapsed_ms = m->t0 ? now_ms() - m->t0 : 0;
+}
+
+/* Carries a loaded or planned move from its recorded step to the end. */
+static sq_status drive(sq_client *c, move *m, const sq_move_opts *o, int set, int nsets,
+		       sq_move_info *info, sq_error *err)
+{
+	static const char *order[] = {"planned", "prepared", "frozen", "drained",
+				      "copied",  "switched", "done"};
+	sq_status st = SQ_OK;
+	int at = -1;
+	m->t0 = m->t0 ? m->t0 : now_ms();
+	if (!strcmp(m->step, "aborted"))
+		return sq_err(err, SQ_ESTATE, "move %lld was aborted", (long long)m->id);
+	for (int i = 0; i < 7; i++)
+		if (!strcmp(m->step, order[i]))
+			at = i;
+	if (at < 0)
+		return sq_err(err, SQ_ESTATE, "move %lld has an unknown step '%s'",
+			      (long long)m->id, m->step);
+	if ((st = move_connect(c, m, err)))
+		return st;
+	for (int i = at + 1; i < 7 && st == SQ_OK; i++) {
+		switch (i) {
+		case 1: st = prepare(c, m, err); break;
+		case 2: st = freeze(c, m, o, err); break;
+		case 3: st = drain(c, m, err); break;
+		case 4: st = copy_and_own(c, m, err); break;
+		case 5: st = switch_map(c, m, err); break;
+		case 6: st = cleanup(c, m, o, err); break;
+		}
+		if (st == SQ_OK && o->progress) {
+			sq_move_info mi;
+			fill_info(c, m, &mi);
+			o->progress(&mi, set, nsets, o->progress_arg);
+		}
+	}
+	if (st != SQ_OK)
+		record_error(m, err);
+	fill_info(c, m, info);
+	return st;
+}
+
+/* The client's map follows the move; if the meta database does not answer
+ * now, the next "moved" answer refreshes it. */
+static void refresh_quietly(sq_client *c)
+{
+	if (sq_client_refresh_map(c, NULL) != SQ_OK)
+		return;
+}
+
+static void vacuum(sq_client *c, int s)
+{
+	sq_error ignore;
+	PGconn *v = connect_to("vacuum", c->cfg->shards[s].dsn, &ignore);
+	if (!v)
+		return;
+	/* the mass delete leaves dead rows that seed 002 warns about */
+	PQclear(PQexec(v, "VACUUM (ANALYZE) shardq.jobs"));
+	PQfinish(v);
+}
+
+static sq_status move_set(sq_client *c, const uint32_t *parts, size_t n, int from, int to,
+			  const sq_move_opts *o, int set, int nsets, sq_move_info *info,
+			  sq_error *err)
+{
+	move m;
+	sq_status st;
+	memset(&m, 0, sizeof(m));
+	m.from = from;
+	m.to = to;
+	m.n = n;
+	m.rows = -1;
+	m.parts = malloc(n * sizeof(uint32_t));
+	if (!m.parts)
+		return sq_err(err, SQ_ENOMEM, "out of memory");
+	memcpy(m.parts, parts, n * sizeof(uint32_t));
+	set_lit(&m);
+	if (!(m.meta = connect_to("meta", sq_config_meta_dsn(c->cfg), err))) {
+		move_close(&m);
+		return err->code;
+	}
+	st = plan(c, &m, err);
+	if (st == SQ_OK)
+		st = drive(c, &m, o, set, nsets, info, err);
+	else
+		fill_info(c, &m, info);
+	move_close(&m);
+	return st;
+}
+
+sq_status sq_move(sq_client *c, const uint32_t *parts, size_t n, const char *to,
+		  const sq_move_opts *opts, sq_move_info *info, sq_error *err)
+{
+	sq_move_opts o;
+	sq_status st;
+	int dst = to ? sq_config_shard_index(c->cfg, to) : -1;
+	if (opts)
+		o = *opts;
+	else
+		sq_move_opts_init(&o);
+	if (dst < 0)
+		return sq_err(err, SQ_EINVAL, "no shard '%s' in the config", to ? to : "(null)");
+	if (n == 0)
+		return sq_err(err, SQ_EINVAL, "no partition given");
+	if ((st = sq_client_refresh_map(c, err)))
+		return st;
+	int src = -1;
+	for (size_t i = 0; i < n; i++) {
+		if (parts[i] >= c->partitions)
+			return sq_err(err, SQ_EINVAL, "partition %u is out of range (0..%u)",
+				      parts[i], c->partitions - 1);
+		int s = c->map[parts[i]];
+		if (src >= 0 && s != src)
+			return sq_err(err, SQ_EINVAL,
+				      "partitions %u and %u are on different shards (%s, %s); move "
+				      "each shard's set on its own",
+				      parts[0], parts[i], sid(c, src), sid(c, s));
+		src = s;
+	}
+	if (src == dst)
+		return sq_err(err, SQ_EINVAL, "the partitions are on %s already", to);
+	st = move_set(c, parts, n, src, dst, &o, 1, 1, info, err);
+	if (st == SQ_OK)
+		vacuum(c, src);
+	refresh_quietly(c);
+	return st;
+}
+
+sq_status sq_move_resume(sq_client *c, int64_t id, const sq_move_opts *opts, sq_move_info *info,
+			 sq_error *err)
+{
+	sq_move_opts o;
+	move m;
+	sq_status st;
+	if (opts)
+		o = *opts;
+	else
+		sq_move_opts_init(&o);
+	memset(&m, 0, sizeof(m));
+	st = load(c, &m, id, err);
+	if (st == SQ_OK && !strcmp(m.step, "done")) {
+		fill_info(c, &m, info);
+		move_close(&m);
+		return SQ_OK;
+	}
+	if (st == SQ_OK)
+		st = drive(c, &m, &o, 1, 1, info, err);
+	if (st == SQ_OK)
+		vacuum(c, m.from);
+	move_close(&m);
+	refresh_quietly(c);
+	return st;
+}
+
+sq_status sq_move_abort(sq_client *c, int64_t id, sq_error *err)
+{
+	move m;
+	sq_status st;
+	char ids[24], who[96];
+	memset(&m, 0, sizeof(m));
+	if ((st = load(c, &m, id, err)))
+		goto out;
+	if (!strcmp(m.step, "aborted"))
+		goto out;
+	if (!strcmp(m.step, "copied") || !strcmp(m.step, "switched") || !strcmp(m.step, "done")) {
+		st = sq_err(
+			err, SQ_ESTATE,
+			"move %lld is past the copy commit (step %s); it cannot be aborted, only "
+			"resumed (shardq moves --resume %lld)",
+			(long long)id, m.step, (long long)id);
+		goto out;
+	}
+	if ((st = move_connect(c, &m, err)))
+		goto out;
+	snprintf(ids, sizeof(ids), "%lld", (long long)id);
+	const char *v[2] = {m.lit, ids};
+	/* the destination may have committed without recording it */
+	snprintf(who, sizeof(who), "shard %s (destination)", sid(c, m.to));
+	PGresult *r = run(m.dst, who,
+			  "SELECT count(*) FROM shardq.partition_state WHERE partition = "
+			  "ANY($1::int[]) AND state = 'owned' AND move_id = $2::bigint",
+			  2, v, err);
+	if (!r) {
+		st = err->code;
+		goto out;
+	}
+	long owned = atol(PQgetvalue(r, 0, 0));
+	PQclear(r);
+	if (owned) {
+		st = sq_err(
+			err, SQ_ESTATE,
+			"move %lld committed its copy on %s; it cannot be aborted, only resumed",
+			(long long)id, sid(c, m.to));
+		goto out;
+	}
+	if ((st = run_ok(m.dst, who, "BEGIN", 0, NULL, err)) ||
+	    (st = run_ok(m.dst, who,
+			 "DELETE FROM shardq.jobs WHERE partition = ANY($1::int[]) AND EXISTS "
+			 "(SELECT 1 FROM shardq.partition_state ps WHERE ps.partition = "
+			 "shardq.jobs.partition AND ps.state = 'importing' AND ps.move_id = $2)",
+			 2, v, err)) ||
+	    (st = run_ok(m.dst, who,
+			 "DELETE FROM shardq.partition_state WHERE partition = ANY($1::int[]) AND "
+			 "state = 'importing' AND move_id = $2",
+			 2, v, err)) ||
+	    (st = run_ok(m.dst, who, "COMMIT", 0, NULL, err)))
+		goto out;
+	snprintf(who, sizeof(who), "shard %s (source)", sid(c, m.from));
+	if ((st = run_ok(m.src, who,
+			 "UPDATE shardq.partition_state SET state = 'owned', epoch = epoch + 1, "
+			 "updated_at = now() WHERE partition = ANY($1::int[]) AND move_id = $2 AND "
+			 "state = 'moving_out'",
+			 2, v, err)))
+		goto out;
+	const char *fv[1] = {ids};
+	if ((st = run_ok(m.meta, "meta", "BEGIN", 0, NULL, err)) ||
+	    (st = run_ok(m.meta, "meta",
+			 "UPDATE shardq_meta.moves SET step = 'aborted', finished_at = now(), "
+			 "updated_at = now() WHERE move_id = $1",
+			 1, fv, err)) ||
+	    (st = run_ok(m.meta, "meta", "DELETE FROM shardq_meta.move_lock WHERE move_id = $1", 1,
+			 fv, err)) ||
+	    (st = run_ok(m.meta, "meta", "COMMIT", 0, NULL, err)))
+		goto out;
+out:
+	move_close(&m);
+	return st;
+}
+
+sq_status sq_moves_list(sq_client *c, int all, sq_move_info **out, size_t *n, sq_error *err)
+{
+	PGconn *meta = connect_to("meta", sq_config_meta_dsn(c->cfg), err);
+	PGresult *r;
+	*out = NULL;
+	*n = 0;
+	if (!meta)
+		return err->code;
+	r = run(meta, "meta",
+		all ? "SELECT move_id, from_shard, to_shard, cardinality(partitions), step, "
+		      "coalesce(rows_copied, -1), coalesce(stall_ms, 0), "
+		      "extract(epoch from coalesce(finished_at, now()) - started_at) * 1000, "
+		      "coalesce(error, '') FROM shardq_meta.moves ORDER BY move_id"
+		    : "SELECT move_id, from_shard, to_shard, cardinality(partitions), step, "
+		      "coalesce(rows_copied, -1), coalesce(stall_ms, 0), "
+		      "extract(epoch from now() - started_at) * 1000, coalesce(error, '') "
+		      "FROM shardq_meta.moves WHERE finished_at IS NULL ORDER BY move_id",
+		0, NULL, err);
+	if (!r) {
+		PQfinish(meta);
+		return err->code;
+	}
+	size_t k = (size_t)PQntuples(r);
+	sq_move_info *v = calloc(k ? k : 1, sizeof(*v));
+	for (size_t i = 0; v && i < k; i++) {
+		v[i].move_id = atoll(PQgetvalue(r, (int)i, 0));
+		snprintf(v[i].from, sizeof(v[i].from), "%s", PQgetvalue(r, (int)i, 1));
+		snprintf(v[i].to, sizeof(v[i].to), "%s", PQgetvalue(r, (int)i, 2));
+		v[i].npartitions = atoi(PQgetvalue(r, (int)i, 3));
+		snprintf(v[i].step, sizeof(v[i].step), "%s", PQgetvalue(r, (int)i, 4));
+		v[i].rows = atoll(PQgetvalue(r, (int)i, 5));
+		v[i].stall_ms = atof(PQgetvalue(r, (int)i, 6));
+		v[i].elapsed_ms = atof(PQgetvalue(r, (int)i, 7));
+		snprintf(v[i].error, sizeof(v[i].error), "%s", PQgetvalue(r, (int)i, 8));
+	}
+	PQclear(r);
+	PQfinish(meta);
+	if (!v)
+		return sq_err(err, SQ_ENOMEM, "out of memory");
+	*out = v;
+	*n = k;
+	return SQ_OK;
+}
+
+sq_status sq_rebalance_plan(sq_client *c, sq_plan **out, sq_error *err)
+{
+	const sq_config *cfg = c->cfg;
+	const char *ids[SQ_MAX_SHARDS];
+	double ws[SQ_MAX_SHARDS];
+	sq_status st;
+	*out = NULL;
+	if ((st = sq_client_refresh_map(c, err)))
+		return st;
+	sq_plan *p = calloc(1, sizeof(*p));
+	if (!p)
+		return sq_err(err, SQ_ENOMEM, "out of memory");
+	p->partitions = c->partitions;
+	p->nshards = cfg->nshards;
+	p->from = malloc(sizeof(int) * c->partitions);
+	p->to = malloc(sizeof(int) * c->partitions);
+	p->before = calloc((size_t)cfg->nshards, sizeof(int64_t));
+	p->after = calloc((size_t)cfg->nshards, sizeof(int64_t));
+	if (!p->from || !p->to || !p->before || !p->after) {
+		sq_plan_free(p);
+		return sq_err(err, SQ_ENOMEM, "out of memory");
+	}
+	for (int i = 0; i < cfg->nshards; i++)
+		ids[i] = cfg->shards[i].id, ws[i] = cfg->shards[i].weight;
+	if (sq_hrw_plan(c->partitions, cfg->nshards, ids, ws, p->to)) {
+		sq_plan_free(p);
+		return sq_err(err, SQ_ECONFIG,
+			      "every shard has weight 0; give one a weight above 0");
+	}
+	for (uint32_t i = 0; i < c->partitions; i++) {
+		p->from[i] = c->map[i];
+		p->before[p->from[i]]++;
+		p->after[p->to[i]]++;
+		p->moving += p->from[i] != p->to[i];
+	}
+	*out = p;
+	return SQ_OK;
+}
+
+void sq_plan_free(sq_plan *p)
+{
+	if (!p)
+		return;
+	free(p->from);
+	free(p->to);
+	free(p->before);
+	free(p->after);
+	free(p);
+}
+
+sq_status sq_rebalance(sq_client *c, const sq_move_opts *opts, sq_error *err)
+{
+	sq_move_opts o;
+	sq_plan *p;
+	sq_status st;
+	sq_move_info *pending;
+	size_t npending;
+	if (opts)
+		o = *opts;
+	else
+		sq_move_opts_init(&o);
+	if (o.set_size <= 0)
+		o.set_size = 256;
+	/* first, what an earlier mover left unfinished */
+	if ((st = sq_moves_list(c, 0, &pending, &npending, err)))
+		return st;
+	for (size_t i = 0; i < npending; i++) {
+		if ((st = sq_move_resume(c, pending[i].move_id, &o, NULL, err))) {
+			free(pending);
+			return st;
+		}
+	}
+	free(pending);
+	if ((st = sq_rebalance_plan(c, &p, err)))
+		return st;
+	int ns = c->nshards;
+	unsigned char *src_used = calloc((size_t)ns, 1);
+	uint32_t *set = malloc(sizeof(uint32_t) * (size_t)o.set_size);
+	int nsets = 0, done_sets = 0;
+	if (!src_used || !set) {
+		free(src_used);
+		free(set);
+		sq_plan_free(p);
+		return sq_err(err, SQ_ENOMEM, "out of memory");
+	}
+	/* count the sets first, for progress */
+	for (int a = 0; a < ns; a++)
+		for (int b = 0; b < ns; b++) {
+			int64_t k = 0;
+			for (uint32_t i = 0; i < p->partitions; i++)
+				k += p->from[i] == a && p->to[i] == b && a != b;
+			nsets += (int)((k + o.set_size - 1) / o.set_size);
+		}
+	for (int a = 0; a < ns && st == SQ_OK; a++)
+		for (int b = 0; b < ns && st == SQ_OK; b++) {
+			size_t k = 0;
+			if (a == b)
+				continue;
+			for (uint32_t i = 0; i <= p->partitions && st == SQ_OK; i++) {
+				int last = i == p->partitions;
+				if (!last && p->from[i] == a && p->to[i] == b)
+					set[k++] = i;
+				if (k == (size_t)o.set_size || (last && k)) {
+					st = move_set(c, set, k, a, b, &o, ++done_sets, nsets, NULL,
+						      err);
+					src_used[a] = 1;
+					k = 0;
+					if (st == SQ_OK && o.pause_ms > 0)
+						usleep((useconds_t)(o.pause_ms * 1000));
+				}
+			}
+		}
+	for (int a = 0; a < ns; a++)
+		if (src_used[a])
+			vacuum(c, a);
+	free(src_used);
+	free(set);
+	sq_plan_free(p);
+	refresh_quietly(c);
+	return st;
+}
