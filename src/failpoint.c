@@ -9,6 +9,11 @@
 void sq_failpoint(const char *name)
 {
 	const char *fp = getenv("SHARDQ_FAILPOINT");
+	const char *sl = getenv("SHARDQ_FAILPOINT_SLEEP");
+	size_t n = strlen(name);
 	if (fp && !strcmp(fp, name))
 		_exit(99); /* no cleanup, no flush: like a crash */
+	/* "name:ms" holds the process there, to widen a window in tests */
+	if (sl && !strncmp(sl, name, n) && sl[n] == ':')
+		usleep((useconds_t)atoi(sl + n + 1) * 1000);
 }

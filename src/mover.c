@@ -289,8 +289,9 @@ static sq_status prepare(sq_client *c, move *m, sq_error *err)
 	if (run_ok(m->dst, who, "BEGIN", 0, NULL, err))
 		return err->code;
 	r = run(m->dst, who,
-		"SELECT count(*) FROM shardq.partition_state WHERE partition = ANY($1::int[]) "
-		"AND state IN ('owned', 'moving_out') FOR UPDATE",
+		"SELECT count(*) FILTER (WHERE state IN ('owned', 'moving_out')) FROM (SELECT "
+		"state "
+		"FROM shardq.partition_state WHERE partition = ANY($1::int[]) FOR UPDATE) x",
 		1, v, err);
 	if (!r)
 		return err->code;
@@ -400,7 +401,7 @@ static sq_status drain(sq_client *c, move *m, sq_error *err)
  * attempt, worker and lease, so their worker's next write succeeds there. */
 static sq_status copy_and_own(sq_client *c, move *m, sq_error *err)
 {
-	char ids[24], sw[96], dw[96], sql[512];
+	char ids[24], sw[96], dw[96];
 	const char *v[2] = {m->lit, ids};
 	PGresult *r;
 	snprintf(ids, sizeof(ids), "%lld", (long long)m->id);
@@ -427,9 +428,10 @@ static sq_status copy_and_own(sq_client *c, move *m, sq_error *err)
 		if (run_ok(m->dst, dw, "BEGIN", 0, NULL, err))
 			return err->code;
 		r = run(m->dst, dw,
-			"SELECT count(*) FROM shardq.partition_state WHERE partition = "
-			"ANY($1::int[]) "
-			"AND state = 'importing' AND move_id = $2::bigint FOR UPDATE",
+			"SELECT count(*) FROM (SELECT 1 FROM shardq.partition_state WHERE "
+			"partition = "
+			"ANY($1::int[]) AND state = 'importing' AND move_id = $2::bigint FOR "
+			"UPDATE) x",
 			2, v, err);
 		if (!r)
 			return err->code;
@@ -453,12 +455,19 @@ static sq_status copy_and_own(sq_client *c, move *m, sq_error *err)
 			return SQ_EDB;
 		}
 		PQclear(r);
-		snprintf(sql, sizeof(sql),
-			 "COPY (SELECT " JOB_COLS
-			 " FROM shardq.jobs WHERE partition = ANY('%s'::int[])) "
-			 "TO STDOUT (FORMAT binary)",
-			 m->lit);
-		r = PQexec(m->src, sql);
+		{
+			/* the list is our own integers, so it is safe inline (COPY takes
+			 * no parameters) */
+			sq_buf q;
+			sq_buf_init(&q);
+			sq_buf_printf(&q,
+				      "COPY (SELECT " JOB_COLS
+				      " FROM shardq.jobs WHERE partition = "
+				      "ANY('%s'::int[])) TO STDOUT (FORMAT binary)",
+				      m->lit);
+			r = PQexec(m->src, q.data);
+			sq_buf_free(&q);
+		}
 		if (PQresultStatus(r) != PGRES_COPY_OUT) {
 			sq_err(err, SQ_EDB, "%s: COPY: %s", sw, PQerrorMessage(m->src));
 			PQclear(r);

@@ -57,5 +57,8 @@ int cmd_cancel(cli *x, int argc, char **argv);
 int cmd_get(cli *x, int argc, char **argv);
 int cmd_demo(cli *x, int argc, char **argv);
 int cmd_work(cli *x, int argc, char **argv);
+int cmd_move(cli *x, int argc, char **argv);
+int cmd_rebalance(cli *x, int argc, char **argv);
+int cmd_moves(cli *x, int argc, char **argv);
 
 #endif

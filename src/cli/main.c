@@ -29,6 +29,9 @@ static const struct {
 	{"work", cmd_work, "run a command for each claimed job (the worker runtime)"},
 	{"stats", cmd_stats, "per shard, per type, per status counts"},
 	{"map", cmd_map, "partitions per shard and the map version"},
+	{"move", cmd_move, "move partitions to another shard, online"},
+	{"rebalance", cmd_rebalance, "move partitions to match the config's shards and weights"},
+	{"moves", cmd_moves, "list moves; resume or abort one"},
 	{"demo", cmd_demo, "enqueue, claim, start and complete N jobs; print the rates"},
 };
 #define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))

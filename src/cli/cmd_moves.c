@@ -1,0 +1,388 @@
+/* cmd_moves.c - `shardq move`, `rebalance` and `moves`: moving partitions
+ * between shards online, with progress, and recovering a mover that died. */
+#include "cli.h"
+#include "config.h"
+
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+typedef struct progress {
+	int tty;
+	int64_t parts_total, parts_done, rows;
+	double stall_max, stall_sum;
+	int stalls, last_set;
+	int64_t t0_us;
+} progress;
+
+static void on_progress(const sq_move_info *m, int set, int nsets, void *arg)
+{
+	progress *p = arg;
+	if (!strcmp(m->step, "frozen")) {
+		p->stall_sum += m->stall_ms;
+		p->stalls++;
+		if (m->stall_ms > p->stall_max)
+			p->stall_max = m->stall_ms;
+	}
+	if (!strcmp(m->step, "done")) {
+		p->parts_done += m->npartitions;
+		p->rows += m->rows > 0 ? m->rows : 0;
+	}
+	double el = (double)(cli_now_us() - p->t0_us) / 1e6;
+	if (p->tty) {
+		int width = 30,
+		    fill = p->parts_total ? (int)(width * p->parts_done / p->parts_total) : 0;
+		char bar[64];
+		memset(bar, '#', (size_t)fill);
+		memset(bar + fill, '.', (size_t)(width - fill));
+		bar[width] = '\0';
+		fprintf(stderr,
+			"\r[%s] set %d/%d  %" PRId64 "/%" PRId64 " partitions  %" PRId64
+			" rows  stall %.1fms  %s %s->%s  %.0fs   ",
+			bar, set, nsets, p->parts_done, p->parts_total, p->rows, m->stall_ms,
+			m->step, m->from, m->to, el);
+	} else if (!strcmp(m->step, "done") || set != p->last_set) {
+		if (!strcmp(m->step, "done"))
+			fprintf(stderr,
+				"move %" PRId64 " (%s -> %s, %d partitions, %" PRId64
+				" rows, stall %.1f ms) done; set %d/%d, %" PRId64 "/%" PRId64
+				" partitions, %.1fs\n",
+				m->move_id, m->from, m->to, m->npartitions, m->rows, m->stall_ms,
+				set, nsets, p->parts_done, p->parts_total, el);
+	}
+	p->last_set = set;
+}
+
+static void summary(const progress *p)
+{
+	double el = (double)(cli_now_us() - p->t0_us) / 1e6;
+	if (p->tty)
+		fprintf(stderr, "\n");
+	printf("moved %" PRId64 " partitions (%" PRId64 " rows) in %.1fs; write stall per set: "
+	       "avg %.1f ms, max %.1f ms\n",
+	       p->parts_done, p->rows, el, p->stalls ? p->stall_sum / p->stalls : 0, p->stall_max);
+}
+
+/* "1,2,5-9" -> partitions; returns the count or -1. */
+static long parse_list(const char *s, uint32_t **out)
+{
+	size_t n = 0, cap = 64;
+	uint32_t *v = malloc(cap * sizeof(*v));
+	while (v && *s) {
+		char *end;
+		long a = strtol(s, &end, 10), b;
+		if (end == s || a < 0)
+			goto bad;
+		b = a;
+		if (*end == '-') {
+			s = end + 1;
+			b = strtol(s, &end, 10);
+			if (end == s || b < a)
+				goto bad;
+		}
+		for (long i = a; i <= b; i++) {
+			if (n == cap)
+				v = realloc(v, (cap *= 2) * sizeof(*v));
+			v[n++] = (uint32_t)i;
+		}
+		s = end;
+		if (*s == ',')
+			s++;
+		else if (*s)
+			goto bad;
+	}
+	*out = v;
+	return (long)n;
+bad:
+	free(v);
+	return -1;
+}
+
+static const struct option move_opts[] = {
+	{"config", required_argument, NULL, 'c'},
+	{"help", no_argument, NULL, 'h'},
+	{"partitions", required_argument, NULL, 'p'},
+	{"to", required_argument, NULL, 't'},
+	{"from", required_argument, NULL, 'f'},
+	{"count", required_argument, NULL, 'n'},
+	{"set-size", required_argument, NULL, 's'},
+	{"pause", required_argument, NULL, 'P'},
+	{"lock-timeout", required_argument, NULL, 'l'},
+	{"dry-run", no_argument, NULL, 'd'},
+	{NULL, 0, NULL, 0},
+};
+
+static int common_opt(int c, cli *x, sq_move_opts *o, const char *cmd)
+{
+	switch (c) {
+	case 'c': x->config_path = optarg; return 0;
+	case 's':
+		o->set_size = atoi(optarg);
+		if (o->set_size < 1 || o->set_size > 65536) {
+			fprintf(stderr, "shardq %s: --set-size must be 1..65536\n", cmd);
+			return EX_USAGE;
+		}
+		return 0;
+	case 'P':
+		o->pause_ms = sq_parse_duration_ms(optarg);
+		if (o->pause_ms < 0) {
+			fprintf(stderr, "shardq %s: --pause takes a duration such as 100ms\n", cmd);
+			return EX_USAGE;
+		}
+		return 0;
+	case 'l':
+		o->lock_timeout_ms = sq_parse_duration_ms(optarg);
+		if (o->lock_timeout_ms <= 0) {
+			fprintf(stderr, "shardq %s: --lock-timeout takes a duration such as 2s\n",
+				cmd);
+			return EX_USAGE;
+		}
+		return 0;
+	}
+	return -1;
+}
+
+int cmd_move(cli *x, int argc, char **argv)
+{
+	sq_move_opts o;
+	const char *list = NULL, *to = NULL, *from = NULL;
+	long count = 0;
+	int c, rc;
+	sq_move_opts_init(&o);
+	while ((c = getopt_long(argc, argv, "c:hp:t:f:n:s:P:l:", move_opts, NULL)) != -1) {
+		if ((rc = common_opt(c, x, &o, "move")) >= 0) {
+			if (rc)
+				return rc;
+			continue;
+		}
+		switch (c) {
+		case 'p': list = optarg; break;
+		case 't': to = optarg; break;
+		case 'f': from = optarg; break;
+		case 'n': count = atol(optarg); break;
+		case 'h':
+			printf("usage: shardq [-c FILE] move --partitions LIST --to SHARD\n"
+			       "       shardq [-c FILE] move --count N --from SHARD --to SHARD\n"
+			       "              [--set-size N] [--lock-timeout D]\n\n"
+			       "Moves partitions online (LIST: 1,2,5-9). Writes to them wait for\n"
+			       "milliseconds during the freeze; nothing is lost or run twice. "
+			       "Large\n"
+			       "lists go in sets of --set-size (256), one move each. A mover that "
+			       "dies\n"
+			       "is resumed by `shardq moves --resume ID` (or `shardq "
+			       "rebalance`).\n");
+			return EX_OK;
+		default: return EX_USAGE;
+		}
+	}
+	if (!to || (!list == !(count > 0 && from))) {
+		fprintf(stderr, "shardq move: give --to and either --partitions or --count with "
+				"--from; see --help\n");
+		return EX_USAGE;
+	}
+	uint32_t *parts = NULL;
+	long n = 0;
+	if (list && (n = parse_list(list, &parts)) <= 0) {
+		fprintf(stderr, "shardq move: --partitions '%s' is not a list like 1,2,5-9\n",
+			list);
+		return EX_USAGE;
+	}
+	if ((rc = cli_open(x, "move", 0))) {
+		free(parts);
+		return rc;
+	}
+	if (!list) {
+		int fs = -1;
+		for (int s = 0; s < sq_config_shard_count(x->cfg); s++)
+			if (!strcmp(sq_config_shard_id(x->cfg, s), from))
+				fs = s;
+		if (fs < 0) {
+			fprintf(stderr, "shardq move: no shard '%s' in the config\n", from);
+			return EX_USAGE;
+		}
+		parts = malloc(sizeof(uint32_t) * (size_t)count);
+		for (uint32_t p = 0; p < sq_config_partitions(x->cfg) && n < count; p++)
+			if (sq_client_shard_of_partition(x->client, p) == fs)
+				parts[n++] = p;
+		if (n == 0) {
+			fprintf(stderr, "shardq move: shard %s holds no partition\n", from);
+			free(parts);
+			return EX_STATE;
+		}
+	}
+	progress pr = {isatty(2), n, 0, 0, 0, 0, 0, 0, cli_now_us()};
+	o.progress = on_progress;
+	o.progress_arg = &pr;
+	sq_error err;
+	rc = EX_OK;
+	int nsets = (int)((n + o.set_size - 1) / o.set_size);
+	for (long i = 0; i < n && rc == EX_OK; i += o.set_size) {
+		size_t k = (size_t)(n - i < o.set_size ? n - i : o.set_size);
+		sq_move_info mi;
+		(void)nsets;
+		if (sq_move(x->client, parts + i, k, to, &o, &mi, &err) != SQ_OK) {
+			if (pr.tty)
+				fprintf(stderr, "\n");
+			rc = cli_fail("move", &err);
+			if (mi.move_id)
+				fprintf(stderr,
+					"shardq move: move %" PRId64 " stopped at step '%s'; run "
+					"`shardq moves --resume %" PRId64 "` (or --abort)\n",
+					mi.move_id, mi.step, mi.move_id);
+		}
+	}
+	if (rc == EX_OK)
+		summary(&pr);
+	free(parts);
+	return rc;
+}
+
+int cmd_rebalance(cli *x, int argc, char **argv)
+{
+	sq_move_opts o;
+	int c, rc, dry = 0;
+	sq_move_opts_init(&o);
+	while ((c = getopt_long(argc, argv, "c:hs:P:l:d", move_opts, NULL)) != -1) {
+		if ((rc = common_opt(c, x, &o, "rebalance")) >= 0) {
+			if (rc)
+				return rc;
+			continue;
+		}
+		switch (c) {
+		case 'd': dry = 1; break;
+		case 'h':
+			printf("usage: shardq [-c FILE] rebalance [--dry-run] [--set-size N] "
+			       "[--pause D]\n"
+			       "                  [--lock-timeout D]\n\n"
+			       "Plans the partition map from the config's shards and weights "
+			       "(weighted\n"
+			       "rendezvous hashing: adding or removing a shard moves about 1/N of "
+			       "the\n"
+			       "partitions and nothing else; weight 0 drains a shard), prints the "
+			       "plan,\n"
+			       "and carries it out online in sets of --set-size partitions (256), "
+			       "with\n"
+			       "--pause between sets. Unfinished moves are resumed first. Run\n"
+			       "`shardq init` first after adding a shard to the config.\n");
+			return EX_OK;
+		default: return EX_USAGE;
+		}
+	}
+	if ((rc = cli_open(x, "rebalance", 0)))
+		return rc;
+	sq_plan *p;
+	sq_error err;
+	if (sq_rebalance_plan(x->client, &p, &err) != SQ_OK)
+		return cli_fail("rebalance", &err);
+	printf("%-12s %10s %10s\n", "SHARD", "BEFORE", "AFTER");
+	for (int s = 0; s < p->nshards; s++)
+		printf("%-12s %10" PRId64 " %10" PRId64 "\n", sq_config_shard_id(x->cfg, s),
+		       p->before[s], p->after[s]);
+	printf("%" PRId64 " of %u partitions move (%.1f%%)\n", p->moving, p->partitions,
+	       100.0 * (double)p->moving / p->partitions);
+	int64_t moving = p->moving;
+	sq_plan_free(p);
+	fflush(stdout);
+	if (dry || moving == 0) {
+		if (!moving)
+			printf("nothing to move\n");
+		return EX_OK;
+	}
+	progress pr = {isatty(2), moving, 0, 0, 0, 0, 0, 0, cli_now_us()};
+	o.progress = on_progress;
+	o.progress_arg = &pr;
+	if (sq_rebalance(x->client, &o, &err) != SQ_OK) {
+		if (pr.tty)
+			fprintf(stderr, "\n");
+		rc = cli_fail("rebalance", &err);
+		fprintf(stderr, "shardq rebalance: run it again to resume (shardq moves lists what "
+				"is unfinished)\n");
+		return rc;
+	}
+	summary(&pr);
+	return EX_OK;
+}
+
+int cmd_moves(cli *x, int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{"config", required_argument, NULL, 'c'}, {"help", no_argument, NULL, 'h'},
+		{"all", no_argument, NULL, 'a'},          {"resume", required_argument, NULL, 'r'},
+		{"abort", required_argument, NULL, 'x'},  {NULL, 0, NULL, 0},
+	};
+	int c, rc, all = 0;
+	const char *resume = NULL;
+	int64_t abort_id = 0;
+	while ((c = getopt_long(argc, argv, "c:har:x:", opts, NULL)) != -1) {
+		switch (c) {
+		case 'c': x->config_path = optarg; break;
+		case 'a': all = 1; break;
+		case 'r': resume = optarg; break;
+		case 'x': abort_id = atoll(optarg); break;
+		case 'h':
+			printf("usage: shardq [-c FILE] moves [--all]\n"
+			       "       shardq [-c FILE] moves --resume ID|all\n"
+			       "       shardq [-c FILE] moves --abort ID\n\n"
+			       "Lists unfinished moves (--all: every move) with their step, rows\n"
+			       "copied, write stall and last error. --resume carries a move on "
+			       "from\n"
+			       "its step; --abort undoes one that has not passed the copy commit\n"
+			       "(the partitions stay with their old shard).\n");
+			return EX_OK;
+		default: return EX_USAGE;
+		}
+	}
+	if ((rc = cli_open(x, "moves", 0)))
+		return rc;
+	sq_error err;
+	if (abort_id > 0) {
+		if (sq_move_abort(x->client, abort_id, &err) != SQ_OK)
+			return cli_fail("moves", &err);
+		printf("move %" PRId64 " aborted; its partitions stay where they were\n", abort_id);
+		return EX_OK;
+	}
+	if (resume) {
+		sq_move_info *v;
+		size_t n;
+		if (sq_moves_list(x->client, 0, &v, &n, &err) != SQ_OK)
+			return cli_fail("moves", &err);
+		int64_t one = strcmp(resume, "all") ? atoll(resume) : 0;
+		rc = EX_OK;
+		for (size_t i = 0; i < n && rc == EX_OK; i++) {
+			sq_move_info mi;
+			if (one && v[i].move_id != one)
+				continue;
+			if (sq_move_resume(x->client, v[i].move_id, NULL, &mi, &err) != SQ_OK)
+				rc = cli_fail("moves", &err);
+			else
+				printf("move %" PRId64 " resumed from '%s': done (%" PRId64
+				       " rows)\n",
+				       v[i].move_id, v[i].step, mi.rows);
+		}
+		if (one && rc == EX_OK) {
+			int found = 0;
+			for (size_t i = 0; i < n; i++)
+				found |= v[i].move_id == one;
+			if (!found)
+				printf("move %" PRId64 " is not unfinished; nothing to do\n", one);
+		}
+		free(v);
+		return rc;
+	}
+	sq_move_info *v;
+	size_t n;
+	if (sq_moves_list(x->client, all, &v, &n, &err) != SQ_OK)
+		return cli_fail("moves", &err);
+	printf("%-6s %-8s %-8s %6s %-9s %10s %9s %9s  %s\n", "ID", "FROM", "TO", "PARTS", "STEP",
+	       "ROWS", "STALL", "ELAPSED", "ERROR");
+	for (size_t i = 0; i < n; i++)
+		printf("%-6" PRId64 " %-8s %-8s %6d %-9s %10" PRId64 " %7.1fms %8.1fs  %s\n",
+		       v[i].move_id, v[i].from, v[i].to, v[i].npartitions, v[i].step, v[i].rows,
+		       v[i].stall_ms, v[i].elapsed_ms / 1000.0, v[i].error);
+	if (!n)
+		printf("(no %smoves)\n", all ? "" : "unfinished ");
+	free(v);
+	return EX_OK;
+}
