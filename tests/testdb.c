@@ -39,16 +39,33 @@ static void exec_or_die(PGconn *c, const char *sql)
 	PQclear(r);
 }
 
-void testdb_open(testdb *t, const char *db, int nshards, unsigned partitions, const char *extra)
+char *testdb_ini(testdb *t, const double *weights, const char *extra_cluster)
+{
+	size_t cap = 4096 + strlen(t->extra) + (extra_cluster ? strlen(extra_cluster) : 0);
+	char *ini = malloc(cap);
+	int k = snprintf(ini, cap, "[cluster]\npartitions = %u\n%s\n", t->partitions,
+			 extra_cluster ? extra_cluster : "");
+	for (int i = 0; i < t->nshards; i++)
+		k += snprintf(ini + k, cap - (size_t)k,
+			      "[shard s%d]\ndsn = host=127.0.0.1 port=%d dbname=%s user=postgres\n"
+			      "weight = %g\n\n",
+			      i + 1, t->ports[i], t->db, weights ? weights[i] : 1.0);
+	snprintf(ini + k, cap - (size_t)k, "%s", t->extra);
+	return ini;
+}
+
+void testdb_open_w(testdb *t, const char *db, int nshards, unsigned partitions, const char *extra,
+		   const double *weights)
 {
 	char sql[256];
 	sq_error err;
-	size_t cap = 4096 + (extra ? strlen(extra) : 0);
 	int have = testdb_ports(t->ports, 16);
 	memset(t->db, 0, sizeof(t->db));
 	snprintf(t->db, sizeof(t->db), "%s", db);
 	ck_assert_msg(have >= nshards, "need %d shards, SHARDQ_TEST_PORTS has %d", nshards, have);
 	t->nshards = nshards;
+	t->partitions = partitions;
+	t->extra = strdup(extra ? extra : "");
 	for (int i = 0; i < nshards; i++) {
 		PGconn *c = connect_db(t->ports[i], "postgres");
 		snprintf(sql, sizeof(sql), "DROP DATABASE IF EXISTS %s WITH (FORCE)", db);
@@ -60,14 +77,7 @@ void testdb_open(testdb *t, const char *db, int nshards, unsigned partitions, co
 		exec_or_die(c, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements");
 		PQfinish(c);
 	}
-	t->ini = malloc(cap);
-	int k = snprintf(t->ini, cap, "[cluster]\npartitions = %u\n\n", partitions);
-	for (int i = 0; i < nshards; i++)
-		k += snprintf(
-			t->ini + k, cap - (size_t)k,
-			"[shard s%d]\ndsn = host=127.0.0.1 port=%d dbname=%s user=postgres\n\n",
-			i + 1, t->ports[i], db);
-	snprintf(t->ini + k, cap - (size_t)k, "%s", extra ? extra : "");
+	t->ini = testdb_ini(t, weights, NULL);
 	if (sq_config_parse(t->ini, db, &t->cfg, &err) != SQ_OK)
 		ck_abort_msg("test config: %s", err.msg);
 	if (sq_client_open(t->cfg, 1, &t->client, &err) != SQ_OK)
@@ -76,6 +86,11 @@ void testdb_open(testdb *t, const char *db, int nshards, unsigned partitions, co
 	if (sq_init(t->client, &created, &err) != SQ_OK)
 		ck_abort_msg("init: %s", err.msg);
 	ck_assert_int_eq(created, 1);
+}
+
+void testdb_open(testdb *t, const char *db, int nshards, unsigned partitions, const char *extra)
+{
+	testdb_open_w(t, db, nshards, partitions, extra, NULL);
 }
 
 sq_client *testdb_client(testdb *t)
@@ -92,6 +107,7 @@ void testdb_close(testdb *t)
 	sq_client_close(t->client);
 	sq_config_free(t->cfg);
 	free(t->ini);
+	free(t->extra);
 	memset(t, 0, sizeof(*t));
 }
 

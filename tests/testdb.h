@@ -21,12 +21,19 @@ typedef struct testdb {
 	sq_config *cfg;
 	sq_client *client;
 	char *ini;
+	char *extra;
+	unsigned partitions;
 	int nshards;
 	int ports[16];
 	char db[64];
 } testdb;
 
 void testdb_open(testdb *t, const char *db, int nshards, unsigned partitions, const char *extra);
+/* Same, with a weight per shard (NULL: all 1). */
+void testdb_open_w(testdb *t, const char *db, int nshards, unsigned partitions, const char *extra,
+		   const double *weights);
+/* The config text of this cluster with other weights (malloc'd). */
+char *testdb_ini(testdb *t, const double *weights, const char *extra_cluster);
 void testdb_close(testdb *t);
 /* Another client on the same cluster (e.g. for a second worker). */
 sq_client *testdb_client(testdb *t);

@@ -1,0 +1,629 @@
+/* test_moves.c - online partition moves under load: producers enqueue,
+ * workers claim and complete throughout, while shards are added, drained,
+ * and movers are killed at every named failpoint. After each, the
+ * invariants of design section 6 are checked on the shards themselves. */
+#include "client.h"
+#include "test_common.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static const char *types = "[type m]\nhistory = true\n"
+			   "[type long]\nhistory = true\nexecution_timeout = 1m\n";
+
+static testdb t;
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* ---- load: producers and workers ---------------------------------------- */
+
+typedef struct ids {
+	int64_t *v;
+	size_t n, cap;
+	pthread_mutex_t mu;
+} ids;
+
+static void ids_add(ids *a, int64_t id)
+{
+	pthread_mutex_lock(&a->mu);
+	if (a->n == a->cap)
+		a->v = realloc(a->v, (a->cap = a->cap * 2 + 1024) * sizeof(int64_t));
+	a->v[a->n++] = id;
+	pthread_mutex_unlock(&a->mu);
+}
+
+typedef struct run {
+	int64_t id;
+	int attempt;
+	int worker;
+	double start, end;
+} run;
+
+typedef struct load {
+	volatile int stop;
+	ids acked;
+	run *runs;
+	size_t nruns, cap;
+	pthread_mutex_t mu;
+	pthread_t prod[4], work[4];
+	sq_worker *w[4];
+	int nprod, nwork;
+	int worker_no[4];
+} load;
+
+static load L;
+
+static void *producer(void *arg)
+{
+	int no = (int)(intptr_t)arg;
+	sq_client *c = testdb_client(&t);
+	char keys[100][32];
+	sq_job_spec js[100];
+	sq_enqueue_result rs[100];
+	for (int seq = 0; !L.stop; seq++) {
+		sq_error err;
+		memset(js, 0, sizeof(js));
+		for (int i = 0; i < 100; i++) {
+			snprintf(keys[i], sizeof(keys[i]), "p%d-%d-%d", no, seq, i);
+			js[i].type = "m";
+			js[i].key = keys[i];
+			js[i].delay_tolerance_ms = -1;
+		}
+		ck_assert_msg(sq_enqueue(c, js, 100, rs, &err) == SQ_OK, "producer: %s", err.msg);
+		for (int i = 0; i < 100; i++) {
+			ck_assert_int_eq(rs[i].outcome, SQ_ENQ_INSERTED);
+			ids_add(&L.acked, rs[i].id);
+		}
+		usleep(20000);
+	}
+	sq_client_close(c);
+	return NULL;
+}
+
+static sq_job_result handler(const sq_job *job, void *arg, char *e, size_t elen)
+{
+	run r = {job->id, job->attempt, *(int *)arg, now_s(), 0};
+	(void)e;
+	(void)elen;
+	usleep(strcmp(job->type, "long") ? 2000 + (unsigned)(job->id % 8) * 1000 : 2000000);
+	r.end = now_s();
+	pthread_mutex_lock(&L.mu);
+	if (L.nruns == L.cap)
+		L.runs = realloc(L.runs, (L.cap = L.cap * 2 + 1024) * sizeof(run));
+	L.runs[L.nruns++] = r;
+	pthread_mutex_unlock(&L.mu);
+	return SQ_RESULT_DONE;
+}
+
+static void *worker_main(void *arg)
+{
+	sq_worker *w = arg;
+	sq_error err;
+	ck_assert_msg(sq_worker_run(w, &err) == SQ_OK, "worker: %s", err.msg);
+	return NULL;
+}
+
+static void load_start(int nprod, int nwork)
+{
+	memset(&L, 0, sizeof(L));
+	pthread_mutex_init(&L.mu, NULL);
+	pthread_mutex_init(&L.acked.mu, NULL);
+	L.nprod = nprod;
+	L.nwork = nwork;
+	for (int i = 0; i < nwork; i++) {
+		sq_worker_opts o;
+		sq_error err;
+		char id[16];
+		sq_worker_opts_init(&o);
+		snprintf(id, sizeof(id), "w%d", i);
+		o.worker_id = id;
+		o.poll_max_ms = 100;
+		L.worker_no[i] = i;
+		OKE(sq_worker_create(t.cfg, &o, &L.w[i], &err));
+		OKE(sq_worker_add(L.w[i], "m", 4, handler, &L.worker_no[i], &err));
+		OKE(sq_worker_add(L.w[i], "long", 4, handler, &L.worker_no[i], &err));
+		pthread_create(&L.work[i], NULL, worker_main, L.w[i]);
+	}
+	for (int i = 0; i < nprod; i++)
+		pthread_create(&L.prod[i], NULL, producer, (void *)(intptr_t)i);
+}
+
+static long long live(void)
+{
+	return testdb_sum(&t, "SELECT count(*) FROM shardq.jobs WHERE status IN "
+			      "('ready','starting','running')");
+}
+
+/* Stops the producers, lets the workers drain the queue, stops them. */
+static void load_stop(void)
+{
+	L.stop = 1;
+	for (int i = 0; i < L.nprod; i++)
+		pthread_join(L.prod[i], NULL);
+	double end = now_s() + 60;
+	while (live() > 0 && now_s() < end)
+		usleep(100000);
+	ck_assert_int_eq(live(), 0);
+	for (int i = 0; i < L.nwork; i++) {
+		sq_worker_stop(L.w[i], 0);
+		pthread_join(L.work[i], NULL);
+		sq_worker_destroy(L.w[i]);
+	}
+}
+
+static void load_free(void)
+{
+	free(L.acked.v);
+	free(L.runs);
+}
+
+/* ---- invariants ---------------------------------------------------------- */
+
+static int cmp_i64(const void *a, const void *b)
+{
+	int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+	return x < y ? -1 : x > y;
+}
+
+static int64_t *collect(const char *sql, size_t *n)
+{
+	int64_t *v = NULL;
+	size_t k = 0, cap = 0;
+	for (int s = 0; s < t.nshards; s++) {
+		PGconn *c = testdb_pg(&t, s);
+		PGresult *r = PQexec(c, sql);
+		ck_assert_int_eq(PQresultStatus(r), PGRES_TUPLES_OK);
+		for (int i = 0; i < PQntuples(r); i++) {
+			if (k == cap)
+				v = realloc(v, (cap = cap * 2 + 4096) * sizeof(int64_t));
+			v[k++] = atoll(PQgetvalue(r, i, 0));
+		}
+		PQclear(r);
+		PQfinish(c);
+	}
+	*n = k;
+	return v;
+}
+
+/* Each partition is owned on exactly one shard, and the map agrees. */
+static void check_ownership(void)
+{
+	int *owner = malloc(sizeof(int) * t.partitions);
+	for (unsigned p = 0; p < t.partitions; p++)
+		owner[p] = -1;
+	for (int s = 0; s < t.nshards; s++) {
+		PGconn *c = testdb_pg(&t, s);
+		PGresult *r = PQexec(
+			c, "SELECT partition FROM shardq.partition_state WHERE state = 'owned'");
+		for (int i = 0; i < PQntuples(r); i++) {
+			int p = atoi(PQgetvalue(r, i, 0));
+			ck_assert_msg(owner[p] < 0, "partition %d owned by s%d and s%d", p,
+				      owner[p] + 1, s + 1);
+			owner[p] = s;
+		}
+		PQclear(r);
+		/* nothing left half-way */
+		r = PQexec(c, "SELECT count(*) FROM shardq.partition_state WHERE state IN "
+			      "('importing','moving_out')");
+		ck_assert_str_eq(PQgetvalue(r, 0, 0), "0");
+		PQclear(r);
+		PQfinish(c);
+	}
+	PGconn *m = testdb_pg(&t, 0);
+	PGresult *r = PQexec(m, "SELECT partition, shard_id FROM shardq_meta.partition_map");
+	ck_assert_int_eq(PQntuples(r), (int)t.partitions);
+	for (int i = 0; i < PQntuples(r); i++) {
+		int p = atoi(PQgetvalue(r, i, 0));
+		ck_assert_msg(owner[p] >= 0, "partition %d is owned by no shard", p);
+		ck_assert_msg(atoi(PQgetvalue(r, i, 1) + 1) == owner[p] + 1,
+			      "partition %d: map says %s, s%d owns it", p, PQgetvalue(r, i, 1),
+			      owner[p] + 1);
+	}
+	PQclear(r);
+	PQfinish(m);
+	free(owner);
+}
+
+/* Every acknowledged enqueue exists exactly once across the shards (live or
+ * completed); it ran once, never on two workers at a time. */
+static void check_jobs(void)
+{
+	size_t n;
+	int64_t *all = collect("SELECT id FROM shardq.jobs UNION ALL "
+			       "SELECT id FROM shardq.jobs_history",
+			       &n);
+	qsort(all, n, sizeof(int64_t), cmp_i64);
+	for (size_t i = 1; i < n; i++)
+		ck_assert_msg(all[i] != all[i - 1], "job %lld exists twice", (long long)all[i]);
+	for (size_t i = 0; i < L.acked.n; i++)
+		ck_assert_msg(bsearch(&L.acked.v[i], all, n, sizeof(int64_t), cmp_i64) != NULL,
+			      "acknowledged job %lld is lost", (long long)L.acked.v[i]);
+	/* at most one live job per (type, key) */
+	size_t nk;
+	int64_t *dups = collect("SELECT count(*) - count(DISTINCT (task, active_uid)) FROM "
+				"shardq.jobs WHERE status IN ('ready','starting','running') "
+				"AND active_uid IS NOT NULL",
+				&nk);
+	for (size_t i = 0; i < nk; i++)
+		ck_assert_int_eq(dups[i], 0);
+	free(dups);
+	/* the execution log: each job ran once */
+	int64_t *ran = malloc((L.nruns + 1) * sizeof(int64_t));
+	for (size_t i = 0; i < L.nruns; i++)
+		ran[i] = L.runs[i].id;
+	qsort(ran, L.nruns, sizeof(int64_t), cmp_i64);
+	for (size_t i = 1; i < L.nruns; i++)
+		ck_assert_msg(ran[i] != ran[i - 1], "job %lld ran twice", (long long)ran[i]);
+	free(ran);
+	free(all);
+}
+
+/* The shard index holding job id's history row, or -1. */
+static int history_shard(int64_t id)
+{
+	char sql[128];
+	snprintf(sql, sizeof(sql), "SELECT count(*) FROM shardq.jobs_history WHERE id = %lld",
+		 (long long)id);
+	for (int s = 0; s < t.nshards; s++)
+		if (testdb_scalar(&t, s, sql) > 0)
+			return s;
+	return -1;
+}
+
+static sq_client *client_with(const double *weights, sq_config **cfg)
+{
+	char *ini = testdb_ini(&t, weights, NULL);
+	sq_client *c;
+	sq_error err;
+	OKE(sq_config_parse(ini, "weights.ini", cfg, &err));
+	free(ini);
+	OKE(sq_client_open(*cfg, 0, &c, &err));
+	return c;
+}
+
+/* Keys of type `long` whose partitions the plan moves to shard `to`. */
+static void enqueue_long_on_moving(const sq_plan *p, int to, int n, int64_t *out)
+{
+	char key[32];
+	for (int i = 0, got = 0; got < n; i++) {
+		snprintf(key, sizeof(key), "long-%d", i);
+		uint32_t part = sq_partition_of_key(key, strlen(key), t.partitions);
+		if (p->to[part] != to || p->from[part] == to)
+			continue;
+		out[got++] = enqueue_one(t.client, "long", key, NULL, NULL);
+	}
+}
+
+START_TEST(add_fifth_shard_under_load)
+{
+	double w4[] = {1, 1, 1, 1, 0}, w5[] = {1, 1, 1, 1, 1};
+	sq_config *cfg5;
+	sq_error err;
+	sq_plan *plan;
+	int64_t longs[6];
+	ck_assert_msg(testdb_ports(t.ports, 16) >= 5, "this test needs five shards");
+	testdb_open_w(&t, "sqt_moves_add", 5, 1024, types, w4);
+	sq_client *c5 = client_with(w5, &cfg5);
+	OKE(sq_rebalance_plan(c5, &plan, &err));
+	/* about a fifth moves, all of it to the new shard, nothing else */
+	ck_assert_int_eq(plan->before[4], 0);
+	ck_assert_msg(plan->moving > 1024 / 5 * 0.8 && plan->moving < 1024 / 5 * 1.2, "moving %lld",
+		      (long long)plan->moving);
+	for (unsigned p = 0; p < 1024; p++)
+		if (plan->from[p] != plan->to[p])
+			ck_assert_int_eq(plan->to[p], 4);
+	load_start(2, 2);
+	/* jobs that will be running while their partition moves */
+	enqueue_long_on_moving(plan, 4, 6, longs);
+	double end = now_s() + 20;
+	while (testdb_sum(&t, "SELECT count(*) FROM shardq.jobs WHERE task = 'long' AND status = "
+			      "'running'") < 6 &&
+	       now_s() < end)
+		usleep(20000);
+	usleep(300000);
+	sq_move_opts o;
+	sq_move_opts_init(&o);
+	o.set_size = 64;
+	double t0 = now_s();
+	OKE(sq_rebalance(c5, &o, &err));
+	printf("add a fifth shard: %lld partitions moved under load in %.2fs\n",
+	       (long long)plan->moving, now_s() - t0);
+	usleep(500000);
+	load_stop();
+	check_ownership();
+	check_jobs();
+	/* exactly the planned partitions are on s5 now */
+	ck_assert_int_eq(testdb_scalar(&t, 4,
+				       "SELECT count(*) FROM shardq.partition_state WHERE "
+				       "state = 'owned'"),
+			 plan->moving);
+	/* the jobs that ran during their move completed on the new shard */
+	for (int i = 0; i < 6; i++)
+		ck_assert_msg(history_shard(longs[i]) == 4, "long job %lld completed on s%d",
+			      (long long)longs[i], history_shard(longs[i]) + 1);
+	printf("load: %zu jobs acknowledged and completed once each\n", L.acked.n);
+	ck_assert_int_gt(L.acked.n, 100);
+	sq_plan_free(plan);
+	sq_client_close(c5);
+	sq_config_free(cfg5);
+	load_free();
+	testdb_close(&t);
+}
+END_TEST
+
+START_TEST(drain_a_shard_under_load)
+{
+	double w[] = {1, 1, 1, 0};
+	sq_config *cfg;
+	sq_error err;
+	testdb_open(&t, "sqt_moves_drain", 4, 512, types);
+	sq_client *c = client_with(w, &cfg);
+	load_start(2, 2);
+	usleep(500000);
+	sq_move_opts o;
+	sq_move_opts_init(&o);
+	o.set_size = 50;
+	OKE(sq_rebalance(c, &o, &err));
+	usleep(300000);
+	load_stop();
+	check_ownership();
+	check_jobs();
+	/* the drained shard holds no live job and owns nothing */
+	ck_assert_int_eq(testdb_scalar(&t, 3, "SELECT count(*) FROM shardq.jobs"), 0);
+	ck_assert_int_eq(testdb_scalar(&t, 3,
+				       "SELECT count(*) FROM shardq.partition_state WHERE "
+				       "state = 'owned'"),
+			 0);
+	sq_client_close(c);
+	sq_config_free(cfg);
+	load_free();
+	testdb_close(&t);
+}
+END_TEST
+
+static char ini_path[128];
+
+static int cli(const char *env, const char *args)
+{
+	char cmd[1024];
+	snprintf(cmd, sizeof(cmd), "%s %s -c %s %s > /dev/null 2>&1", env ? env : "",
+		 getenv("SHARDQ_CLI"), ini_path, args);
+	int rc = system(cmd);
+	return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+static int64_t last_move(void)
+{
+	return testdb_scalar(&t, 0, "SELECT max(move_id) FROM shardq_meta.moves");
+}
+
+static void write_ini(void)
+{
+	snprintf(ini_path, sizeof(ini_path), "/tmp/sqt-moves-%d.ini", (int)getpid());
+	FILE *f = fopen(ini_path, "w");
+	fputs(t.ini, f);
+	fclose(f);
+}
+
+/* The mover killed at every named step, then resumed; and aborted where an
+ * abort is allowed. Load runs throughout. */
+START_TEST(killed_mover_resumes_or_aborts)
+{
+	static const char *points[] = {"after_prepare", "after_freeze",      "during_drain",
+				       "mid_copy",      "after_copy_commit", "after_switch",
+				       "mid_cleanup"};
+	char args[256], env[128];
+	testdb_open(&t, "sqt_moves_kill", 4, 256, types);
+	write_ini();
+	load_start(1, 1);
+	for (int round = 0; round < 2; round++) {
+		for (int i = 0; i < 7; i++) {
+			int abortable = i < 4;
+			if (round == 1 && !abortable)
+				continue;
+			/* alternate the direction so every shard gives and takes */
+			int from = (i + round) % 4, to = (i + round + 1) % 4;
+			snprintf(env, sizeof(env), "SHARDQ_FAILPOINT=%s", points[i]);
+			snprintf(args, sizeof(args), "move --count 8 --from s%d --to s%d", from + 1,
+				 to + 1);
+			int rc = cli(env, args);
+			ck_assert_msg(rc == 99, "%s: the mover exited %d, not at the failpoint",
+				      points[i], rc);
+			int64_t id = last_move();
+			char step[64];
+			snprintf(args, sizeof(args),
+				 "SELECT count(*) FROM shardq_meta.moves WHERE move_id = %lld AND "
+				 "finished_at IS NULL",
+				 (long long)id);
+			ck_assert_int_eq(testdb_scalar(&t, 0, args), 1);
+			if (round == 0) {
+				ck_assert_int_eq(cli(NULL, "moves --resume all"), 0);
+				snprintf(step, sizeof(step), "done");
+			} else {
+				snprintf(args, sizeof(args), "moves --abort %lld", (long long)id);
+				ck_assert_int_eq(cli(NULL, args), 0);
+				snprintf(step, sizeof(step), "aborted");
+				/* the partitions stay with their old shard */
+				snprintf(args, sizeof(args),
+					 "SELECT count(*) FROM shardq_meta.partition_map m JOIN "
+					 "shardq_meta.moves v ON m.partition = ANY(v.partitions) "
+					 "WHERE "
+					 "v.move_id = %lld AND m.shard_id <> v.from_shard",
+					 (long long)id);
+				ck_assert_int_eq(testdb_scalar(&t, 0, args), 0);
+			}
+			snprintf(args, sizeof(args),
+				 "SELECT count(*) FROM shardq_meta.moves WHERE move_id = %lld AND "
+				 "step = "
+				 "'%s'",
+				 (long long)id, step);
+			ck_assert_msg(testdb_scalar(&t, 0, args) == 1, "%s: move %lld is not %s",
+				      points[i], (long long)id, step);
+			check_ownership();
+		}
+	}
+	/* an abort after the copy commit is refused */
+	ck_assert_int_eq(
+		cli("SHARDQ_FAILPOINT=after_copy_commit", "move --count 4 --from s1 --to s2"), 99);
+	snprintf(args, sizeof(args), "moves --abort %lld", (long long)last_move());
+	ck_assert_int_eq(cli(NULL, args), 8);
+	ck_assert_int_eq(cli(NULL, "moves --resume all"), 0);
+	load_stop();
+	check_ownership();
+	check_jobs();
+	unlink(ini_path);
+	load_free();
+	testdb_close(&t);
+}
+END_TEST
+
+/* A router that missed the NOTIFY (its map is stale) still routes right:
+ * the old shard answers "moved", the router refreshes and resends. */
+START_TEST(stale_router_still_routes)
+{
+	sq_error err;
+	testdb_open(&t, "sqt_moves_stale", 3, 64, types);
+	sq_client *x = testdb_client(&t);
+	/* a job claimed and started before the move, completed after it */
+	int64_t before = enqueue_one(x, "m", "running-during-move", NULL, NULL);
+	uint32_t part = sq_partition_of_id(before);
+	int from = sq_client_shard_of_partition(x, part), to = (from + 1) % 3;
+	sq_job *js;
+	size_t n = claim_type(x, "wx", "m", 10, &js);
+	ck_assert_uint_eq(n, 1);
+	sq_job_ref ref = {js[0].id, js[0].attempt};
+	sq_status st;
+	OKE(sq_start(x, "wx", &ref, 1, &st, &err));
+	ck_assert_int_eq(st, SQ_OK);
+	sq_jobs_free(js, n);
+	/* another client moves the partition */
+	char to_id[8];
+	snprintf(to_id, sizeof(to_id), "s%d", to + 1);
+	OKE(sq_move(t.client, &part, 1, to_id, NULL, NULL, &err));
+	/* x missed it all: its map still says `from`, no NOTIFY, no poll soon */
+	if (x->map_listen) {
+		PQfinish(x->map_listen);
+		x->map_listen = NULL;
+	}
+	x->map_checked_at = 1e12;
+	x->map[part] = from;
+	int64_t v0 = x->map_version;
+	x->map_version = v0 - 1;
+	ck_assert_int_eq(sq_client_shard_of_partition(x, part), from);
+	OKE(sq_complete(x, "wx", &ref, 1, &st, &err));
+	ck_assert_int_eq(st, SQ_OK);
+	ck_assert_int_eq(history_shard(before), to);
+	ck_assert_int_eq(sq_client_shard_of_partition(x, part), to);
+	/* and enqueue of a key in that partition lands on the new shard */
+	x->map[part] = from;
+	sq_enqueue_outcome o;
+	char key[32];
+	for (int i = 0;; i++) {
+		snprintf(key, sizeof(key), "k%d", i);
+		if (sq_partition_of_key(key, strlen(key), 64) == part)
+			break;
+	}
+	int64_t id = enqueue_one(x, "m", key, NULL, &o);
+	ck_assert_int_eq(o, SQ_ENQ_INSERTED);
+	char sql[128];
+	snprintf(sql, sizeof(sql), "SELECT count(*) FROM shardq.jobs WHERE id = %lld",
+		 (long long)id);
+	ck_assert_int_eq(testdb_scalar(&t, to, sql), 1);
+	ck_assert_int_eq(testdb_scalar(&t, from, sql), 0);
+	sq_client_close(x);
+	testdb_close(&t);
+}
+END_TEST
+
+typedef struct bg_enqueue {
+	sq_client *c;
+	int64_t id;
+	sq_enqueue_outcome outcome;
+	double took;
+} bg_enqueue;
+
+static void *enqueue_during(void *arg)
+{
+	bg_enqueue *b = arg;
+	double t0 = now_s();
+	b->id = enqueue_one(b->c, "m", "the-key", "{\"during\":true}", &b->outcome);
+	b->took = now_s() - t0;
+	return NULL;
+}
+
+/* The same dedup key enqueued before, during and after a move: one job. */
+START_TEST(same_key_before_during_after_move)
+{
+	sq_enqueue_outcome o;
+	testdb_open(&t, "sqt_moves_key", 3, 64, types);
+	write_ini();
+	int64_t id = enqueue_one(t.client, "m", "the-key", NULL, &o);
+	ck_assert_int_eq(o, SQ_ENQ_INSERTED);
+	uint32_t part = sq_partition_of_id(id);
+	int from = sq_client_shard_of_partition(t.client, part), to = (from + 1) % 3;
+	/* a mover that pauses half a second after the freeze */
+	char args[128];
+	snprintf(args, sizeof(args), "move --partitions %u --to s%d", part, to + 1);
+	pid_t pid = fork();
+	if (pid == 0) {
+		char cmd[512];
+		snprintf(cmd, sizeof(cmd), "SHARDQ_FAILPOINT_SLEEP=after_freeze:700 %s -c %s %s",
+			 getenv("SHARDQ_CLI"), ini_path, args);
+		execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+		_exit(127);
+	}
+	/* wait for the freeze, then enqueue the key while the move is on */
+	double end = now_s() + 10;
+	char sql[160];
+	snprintf(sql, sizeof(sql),
+		 "SELECT count(*) FROM shardq.partition_state WHERE partition = %u AND state = "
+		 "'moving_out'",
+		 part);
+	while (testdb_scalar(&t, from, sql) == 0 && now_s() < end)
+		usleep(5000);
+	ck_assert_int_eq(testdb_scalar(&t, from, sql), 1);
+	bg_enqueue b = {testdb_client(&t), 0, 0, 0};
+	pthread_t th;
+	pthread_create(&th, NULL, enqueue_during, &b);
+	pthread_join(th, NULL);
+	int status;
+	waitpid(pid, &status, 0);
+	ck_assert_int_eq(WEXITSTATUS(status), 0);
+	printf("an enqueue during the move waited %.3fs, then found the job\n", b.took);
+	ck_assert_int_eq(b.outcome, SQ_ENQ_DUPLICATE);
+	ck_assert_int_eq(b.id, id);
+	int64_t after = enqueue_one(t.client, "m", "the-key", NULL, &o);
+	ck_assert_int_eq(o, SQ_ENQ_DUPLICATE);
+	ck_assert_int_eq(after, id);
+	ck_assert_int_eq(testdb_sum(&t, "SELECT count(*) FROM shardq.jobs WHERE active_uid = "
+					"'the-key' AND status IN ('ready','starting','running')"),
+			 1);
+	snprintf(sql, sizeof(sql), "SELECT count(*) FROM shardq.jobs WHERE id = %lld",
+		 (long long)id);
+	ck_assert_int_eq(testdb_scalar(&t, to, sql), 1);
+	sq_client_close(b.c);
+	unlink(ini_path);
+	testdb_close(&t);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("moves");
+	TCase *tc = tcase_create("moves");
+	tcase_set_timeout(tc, 300);
+	tcase_add_test(tc, stale_router_still_routes);
+	tcase_add_test(tc, same_key_before_during_after_move);
+	tcase_add_test(tc, add_fifth_shard_under_load);
+	tcase_add_test(tc, drain_a_shard_under_load);
+	tcase_add_test(tc, killed_mover_resumes_or_aborts);
+	suite_add_tcase(s, tc);
+	return run_suite(s);
+}
