@@ -1,0 +1,100 @@
+/* env.c - what the phases share about the servers: their postmasters (for
+ * CPU time), checkpoints between phases, and pg_stat_statements. */
+#include "cpu.h"
+#include "pgutil.h"
+#include "phase.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int env_find_servers(bench_env *env, char *err, size_t errlen)
+{
+	const scenario *sc = env->sc;
+	for (int s = 0; s < sc->nshards; s++) {
+		PGconn *c = pg_connect(sc->host[s], sc->port[s], "postgres", err, errlen);
+		if (!c)
+			return -1;
+		env->pm[s] = pg_postmaster_pid(c);
+		PQfinish(c);
+	}
+	return 0;
+}
+
+double env_cpu_servers(const bench_env *env)
+{
+	for (int s = 0; s < env->sc->nshards; s++)
+		if (env->pm[s] <= 0)
+			return -1;
+	return cpu_servers_s(env->pm, env->sc->nshards);
+}
+
+void env_checkpoint(const bench_env *env)
+{
+	char err[512];
+	for (int s = 0; s < env->sc->nshards; s++)
+		if (pg_checkpoint(env->sc->host[s], env->sc->port[s], err, sizeof(err)) &&
+		    !env->quiet)
+			fprintf(stderr, "shardq-bench: note: %s\n", err);
+}
+
+int env_reset_stmts(const bench_env *env, const char *db, int nservers)
+{
+	char err[512];
+	int rc = 0;
+	for (int s = 0; s < nservers; s++) {
+		PGconn *c = pg_connect(env->sc->host[s], env->sc->port[s], db, err, sizeof(err));
+		if (!c || pg_exec(c, "SELECT pg_stat_statements_reset()", err, sizeof(err)))
+			rc = -1;
+		PQfinish(c);
+	}
+	return rc;
+}
+
+static int by_time(const void *a, const void *b)
+{
+	const stmt_stat *x = a, *y = b;
+	return x->total_ms < y->total_ms ? 1 : x->total_ms > y->total_ms ? -1 : 0;
+}
+
+void env_collect_stmts(const bench_env *env, const char *db, int nservers, phase *ph)
+{
+	enum { MAXS = 64 };
+	stmt_stat all[MAXS];
+	int n = 0;
+	char err[512];
+	memset(all, 0, sizeof(all));
+	for (int s = 0; s < nservers; s++) {
+		PGconn *c = pg_connect(env->sc->host[s], env->sc->port[s], db, err, sizeof(err));
+		PGresult *r;
+		if (!c)
+			continue;
+		r = pg_query(c,
+			     "SELECT left(regexp_replace(query, '\\s+', ' ', 'g'), 150), "
+			     "total_exec_time, calls, rows, wal_bytes "
+			     "FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid "
+			     "WHERE d.datname = current_database() "
+			     "ORDER BY total_exec_time DESC LIMIT 20",
+			     0, NULL, err, sizeof(err));
+		for (int i = 0; r && i < PQntuples(r); i++) {
+			const char *q = PQgetvalue(r, i, 0);
+			int k = 0;
+			while (k < n && strcmp(all[k].query, q))
+				k++;
+			if (k == n) {
+				if (n == MAXS)
+					continue;
+				snprintf(all[n++].query, sizeof(all[0].query), "%s", q);
+			}
+			all[k].total_ms += atof(PQgetvalue(r, i, 1));
+			all[k].calls += strtoull(PQgetvalue(r, i, 2), NULL, 10);
+			all[k].rows += strtoull(PQgetvalue(r, i, 3), NULL, 10);
+			all[k].wal_bytes += atof(PQgetvalue(r, i, 4));
+		}
+		PQclear(r);
+		PQfinish(c);
+	}
+	qsort(all, (size_t)n, sizeof(all[0]), by_time);
+	ph->nstmts = n < PHASE_MAX_STMTS ? n : PHASE_MAX_STMTS;
+	memcpy(ph->stmts, all, (size_t)ph->nstmts * sizeof(all[0]));
+}

@@ -1,0 +1,367 @@
+/* main.c - shardq-bench: runs a scenario against the shards (shardq, then
+ * the baselines on the same servers with the same job count), and writes
+ * the table, JSON, CSV and plot. See docs/benchmarks.md. */
+#include "phase.h"
+#include "plot.h"
+#include "pgutil.h"
+#include "report.h"
+#include "workerproc.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/utsname.h>
+#include <time.h>
+#include <unistd.h>
+
+enum { EX_OK = 0, EX_FAIL = 1, EX_USAGE = 2, EX_SCENARIO = 3 };
+
+static volatile sig_atomic_t interrupted;
+
+static void on_sigint(int sig)
+{
+	(void)sig;
+	interrupted = 1;
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: shardq-bench [options] SCENARIO.ini\n\n"
+		"Runs a scenario against the shards it names: shardq (producers through\n"
+		"sq_enqueue, worker processes running the sq_worker runtime), then the\n"
+		"baselines on the same servers with the same job count: (a) a single-table\n"
+		"queue with one job per claim, (b) the same claiming 100 per query, (c) the\n"
+		"raw limit (insert, update, delete 1000 rows per transaction). Prints a\n"
+		"table with every figure and its ratio to the baselines, and writes\n"
+		"result.json, result.csv, series.csv and plot.png in the output directory.\n\n"
+		"options:\n"
+		"  --ports P1,P2,...      shards on 127.0.0.1 at these ports ([shards] hosts)\n"
+		"  --database NAME        shardq database on every shard ([shards] database);\n"
+		"                         dropped and created again by every phase\n"
+		"  --baseline-database NAME  database of the baselines ([baselines] database)\n"
+		"  --set SECTION.KEY=VALUE  override a scenario key, e.g. --set run.jobs=50000,\n"
+		"                         --set producers.rate=20000, --set 'type "
+		"noop.threads=64'\n"
+		"  --out DIR              output directory (default bench-results/NAME-TIME)\n"
+		"  --json                 print the JSON on stdout (the table goes to stderr)\n"
+		"  --pgss                 record the top statements per phase "
+		"(pg_stat_statements)\n"
+		"  --no-plot              do not run gnuplot\n"
+		"  --keep                 keep the databases after the run\n"
+		"  --quiet                no progress lines\n"
+		"  -h, --help             this text\n\n"
+		"exit: 0 every phase ran and every job is accounted for; 1 a phase failed;\n"
+		"2 bad usage; 3 bad scenario file.\n");
+}
+
+static void machine(const bench_env *env, char *out, size_t len)
+{
+	char model[256] = "unknown CPU", line[512], pg[128] = "PostgreSQL ?", err[256];
+	long long mem_kb = 0;
+	struct utsname u;
+	FILE *f = fopen("/proc/cpuinfo", "r");
+	while (f && fgets(line, sizeof(line), f))
+		if (!strncmp(line, "model name", 10)) {
+			char *p = strchr(line, ':');
+			if (p) {
+				snprintf(model, sizeof(model), "%s", p + 2);
+				model[strcspn(model, "\n")] = '\0';
+			}
+			break;
+		}
+	if (f)
+		fclose(f);
+	if ((f = fopen("/proc/meminfo", "r"))) {
+		while (fgets(line, sizeof(line), f))
+			if (sscanf(line, "MemTotal: %lld kB", &mem_kb) == 1)
+				break;
+		fclose(f);
+	}
+	PGconn *c = pg_connect(env->sc->host[0], env->sc->port[0], "postgres", err, sizeof(err));
+	if (c) {
+		PGresult *r =
+			PQexec(c, "SELECT split_part(version(), ' ', 2), "
+				  "current_setting('synchronous_commit'), "
+				  "current_setting('shared_buffers'), current_setting('fsync')");
+		if (PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1)
+			snprintf(
+				pg, sizeof(pg),
+				"PostgreSQL %s (synchronous_commit=%s, fsync=%s, shared_buffers=%s "
+				"each)",
+				PQgetvalue(r, 0, 0), PQgetvalue(r, 0, 1), PQgetvalue(r, 0, 3),
+				PQgetvalue(r, 0, 2));
+		PQclear(r);
+		PQfinish(c);
+	}
+	uname(&u);
+	snprintf(out, len, "%s, %ld cores, %.0f GiB RAM, Linux %s; %s; %d shards on %s:%d..%d",
+		 model, sysconf(_SC_NPROCESSORS_ONLN), (double)mem_kb / 1048576.0, u.release, pg,
+		 env->sc->nshards, env->sc->host[0], env->sc->port[0],
+		 env->sc->port[env->sc->nshards - 1]);
+}
+
+static int mkdirs(const char *path)
+{
+	char buf[1024];
+	snprintf(buf, sizeof(buf), "%s", path);
+	for (char *p = buf + 1; *p; p++)
+		if (*p == '/') {
+			*p = '\0';
+			if (mkdir(buf, 0755) && errno != EEXIST)
+				return -1;
+			*p = '/';
+		}
+	return mkdir(buf, 0755) && errno != EEXIST ? -1 : 0;
+}
+
+static FILE *open_out(const char *dir, const char *name)
+{
+	char path[1200];
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	FILE *f = fopen(path, "w");
+	if (!f)
+		fprintf(stderr, "shardq-bench: cannot write %s: %s\n", path, strerror(errno));
+	return f;
+}
+
+static void copy_file(const char *from, const char *dir, const char *name)
+{
+	FILE *in = fopen(from, "r"), *out = in ? open_out(dir, name) : NULL;
+	char buf[8192];
+	size_t n;
+	while (in && out && (n = fread(buf, 1, sizeof(buf), in)) > 0)
+		fwrite(buf, 1, n, out);
+	if (in)
+		fclose(in);
+	if (out)
+		fclose(out);
+}
+
+static int write_outputs(const run_result *r, const bench_env *env, int json, int plot)
+{
+	FILE *f;
+	int rc = 0;
+	char err[1024];
+	if ((f = open_out(r->out_dir, "summary.txt"))) {
+		report_table(f, r);
+		fclose(f);
+	}
+	if ((f = open_out(r->out_dir, "result.json"))) {
+		rc |= report_json(f, r);
+		fclose(f);
+	} else {
+		rc = -1;
+	}
+	if ((f = open_out(r->out_dir, "result.csv"))) {
+		rc |= report_csv(f, r);
+		fclose(f);
+	}
+	if ((f = open_out(r->out_dir, "series.csv"))) {
+		rc |= report_series_csv(f, r);
+		fclose(f);
+	}
+	if ((f = open_out(r->out_dir, "shardq.ini"))) {
+		fputs(env->t->config, f);
+		fclose(f);
+	}
+	copy_file(r->sc->path, r->out_dir, "scenario.ini");
+	if (report_plot_data(r->out_dir, r)) {
+		fprintf(stderr, "shardq-bench: cannot write the plot data in %s\n", r->out_dir);
+		rc = -1;
+	} else if (plot) {
+		int p = plot_run(r->out_dir, r, err, sizeof(err));
+		if (p)
+			fprintf(stderr, "shardq-bench: %s\n", err);
+	}
+	report_table(json ? stderr : stdout, r);
+	if (json)
+		rc |= report_json(stdout, r);
+	return rc;
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{"ports", required_argument, NULL, 'p'},
+		{"database", required_argument, NULL, 'd'},
+		{"baseline-database", required_argument, NULL, 'D'},
+		{"set", required_argument, NULL, 's'},
+		{"out", required_argument, NULL, 'o'},
+		{"json", no_argument, NULL, 'j'},
+		{"pgss", no_argument, NULL, 'S'},
+		{"no-plot", no_argument, NULL, 'P'},
+		{"keep", no_argument, NULL, 'k'},
+		{"quiet", no_argument, NULL, 'q'},
+		{"help", no_argument, NULL, 'h'},
+		{NULL, 0, NULL, 0},
+	};
+	if (argc == 4 && !strcmp(argv[1], "--worker-process"))
+		return workerproc_main(atoi(argv[2]), atoi(argv[3]));
+
+	const char *ports = NULL, *db = NULL, *bdb = NULL, *out = NULL;
+	const char **sets = calloc((size_t)argc, sizeof(char *));
+	int nsets = 0, json = 0, pgss = 0, plot = 1, keep = 0, quiet = 0, c;
+	static scenario sc;
+	static run_result res;
+	char err[8192];
+	int rc = EX_OK;
+	bench_env env;
+	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		switch (c) {
+		case 'p': ports = optarg; break;
+		case 'd': db = optarg; break;
+		case 'D': bdb = optarg; break;
+		case 's': sets[nsets++] = optarg; break;
+		case 'o': out = optarg; break;
+		case 'j': json = 1; break;
+		case 'S': pgss = 1; break;
+		case 'P': plot = 0; break;
+		case 'k': keep = 1; break;
+		case 'q': quiet = 1; break;
+		case 'h':
+			usage(stdout);
+			free(sets);
+			return EX_OK;
+		default:
+			usage(stderr);
+			free(sets);
+			return EX_USAGE;
+		}
+	}
+	if (optind != argc - 1) {
+		usage(stderr);
+		free(sets);
+		return EX_USAGE;
+	}
+	/* --database and friends are overrides like --set */
+	char dbset[128], bdbset[128];
+	const char **all = calloc((size_t)nsets + 2, sizeof(char *));
+	int nall = 0;
+	for (int i = 0; i < nsets; i++)
+		all[nall++] = sets[i];
+	if (db) {
+		snprintf(dbset, sizeof(dbset), "shards.database=%s", db);
+		all[nall++] = dbset;
+	}
+	if (bdb) {
+		snprintf(bdbset, sizeof(bdbset), "baselines.database=%s", bdb);
+		all[nall++] = bdbset;
+	}
+	int bad = scenario_load(argv[optind], all, nall, &sc, err, sizeof(err));
+	free(all);
+	free(sets);
+	if (bad) {
+		fprintf(stderr, "shardq-bench: the scenario is not valid:\n%s\n", err);
+		return EX_SCENARIO;
+	}
+	if (ports && scenario_set_ports(&sc, ports, err, sizeof(err))) {
+		fprintf(stderr, "shardq-bench: %s\n", err);
+		return EX_USAGE;
+	}
+	if (!strcmp(sc.database, sc.base_database)) {
+		fprintf(stderr,
+			"shardq-bench: the shardq and baseline databases are both '%s'; "
+			"give them different names\n",
+			sc.database);
+		return EX_SCENARIO;
+	}
+
+	memset(&env, 0, sizeof(env));
+	env.sc = &sc;
+	env.quiet = quiet;
+	env.pgss = pgss;
+	env.keep = keep;
+	env.interrupted = &interrupted;
+	if (!(env.t = tally_create(&env.tally_fd, err, sizeof(err)))) {
+		fprintf(stderr, "shardq-bench: %s\n", err);
+		return EX_FAIL;
+	}
+	env.t->sc = sc;
+	if (env_find_servers(&env, err, sizeof(err))) {
+		fprintf(stderr, "shardq-bench: %s\n", err);
+		tally_unmap(env.t);
+		close(env.tally_fd);
+		return EX_FAIL;
+	}
+
+	time_t now = time(NULL);
+	struct tm tm;
+	gmtime_r(&now, &tm);
+	res.sc = &sc;
+	strftime(res.started_at, sizeof(res.started_at), "%Y-%m-%dT%H:%M:%SZ", &tm);
+	machine(&env, res.machine, sizeof(res.machine));
+	size_t k = 0;
+	for (int i = 0; i < argc && k < sizeof(res.command) - 2; i++)
+		k += (size_t)snprintf(res.command + k, sizeof(res.command) - k, "%s%s",
+				      i ? " " : "", argv[i]);
+	if (out) {
+		snprintf(res.out_dir, sizeof(res.out_dir), "%s", out);
+	} else {
+		char stamp[32];
+		strftime(stamp, sizeof(stamp), "%Y%m%d-%H%M%S", &tm);
+		snprintf(res.out_dir, sizeof(res.out_dir), "bench-results/%s-%s", sc.name, stamp);
+	}
+	if (mkdirs(res.out_dir)) {
+		fprintf(stderr, "shardq-bench: cannot make %s: %s\n", res.out_dir, strerror(errno));
+		tally_unmap(env.t);
+		close(env.tally_fd);
+		return EX_FAIL;
+	}
+	env.out_dir = res.out_dir;
+	signal(SIGINT, on_sigint);
+	signal(SIGPIPE, SIG_IGN);
+
+	for (int i = 0; i < sc.nsteps && !interrupted; i++) {
+		step *st = &res.steps[i];
+		res.nsteps = i + 1;
+		st->backlog = sc.backlog[i];
+		int ok = 1;
+		for (int p = 0; p < PH_N; p++)
+			ok &= phase_init(&st->ph[p], p == 0   ? "shardq"
+						     : p == 1 ? "a"
+						     : p == 2 ? "b"
+							      : "c") == 0;
+		if (!ok) {
+			fprintf(stderr, "shardq-bench: out of memory\n");
+			rc = EX_FAIL;
+			break;
+		}
+		phase_shardq(&env, st->backlog, &st->ph[PH_SHARDQ]);
+		if (!st->ph[PH_SHARDQ].ok) {
+			fprintf(stderr, "shardq-bench: shardq phase failed: %s\n",
+				st->ph[PH_SHARDQ].error);
+			rc = EX_FAIL;
+			break;
+		}
+		/* the same job count as shardq ran: as many enqueued, as many done */
+		uint64_t enq = st->ph[PH_SHARDQ].enqueued, done = st->ph[PH_SHARDQ].completed;
+		int want[PH_N] = {0, sc.run_a, sc.run_b, sc.run_c};
+		for (int p = PH_A; p < PH_N && !interrupted; p++) {
+			if (!want[p])
+				continue;
+			phase_baseline(&env, p, enq, done, st->backlog, &st->ph[p]);
+			if (!st->ph[p].ok) {
+				fprintf(stderr, "shardq-bench: baseline %s failed: %s\n",
+					st->ph[p].key, st->ph[p].error);
+				rc = EX_FAIL;
+			}
+		}
+	}
+	if (interrupted) {
+		fprintf(stderr, "shardq-bench: interrupted; writing what was measured\n");
+		rc = EX_FAIL;
+	}
+	if (write_outputs(&res, &env, json, plot))
+		rc = EX_FAIL;
+	for (int i = 0; i < res.nsteps; i++)
+		for (int p = 0; p < PH_N; p++)
+			phase_free(&res.steps[i].ph[p]);
+	tally_unmap(env.t);
+	close(env.tally_fd);
+	return rc;
+}

@@ -1,0 +1,172 @@
+/* producer.c - producer threads: batches through sq_enqueue, paced to the
+ * scenario's rate, each job stamped with the wall clock of its enqueue. */
+#include "producer.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef struct producer {
+	producer_set *set;
+	int idx;
+	_Atomic int failed;
+	char err[1024];
+} producer;
+
+static void sleep_until(int64_t at_us)
+{
+	int64_t now = mono_us();
+	if (at_us <= now)
+		return;
+	int64_t d = at_us - now;
+	struct timespec ts = {(time_t)(d / 1000000), (long)(d % 1000000) * 1000};
+	nanosleep(&ts, NULL);
+}
+
+static void *producer_main(void *arg)
+{
+	producer *p = arg;
+	producer_set *ps = p->set;
+	const scenario *sc = ps->sc;
+	tally *t = ps->t;
+	sq_client *c = NULL;
+	sq_error err;
+	int b = sc->batch;
+	sq_job_spec *specs = calloc((size_t)b, sizeof(*specs));
+	sq_enqueue_result *res = calloc((size_t)b, sizeof(*res));
+	char(*keys)[24] = sc->keys ? calloc((size_t)b, 24) : NULL;
+	char params[48];
+	double rate = sc->rate > 0 ? sc->rate / ps->n : 0;
+	int64_t sent = 0;
+	if (!specs || !res || (sc->keys && !keys)) {
+		snprintf(p->err, sizeof(p->err), "producer %d: out of memory", p->idx);
+		p->failed = 1;
+		goto out;
+	}
+	if (sq_client_open(ps->cfg, 0, &c, &err) != SQ_OK) {
+		snprintf(p->err, sizeof(p->err), "producer %d: %s", p->idx, err.msg);
+		p->failed = 1;
+		goto out;
+	}
+	while (!atomic_load(&ps->stop)) {
+		if (ps->until && mono_us() >= ps->until)
+			break;
+		if (rate > 0)
+			sleep_until(ps->t0 + (int64_t)((double)sent / rate * 1e6));
+		int64_t first = atomic_fetch_add(&ps->next_job, b);
+		if (first >= ps->total)
+			break;
+		int64_t n = ps->total - first < b ? ps->total - first : b;
+		for (int64_t i = 0; i < n; i++) {
+			int64_t job = first + i;
+			memset(&specs[i], 0, sizeof(specs[i]));
+			specs[i].type = sc->types[scenario_type_of(sc, (uint64_t)job)].name;
+			specs[i].params = params;
+			specs[i].delay_tolerance_ms = -1;
+			if (keys) {
+				snprintf(keys[i], 24, "k%lld", (long long)job);
+				specs[i].key = keys[i];
+			}
+		}
+		int64_t t0 = mono_us();
+		snprintf(params, sizeof(params), "{\"t\":%lld}", (long long)wall_us());
+		if (sq_enqueue(c, specs, (size_t)n, res, &err) != SQ_OK) {
+			snprintf(p->err, sizeof(p->err), "producer %d: %s", p->idx, err.msg);
+			p->failed = 1;
+			break;
+		}
+		int64_t t1 = mono_us();
+		uint64_t ins = 0;
+		for (int64_t i = 0; i < n; i++)
+			ins += res[i].outcome == SQ_ENQ_INSERTED;
+		atomic_fetch_add(&t->enqueued, ins);
+		atomic_fetch_add(&t->enq_calls, 1);
+		hist_record(&t->enq_rtt, (uint64_t)(t1 - t0));
+		tally_first(&t->first_enq, t0);
+		tally_last(&t->last_enq, t1);
+		sent += n;
+	}
+out:
+	sq_client_close(c);
+	free(specs);
+	free(res);
+	free(keys);
+	atomic_fetch_sub(&ps->running, 1);
+	return NULL;
+}
+
+int producers_start(producer_set *ps, const scenario *sc, const sq_config *cfg, tally *t,
+		    int64_t total, int64_t until_us, char *err, size_t errlen)
+{
+	memset(ps, 0, sizeof(*ps));
+	ps->sc = sc;
+	ps->cfg = cfg;
+	ps->t = t;
+	ps->n = sc->producers;
+	ps->total = total > 0 ? total : INT64_MAX;
+	ps->until = until_us;
+	ps->t0 = mono_us();
+	if (!ps->n)
+		return 0;
+	ps->threads = calloc((size_t)ps->n, sizeof(*ps->threads));
+	ps->p = calloc((size_t)ps->n, sizeof(*ps->p));
+	if (!ps->threads || !ps->p) {
+		snprintf(err, errlen, "out of memory");
+		return -1;
+	}
+	for (int i = 0; i < ps->n; i++) {
+		ps->p[i].set = ps;
+		ps->p[i].idx = i;
+		atomic_fetch_add(&ps->running, 1);
+		if (pthread_create(&ps->threads[i], NULL, producer_main, &ps->p[i])) {
+			atomic_fetch_sub(&ps->running, 1);
+			atomic_store(&ps->stop, 1);
+			for (int k = 0; k < i; k++)
+				pthread_join(ps->threads[k], NULL);
+			free(ps->threads);
+			free(ps->p);
+			ps->threads = NULL;
+			ps->p = NULL;
+			snprintf(err, errlen, "cannot start producer thread %d", i);
+			return -1;
+		}
+	}
+	return 0;
+}
+
+int producers_running(producer_set *ps)
+{
+	return atomic_load(&ps->running);
+}
+
+int producers_failed(producer_set *ps)
+{
+	int n = 0;
+	for (int i = 0; ps->p && i < ps->n; i++)
+		n += atomic_load(&ps->p[i].failed);
+	return n;
+}
+
+void producers_stop(producer_set *ps)
+{
+	atomic_store(&ps->stop, 1);
+}
+
+int producers_join(producer_set *ps, char *err, size_t errlen)
+{
+	int rc = 0;
+	for (int i = 0; ps->threads && i < ps->n; i++) {
+		pthread_join(ps->threads[i], NULL);
+		if (ps->p[i].failed && !rc) {
+			snprintf(err, errlen, "%s", ps->p[i].err);
+			rc = -1;
+		}
+	}
+	free(ps->threads);
+	free(ps->p);
+	ps->threads = NULL;
+	ps->p = NULL;
+	return rc;
+}

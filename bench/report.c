@@ -1,0 +1,543 @@
+/* report.c - the human table, JSON, CSV and plot data of a run. */
+#include "report.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+const double report_pcts[4] = {50, 90, 99, 99.9};
+static const char *const pct_names[4] = {"p50", "p90", "p99", "p99.9"};
+static const char *const phase_names[PH_N] = {"shardq", "(a)", "(b)", "(c)"};
+
+static double per1000(double cpu, uint64_t jobs)
+{
+	return cpu >= 0 && jobs ? cpu * 1000.0 / (double)jobs : -1;
+}
+
+static double pct_ms(const hist *h, double p)
+{
+	return h && hist_count(h) ? (double)hist_percentile(h, p) / 1000.0 : -1;
+}
+
+/* ---- the table ----------------------------------------------------------- */
+
+typedef struct row {
+	char label[48];
+	double v[PH_N]; /* < 0: none */
+	int decimals;
+	int ratios; /* print shardq / baseline */
+} row;
+
+static void fmt(double v, int decimals, char *out, size_t len)
+{
+	if (v < 0)
+		snprintf(out, len, "-");
+	else
+		snprintf(out, len, "%.*f", decimals, v);
+}
+
+static void print_row(FILE *f, const row *rw, const step *st)
+{
+	char b[32];
+	fprintf(f, "  %-30s", rw->label);
+	for (int p = 0; p < PH_N; p++) {
+		if (!st->ph[p].ran)
+			continue;
+		fmt(rw->v[p], rw->decimals, b, sizeof(b));
+		fprintf(f, " %11s", b);
+	}
+	for (int p = 1; p < PH_N; p++) {
+		if (!st->ph[p].ran)
+			continue;
+		if (rw->ratios && rw->v[0] >= 0 && rw->v[p] > 0)
+			fprintf(f, " %8.2f", rw->v[0] / rw->v[p]);
+		else
+			fprintf(f, " %8s", "-");
+	}
+	fputc('\n', f);
+}
+
+static void rates_rows(FILE *f, const step *st)
+{
+	row rw;
+	const char *labels[] = {"enqueue/s", "claim/s", "complete/s", "end-to-end jobs/s"};
+	for (int k = 0; k < 4; k++) {
+		memset(&rw, 0, sizeof(rw));
+		snprintf(rw.label, sizeof(rw.label), "%s", labels[k]);
+		rw.ratios = 1;
+		for (int p = 0; p < PH_N; p++) {
+			const phase *ph = &st->ph[p];
+			rw.v[p] = k == 0   ? ph->enq_rate
+				  : k == 1 ? ph->claim_rate
+				  : k == 2 ? ph->complete_rate
+					   : ph->e2e_rate;
+		}
+		print_row(f, &rw, st);
+	}
+}
+
+static void latency_rows(FILE *f, const step *st, const char *what, int which)
+{
+	row rw;
+	for (int k = 0; k < 4; k++) {
+		memset(&rw, 0, sizeof(rw));
+		snprintf(rw.label, sizeof(rw.label), "%s %s ms", k ? "" : what, pct_names[k]);
+		if (k)
+			snprintf(rw.label, sizeof(rw.label), "%*s %s ms", (int)strlen(what), "",
+				 pct_names[k]);
+		rw.decimals = 2;
+		rw.ratios = 1;
+		for (int p = 0; p < PH_N; p++) {
+			const phase *ph = &st->ph[p];
+			const hist *h = which == 0   ? ph->e2s
+					: which == 1 ? ph->claim_rtt
+						     : ph->enq_rtt;
+			rw.v[p] = ph->ran ? pct_ms(h, report_pcts[k]) : -1;
+		}
+		print_row(f, &rw, st);
+	}
+}
+
+static void step_table(FILE *f, const run_result *r, const step *st)
+{
+	const scenario *sc = r->sc;
+	row rw;
+	fprintf(f, "\n");
+	if (st->backlog)
+		fprintf(f, "step: %lld ready jobs preloaded\n", (long long)st->backlog);
+	for (int p = 0; p < PH_N; p++) {
+		const phase *ph = &st->ph[p];
+		if (!ph->ran)
+			continue;
+		fprintf(f, "  %-7s %s\n", phase_names[p], ph->title);
+		if (ph->backlog && ph->preload_s > 0)
+			fprintf(f, "          backlog of %lld loaded in %.1f s%s%.1f s%s\n",
+				(long long)ph->backlog, ph->preload_s,
+				ph->vacuum_s > 0 ? " (COPY, all shards at once) + VACUUM ANALYZE "
+						 : "",
+				ph->vacuum_s, "");
+		if (!ph->ok)
+			fprintf(f, "          FAILED: %s\n", ph->error);
+	}
+	fprintf(f, "\n  %-30s", "");
+	for (int p = 0; p < PH_N; p++)
+		if (st->ph[p].ran)
+			fprintf(f, " %11s", phase_names[p]);
+	for (int p = 1; p < PH_N; p++)
+		if (st->ph[p].ran)
+			fprintf(f, " %8s", p == 1 ? "/(a)" : p == 2 ? "/(b)" : "/(c)");
+	fprintf(f, "\n");
+	memset(&rw, 0, sizeof(rw));
+	snprintf(rw.label, sizeof(rw.label), "jobs completed");
+	for (int p = 0; p < PH_N; p++)
+		rw.v[p] = st->ph[p].ran ? (double)st->ph[p].completed : -1;
+	print_row(f, &rw, st);
+	rates_rows(f, st);
+	latency_rows(f, st, "enqueue-to-start", 0);
+	latency_rows(f, st, "claim round trip", 1);
+	latency_rows(f, st, "enqueue round trip", 2);
+	memset(&rw, 0, sizeof(rw));
+	snprintf(rw.label, sizeof(rw.label), "jobs per claim");
+	rw.decimals = 1;
+	for (int p = 0; p < PH_N; p++) {
+		const phase *ph = &st->ph[p];
+		uint64_t full = ph->claims - ph->claims_empty;
+		rw.v[p] = ph->ran && full ? (double)ph->claimed / (double)full : -1;
+	}
+	print_row(f, &rw, st);
+	const char *cpu_labels[] = {"CPU s/1000 jobs, bench", "CPU s/1000 jobs, PostgreSQL"};
+	for (int k = 0; k < 2; k++) {
+		memset(&rw, 0, sizeof(rw));
+		snprintf(rw.label, sizeof(rw.label), "%s", cpu_labels[k]);
+		rw.decimals = 3;
+		rw.ratios = 1;
+		for (int p = 0; p < PH_N; p++) {
+			const phase *ph = &st->ph[p];
+			rw.v[p] =
+				ph->ran ? per1000(k ? ph->cpu_pg_s : ph->cpu_bench_s, ph->completed)
+					: -1;
+		}
+		print_row(f, &rw, st);
+	}
+	memset(&rw, 0, sizeof(rw));
+	snprintf(rw.label, sizeof(rw.label), "bench CPU / PostgreSQL CPU");
+	rw.decimals = 3;
+	for (int p = 0; p < PH_N; p++) {
+		const phase *ph = &st->ph[p];
+		rw.v[p] = ph->ran && ph->cpu_pg_s > 0 && ph->cpu_bench_s >= 0
+				  ? ph->cpu_bench_s / ph->cpu_pg_s
+				  : -1;
+	}
+	print_row(f, &rw, st);
+	const phase *q = &st->ph[PH_SHARDQ];
+	if (q->ran) {
+		fprintf(f, "\n  shardq jobs per shard:");
+		for (int s = 0; s < q->nshards; s++)
+			fprintf(f, " s%d=%llu", s + 1, (unsigned long long)q->per_shard[s]);
+		fprintf(f, "\n  shardq jobs per type:");
+		for (int i = 0; i < sc->ntypes; i++)
+			fprintf(f, " %s=%llu", sc->types[i].name,
+				(unsigned long long)q->per_type[i]);
+		fprintf(f,
+			"\n  shardq start / complete round trip p50 %.2f / %.2f ms, p99 %.2f / "
+			"%.2f "
+			"ms; idle slot share %.3f\n",
+			pct_ms(q->start_rtt, 50), pct_ms(q->complete_rtt, 50),
+			pct_ms(q->start_rtt, 99), pct_ms(q->complete_rtt, 99), q->slot_idle);
+		if (st->ph[PH_C].ran && st->ph[PH_C].e2e_rate > 0 && q->e2e_rate > 0)
+			fprintf(f, "  shardq end-to-end is %.2f of the raw limit (c)\n",
+				q->e2e_rate / st->ph[PH_C].e2e_rate);
+	}
+	for (int p = 0; p < PH_N; p++) {
+		const phase *ph = &st->ph[p];
+		if (!ph->ran || !ph->nstmts)
+			continue;
+		fprintf(f, "\n  %s: statements by time on the servers (pg_stat_statements)\n",
+			phase_names[p]);
+		fprintf(f, "  %10s %9s %10s %8s  %s\n", "total ms", "calls", "rows", "WAL MB",
+			"query");
+		for (int i = 0; i < ph->nstmts; i++)
+			fprintf(f, "  %10.0f %9llu %10llu %8.1f  %.90s\n", ph->stmts[i].total_ms,
+				(unsigned long long)ph->stmts[i].calls,
+				(unsigned long long)ph->stmts[i].rows,
+				ph->stmts[i].wal_bytes / 1048576.0, ph->stmts[i].query);
+	}
+}
+
+void report_table(FILE *f, const run_result *r)
+{
+	const scenario *sc = r->sc;
+	char ex[64];
+	fprintf(f, "shardq-bench: scenario %s (%s), %s\n", sc->name, sc->path, r->started_at);
+	if (sc->description[0])
+		fprintf(f, "  %s\n", sc->description);
+	fprintf(f, "machine: %s\n", r->machine);
+	if (sc->jobs)
+		fprintf(f, "run: %lld jobs", (long long)sc->jobs);
+	else if (sc->duration_ms)
+		fprintf(f, "run: producers for %.0f s", (double)sc->duration_ms / 1000);
+	else
+		fprintf(f, "run: drain the backlog");
+	fprintf(f, "; %d producers x batch %d, %s; %d worker processes;", sc->producers, sc->batch,
+		sc->rate > 0 ? "rate-limited" : "unbounded", sc->processes);
+	if (sc->rate > 0)
+		fprintf(f, " rate %.0f jobs/s;", sc->rate);
+	for (int i = 0; i < sc->ntypes; i++) {
+		scenario_exec_text(&sc->types[i], ex, sizeof(ex));
+		fprintf(f, " type %s: share %g, %s, %d threads, claim batch %d;", sc->types[i].name,
+			sc->types[i].share, ex, sc->types[i].threads, sc->types[i].claim_batch);
+	}
+	fprintf(f, "\ncommand: %s\n", r->command);
+	fprintf(f, "ratios are shardq / baseline (for latency and CPU, lower is better)\n");
+	for (int i = 0; i < r->nsteps; i++)
+		step_table(f, r, &r->steps[i]);
+	if (r->nsteps > 1) {
+		const phase *first = &r->steps[0].ph[PH_SHARDQ];
+		fprintf(f, "\nbacklog scaling (shardq, claim + complete):\n");
+		fprintf(f, "  %12s %12s %12s %10s %12s %12s\n", "backlog", "complete/s", "vs first",
+			"claim p99", "preload s", "vacuum s");
+		for (int i = 0; i < r->nsteps; i++) {
+			const phase *ph = &r->steps[i].ph[PH_SHARDQ];
+			fprintf(f, "  %12lld %12.0f %12.3f %8.2fms %12.1f %12.1f\n",
+				(long long)r->steps[i].backlog, ph->complete_rate,
+				first->complete_rate > 0 ? ph->complete_rate / first->complete_rate
+							 : 0,
+				pct_ms(ph->claim_rtt, 99), ph->preload_s, ph->vacuum_s);
+		}
+	}
+	fprintf(f, "\noutput: %s\n", r->out_dir);
+}
+
+/* ---- JSON ----------------------------------------------------------------- */
+
+static json_t *num(double v)
+{
+	return v < 0 ? json_null() : json_real(v);
+}
+
+static json_t *pcts(const hist *h)
+{
+	json_t *o = json_object();
+	for (int k = 0; k < 4; k++)
+		json_object_set_new(o, pct_names[k], num(pct_ms(h, report_pcts[k])));
+	json_object_set_new(o, "max", num(h && hist_count(h) ? (double)h->max / 1000.0 : -1));
+	json_object_set_new(o, "mean", num(h && hist_count(h) ? hist_mean(h) / 1000.0 : -1));
+	json_object_set_new(o, "count", json_integer((json_int_t)(h ? hist_count(h) : 0)));
+	return o;
+}
+
+static json_t *phase_json(const phase *ph, const phase *base)
+{
+	json_t *o = json_object();
+	json_object_set_new(o, "phase", json_string(ph->key));
+	json_object_set_new(o, "title", json_string(ph->title));
+	json_object_set_new(o, "ok", json_boolean(ph->ok));
+	if (!ph->ok)
+		json_object_set_new(o, "error", json_string(ph->error));
+	json_object_set_new(o, "backlog", json_integer(ph->backlog));
+	json_object_set_new(o, "preload_s", json_real(ph->preload_s));
+	json_object_set_new(o, "vacuum_s", json_real(ph->vacuum_s));
+	json_t *c = json_object();
+	json_object_set_new(c, "enqueued", json_integer((json_int_t)ph->enqueued));
+	json_object_set_new(c, "claimed", json_integer((json_int_t)ph->claimed));
+	json_object_set_new(c, "claims", json_integer((json_int_t)ph->claims));
+	json_object_set_new(c, "claims_empty", json_integer((json_int_t)ph->claims_empty));
+	json_object_set_new(c, "started", json_integer((json_int_t)ph->started));
+	json_object_set_new(c, "completed", json_integer((json_int_t)ph->completed));
+	json_object_set_new(c, "handled", json_integer((json_int_t)ph->handled));
+	json_object_set_new(c, "lost", json_integer((json_int_t)ph->lost));
+	json_object_set_new(c, "left_ready", json_integer((json_int_t)ph->left_ready));
+	json_object_set_new(c, "left_other", json_integer((json_int_t)ph->left_other));
+	json_object_set_new(o, "counts", c);
+	json_t *rt = json_object();
+	json_object_set_new(rt, "enqueue", num(ph->enq_rate));
+	json_object_set_new(rt, "claim", num(ph->claim_rate));
+	json_object_set_new(rt, "complete", num(ph->complete_rate));
+	json_object_set_new(rt, "end_to_end", num(ph->e2e_rate));
+	json_object_set_new(o, "rates_per_s", rt);
+	json_t *w = json_object();
+	json_object_set_new(w, "enqueue", json_real(ph->enq_s));
+	json_object_set_new(w, "claim", json_real(ph->claim_s));
+	json_object_set_new(w, "complete", json_real(ph->complete_s));
+	json_object_set_new(w, "end_to_end", json_real(ph->e2e_s));
+	json_object_set_new(o, "windows_s", w);
+	json_t *lat = json_object();
+	json_object_set_new(lat, "enqueue_to_start", pcts(ph->e2s));
+	json_object_set_new(lat, "claim_round_trip", pcts(ph->claim_rtt));
+	json_object_set_new(lat, "enqueue_round_trip", pcts(ph->enq_rtt));
+	json_object_set_new(lat, "start_round_trip", pcts(ph->start_rtt));
+	json_object_set_new(lat, "complete_round_trip", pcts(ph->complete_rtt));
+	json_object_set_new(o, "latency_ms", lat);
+	json_t *shards = json_array();
+	for (int s = 0; s < ph->nshards; s++)
+		json_array_append_new(shards, json_integer((json_int_t)ph->per_shard[s]));
+	json_object_set_new(o, "jobs_per_shard", shards);
+	json_t *cpu = json_object();
+	json_object_set_new(cpu, "bench_s", num(ph->cpu_bench_s));
+	json_object_set_new(cpu, "postgres_s", num(ph->cpu_pg_s));
+	json_object_set_new(cpu, "bench_s_per_1000_jobs",
+			    num(per1000(ph->cpu_bench_s, ph->completed)));
+	json_object_set_new(cpu, "postgres_s_per_1000_jobs",
+			    num(per1000(ph->cpu_pg_s, ph->completed)));
+	json_object_set_new(o, "cpu", cpu);
+	if (ph->slot_idle >= 0)
+		json_object_set_new(o, "slot_idle_ratio", json_real(ph->slot_idle));
+	if (base) {
+		/* shardq's figures over each baseline's */
+		json_t *rat = json_object();
+		for (int p = 1; p < PH_N; p++) {
+			const phase *b = &base[p];
+			if (!b->ran)
+				continue;
+			json_t *x = json_object();
+			json_object_set_new(x, "end_to_end",
+					    num(b->e2e_rate > 0 && ph->e2e_rate >= 0
+							? ph->e2e_rate / b->e2e_rate
+							: -1));
+			json_object_set_new(x, "enqueue",
+					    num(b->enq_rate > 0 && ph->enq_rate >= 0
+							? ph->enq_rate / b->enq_rate
+							: -1));
+			json_object_set_new(x, "claim",
+					    num(b->claim_rate > 0 && ph->claim_rate >= 0
+							? ph->claim_rate / b->claim_rate
+							: -1));
+			json_object_set_new(x, "complete",
+					    num(b->complete_rate > 0 && ph->complete_rate >= 0
+							? ph->complete_rate / b->complete_rate
+							: -1));
+			double pe = pct_ms(ph->e2s, 99), be = pct_ms(b->e2s, 99);
+			json_object_set_new(x, "enqueue_to_start_p99",
+					    num(pe >= 0 && be > 0 ? pe / be : -1));
+			json_object_set_new(x, "label", json_string(phase_names[p]));
+			json_object_set_new(rat, b->key, x);
+		}
+		json_object_set_new(o, "ratios", rat);
+	}
+	json_t *stm = json_array();
+	for (int i = 0; i < ph->nstmts; i++) {
+		json_t *s = json_object();
+		json_object_set_new(s, "query", json_string(ph->stmts[i].query));
+		json_object_set_new(s, "total_ms", json_real(ph->stmts[i].total_ms));
+		json_object_set_new(s, "calls", json_integer((json_int_t)ph->stmts[i].calls));
+		json_object_set_new(s, "rows", json_integer((json_int_t)ph->stmts[i].rows));
+		json_object_set_new(s, "wal_bytes", json_real(ph->stmts[i].wal_bytes));
+		json_array_append_new(stm, s);
+	}
+	json_object_set_new(o, "statements", stm);
+	json_t *ser = json_array();
+	for (size_t i = 0; i < ph->nseries; i++) {
+		const sample *s = &ph->series[i];
+		json_array_append_new(ser, json_pack("{s:f,s:I,s:I,s:o,s:o}", "t", s->t, "done",
+						     (json_int_t)s->done, "enqueued",
+						     (json_int_t)s->enqueued, "rate",
+						     json_real(s->done_rate), "e2s_p99_ms",
+						     num(s->e2s_p99_ms)));
+	}
+	json_object_set_new(o, "series", ser);
+	return o;
+}
+
+int report_json(FILE *f, const run_result *r)
+{
+	const scenario *sc = r->sc;
+	json_t *root = json_object();
+	json_object_set_new(root, "scenario", json_string(sc->name));
+	json_object_set_new(root, "file", json_string(sc->path));
+	json_object_set_new(root, "description", json_string(sc->description));
+	json_object_set_new(root, "started_at", json_string(r->started_at));
+	json_object_set_new(root, "machine", json_string(r->machine));
+	json_object_set_new(root, "command", json_string(r->command));
+	json_object_set_new(root, "shards", json_integer(sc->nshards));
+	json_object_set_new(root, "jobs", json_integer(sc->jobs));
+	json_object_set_new(root, "duration_s", json_real((double)sc->duration_ms / 1000.0));
+	int ok = 1;
+	json_t *steps = json_array();
+	for (int i = 0; i < r->nsteps; i++) {
+		const step *st = &r->steps[i];
+		json_t *js = json_object();
+		json_object_set_new(js, "backlog", json_integer(st->backlog));
+		json_t *phs = json_array();
+		for (int p = 0; p < PH_N; p++) {
+			if (!st->ph[p].ran)
+				continue;
+			ok &= st->ph[p].ok;
+			json_array_append_new(phs, phase_json(&st->ph[p], p == 0 ? st->ph : NULL));
+		}
+		json_object_set_new(js, "phases", phs);
+		json_array_append_new(steps, js);
+	}
+	json_object_set_new(root, "steps", steps);
+	json_object_set_new(root, "ok", json_boolean(ok));
+	int rc = json_dumpf(root, f, JSON_INDENT(1) | JSON_REAL_PRECISION(6));
+	fputc('\n', f);
+	json_decref(root);
+	return rc;
+}
+
+/* ---- CSV ------------------------------------------------------------------ */
+
+static void csv_num(FILE *f, double v, int decimals)
+{
+	if (v < 0)
+		fputs(",", f);
+	else
+		fprintf(f, ",%.*f", decimals, v);
+}
+
+int report_csv(FILE *f, const run_result *r)
+{
+	fprintf(f, "scenario,backlog,phase,ok,jobs,enqueue_per_s,claim_per_s,complete_per_s,"
+		   "end_to_end_per_s");
+	const char *hs[] = {"e2s", "claim"};
+	for (int h = 0; h < 2; h++)
+		for (int k = 0; k < 4; k++)
+			fprintf(f, ",%s_%s_ms", hs[h], pct_names[k]);
+	fprintf(f, ",bench_cpu_s_per_1000,postgres_cpu_s_per_1000,e2e_vs_a,e2e_vs_b,e2e_vs_c,"
+		   "preload_s,vacuum_s\n");
+	for (int i = 0; i < r->nsteps; i++) {
+		const step *st = &r->steps[i];
+		for (int p = 0; p < PH_N; p++) {
+			const phase *ph = &st->ph[p];
+			if (!ph->ran)
+				continue;
+			fprintf(f, "%s,%lld,%s,%d,%llu", r->sc->name, (long long)st->backlog,
+				ph->key, ph->ok, (unsigned long long)ph->completed);
+			csv_num(f, ph->enq_rate, 1);
+			csv_num(f, ph->claim_rate, 1);
+			csv_num(f, ph->complete_rate, 1);
+			csv_num(f, ph->e2e_rate, 1);
+			for (int k = 0; k < 4; k++)
+				csv_num(f, pct_ms(ph->e2s, report_pcts[k]), 3);
+			for (int k = 0; k < 4; k++)
+				csv_num(f, pct_ms(ph->claim_rtt, report_pcts[k]), 3);
+			csv_num(f, per1000(ph->cpu_bench_s, ph->completed), 4);
+			csv_num(f, per1000(ph->cpu_pg_s, ph->completed), 4);
+			for (int b = 1; b < PH_N; b++) {
+				const phase *bp = &st->ph[b];
+				csv_num(f,
+					p == 0 && bp->ran && bp->e2e_rate > 0 && ph->e2e_rate >= 0
+						? ph->e2e_rate / bp->e2e_rate
+						: -1,
+					3);
+			}
+			csv_num(f, ph->preload_s, 2);
+			csv_num(f, ph->vacuum_s, 2);
+			fputc('\n', f);
+		}
+	}
+	return ferror(f) ? -1 : 0;
+}
+
+int report_series_csv(FILE *f, const run_result *r)
+{
+	fprintf(f, "backlog,phase,t_s,enqueued,claimed,done,done_per_s,e2s_p50_ms,e2s_p99_ms\n");
+	for (int i = 0; i < r->nsteps; i++)
+		for (int p = 0; p < PH_N; p++) {
+			const phase *ph = &r->steps[i].ph[p];
+			for (size_t k = 0; ph->ran && k < ph->nseries; k++) {
+				const sample *s = &ph->series[k];
+				fprintf(f, "%lld,%s,%.3f,%llu,%llu,%llu,%.1f",
+					(long long)r->steps[i].backlog, ph->key, s->t,
+					(unsigned long long)s->enqueued,
+					(unsigned long long)s->claimed, (unsigned long long)s->done,
+					s->done_rate);
+				csv_num(f, s->e2s_p50_ms, 3);
+				csv_num(f, s->e2s_p99_ms, 3);
+				fputc('\n', f);
+			}
+		}
+	return ferror(f) ? -1 : 0;
+}
+
+/* The percentile spectrum: x = 1/(1-q), the way HdrHistogram plots it. */
+static int spectrum(const char *path, const hist *h)
+{
+	static const double qs[] = {0,    25,   50,    75,    90,     95,     99,
+				    99.5, 99.9, 99.95, 99.99, 99.995, 99.999, 100};
+	FILE *f;
+	if (!h || !hist_count(h))
+		return 0;
+	if (!(f = fopen(path, "w")))
+		return -1;
+	fprintf(f, "# percentile 1/(1-q) ms\n");
+	for (size_t i = 0; i < sizeof(qs) / sizeof(qs[0]); i++) {
+		double q = qs[i] / 100.0, x = q >= 1 ? 1e6 : 1.0 / (1.0 - q);
+		if (qs[i] < 100 && (double)hist_count(h) * (1 - q) < 1)
+			continue; /* fewer samples than the percentile needs */
+		fprintf(f, "%g %g %g\n", qs[i], x, pct_ms(h, qs[i]));
+	}
+	return fclose(f);
+}
+
+int report_plot_data(const char *dir, const run_result *r)
+{
+	char path[1024];
+	for (int i = 0; i < r->nsteps; i++)
+		for (int p = 0; p < PH_N; p++) {
+			const phase *ph = &r->steps[i].ph[p];
+			if (!ph->ran)
+				continue;
+			snprintf(path, sizeof(path), "%s/series-%d-%s.dat", dir, i, ph->key);
+			FILE *f = fopen(path, "w");
+			if (!f)
+				return -1;
+			fprintf(f, "# t_s done_per_s e2s_p50_ms e2s_p99_ms\n");
+			for (size_t k = 0; k < ph->nseries; k++) {
+				const sample *s = &ph->series[k];
+				fprintf(f, "%.3f %.1f %g %g\n", s->t, s->done_rate,
+					s->e2s_p50_ms < 0 ? NAN : s->e2s_p50_ms,
+					s->e2s_p99_ms < 0 ? NAN : s->e2s_p99_ms);
+			}
+			if (fclose(f))
+				return -1;
+			snprintf(path, sizeof(path), "%s/pct-%d-%s-e2s.dat", dir, i, ph->key);
+			if (spectrum(path, ph->e2s))
+				return -1;
+			snprintf(path, sizeof(path), "%s/pct-%d-%s-claim.dat", dir, i, ph->key);
+			if (spectrum(path, ph->claim_rtt))
+				return -1;
+		}
+	return 0;
+}

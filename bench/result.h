@@ -1,0 +1,80 @@
+/* result.h - the figures of one phase (shardq or a baseline) of one step
+ * of a run, and of the whole run; filled by the phases, read by the
+ * reports. */
+#ifndef BENCH_RESULT_H
+#define BENCH_RESULT_H
+
+#include "hist.h"
+#include "scenario.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* One point of the time series (per sample interval). */
+typedef struct sample {
+	double t;                         /* seconds since the phase started */
+	uint64_t enqueued, claimed, done; /* cumulative */
+	double done_rate;                 /* jobs/s over the interval */
+	double e2s_p50_ms, e2s_p99_ms;    /* over the interval; -1: no sample */
+} sample;
+
+/* A statement's share of the shards' time (pg_stat_statements). */
+typedef struct stmt_stat {
+	char query[160];
+	double total_ms;
+	uint64_t calls, rows;
+	double wal_bytes;
+} stmt_stat;
+
+#define PHASE_MAX_STMTS 10
+
+typedef struct phase {
+	char key[16];    /* "shardq", "a", "b", "c" */
+	char title[160]; /* what ran */
+	int ran, ok;
+	char error[1024];
+	int64_t backlog; /* ready jobs preloaded before the phase */
+	double preload_s, vacuum_s;
+	/* counts */
+	uint64_t enqueued, claimed, claims, claims_empty, started, completed, lost, handled;
+	uint64_t left_ready, left_other; /* rows left in the queue tables */
+	/* windows (seconds) and rates (per second); rate < 0: not applicable */
+	double enq_s, claim_s, complete_s, e2e_s;
+	double enq_rate, claim_rate, complete_rate, e2e_rate;
+	/* latency (microseconds) */
+	hist *e2s, *claim_rtt, *enq_rtt, *start_rtt, *complete_rtt;
+	int nshards;
+	uint64_t per_shard[SC_MAX_SHARDS];
+	uint64_t per_type[SC_MAX_TYPES];
+	double cpu_bench_s, cpu_pg_s; /* -1: not readable */
+	double slot_idle;             /* the runtime's idle slot share (shardq) */
+	sample *series;
+	size_t nseries, capseries;
+	stmt_stat stmts[PHASE_MAX_STMTS];
+	int nstmts;
+} phase;
+
+enum { PH_SHARDQ, PH_A, PH_B, PH_C, PH_N };
+
+typedef struct step {
+	int64_t backlog;
+	phase ph[PH_N];
+} step;
+
+typedef struct run_result {
+	const scenario *sc;
+	char started_at[32]; /* UTC, ISO 8601 */
+	char machine[512];   /* CPU model, cores, memory, kernel, PostgreSQL */
+	char command[1024];
+	char out_dir[512];
+	int nsteps;
+	step steps[SC_MAX_STEPS];
+} run_result;
+
+/* Allocates a phase's histograms; 0 or -1. */
+int phase_init(phase *p, const char *key);
+void phase_free(phase *p);
+/* Appends a sample; out of memory drops it. */
+void phase_add_sample(phase *p, const sample *s);
+
+#endif
