@@ -9,7 +9,8 @@ static const char *types =
 	"[type short]\nstarting_timeout = 400ms\nexecution_timeout = 600ms\nmax_attempts = 5\n"
 	"[type lin]\nbackoff = linear\nbackoff_base = 1s\nbackoff_jitter = 0\nmax_attempts = 3\n"
 	"[type fast]\nbackoff = constant\nbackoff_base = 0\nmax_attempts = 3\n"
-	"[type hist]\nhistory = true\n";
+	"[type hist]\nhistory = true\n"
+	"[type poison]\nstarting_timeout = 300ms\nmax_attempts = 2\n";
 
 static testdb t;
 
@@ -260,6 +261,29 @@ START_TEST(cancel_running_makes_complete_lost)
 }
 END_TEST
 
+/* A job whose lease expires on every attempt (it kills its worker) is
+ * failed when its attempts are used up, not handed out forever. */
+START_TEST(expired_on_last_attempt_fails)
+{
+	int att;
+	int64_t id = enqueue_one(t.client, "poison", "p", NULL, NULL);
+	ck_assert_int_eq(claim1(t.client, "w1", "poison", &att), id);
+	ck_assert_int_eq(att, 1);
+	usleep(400 * 1000);
+	ck_assert_int_eq(claim1(t.client, "w2", "poison", &att), id);
+	ck_assert_int_eq(att, 2);
+	usleep(400 * 1000);
+	ck_assert_int_eq(claim1(t.client, "w3", "poison", &att), 0);
+	sq_job j = get(id);
+	ck_assert_int_eq(j.status, SQ_FAILED);
+	ck_assert_int_eq(j.attempt, 2);
+	clear(&j);
+	ck_assert_int_eq(testdb_sum(&t, "SELECT count(*) FROM shardq.jobs WHERE last_error LIKE "
+					"'the lease of attempt 2 of 2 expired (worker w2 %'"),
+			 1);
+}
+END_TEST
+
 START_TEST(batched_mixed_results)
 {
 	/* one call over many jobs on all shards: each gets its own answer */
@@ -307,6 +331,7 @@ int main(void)
 	tcase_add_test(tc, permanent_failure_and_max_attempts);
 	tcase_add_test(tc, release_counts_no_attempt);
 	tcase_add_test(tc, cancel_running_makes_complete_lost);
+	tcase_add_test(tc, expired_on_last_attempt_fails);
 	tcase_add_test(tc, batched_mixed_results);
 	suite_add_tcase(s, tc);
 	return run_suite(s);
