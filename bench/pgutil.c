@@ -15,6 +15,12 @@ static void first_line(const char *m, char *out, size_t outlen)
 	out[n] = '\0';
 }
 
+static void quiet_notice(void *arg, const char *msg)
+{
+	(void)arg;
+	(void)msg;
+}
+
 PGconn *pg_connect(const char *host, int port, const char *db, char *err, size_t errlen)
 {
 	char dsn[512], msg[400];
@@ -32,6 +38,8 @@ PGconn *pg_connect(const char *host, int port, const char *db, char *err, size_t
 		PQfinish(c);
 		return NULL;
 	}
+	/* NOTICEs (DROP DATABASE IF EXISTS ...) are not for the reader */
+	PQsetNoticeProcessor(c, quiet_notice, NULL);
 	return c;
 }
 

@@ -111,12 +111,18 @@ static void step_table(FILE *f, const run_result *r, const step *st)
 		if (!ph->ran)
 			continue;
 		fprintf(f, "  %-7s %s\n", phase_names[p], ph->title);
-		if (ph->backlog && ph->preload_s > 0)
-			fprintf(f, "          backlog of %lld loaded in %.1f s%s%.1f s%s\n",
+		if (ph->backlog && p == PH_SHARDQ)
+			fprintf(f,
+				"          backlog of %lld ready jobs loaded in %.1f s (COPY, all "
+				"shards at once: %.0f rows/s) + %.1f s VACUUM ANALYZE\n",
 				(long long)ph->backlog, ph->preload_s,
-				ph->vacuum_s > 0 ? " (COPY, all shards at once) + VACUUM ANALYZE "
-						 : "",
-				ph->vacuum_s, "");
+				ph->preload_s > 0 ? (double)ph->backlog / ph->preload_s : 0,
+				ph->vacuum_s);
+		else if (ph->backlog)
+			fprintf(f,
+				"          backlog of %lld loaded in %.1f s (INSERT ... SELECT, "
+				"VACUUM ANALYZE)\n",
+				(long long)ph->backlog, ph->preload_s);
 		if (!ph->ok)
 			fprintf(f, "          FAILED: %s\n", ph->error);
 	}
