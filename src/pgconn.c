@@ -106,6 +106,8 @@ void sq_pgconn_reset(sq_pgconn *pc)
 	pc->nres = 0;
 	pc->qn = 0;
 	pc->expect = pc->seen = pc->done = pc->failed = 0;
+	pc->syncs = pc->syncs_seen = 0;
+	memset(pc->sync_after, 0, sizeof(pc->sync_after));
 }
 
 void sq_pgconn_close(sq_pgconn *pc)
@@ -131,7 +133,14 @@ void sq_pgconn_push(sq_pgconn *pc, const sq_stmt *st, int nparams, const char *c
 	pc->q[pc->qn] = st;
 	pc->qnparams[pc->qn] = nparams;
 	pc->qvals[pc->qn] = vals;
+	pc->sync_after[pc->qn] = 0;
 	pc->qn++;
+}
+
+void sq_pgconn_push_sync(sq_pgconn *pc)
+{
+	if (pc->qn > 0)
+		pc->sync_after[pc->qn - 1] = 1;
 }
 
 static int is_prepared(sq_pgconn *pc, const sq_stmt *st)
@@ -155,6 +164,8 @@ static void conn_failed(sq_pgconn *pc, sq_error *err, const char *what)
 static int send_pipeline(sq_pgconn *pc, sq_error *err)
 {
 	pc->expect = pc->seen = pc->nres = 0;
+	pc->syncs = pc->syncs_seen = 0;
+	pc->pending_null = 0;
 	for (int i = 0; i < pc->qn; i++) {
 		const sq_stmt *st = pc->q[i];
 		if (!is_prepared(pc, st)) {
@@ -173,11 +184,19 @@ static int send_pipeline(sq_pgconn *pc, sq_error *err)
 		}
 		pc->keep[pc->expect++] = i;
 		pc->statements_sent++;
+		if (pc->sync_after[i] && i < pc->qn - 1) {
+			if (!PQpipelineSync(pc->conn)) {
+				conn_failed(pc, err, "cannot send");
+				return -1;
+			}
+			pc->syncs++;
+		}
 	}
 	if (!PQpipelineSync(pc->conn)) {
 		conn_failed(pc, err, "cannot send");
 		return -1;
 	}
+	pc->syncs++;
 	return 0;
 }
 
@@ -191,18 +210,26 @@ static void read_results(sq_pgconn *pc, sq_error *err)
 	while (!pc->done && !PQisBusy(pc->conn)) {
 		PGresult *r = PQgetResult(pc->conn);
 		if (!r) {
-			/* the end of one entry's results */
-			if (pc->seen >= pc->expect)
+			/* a NULL ends one entry's results; one after a Sync result (if
+			 * libpq gives any) is not an entry's and is skipped */
+			if (pc->pending_null) {
+				pc->pending_null = 0;
+				pc->seen++;
+			} else if (pc->seen >= pc->expect) {
 				break;
-			pc->seen++;
+			}
 			continue;
 		}
 		ExecStatusType s = PQresultStatus(r);
 		if (s == PGRES_PIPELINE_SYNC) {
 			PQclear(r);
-			pc->done = 1;
-			break;
+			if (++pc->syncs_seen == pc->syncs) {
+				pc->done = 1;
+				break;
+			}
+			continue;
 		}
+		pc->pending_null = 1;
 		if (pc->seen < pc->expect && pc->keep[pc->seen] >= 0 && pc->nres < SQ_PIPE_MAX &&
 		    pc->nres == pc->keep[pc->seen]) {
 			pc->res[pc->nres++] = r;
@@ -310,8 +337,13 @@ sq_status sq_pgconn_run(struct event_base *base, sq_pgconn **conns, int n, sq_er
 
 sq_status sq_pgconn_result_error(sq_pgconn *pc, sq_error *err)
 {
+	return sq_pgconn_range_error(pc, 0, pc->qn, err);
+}
+
+sq_status sq_pgconn_range_error(sq_pgconn *pc, int from, int to, sq_error *err)
+{
 	int aborted = 0;
-	for (int i = 0; i < pc->nres; i++) {
+	for (int i = from; i < to && i < pc->nres; i++) {
 		PGresult *r = pc->res[i];
 		ExecStatusType s = PQresultStatus(r);
 		if (s == PGRES_COMMAND_OK || s == PGRES_TUPLES_OK)
@@ -338,9 +370,9 @@ sq_status sq_pgconn_result_error(sq_pgconn *pc, sq_error *err)
 			      "shard %s (%s): pipeline aborted (a statement could not be "
 			      "prepared; is the shard's schema up to date? run shardq init)",
 			      pc->shard_id, pc->addr);
-	if (pc->nres < pc->qn)
+	if (pc->nres < to)
 		return sq_err(err, SQ_EDB, "shard %s (%s): %d of %d results missing", pc->shard_id,
-			      pc->addr, pc->qn - pc->nres, pc->qn);
+			      pc->addr, to - pc->nres, to - from);
 	return SQ_OK;
 }
 

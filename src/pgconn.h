@@ -22,7 +22,7 @@ typedef struct sq_stmt {
 	const char *sql;
 } sq_stmt;
 
-#define SQ_PIPE_MAX 16
+#define SQ_PIPE_MAX 32
 
 typedef struct sq_pgconn {
 	PGconn *conn;
@@ -42,9 +42,12 @@ typedef struct sq_pgconn {
 	const char *const *qvals[SQ_PIPE_MAX];
 	PGresult *res[SQ_PIPE_MAX]; /* results of the q[] in order */
 	int nres;
-	int expect;                /* entries sent (prepares included) */
-	int keep[SQ_PIPE_MAX * 2]; /* per entry sent: index into res, or -1 */
-	int seen;                  /* entries whose results were read */
+	int expect;                            /* entries sent (prepares included) */
+	int keep[SQ_PIPE_MAX * 2];             /* per entry sent: index into res, or -1 */
+	unsigned char sync_after[SQ_PIPE_MAX]; /* a Sync (transaction end) follows q[i] */
+	int syncs, syncs_seen;
+	int pending_null; /* a result came; the NULL that ends its entry is due */
+	int seen;         /* entries whose results were read */
 	int done;
 	int failed; /* connection-level failure during the run */
 	struct event *ev;
@@ -60,6 +63,10 @@ void sq_pgconn_close(sq_pgconn *pc);
 
 /* Queues one statement; vals must stay valid until sq_pgconn_run returns. */
 void sq_pgconn_push(sq_pgconn *pc, const sq_stmt *st, int nparams, const char *const *vals);
+/* Ends the transaction of the statements queued so far (a Sync): what
+ * follows runs in a transaction of its own, whatever happened before. The
+ * last transaction is ended by the run itself. */
+void sq_pgconn_push_sync(sq_pgconn *pc);
 
 /*
  * Sends every queued pipeline on conns[0..n) (entries may be NULL or have no
@@ -81,6 +88,8 @@ void sq_pgconn_reset(sq_pgconn *pc);
  * Returns SQ_OK if every result succeeded.
  */
 sq_status sq_pgconn_result_error(sq_pgconn *pc, sq_error *err);
+/* The same for the results of q[from..to) only (one transaction's). */
+sq_status sq_pgconn_range_error(sq_pgconn *pc, int from, int to, sq_error *err);
 
 /* Runs one simple statement synchronously (outside any pipeline run), for
  * init and admin work. Returns the result (caller PQclear()s) or NULL with
