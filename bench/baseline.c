@@ -558,7 +558,7 @@ void phase_baseline(bench_env *env, int which, uint64_t enq, uint64_t done, int6
 		snprintf(err, sizeof(err), "out of memory");
 		goto fail;
 	}
-	double cpu0 = cpu_self_s(), pg0 = env_cpu_servers(env);
+	double cpu0 = cpu_self_s(), pg0 = env_cpu_servers(env), all0 = cpu_machine_s();
 	r.t0 = mono_us();
 	if (monitor_start(&mon, ph, t, labels[which], r.t0, sc->sample_ms, env->quiet)) {
 		snprintf(err, sizeof(err), "out of memory");
@@ -603,6 +603,8 @@ void phase_baseline(bench_env *env, int which, uint64_t enq, uint64_t done, int6
 	ph->cpu_bench_s = cpu_self_s() - cpu0;
 	double pg1 = env_cpu_servers(env);
 	ph->cpu_pg_s = pg0 >= 0 && pg1 >= 0 ? pg1 - pg0 : -1;
+	ph->cpu_other_s = env_other_cpu(all0, ph);
+	ph->wall_s = (double)(mono_us() - r.t0) / 1e6;
 	monitor_end(&mon);
 	fill(ph, t, r.t0, which);
 	if (atomic_load(&r.failed)) {

@@ -96,3 +96,18 @@ double cpu_servers_s(const int *pids, int n)
 	}
 	return sum;
 }
+
+double cpu_machine_s(void)
+{
+	unsigned long long v[8] = {0};
+	FILE *f = fopen("/proc/stat", "r");
+	if (!f)
+		return -1;
+	/* cpu  user nice system idle iowait irq softirq steal */
+	int n = fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3],
+		       &v[4], &v[5], &v[6], &v[7]);
+	fclose(f);
+	if (n < 7)
+		return -1;
+	return ticks(v[0] + v[1] + v[2] + v[5] + v[6] + v[7]);
+}

@@ -10,6 +10,9 @@ double cpu_self_s(void);
 double cpu_server_s(int postmaster_pid);
 /* Sum over n servers; -1 if any is unreadable. */
 double cpu_servers_s(const int *pids, int n);
+/* Busy CPU seconds of the whole machine (all processes, all cores), from
+ * /proc/stat: what is left after the bench and the servers is other load. */
+double cpu_machine_s(void);
 /* The parent of a process (a backend's postmaster); -1 if unknown. */
 int cpu_parent_of(int pid);
 

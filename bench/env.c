@@ -98,3 +98,12 @@ void env_collect_stmts(const bench_env *env, const char *db, int nservers, phase
 	ph->nstmts = n < PHASE_MAX_STMTS ? n : PHASE_MAX_STMTS;
 	memcpy(ph->stmts, all, (size_t)ph->nstmts * sizeof(all[0]));
 }
+
+double env_other_cpu(double all0, const phase *ph)
+{
+	double all1 = cpu_machine_s();
+	if (all0 < 0 || all1 < 0 || ph->cpu_pg_s < 0 || ph->cpu_bench_s < 0)
+		return -1;
+	double o = all1 - all0 - ph->cpu_bench_s - ph->cpu_pg_s;
+	return o > 0 ? o : 0;
+}

@@ -40,6 +40,9 @@ void phase_baseline(bench_env *env, int which, uint64_t enq, uint64_t done, int6
 
 /* Shared by the phases: CPU readings around a phase. */
 double env_cpu_servers(const bench_env *env);
+/* Machine CPU since all0 (cpu_machine_s) less the phase's bench and server
+ * CPU: the load of other processes, which disturbs the figures. */
+double env_other_cpu(double all0, const phase *ph);
 /* pg_stat_statements of database db, summed over the servers; reset when
  * reset != 0. */
 void env_collect_stmts(const bench_env *env, const char *db, int nservers, phase *ph);

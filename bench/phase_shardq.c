@@ -223,7 +223,7 @@ void phase_shardq(bench_env *env, int64_t backlog, phase *ph)
 		goto fail;
 
 	uint64_t expect_enq = sc->producers && sc->jobs ? (uint64_t)sc->jobs : 0;
-	double cpu0 = cpu_self_s(), pg0 = env_cpu_servers(env);
+	double cpu0 = cpu_self_s(), pg0 = env_cpu_servers(env), all0 = cpu_machine_s();
 	int64_t t0 = mono_us();
 	atomic_store(&t->go, 1);
 	if (monitor_start(&mon, ph, t, "shardq", t0, sc->sample_ms, env->quiet)) {
@@ -286,6 +286,8 @@ void phase_shardq(bench_env *env, int64_t backlog, phase *ph)
 	ph->cpu_bench_s = cpu_self_s() - cpu0;
 	double pg1 = env_cpu_servers(env);
 	ph->cpu_pg_s = pg0 >= 0 && pg1 >= 0 ? pg1 - pg0 : -1;
+	ph->cpu_other_s = env_other_cpu(all0, ph);
+	ph->wall_s = (double)(mono_us() - t0) / 1e6;
 	monitor_end(&mon);
 	mon_on = 0;
 	fill(ph, t, t0, sc->nshards);

@@ -176,6 +176,16 @@ static void step_table(FILE *f, const run_result *r, const step *st)
 				  : -1;
 	}
 	print_row(f, &rw, st);
+	memset(&rw, 0, sizeof(rw));
+	snprintf(rw.label, sizeof(rw.label), "other load, cores busy");
+	rw.decimals = 2;
+	for (int p = 0; p < PH_N; p++) {
+		const phase *ph = &st->ph[p];
+		rw.v[p] = ph->ran && ph->cpu_other_s >= 0 && ph->wall_s > 0
+				  ? ph->cpu_other_s / ph->wall_s
+				  : -1;
+	}
+	print_row(f, &rw, st);
 	const phase *q = &st->ph[PH_SHARDQ];
 	if (q->ran) {
 		fprintf(f, "\n  shardq jobs per shard:");
@@ -326,6 +336,8 @@ static json_t *phase_json(const phase *ph, const phase *base)
 			    num(per1000(ph->cpu_bench_s, ph->completed)));
 	json_object_set_new(cpu, "postgres_s_per_1000_jobs",
 			    num(per1000(ph->cpu_pg_s, ph->completed)));
+	json_object_set_new(cpu, "other_processes_s", num(ph->cpu_other_s));
+	json_object_set_new(cpu, "wall_s", json_real(ph->wall_s));
 	json_object_set_new(o, "cpu", cpu);
 	if (ph->slot_idle >= 0)
 		json_object_set_new(o, "slot_idle_ratio", json_real(ph->slot_idle));

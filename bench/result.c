@@ -9,7 +9,7 @@ int phase_init(phase *p, const char *key)
 	memset(p, 0, sizeof(*p));
 	strncpy(p->key, key, sizeof(p->key) - 1);
 	p->enq_rate = p->claim_rate = p->complete_rate = p->e2e_rate = -1;
-	p->cpu_bench_s = p->cpu_pg_s = -1;
+	p->cpu_bench_s = p->cpu_pg_s = p->cpu_other_s = -1;
 	p->slot_idle = -1;
 	hist **hs[] = {&p->e2s, &p->claim_rtt, &p->enq_rtt, &p->start_rtt, &p->complete_rtt};
 	for (size_t i = 0; i < sizeof(hs) / sizeof(hs[0]); i++)

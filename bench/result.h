@@ -47,6 +47,8 @@ typedef struct phase {
 	uint64_t per_shard[SC_MAX_SHARDS];
 	uint64_t per_type[SC_MAX_TYPES];
 	double cpu_bench_s, cpu_pg_s; /* -1: not readable */
+	double cpu_other_s;           /* the rest of the machine: other load */
+	double wall_s;                /* the phase's wall time (for the above) */
 	double slot_idle;             /* the runtime's idle slot share (shardq) */
 	sample *series;
 	size_t nseries, capseries;
