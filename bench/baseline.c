@@ -550,6 +550,7 @@ void phase_baseline(bench_env *env, int which, uint64_t enq, uint64_t done, int6
 	env_checkpoint(env);
 	if (env->pgss)
 		env_reset_stmts(env, sc->base_database, 1);
+	env_wait_quiet(env);
 	nprod = which == PH_C ? sc->raw_conns : sc->base_producers;
 	nwork = which == PH_C ? 0 : sc->base_workers;
 	ths = calloc((size_t)(nprod + nwork), sizeof(*ths));

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 int env_find_servers(bench_env *env, char *err, size_t errlen)
 {
@@ -106,4 +107,44 @@ double env_other_cpu(double all0, const phase *ph)
 		return -1;
 	double o = all1 - all0 - ph->cpu_bench_s - ph->cpu_pg_s;
 	return o > 0 ? o : 0;
+}
+
+int env_wait_quiet(const bench_env *env)
+{
+	int64_t deadline = mono_us() + (int64_t)(env->quiet_wait_s * 1e6);
+	int noted = 0;
+	if (env->quiet_wait_s <= 0)
+		return 0;
+	for (;;) {
+		double all0 = cpu_machine_s(), pg0 = env_cpu_servers(env);
+		struct timespec ts = {2, 0};
+		nanosleep(&ts, NULL);
+		double all1 = cpu_machine_s(), pg1 = env_cpu_servers(env);
+		if (all0 < 0 || all1 < 0)
+			return 0;
+		/* what neither we nor our servers use, per second */
+		double other = (all1 - all0 - (pg0 >= 0 && pg1 >= 0 ? pg1 - pg0 : 0)) / 2.0;
+		if (other < env->quiet_cores) {
+			if (noted && !env->quiet)
+				fprintf(stderr,
+					"shardq-bench: quiet now (%.2f cores busy elsewhere)\n",
+					other);
+			return 0;
+		}
+		if (mono_us() > deadline) {
+			if (!env->quiet)
+				fprintf(stderr,
+					"shardq-bench: note: still %.2f cores busy elsewhere after "
+					"waiting %.0f s; running anyway\n",
+					other, env->quiet_wait_s);
+			return -1;
+		}
+		if (!noted && !env->quiet)
+			fprintf(stderr,
+				"shardq-bench: %.2f cores busy elsewhere; waiting for a quiet "
+				"machine "
+				"(at most %.0f s)\n",
+				other, env->quiet_wait_s);
+		noted = 1;
+	}
 }

@@ -21,6 +21,9 @@
 enum { EX_OK = 0, EX_FAIL = 1, EX_USAGE = 2, EX_SCENARIO = 3 };
 
 static volatile sig_atomic_t interrupted;
+/* large; static rather than on the stack */
+static scenario sc;
+static run_result res;
 
 static void on_sigint(int sig)
 {
@@ -54,6 +57,10 @@ static void usage(FILE *f)
 		"  --no-plot              do not run gnuplot\n"
 		"  --keep                 keep the databases after the run\n"
 		"  --quiet                no progress lines\n"
+		"  --wait-quiet SECONDS   before each phase, wait up to this long until other\n"
+		"                         processes use less than 0.15 cores (shared machines)\n"
+		"  --note TEXT            recorded with the results (bench/run: the source "
+		"commit)\n"
 		"  -h, --help             this text\n\n"
 		"exit: 0 every phase ran and every job is accounted for; 1 a phase failed;\n"
 		"2 bad usage; 3 bad scenario file.\n");
@@ -197,6 +204,8 @@ int main(int argc, char **argv)
 		{"no-plot", no_argument, NULL, 'P'},
 		{"keep", no_argument, NULL, 'k'},
 		{"quiet", no_argument, NULL, 'q'},
+		{"note", required_argument, NULL, 'n'},
+		{"wait-quiet", required_argument, NULL, 'w'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
@@ -206,8 +215,7 @@ int main(int argc, char **argv)
 	const char *ports = NULL, *db = NULL, *bdb = NULL, *out = NULL;
 	const char **sets = calloc((size_t)argc, sizeof(char *));
 	int nsets = 0, json = 0, pgss = 0, plot = 1, keep = 0, quiet = 0, c;
-	static scenario sc;
-	static run_result res;
+	double wait_quiet = 0;
 	char err[8192];
 	int rc = EX_OK;
 	bench_env env;
@@ -223,6 +231,8 @@ int main(int argc, char **argv)
 		case 'P': plot = 0; break;
 		case 'k': keep = 1; break;
 		case 'q': quiet = 1; break;
+		case 'n': snprintf(res.note, sizeof(res.note), "%s", optarg); break;
+		case 'w': wait_quiet = atof(optarg); break;
 		case 'h':
 			usage(stdout);
 			free(sets);
@@ -277,6 +287,8 @@ int main(int argc, char **argv)
 	env.pgss = pgss;
 	env.keep = keep;
 	env.interrupted = &interrupted;
+	env.quiet_wait_s = wait_quiet;
+	env.quiet_cores = 0.15;
 	if (!(env.t = tally_create(&env.tally_fd, err, sizeof(err)))) {
 		fprintf(stderr, "shardq-bench: %s\n", err);
 		return EX_FAIL;

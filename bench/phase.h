@@ -18,6 +18,8 @@ typedef struct bench_env {
 	int keep;  /* keep the databases after the run */
 	const char *out_dir;
 	int pm[SC_MAX_SHARDS]; /* postmaster pid of each server; -1: unknown */
+	double quiet_wait_s;   /* before a phase, wait this long at most for */
+	double quiet_cores;    /* other load to fall below this many cores */
 	volatile sig_atomic_t *interrupted;
 } bench_env;
 
@@ -47,6 +49,9 @@ double env_other_cpu(double all0, const phase *ph);
  * reset != 0. */
 void env_collect_stmts(const bench_env *env, const char *db, int nservers, phase *ph);
 int env_reset_stmts(const bench_env *env, const char *db, int nservers);
+/* Waits (up to env->quiet_wait_s) until other processes use less than
+ * env->quiet_cores; 0 when quiet (or not asked), -1 when it gave up. */
+int env_wait_quiet(const bench_env *env);
 /* CHECKPOINT on every server, so a phase does not inherit dirty pages. */
 void env_checkpoint(const bench_env *env);
 

@@ -215,6 +215,7 @@ void phase_shardq(bench_env *env, int64_t backlog, phase *ph)
 	env_checkpoint(env);
 	if (env->pgss)
 		env_reset_stmts(env, sc->database, sc->nshards);
+	env_wait_quiet(env);
 
 	for (nprocs = 0; nprocs < sc->processes; nprocs++)
 		if ((pids[nprocs] = workerproc_spawn(env->tally_fd, nprocs, err, sizeof(err))) < 0)

@@ -245,6 +245,8 @@ void report_table(FILE *f, const run_result *r)
 			sc->types[i].share, ex, sc->types[i].threads, sc->types[i].claim_batch);
 	}
 	fprintf(f, "\ncommand: %s\n", r->command);
+	if (r->note[0])
+		fprintf(f, "note: %s\n", r->note);
 	fprintf(f, "ratios are shardq / baseline (for latency and CPU, lower is better)\n");
 	for (int i = 0; i < r->nsteps; i++)
 		step_table(f, r, &r->steps[i]);
@@ -407,6 +409,7 @@ int report_json(FILE *f, const run_result *r)
 	json_object_set_new(root, "started_at", json_string(r->started_at));
 	json_object_set_new(root, "machine", json_string(r->machine));
 	json_object_set_new(root, "command", json_string(r->command));
+	json_object_set_new(root, "note", json_string(r->note));
 	json_object_set_new(root, "shards", json_integer(sc->nshards));
 	json_object_set_new(root, "jobs", json_integer(sc->jobs));
 	json_object_set_new(root, "duration_s", json_real((double)sc->duration_ms / 1000.0));

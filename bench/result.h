@@ -68,6 +68,7 @@ typedef struct run_result {
 	char started_at[32]; /* UTC, ISO 8601 */
 	char machine[512];   /* CPU model, cores, memory, kernel, PostgreSQL */
 	char command[1024];
+	char note[256]; /* --note: e.g. the source commit */
 	char out_dir[512];
 	int nsteps;
 	step steps[SC_MAX_STEPS];
