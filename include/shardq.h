@@ -152,8 +152,9 @@ typedef struct sq_enqueue_result {
  * Enqueues n jobs: one statement per shard, all shards concurrently, each
  * shard's part in one transaction. Input is validated before anything is
  * sent: on SQ_EINVAL nothing is written. results[] has n entries, filled in
- * input order. On a database error the shards that already committed keep
- * their jobs; err says which shard failed.
+ * input order. On a database or connection error the shards that answered
+ * keep their jobs, and results[i].id > 0 tells which jobs were written
+ * (-1: not written; enqueue those again); err says which shard failed.
  */
 SQ_MUST_CHECK sq_status sq_enqueue(sq_client *c, const sq_job_spec *jobs, size_t n,
 				   sq_enqueue_result *results, sq_error *err);
@@ -173,7 +174,10 @@ const char *sq_job_status_name(sq_job_status s);
 
 typedef struct sq_job {
 	int64_t id;
-	int32_t attempt;
+	int32_t attempt; /* the run's fence: grows with every claim, never falls;
+	                         name the job as (id, attempt) in life-cycle calls */
+	int32_t tries;   /* tries used toward max_attempts, this one included
+	                         (a release does not count; a rerun starts afresh) */
 	int32_t max_attempts;
 	int32_t priority;
 	int shard;
@@ -194,6 +198,10 @@ void sq_jobs_free(sq_job *jobs, size_t n);
 typedef struct sq_claim_req {
 	const char *type;
 	int32_t limit;
+	/* Of the limit, how many to start at once: they come back `running`
+	 * with the execution lease (for slots that are free now), the rest
+	 * `starting`. 0 (the default): all starting. */
+	int32_t start;
 } sq_claim_req;
 
 /*

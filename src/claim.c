@@ -4,6 +4,7 @@
 #include "client.h"
 #include "error.h"
 #include "jobrow.h"
+#include "ops.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -13,13 +14,20 @@
  * ready jobs in priority / delay-tolerance order; at most lim in all. Both
  * arms are index scans (jobs_lease, jobs_ready) and skip partitions that
  * are not owned here (normally none: an empty partial index). */
+/* clang-format off */
+/* A lease that expired on the last try: the job killed or hung every worker
+ * that took it. It is failed (or, with a rerun pending, made ready with the
+ * rerun's params and a fresh budget), not handed out forever. */
+#define SPENT "(p.expired AND j.attempt - j.attempt_base >= j.max_attempts)"
+#define RERUN "j.rerun_params IS NOT NULL"
 static const sq_stmt stmt_claim = {
 	"sq_claim",
 	"WITH t AS ("
-	"  SELECT * FROM unnest($1::text[], $2::int[], $3::bigint[]) AS t(task, lim, lease_ms)"
+	"  SELECT * FROM unnest($1::text[], $2::int[], $3::bigint[], $5::int[], $6::bigint[])"
+	"           AS t(task, lim, lease_ms, start, exec_ms)"
 	"), picked AS ("
-	"  SELECT c.id, c.expired, t.lease_ms FROM t CROSS JOIN LATERAL ("
-	"    SELECT u.id, u.expired FROM ("
+	"  SELECT c.id, c.expired, c.rn, t.lease_ms, t.start, t.exec_ms FROM t CROSS JOIN LATERAL ("
+	"    SELECT u.id, u.expired, row_number() OVER () AS rn FROM ("
 	"      SELECT e.id, true AS expired FROM ("
 	"        SELECT j.id FROM shardq.jobs j"
 	"         WHERE j.task = t.task AND j.status IN ('starting', 'running')"
@@ -39,26 +47,32 @@ static const sq_stmt stmt_claim = {
 	"    ) u LIMIT t.lim"
 	"  ) c"
 	"), upd AS ("
-	/* a job whose lease expired on its last attempt (it killed or hung
-	 * every worker that took it) is failed, not handed out forever */
 	"  UPDATE shardq.jobs j SET"
-	"    status = (CASE WHEN p.expired AND j.attempt >= j.max_attempts THEN 'failed'"
+	"    status = (CASE WHEN " SPENT " AND NOT " RERUN " THEN 'failed'"
+	"                   WHEN " SPENT " THEN 'ready'"
+	"                   WHEN p.rn <= p.start THEN 'running'"
 	"                   ELSE 'starting' END)::shardq.job_status,"
-	"    worker = CASE WHEN p.expired AND j.attempt >= j.max_attempts THEN j.worker"
-	"                  ELSE $4 END,"
-	"    attempt = CASE WHEN p.expired AND j.attempt >= j.max_attempts THEN j.attempt"
-	"                   ELSE j.attempt + 1 END,"
-	"    expected_status_change_time = CASE WHEN p.expired AND j.attempt >= j.max_attempts"
-	"        THEN NULL ELSE now() + p.lease_ms * interval '1 millisecond' END,"
-	"    last_error = CASE WHEN p.expired AND j.attempt >= j.max_attempts"
-	"        THEN format('the lease of attempt %s of %s expired (worker %s died or hung)',"
-	"                    j.attempt, j.max_attempts, j.worker)"
+	"    worker = CASE WHEN " SPENT " AND NOT " RERUN " THEN j.worker"
+	"                  WHEN " SPENT " THEN NULL ELSE $4 END,"
+	"    attempt = CASE WHEN " SPENT " THEN j.attempt ELSE j.attempt + 1 END,"
+	"    attempt_base = CASE WHEN " SPENT " AND " RERUN " THEN j.attempt"
+	"                        ELSE j.attempt_base END,"
+	"    params = CASE WHEN " SPENT " AND " RERUN " THEN j.rerun_params ELSE j.params END,"
+	"    rerun_params = CASE WHEN " SPENT " THEN NULL ELSE j.rerun_params END,"
+	"    schedule_time = CASE WHEN " SPENT " AND " RERUN " THEN now() ELSE j.schedule_time END,"
+	"    expected_status_change_time = CASE WHEN " SPENT " THEN NULL"
+	"        WHEN p.rn <= p.start THEN now() + p.exec_ms * interval '1 millisecond'"
+	"        ELSE now() + p.lease_ms * interval '1 millisecond' END,"
+	"    last_error = CASE WHEN " SPENT
+	"        THEN format('the lease of try %s of %s expired (worker %s died or hung)',"
+	"                    j.attempt - j.attempt_base, j.max_attempts, j.worker)"
 	"        ELSE j.last_error END,"
 	"    updated_at = now()"
 	"  FROM picked p WHERE j.id = p.id"
 	"  RETURNING j.*"
 	")"
-	"SELECT " SQ_JOB_COLUMNS " FROM upd j WHERE j.status = 'starting'"};
+	"SELECT " SQ_JOB_COLUMNS " FROM upd j WHERE j.status IN ('starting', 'running')"};
+/* clang-format on */
 
 /* Shares `limit` among shards in proportion to w[] (largest remainder),
  * starting the tie-break at `rot` so small limits rotate over shards. */
@@ -100,10 +114,13 @@ static int cmp_jobs(const void *a, const void *b)
 }
 
 typedef struct shard_req {
-	sq_buf types, limits, leases;
-	const char *vals[4];
+	sq_buf types, limits, leases, starts, execs;
+	const char *vals[6];
+	int base; /* index of the gate statement in the shard's pipeline */
+	int32_t start[SQ_MAX_TYPES];
 	int32_t asked[SQ_MAX_TYPES];
 	int32_t got[SQ_MAX_TYPES];
+	int32_t got_run[SQ_MAX_TYPES]; /* of got, how many came back running */
 	int any;
 } shard_req;
 
@@ -112,59 +129,76 @@ typedef struct job_vec {
 	size_t n, cap;
 } job_vec;
 
-/* One round: shard s asks sr[s].asked[k] jobs of type k; results are
- * appended to out, and sr[s].got[] counts them. A failing shard does not
- * cost the jobs claimed on the others: they are kept, and the error is
- * returned. */
-static sq_status claim_round(sq_client *c, const char *worker, const sq_claim_req *reqs,
-			     const int *ti, size_t nreqs, shard_req *sr, job_vec *out,
-			     sq_error *err)
+/* Queues one round: shard s asks sr[s].asked[k] jobs of type k, of which
+ * sr[s].start[k] start at once; the gate and the claim are a transaction of
+ * their own (a Sync after them). */
+static void claim_push(sq_client *c, const char *worker, const int *ti, size_t nreqs, shard_req *sr)
 {
 	const sq_config *cfg = c->cfg;
-	sq_status st;
-	sq_client_reset(c);
 	for (int s = 0; s < c->nshards; s++) {
 		shard_req *r = &sr[s];
 		sq_buf_reset(&r->types);
 		sq_buf_reset(&r->limits);
 		sq_buf_reset(&r->leases);
+		sq_buf_reset(&r->starts);
+		sq_buf_reset(&r->execs);
 		r->any = 0;
+		r->base = -1;
 		memset(r->got, 0, sizeof(r->got[0]) * nreqs);
+		memset(r->got_run, 0, sizeof(r->got_run[0]) * nreqs);
 		for (size_t k = 0; k < nreqs; k++) {
+			const sq_type_conf *t = &cfg->types[ti[k]];
 			if (!r->asked[k])
 				continue;
 			if (!r->any) {
 				sq_arr_open(&r->types);
 				sq_arr_open(&r->limits);
 				sq_arr_open(&r->leases);
+				sq_arr_open(&r->starts);
+				sq_arr_open(&r->execs);
 				r->any = 1;
 			}
-			sq_arr_str(&r->types, cfg->types[ti[k]].name);
+			sq_arr_str(&r->types, t->name);
 			sq_arr_i64(&r->limits, r->asked[k]);
-			sq_arr_i64(&r->leases, cfg->types[ti[k]].starting_timeout_ms);
+			sq_arr_i64(&r->leases, t->starting_timeout_ms);
+			sq_arr_i64(&r->starts, r->start[k]);
+			sq_arr_i64(&r->execs, t->execution_timeout_ms);
 		}
 		if (!r->any)
 			continue;
 		sq_arr_close(&r->types);
 		sq_arr_close(&r->limits);
 		sq_arr_close(&r->leases);
+		sq_arr_close(&r->starts);
+		sq_arr_close(&r->execs);
 		r->vals[0] = r->types.data;
 		r->vals[1] = r->limits.data;
 		r->vals[2] = r->leases.data;
 		r->vals[3] = worker;
+		r->vals[4] = r->starts.data;
+		r->vals[5] = r->execs.data;
+		r->base = c->shards[s].qn;
 		sq_pgconn_push(&c->shards[s], &sq_stmt_gate_shared, 0, NULL);
-		sq_pgconn_push(&c->shards[s], &stmt_claim, 4, r->vals);
+		sq_pgconn_push(&c->shards[s], &stmt_claim, 6, r->vals);
+		if (!c->merge_txn)
+			sq_pgconn_push_sync(&c->shards[s]);
 	}
-	st = sq_client_run(c, err);
+}
+
+/* Reads a round's answers into out; sr[s].got[] counts them. A shard that
+ * failed does not cost the jobs claimed on the others. */
+static sq_status claim_collect(sq_client *c, const sq_claim_req *reqs, size_t nreqs, shard_req *sr,
+			       job_vec *out, sq_error *err)
+{
 	for (int s = 0; s < c->nshards; s++) {
 		shard_req *r = &sr[s];
 		if (!r->any)
 			continue;
-		if (sq_pgconn_result_error(&c->shards[s], NULL) != SQ_OK) {
+		if (sq_pgconn_range_error(&c->shards[s], r->base, r->base + 2, NULL) != SQ_OK) {
 			r->any = 0;
 			continue;
 		}
-		PGresult *res = c->shards[s].res[1];
+		PGresult *res = c->shards[s].res[r->base + 1];
 		size_t need = out->n + (size_t)PQntuples(res);
 		if (need > out->cap) {
 			sq_job *nv = realloc(out->v, need * sizeof(sq_job));
@@ -177,27 +211,58 @@ static sq_status claim_round(sq_client *c, const char *worker, const sq_claim_re
 			if (sq_jobrow_parse(res, row, s, &out->v[out->n]))
 				continue; /* out of memory: its lease brings it back */
 			for (size_t k = 0; k < nreqs; k++)
-				if (!strcmp(reqs[k].type, out->v[out->n].type))
+				if (!strcmp(reqs[k].type, out->v[out->n].type)) {
 					r->got[k]++;
+					r->got_run[k] += out->v[out->n].status == SQ_RUNNING;
+				}
 			out->n++;
 		}
 	}
-	sq_client_reset(c);
-	return st;
+	return SQ_OK;
 }
 
-sq_status sq_claim(sq_client *c, const char *worker, const sq_claim_req *reqs, size_t nreqs,
-		   sq_job **jobs_out, size_t *njobs_out, sq_error *err)
+static sq_status claim_round(sq_client *c, const char *worker, const sq_claim_req *reqs,
+			     const int *ti, size_t nreqs, shard_req *sr, job_vec *out,
+			     sq_error *err)
+{
+	sq_status st, st2;
+	sq_client_reset(c);
+	claim_push(c, worker, ti, nreqs, sr);
+	st = sq_client_send(c, err);
+	st2 = claim_collect(c, reqs, nreqs, sr, out, err);
+	sq_client_reset(c);
+	if (st == SQ_OK)
+		for (int s = 0; s < c->nshards; s++)
+			if (sr[s].base >= 0 && !sr[s].any && st == SQ_OK)
+				st = sq_pgconn_range_error(&c->shards[s], sr[s].base,
+							   sr[s].base + 2, err);
+	return st != SQ_OK ? st : st2;
+}
+
+/* Of `start` jobs to start at once, each shard takes a share of what it is
+ * asked for, in proportion. */
+static void share_start(int32_t start, const int32_t *asked, int n, unsigned rot, int32_t *out)
+{
+	double w[SQ_MAX_SHARDS];
+	int32_t total = 0;
+	for (int s = 0; s < n; s++)
+		total += asked[s], w[s] = asked[s];
+	if (start > total)
+		start = total;
+	if (start <= 0 || total == 0) {
+		memset(out, 0, sizeof(int32_t) * (size_t)n);
+		return;
+	}
+	share(start, w, n, rot, out);
+	for (int s = 0; s < n; s++)
+		if (out[s] > asked[s])
+			out[s] = asked[s];
+}
+
+static sq_status check_reqs(sq_client *c, const char *worker, const sq_claim_req *reqs,
+			    size_t nreqs, int *ti, sq_error *err)
 {
 	const sq_config *cfg = c->cfg;
-	int ti[SQ_MAX_TYPES] = {0};
-	shard_req *sr;
-	sq_status st;
-	job_vec jv = {NULL, 0, 0};
-	int32_t total_got[SQ_MAX_TYPES] = {0};
-
-	*jobs_out = NULL;
-	*njobs_out = 0;
 	if (!worker || !*worker || strlen(worker) > 200)
 		return sq_err(err, SQ_EINVAL, "a worker id (1-200 bytes) is required to claim");
 	if (nreqs > SQ_MAX_TYPES)
@@ -214,41 +279,89 @@ sq_status sq_claim(sq_client *c, const char *worker, const sq_claim_req *reqs, s
 			return sq_err(err, SQ_EINVAL,
 				      "claim: limit %d for type '%s' is outside 0..100000",
 				      reqs[k].limit, reqs[k].type);
+		if (reqs[k].start < 0 || reqs[k].start > reqs[k].limit)
+			return sq_err(err, SQ_EINVAL,
+				      "claim: start %d for type '%s' is outside 0..%d",
+				      reqs[k].start, reqs[k].type, reqs[k].limit);
 		ti[k] = (int)(t - cfg->types);
 	}
-	sr = calloc((size_t)c->nshards, sizeof(*sr));
-	if (!sr)
-		return sq_err(err, SQ_ENOMEM, "out of memory");
+	return SQ_OK;
+}
 
-	/* round 1: each type's limit shared by recent yield */
+/* Round 1: each type's limit shared by recent yield; its starts in
+ * proportion to what each shard is asked. */
+static void plan_round1(sq_client *c, const sq_claim_req *reqs, size_t nreqs, const int *ti,
+			shard_req *sr)
+{
 	for (size_t k = 0; k < nreqs; k++) {
 		double w[SQ_MAX_SHARDS] = {0};
-		int32_t part[SQ_MAX_SHARDS];
+		int32_t part[SQ_MAX_SHARDS], st[SQ_MAX_SHARDS];
 		for (int s = 0; s < c->nshards; s++)
-			w[s] = fmax(c->yield[s * cfg->ntypes + ti[k]], 0.02);
+			w[s] = fmax(c->yield[s * c->cfg->ntypes + ti[k]], 0.02);
 		share(reqs[k].limit, w, c->nshards, c->rotate, part);
-		for (int s = 0; s < c->nshards; s++)
+		share_start(reqs[k].start, part, c->nshards, c->rotate, st);
+		for (int s = 0; s < c->nshards; s++) {
 			sr[s].asked[k] = part[s];
+			sr[s].start[k] = st[s];
+		}
 	}
 	c->rotate++;
-	st = claim_round(c, worker, reqs, ti, nreqs, sr, &jv, err);
+}
 
-	/* learn the yield: fraction of the ask that was filled; a shard not
-	 * asked drifts back up so it is probed again */
-	int again = 0;
-	int32_t want2[SQ_MAX_TYPES] = {0};
-	for (size_t k = 0; k < nreqs; k++) {
+/* Learns each shard's yield from a first round: the fraction of its ask
+ * that was filled; a shard not asked drifts back up so it is probed again. */
+static void learn(sq_client *c, size_t nreqs, const int *ti, const shard_req *sr)
+{
+	for (size_t k = 0; k < nreqs; k++)
 		for (int s = 0; s < c->nshards; s++) {
-			double *y = &c->yield[s * cfg->ntypes + ti[k]];
+			double *y = &c->yield[s * c->cfg->ntypes + ti[k]];
 			if (sr[s].asked[k])
 				*y = 0.5 * *y + 0.5 * (double)sr[s].got[k] / sr[s].asked[k];
 			else
 				*y = 0.9 * *y + 0.1;
-			total_got[k] += sr[s].got[k];
 		}
-		want2[k] = reqs[k].limit - total_got[k];
-		if (want2[k] > 0)
-			again = 1;
+}
+
+static void free_reqs(sq_client *c, shard_req *sr)
+{
+	for (int s = 0; sr && s < c->nshards; s++) {
+		sq_buf_free(&sr[s].types);
+		sq_buf_free(&sr[s].limits);
+		sq_buf_free(&sr[s].leases);
+		sq_buf_free(&sr[s].starts);
+		sq_buf_free(&sr[s].execs);
+	}
+	free(sr);
+}
+
+sq_status sq_claim(sq_client *c, const char *worker, const sq_claim_req *reqs, size_t nreqs,
+		   sq_job **jobs_out, size_t *njobs_out, sq_error *err)
+{
+	int ti[SQ_MAX_TYPES] = {0};
+	shard_req *sr;
+	sq_status st;
+	job_vec jv = {NULL, 0, 0};
+	int32_t want2[SQ_MAX_TYPES] = {0}, start2[SQ_MAX_TYPES] = {0};
+	int again = 0;
+
+	*jobs_out = NULL;
+	*njobs_out = 0;
+	if ((st = check_reqs(c, worker, reqs, nreqs, ti, err)))
+		return st;
+	sr = calloc((size_t)c->nshards, sizeof(*sr));
+	if (!sr)
+		return sq_err(err, SQ_ENOMEM, "out of memory");
+	plan_round1(c, reqs, nreqs, ti, sr);
+	st = claim_round(c, worker, reqs, ti, nreqs, sr, &jv, err);
+	learn(c, nreqs, ti, sr);
+	for (size_t k = 0; k < nreqs; k++) {
+		want2[k] = reqs[k].limit;
+		start2[k] = reqs[k].start;
+		for (int s = 0; s < c->nshards; s++) {
+			want2[k] -= sr[s].got[k];
+			start2[k] -= sr[s].got_run[k];
+		}
+		again |= want2[k] > 0;
 	}
 	/* more rounds, only when short: the rest is shared among the shards that
 	 * were not asked yet in this call or gave all they were asked (they may
@@ -260,7 +373,7 @@ sq_status sq_claim(sq_client *c, const char *worker, const sq_claim_req *reqs, s
 		int any2 = 0;
 		for (size_t k = 0; k < nreqs; k++) {
 			double w[SQ_MAX_SHARDS] = {0};
-			int32_t part[SQ_MAX_SHARDS];
+			int32_t part[SQ_MAX_SHARDS], stp[SQ_MAX_SHARDS];
 			int cand = 0;
 			for (int s = 0; s < c->nshards; s++) {
 				unsigned char *tr = &tried[s * nreqs + k];
@@ -271,13 +384,18 @@ sq_status sq_claim(sq_client *c, const char *worker, const sq_claim_req *reqs, s
 				cand += w[s] > 0;
 			}
 			for (int s = 0; s < c->nshards; s++)
-				sr[s].asked[k] = 0;
+				sr[s].asked[k] = sr[s].start[k] = 0;
 			if (want2[k] <= 0 || !cand)
 				continue;
 			share(want2[k], w, c->nshards, c->rotate++, part);
+			for (int s = 0; s < c->nshards; s++)
+				if (w[s] <= 0)
+					part[s] = 0;
+			share_start(start2[k], part, c->nshards, c->rotate, stp);
 			for (int s = 0; s < c->nshards; s++) {
-				sr[s].asked[k] = w[s] > 0 ? part[s] : 0;
-				any2 |= sr[s].asked[k] > 0;
+				sr[s].asked[k] = part[s];
+				sr[s].start[k] = stp[s];
+				any2 |= part[s] > 0;
 			}
 		}
 		if (!any2)
@@ -285,8 +403,10 @@ sq_status sq_claim(sq_client *c, const char *worker, const sq_claim_req *reqs, s
 		st = claim_round(c, worker, reqs, ti, nreqs, sr, &jv, err);
 		again = 0;
 		for (size_t k = 0; k < nreqs; k++) {
-			for (int s = 0; s < c->nshards; s++)
+			for (int s = 0; s < c->nshards; s++) {
 				want2[k] -= sr[s].got[k];
+				start2[k] -= sr[s].got_run[k];
+			}
 			again |= want2[k] > 0;
 		}
 	}
@@ -297,11 +417,52 @@ sq_status sq_claim(sq_client *c, const char *worker, const sq_claim_req *reqs, s
 	*njobs_out = jv.n;
 	if (!jv.n)
 		free(jv.v);
-	for (int s = 0; s < c->nshards; s++) {
-		sq_buf_free(&sr[s].types);
-		sq_buf_free(&sr[s].limits);
-		sq_buf_free(&sr[s].leases);
+	free_reqs(c, sr);
+	return st;
+}
+
+/* ---- the two halves, for the worker's one-pipeline tick ------------------ */
+
+struct sq_claim_pending {
+	shard_req *sr;
+	sq_claim_req reqs[SQ_MAX_TYPES];
+	int ti[SQ_MAX_TYPES];
+	size_t nreqs;
+};
+
+sq_claim_pending *sq_claim_push(sq_client *c, const char *worker, const sq_claim_req *reqs,
+				size_t nreqs, sq_error *err)
+{
+	sq_claim_pending *p = calloc(1, sizeof(*p));
+	if (!p) {
+		sq_err(err, SQ_ENOMEM, "out of memory");
+		return NULL;
 	}
-	free(sr);
+	if (check_reqs(c, worker, reqs, nreqs, p->ti, err) != SQ_OK ||
+	    !(p->sr = calloc((size_t)c->nshards, sizeof(shard_req)))) {
+		free(p);
+		return NULL;
+	}
+	memcpy(p->reqs, reqs, nreqs * sizeof(*reqs));
+	p->nreqs = nreqs;
+	plan_round1(c, reqs, nreqs, p->ti, p->sr);
+	claim_push(c, worker, p->ti, nreqs, p->sr);
+	return p;
+}
+
+sq_status sq_claim_collect(sq_client *c, sq_claim_pending *p, sq_job **jobs, size_t *n,
+			   sq_error *err)
+{
+	job_vec jv = {NULL, 0, 0};
+	sq_status st = claim_collect(c, p->reqs, p->nreqs, p->sr, &jv, err);
+	learn(c, p->nreqs, p->ti, p->sr);
+	if (jv.n > 1)
+		qsort(jv.v, jv.n, sizeof(sq_job), cmp_jobs);
+	*jobs = jv.n ? jv.v : NULL;
+	*n = jv.n;
+	if (!jv.n)
+		free(jv.v);
+	free_reqs(c, p->sr);
+	free(p);
 	return st;
 }

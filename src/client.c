@@ -169,9 +169,11 @@ sq_status sq_client_open(const sq_config *cfg, int for_init, sq_client **out, sq
 		sq_error e;
 		if (sq_pgconn_open(&c->shards[i], cfg->shards[i].id, cfg->shards[i].dsn, opts,
 				   timeout_s, &e) != SQ_OK) {
-			if (st == SQ_OK)
-				*err = e, st = e.code;
-			else if (err && strlen(err->msg) + strlen(e.msg) + 2 < sizeof(err->msg))
+			if (st == SQ_OK) {
+				st = e.code;
+				if (err)
+					*err = e;
+			} else if (err && strlen(err->msg) + strlen(e.msg) + 2 < sizeof(err->msg))
 				strcat(strcat(err->msg, "\n"), e.msg);
 		}
 	}
@@ -357,6 +359,13 @@ sq_status sq_client_run(sq_client *c, sq_error *err)
 			return st;
 	}
 	return SQ_OK;
+}
+
+void sq_client_sync_all(sq_client *c)
+{
+	for (int i = 0; i < c->nshards; i++)
+		if (c->shards[i].qn)
+			sq_pgconn_push_sync(&c->shards[i]);
 }
 
 void sq_client_reset(sq_client *c)

@@ -30,6 +30,7 @@ struct sq_client {
 	double *yield;           /* [shard * ntypes + type]: recent claim yield */
 	unsigned rotate;         /* spreads small limits over shards in turn */
 	sq_type_arrays ta;
+	int merge_txn;         /* push halves leave out their Sync: one transaction */
 	PGconn *map_listen;    /* LISTEN shardq_map on the meta database */
 	double map_checked_at; /* monotonic seconds of the last version check */
 	uint64_t map_refreshes;
@@ -72,6 +73,8 @@ SQ_MUST_CHECK sq_status sq_client_send(sq_client *c, sq_error *err);
 /* Runs the queued pipelines of every shard, then checks each shard's
  * results; returns the first error. */
 SQ_MUST_CHECK sq_status sq_client_run(sq_client *c, sq_error *err);
+/* Ends, on every shard with queued statements, the transaction so far. */
+void sq_client_sync_all(sq_client *c);
 /* Clears every shard's queue and results. */
 void sq_client_reset(sq_client *c);
 

@@ -219,20 +219,28 @@ static sq_status send_all(sq_client *c, shard_batch *sb, const sq_job_spec *jobs
 		if (c->cfg->notify)
 			sq_pgconn_push(&c->shards[s], &stmt_notify, 0, NULL);
 	}
-	if ((st = sq_client_send(c, err)) != SQ_OK)
-		return st;
+	/* every shard that answered is read, even when another failed: its
+	 * jobs are committed and the caller must learn their ids */
+	sq_status first = sq_client_send(c, err);
 	for (int s = 0; s < c->nshards; s++) {
 		sq_pgconn *pc = &c->shards[s];
+		sq_error e;
 		if (!sb[s].nrounds)
 			continue;
-		st = sq_pgconn_result_error(pc, err);
+		st = sq_pgconn_result_error(pc, &e);
 		if (st == SQ_EMOVED || st == SQ_EMOVING) {
 			if (*moved < (st == SQ_EMOVED ? 2 : 1))
 				*moved = st == SQ_EMOVED ? 2 : 1;
 			continue;
 		}
-		if (st != SQ_OK)
-			return st;
+		if (st != SQ_OK) {
+			if (first == SQ_OK) {
+				first = st;
+				if (err)
+					*err = e;
+			}
+			continue;
+		}
 		/* results: gate, check, then one per round */
 		for (int q = 2; q < 2 + sb[s].nrounds && q < pc->nres; q++) {
 			PGresult *r = pc->res[q];
@@ -258,7 +266,7 @@ static sq_status send_all(sq_client *c, shard_batch *sb, const sq_job_spec *jobs
 			}
 		}
 	}
-	return SQ_OK;
+	return first;
 }
 
 sq_status sq_enqueue(sq_client *c, const sq_job_spec *jobs, size_t n, sq_enqueue_result *res,

@@ -24,26 +24,27 @@ static int64_t i64(PGresult *r, int row, int col)
 
 int sq_jobrow_parse(PGresult *r, int row, int shard, sq_job *job)
 {
-	const char *st = PQgetvalue(r, row, 4);
+	const char *st = PQgetvalue(r, row, 5);
 	memset(job, 0, sizeof(*job));
 	job->id = i64(r, row, 0);
 	job->attempt = (int32_t)i64(r, row, 1);
-	job->max_attempts = (int32_t)i64(r, row, 2);
-	job->priority = (int32_t)i64(r, row, 3);
+	job->tries = (int32_t)i64(r, row, 2);
+	job->max_attempts = (int32_t)i64(r, row, 3);
+	job->priority = (int32_t)i64(r, row, 4);
 	job->shard = shard;
 	for (int i = 0; i < 6; i++)
 		if (!strcmp(st, status_names[i]))
 			job->status = (sq_job_status)i;
-	job->type = dup_or_null(r, row, 5);
-	job->key = dup_or_null(r, row, 6);
-	job->params = dup_or_null(r, row, 7);
-	job->worker = dup_or_null(r, row, 8);
-	job->schedule_time_us = i64(r, row, 9);
-	job->delay_tolerance_time_us = i64(r, row, 10);
-	job->lease_until_us = i64(r, row, 11);
-	job->created_us = i64(r, row, 12);
-	if (!job->type || !job->params || (!job->key && !PQgetisnull(r, row, 6)) ||
-	    (!job->worker && !PQgetisnull(r, row, 8))) {
+	job->type = dup_or_null(r, row, 6);
+	job->key = dup_or_null(r, row, 7);
+	job->params = dup_or_null(r, row, 8);
+	job->worker = dup_or_null(r, row, 9);
+	job->schedule_time_us = i64(r, row, 10);
+	job->delay_tolerance_time_us = i64(r, row, 11);
+	job->lease_until_us = i64(r, row, 12);
+	job->created_us = i64(r, row, 13);
+	if (!job->type || !job->params || (!job->key && !PQgetisnull(r, row, 7)) ||
+	    (!job->worker && !PQgetisnull(r, row, 9))) {
 		sq_job_clear(job);
 		return -1;
 	}

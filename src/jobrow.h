@@ -7,12 +7,13 @@
 #include <libpq-fe.h>
 
 /* The column list every statement returning jobs uses, in this order. */
-#define SQ_JOB_COLUMNS                                                                        \
-	"j.id, j.attempt, j.max_attempts, j.priority, j.status::text, j.task, j.active_uid, " \
-	"j.params::text, j.worker, "                                                          \
-	"(extract(epoch from j.schedule_time) * 1000000)::bigint, "                           \
-	"(extract(epoch from j.delay_tolerance_time) * 1000000)::bigint, "                    \
-	"(extract(epoch from j.expected_status_change_time) * 1000000)::bigint, "             \
+#define SQ_JOB_COLUMNS                                                                \
+	"j.id, j.attempt, (j.attempt - j.attempt_base), j.max_attempts, j.priority, " \
+	"j.status::text, j.task, j.active_uid, "                                      \
+	"j.params::text, j.worker, "                                                  \
+	"(extract(epoch from j.schedule_time) * 1000000)::bigint, "                   \
+	"(extract(epoch from j.delay_tolerance_time) * 1000000)::bigint, "            \
+	"(extract(epoch from j.expected_status_change_time) * 1000000)::bigint, "     \
 	"(extract(epoch from j.created_at) * 1000000)::bigint"
 
 /* Fills *job from row `row` of r (columns as SQ_JOB_COLUMNS). Returns 0, or

@@ -6,64 +6,61 @@
 #include "client.h"
 #include "error.h"
 #include "jobrow.h"
+#include "ops.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#define FENCE(st) "j.id = x.id AND j.attempt = x.att AND j.worker = $3 AND j.status = '" st "'"
+/* clang-format off */
+#define FENCE(st) "j.id = x.id AND j.attempt = x.att AND j.worker = $3 AND j.status " st
 #define TYPE_IDX  "array_position($4::text[], j.task)"
+#define EXEC_LEASE                                                              \
+	"now() + COALESCE(($5::bigint[])[" TYPE_IDX "], 300000) * interval '1 millisecond'"
 
+/* starting -> running. Running already (a start resent after its commit
+ * went unanswered) is fine: same run, the lease is renewed. */
 static const sq_stmt stmt_start = {
-	"sq_start", "UPDATE shardq.jobs j SET status = 'running', updated_at = now(),"
-		    "       expected_status_change_time = now() + COALESCE(($5::bigint[])[" TYPE_IDX
-		    "], 300000)"
-		    "                                            * interval '1 millisecond'"
-		    "  FROM unnest($1::bigint[], $2::int[]) WITH ORDINALITY AS x(id, att, ord)"
-		    " WHERE " FENCE("starting") " RETURNING x.ord"};
+	"sq_start",
+	"UPDATE shardq.jobs j SET status = 'running', updated_at = now(),"
+	"       expected_status_change_time = " EXEC_LEASE
+	"  FROM unnest($1::bigint[], $2::int[]) WITH ORDINALITY AS x(id, att, ord)"
+	" WHERE " FENCE("IN ('starting', 'running')") " RETURNING x.ord"};
 
 static const sq_stmt stmt_heartbeat = {
 	"sq_heartbeat",
-	"UPDATE shardq.jobs j SET updated_at = now(),"
-	"       expected_status_change_time = now() + COALESCE(($5::bigint[])[" TYPE_IDX
-	"], 300000)"
-	"                                            * interval '1 millisecond'"
+	"UPDATE shardq.jobs j SET updated_at = now(), expected_status_change_time = " EXEC_LEASE
 	"  FROM unnest($1::bigint[], $2::int[]) WITH ORDINALITY AS x(id, att, ord)"
-	" WHERE " FENCE("running") " RETURNING x.ord"};
+	" WHERE " FENCE("= 'running'") " RETURNING x.ord"};
 
 /* A completed job leaves the hot table (into history if its type keeps
  * it), unless a rerun is pending: then it is ready again with the rerun's
- * params. $4: the types that keep history. */
+ * params and a fresh budget of attempts (the base moves up; the attempt,
+ * which fences every write of a run, never goes down). $4: the types that
+ * keep history. */
 static const sq_stmt stmt_complete = {
 	"sq_complete",
-	"WITH x AS (SELECT * FROM unnest($1::bigint[], $2::int[]) WITH ORDINALITY AS x(id, att, "
-	"ord)),"
+	"WITH x AS (SELECT * FROM unnest($1::bigint[], $2::int[]) WITH ORDINALITY AS x(id, att, ord)),"
 	" rr AS (UPDATE shardq.jobs j SET status = 'ready', params = j.rerun_params,"
-	"          rerun_params = NULL, attempt = 0, worker = NULL,"
+	"          rerun_params = NULL, attempt_base = j.attempt, worker = NULL,"
 	"          expected_status_change_time = NULL, schedule_time = now(),"
 	"          delay_tolerance_time = now() + (j.delay_tolerance_time - j.schedule_time),"
 	"          updated_at = now()"
-	"          FROM x WHERE " FENCE(
-		"running") " AND j.rerun_params IS NOT NULL RETURNING x.ord),"
-			   " del AS (DELETE FROM shardq.jobs j USING x"
-			   "          WHERE " FENCE(
-				   "running") " AND j.rerun_params IS NULL RETURNING j.*, x.ord),"
-					      " hist AS (INSERT INTO shardq.jobs_history (id, "
-					      "partition, task, "
-					      "status, attempt, worker,"
-					      "            active_uid, params, last_error, "
-					      "created_at)"
-					      "          SELECT id, partition, task, 'completed', "
-					      "attempt, "
-					      "worker, active_uid, params,"
-					      "                 last_error, created_at FROM del "
-					      "WHERE task = "
-					      "ANY($4::text[]))"
-					      "SELECT ord FROM rr UNION ALL SELECT ord FROM del"};
+	"          FROM x WHERE " FENCE("= 'running'") " AND j.rerun_params IS NOT NULL"
+	"          RETURNING x.ord),"
+	" del AS (DELETE FROM shardq.jobs j USING x"
+	"          WHERE " FENCE("= 'running'") " AND j.rerun_params IS NULL RETURNING j.*, x.ord),"
+	" hist AS (INSERT INTO shardq.jobs_history (id, partition, task, status, attempt, worker,"
+	"            active_uid, params, last_error, created_at)"
+	"          SELECT id, partition, task, 'completed', attempt - attempt_base, worker,"
+	"                 active_uid, params, last_error, created_at"
+	"            FROM del WHERE task = ANY($4::text[]))"
+	"SELECT ord FROM rr UNION ALL SELECT ord FROM del"};
 
-/* Retry with the type's backoff while attempts remain, else failed. A
- * pending rerun outlives a final failure: the job is ready again with it.
- * $4..$8: per-type backoff kind, base, cap and jitter. */
-#define FINAL "(x.perm OR j.attempt >= j.max_attempts)"
+/* Retry with the type's backoff while tries remain, else failed. A pending
+ * rerun outlives a final failure: the job is ready again with it and a
+ * fresh budget. $4..$8: per-type backoff kind, base, cap and jitter. */
+#define TRIES "(j.attempt - j.attempt_base)"
+#define FINAL "(x.perm OR " TRIES " >= j.max_attempts)"
 #define TI    "array_position($4::text[], j.task)"
 static const sq_stmt stmt_fail = {
 	"sq_fail",
@@ -73,30 +70,32 @@ static const sq_stmt stmt_fail = {
 	"  params = CASE WHEN " FINAL " AND j.rerun_params IS NOT NULL THEN j.rerun_params"
 	"                ELSE j.params END,"
 	"  rerun_params = CASE WHEN " FINAL " THEN NULL ELSE j.rerun_params END,"
-	"  attempt = CASE WHEN " FINAL " AND j.rerun_params IS NOT NULL THEN 0 ELSE j.attempt END,"
+	"  attempt_base = CASE WHEN " FINAL " AND j.rerun_params IS NOT NULL THEN j.attempt"
+	"                      ELSE j.attempt_base END,"
 	"  schedule_time = CASE WHEN " FINAL " THEN now() ELSE now() + interval '1 millisecond' *"
 	"    (LEAST(COALESCE(($7::bigint[])[" TI "], 3600000),"
 	"      CASE COALESCE(($5::int[])[" TI "], 2)"
 	"        WHEN 0 THEN COALESCE(($6::bigint[])[" TI "], 1000)::float8"
-	"        WHEN 1 THEN COALESCE(($6::bigint[])[" TI "], 1000)::float8 * j.attempt"
+	"        WHEN 1 THEN COALESCE(($6::bigint[])[" TI "], 1000)::float8 * " TRIES
 	"        ELSE COALESCE(($6::bigint[])[" TI "], 1000)::float8"
-	"             * power(2, LEAST(GREATEST(j.attempt - 1, 0), 60)) END)"
+	"             * power(2, LEAST(GREATEST(" TRIES " - 1, 0), 60)) END)"
 	"     * (1 + COALESCE(($8::float8[])[" TI "], 0) * (2 * random() - 1))) END,"
 	"  delay_tolerance_time = NULL,"
 	"  worker = CASE WHEN " FINAL " AND j.rerun_params IS NULL THEN j.worker END,"
 	"  expected_status_change_time = NULL,"
 	"  last_error = x.err, updated_at = now()"
-	"  FROM unnest($1::bigint[], $2::int[], $9::text[], $10::bool[]) WITH ORDINALITY AS x(id, "
-	"att, "
-	"err, perm, ord)"
-	" WHERE " FENCE("running") " RETURNING x.ord"};
+	"  FROM unnest($1::bigint[], $2::int[], $9::text[], $10::bool[])"
+	"       WITH ORDINALITY AS x(id, att, err, perm, ord)"
+	" WHERE " FENCE("= 'running'") " RETURNING x.ord"};
 
+/* starting -> ready, and the try does not count: the base moves up. */
 static const sq_stmt stmt_release = {
 	"sq_release",
-	"UPDATE shardq.jobs j SET status = 'ready', attempt = j.attempt - 1, worker = NULL,"
-	"       expected_status_change_time = NULL, updated_at = now()"
+	"UPDATE shardq.jobs j SET status = 'ready', attempt_base = j.attempt_base + 1,"
+	"       worker = NULL, expected_status_change_time = NULL, updated_at = now()"
 	"  FROM unnest($1::bigint[], $2::int[]) WITH ORDINALITY AS x(id, att, ord)"
-	" WHERE " FENCE("starting") " RETURNING x.ord"};
+	" WHERE " FENCE("= 'starting'") " RETURNING x.ord"};
+/* clang-format on */
 
 static const sq_stmt stmt_cancel = {
 	"sq_cancel",
@@ -117,7 +116,7 @@ static const sq_stmt stmt_get = {"sq_get",
 
 static const sq_stmt stmt_get_history = {
 	"sq_get_history",
-	"SELECT j.id, j.attempt, j.attempt, 0, j.status::text, j.task, j.active_uid, "
+	"SELECT j.id, j.attempt, j.attempt, j.attempt, 0, j.status::text, j.task, j.active_uid, "
 	"j.params::text,"
 	"       j.worker, NULL, NULL, NULL, (extract(epoch from j.created_at) * 1000000)::bigint"
 	"  FROM shardq.jobs_history j WHERE j.id = $1 ORDER BY j.finished_at DESC LIMIT 1"};
@@ -138,6 +137,7 @@ typedef struct shard_rows {
 	const char *parts_val[1];
 	size_t *idx;
 	size_t n;
+	int base; /* index of this op's first statement in the shard's pipeline */
 } shard_rows;
 
 static void add_row(sq_client *c, shard_rows *r, const op *o, const sq_job_ref *ref, size_t i)
@@ -187,24 +187,25 @@ static void rows_free(shard_rows *r)
 	free(r->idx);
 }
 
-/* Runs `o` for the refs whose out[] is `want` (all, or the ones to retry).
- * Sets out[i] to SQ_OK for rows returned and `missing` for the others. */
-static sq_status fenced_pass(sq_client *c, const op *o, const char *worker, const sq_job_ref *refs,
-			     size_t n, sq_status *out, sq_status want, sq_status missing,
-			     sq_error *err)
+/* The push half of a fenced call: queues, on each shard that has refs whose
+ * out[] is `want`, the gate, the ownership check and the statement, as one
+ * transaction of their own (a Sync after them). */
+static shard_rows *fenced_push(sq_client *c, const op *o, const char *worker,
+			       const sq_job_ref *refs, size_t n, const sq_status *out,
+			       sq_status want)
 {
 	shard_rows *rows = calloc((size_t)c->nshards, sizeof(*rows));
-	sq_status st = SQ_OK, worst = SQ_OK;
 	if (!rows)
-		return sq_err(err, SQ_ENOMEM, "out of memory");
-	for (int s = 0; s < c->nshards; s++)
+		return NULL;
+	for (int s = 0; s < c->nshards; s++) {
 		rows[s].idx = malloc(sizeof(size_t) * (n ? n : 1));
+		rows[s].base = -1;
+	}
 	for (size_t i = 0; i < n; i++) {
 		if (out[i] != want)
 			continue;
 		add_row(c, &rows[sq_shard_of_id(c, refs[i].id)], o, &refs[i], i);
 	}
-	sq_client_reset(c);
 	for (int s = 0; s < c->nshards; s++) {
 		shard_rows *r = &rows[s];
 		if (!r->n)
@@ -224,21 +225,28 @@ static sq_status fenced_pass(sq_client *c, const op *o, const char *worker, cons
 			r->vals[8] = r->errs.data;
 			r->vals[9] = r->perms.data;
 		}
+		r->base = c->shards[s].qn;
 		sq_client_push_guard(c, s, r->parts_val);
 		sq_pgconn_push(&c->shards[s], o->stmt, o->nparams, r->vals);
+		if (!c->merge_txn)
+			sq_pgconn_push_sync(&c->shards[s]);
 	}
-	{
-		sq_pgconn *conns[SQ_MAX_SHARDS];
-		for (int s = 0; s < c->nshards; s++)
-			conns[s] = &c->shards[s];
-		st = sq_pgconn_run(c->base, conns, c->nshards, err);
-	}
+	return rows;
+}
+
+/* The collect half: out[i] = SQ_OK for rows returned, `missing` for the
+ * others, the shard's error (moving, moved, database) for a shard that
+ * failed. Returns the first database error, or SQ_OK. */
+static sq_status fenced_collect(sq_client *c, shard_rows *rows, sq_status *out, sq_status missing,
+				sq_error *err)
+{
+	sq_status worst = SQ_OK;
 	for (int s = 0; s < c->nshards; s++) {
 		shard_rows *r = &rows[s];
 		sq_error e;
 		if (!r->n)
 			continue;
-		sq_status se = sq_pgconn_result_error(&c->shards[s], &e);
+		sq_status se = sq_pgconn_range_error(&c->shards[s], r->base, r->base + 3, &e);
 		if (se != SQ_OK) {
 			for (size_t k = 0; k < r->n; k++)
 				out[r->idx[k]] = se;
@@ -249,7 +257,7 @@ static sq_status fenced_pass(sq_client *c, const op *o, const char *worker, cons
 			}
 			continue;
 		}
-		PGresult *res = c->shards[s].res[2];
+		PGresult *res = c->shards[s].res[r->base + 2];
 		for (size_t k = 0; k < r->n; k++)
 			out[r->idx[k]] = missing;
 		/* each returned row is the ordinal of a ref in this shard's arrays */
@@ -259,12 +267,34 @@ static sq_status fenced_pass(sq_client *c, const op *o, const char *worker, cons
 				out[r->idx[ord - 1]] = SQ_OK;
 		}
 	}
-	for (int s = 0; s < c->nshards; s++)
+	return worst;
+}
+
+static void fenced_free(sq_client *c, shard_rows *rows)
+{
+	for (int s = 0; rows && s < c->nshards; s++)
 		rows_free(&rows[s]);
 	free(rows);
+}
+
+/* Runs `o` for the refs whose out[] is `want` (all, or the ones to retry).
+ * Sets out[i] to SQ_OK for rows returned and `missing` for the others. */
+static sq_status fenced_pass(sq_client *c, const op *o, const char *worker, const sq_job_ref *refs,
+			     size_t n, sq_status *out, sq_status want, sq_status missing,
+			     sq_error *err)
+{
+	sq_status st;
 	sq_client_reset(c);
+	shard_rows *rows = fenced_push(c, o, worker, refs, n, out, want);
+	if (!rows)
+		return sq_err(err, SQ_ENOMEM, "out of memory");
+	/* the shards that answered count even if one did not */
+	st = sq_client_send(c, err);
+	sq_status worst = fenced_collect(c, rows, out, missing, st == SQ_OK ? err : NULL);
 	if (st == SQ_OK)
 		st = worst;
+	fenced_free(c, rows);
+	sq_client_reset(c);
 	return st;
 }
 
@@ -401,6 +431,9 @@ sq_status sq_cancel(sq_client *c, const int64_t *ids, size_t n, sq_status *out, 
 		if ((st = sq_client_wait_moved(c, moved == 2, &tries, &deadline, err)))
 			break;
 	}
+	for (size_t i = 0; i < n; i++)
+		if (out[i] == SQ_EINVAL) /* not answered: the call's error */
+			out[i] = st != SQ_OK ? st : SQ_EDB;
 	return st;
 }
 
@@ -544,4 +577,83 @@ sq_status sq_get_job(sq_client *c, int64_t id, sq_job *job, sq_error *err)
 	}
 	sq_client_reset(c);
 	return st;
+}
+
+/* ---- the two halves, for the worker's one-pipeline tick ------------------ */
+
+struct sq_fenced_pending {
+	op o;
+	sq_buf hist;
+	shard_rows *rows;
+	sq_status *todo;
+	size_t n;
+	sq_fenced_kind kind;
+};
+
+sq_fenced_pending *sq_fenced_push(sq_client *c, sq_fenced_kind kind, const char *worker,
+				  const sq_job_ref *refs, const sq_fail_req *fails, size_t n)
+{
+	sq_fenced_pending *p = calloc(1, sizeof(*p));
+	sq_job_ref *fr = NULL;
+	if (!p)
+		return NULL;
+	p->kind = kind;
+	p->n = n;
+	sq_buf_init(&p->hist);
+	switch (kind) {
+	case SQ_FENCED_START:
+		p->o = (op){&stmt_start, 5, {c->ta.names, c->ta.exec_ms}, 2, NULL};
+		break;
+	case SQ_FENCED_HEARTBEAT:
+		p->o = (op){&stmt_heartbeat, 5, {c->ta.names, c->ta.exec_ms}, 2, NULL};
+		break;
+	case SQ_FENCED_RELEASE: p->o = (op){&stmt_release, 3, {0}, 0, NULL}; break;
+	case SQ_FENCED_COMPLETE:
+		sq_arr_open(&p->hist);
+		for (int i = 0; i < c->cfg->ntypes; i++)
+			if (c->cfg->types[i].history)
+				sq_arr_str(&p->hist, c->cfg->types[i].name);
+		sq_arr_close(&p->hist);
+		p->o = (op){&stmt_complete, 4, {p->hist.data}, 1, NULL};
+		break;
+	case SQ_FENCED_FAIL:
+		p->o = (op){&stmt_fail,
+			    10,
+			    {c->ta.names, c->ta.backoff, c->ta.base_ms, c->ta.cap_ms, c->ta.jitter},
+			    5,
+			    fails};
+		fr = malloc(sizeof(*fr) * (n ? n : 1));
+		if (!fr)
+			break;
+		for (size_t i = 0; i < n; i++)
+			fr[i] = fails[i].ref;
+		refs = fr;
+		break;
+	}
+	p->todo = malloc(sizeof(sq_status) * (n ? n : 1));
+	if (p->todo && refs) {
+		for (size_t i = 0; i < n; i++)
+			p->todo[i] = SQ_EINVAL;
+		p->rows = fenced_push(c, &p->o, worker, refs, n, p->todo, SQ_EINVAL);
+	}
+	free(fr);
+	if (!p->rows) {
+		free(p->todo);
+		sq_buf_free(&p->hist);
+		free(p);
+		return NULL;
+	}
+	return p;
+}
+
+void sq_fenced_collect(sq_client *c, sq_fenced_pending *p, sq_status *out)
+{
+	for (size_t i = 0; i < p->n; i++)
+		out[i] = SQ_EINVAL;
+	(void)fenced_collect(c, p->rows, out,
+			     p->kind == SQ_FENCED_COMPLETE ? SQ_ENOTFOUND : SQ_ELOST, NULL);
+	fenced_free(c, p->rows);
+	free(p->todo);
+	sq_buf_free(&p->hist);
+	free(p);
 }

@@ -21,7 +21,7 @@
 #define JOB_COLS                                                                       \
 	"id, partition, task, status, priority, schedule_time, delay_tolerance_time, " \
 	"expected_status_change_time, attempt, max_attempts, worker, active_uid, "     \
-	"dedup_policy, params, rerun_params, last_error, created_at, updated_at"
+	"dedup_policy, params, rerun_params, last_error, created_at, updated_at, attempt_base"
 
 typedef struct move {
 	int64_t id;
@@ -212,14 +212,44 @@ static sq_status load(sq_client *c, move *m, int64_t id, sq_error *err)
 	m->parts = malloc(cap * sizeof(uint32_t));
 	m->n = 0;
 	for (const char *p = list; *p && m->parts;) {
-		if (m->n == cap)
-			m->parts = realloc(m->parts, (cap *= 2) * sizeof(uint32_t));
+		if (m->n == cap) {
+			uint32_t *np = realloc(m->parts, (cap *= 2) * sizeof(uint32_t));
+			if (!np) {
+				PQclear(r);
+				return sq_err(err, SQ_ENOMEM, "out of memory");
+			}
+			m->parts = np;
+		}
 		m->parts[m->n++] = (uint32_t)strtoul(p, (char **)&p, 10);
 		if (*p == ',')
 			p++;
 	}
 	PQclear(r);
+	if (!m->parts)
+		return sq_err(err, SQ_ENOMEM, "out of memory");
 	set_lit(m);
+	return SQ_OK;
+}
+
+/* One driver per move: a session advisory lock on the mover's meta
+ * connection, held until the connection closes. A second mover (or an
+ * abort) on the same move is refused instead of racing the first. */
+static sq_status lock_move(move *m, sq_error *err)
+{
+	char ids[24];
+	const char *v[1] = {ids};
+	snprintf(ids, sizeof(ids), "%lld", (long long)m->id);
+	PGresult *r = run(m->meta, "meta", "SELECT pg_try_advisory_lock(" SQ_MOVE_KEY ", $1::int)",
+			  1, v, err);
+	if (!r)
+		return err->code;
+	int got = !strcmp(PQgetvalue(r, 0, 0), "t");
+	PQclear(r);
+	if (!got)
+		return sq_err(err, SQ_ESTATE,
+			      "move %lld is being driven by another mover right now; wait for it, "
+			      "or stop it before resuming or aborting",
+			      (long long)m->id);
 	return SQ_OK;
 }
 
@@ -274,7 +304,7 @@ static sq_status plan(sq_client *c, move *m, sq_error *err)
 	if (run_ok(m->meta, "meta", "COMMIT", 0, NULL, err))
 		return err->code;
 	snprintf(m->step, sizeof(m->step), "planned");
-	return SQ_OK;
+	return lock_move(m, err);
 }
 
 /* Step 1: the destination marks the partitions importing and drops any
@@ -382,13 +412,29 @@ static sq_status freeze(sq_client *c, move *m, const sq_move_opts *o, sq_error *
 /* Step 3: every transaction that began before the freeze has ended. The
  * exclusive gate of the freeze already waited for the writers; this barrier
  * makes the step explicit (and safe to repeat after a restart). */
-static sq_status drain(sq_client *c, move *m, sq_error *err)
+static sq_status drain(sq_client *c, move *m, const sq_move_opts *o, sq_error *err)
 {
-	char who[96];
+	char who[96], lt[64];
 	snprintf(who, sizeof(who), "shard %s (source)", sid(c, m->from));
-	if (run_ok(m->src, who, "BEGIN", 0, NULL, err) ||
-	    run_ok(m->src, who, "SELECT pg_advisory_xact_lock(" SQ_GATE_KEY ")", 0, NULL, err))
-		return err->code;
+	snprintf(lt, sizeof(lt), "SET LOCAL lock_timeout = %lld", (long long)o->lock_timeout_ms);
+	for (int attempt = 1;; attempt++) {
+		if (run_ok(m->src, who, "BEGIN", 0, NULL, err) ||
+		    run_ok(m->src, who, lt, 0, NULL, err))
+			return err->code;
+		/* bounded, like the freeze: a queued exclusive request holds every
+		 * new writer of the shard behind it */
+		if (run_ok(m->src, who, "SELECT pg_advisory_xact_lock(" SQ_GATE_KEY ")", 0, NULL,
+			   err)) {
+			if (err->code == SQ_EMOVING && attempt < o->freeze_tries) {
+				usleep((useconds_t)(50000 * attempt));
+				continue;
+			}
+			sq_err_prefix(err, "drain (gate busy after %d tries; resume later)",
+				      attempt);
+			return err->code;
+		}
+		break;
+	}
 	sq_failpoint("during_drain");
 	if (run_ok(m->src, who, "COMMIT", 0, NULL, err))
 		return err->code;
@@ -477,16 +523,25 @@ static sq_status copy_and_own(sq_client *c, move *m, sq_error *err)
 			return SQ_EDB;
 		}
 		PQclear(r);
-		int got;
+		int got, put_ok = 1;
 		char *buf;
+		/* read the source to its end even if the destination failed, so
+		 * the source connection leaves COPY OUT cleanly */
 		while ((got = PQgetCopyData(m->src, &buf, 0)) > 0) {
-			int put = PQputCopyData(m->dst, buf, got);
+			if (put_ok && PQputCopyData(m->dst, buf, got) != 1)
+				put_ok = 0;
 			PQfreemem(buf);
-			if (put != 1)
-				break;
 		}
 		while ((r = PQgetResult(m->src)) != NULL)
 			PQclear(r);
+		if (!put_ok) {
+			sq_err(err, SQ_EDB, "%s: COPY: %s", dw, PQerrorMessage(m->dst));
+			PQputCopyEnd(m->dst, "destination failed");
+			while ((r = PQgetResult(m->dst)) != NULL)
+				PQclear(r);
+			run_ok(m->dst, dw, "ROLLBACK", 0, NULL, err);
+			return SQ_EDB;
+		}
 		sq_failpoint("mid_copy");
 		if (PQputCopyEnd(m->dst, NULL) != 1) {
 			sq_err(err, SQ_EDB, "%s: COPY: %s", dw, PQerrorMessage(m->dst));
@@ -589,6 +644,21 @@ static sq_status cleanup(sq_client *c, move *m, const sq_move_opts *o, sq_error 
 		   "AND state = 'moving_out'",
 		   2, v, err))
 		return err->code;
+	/* rows are deleted only where the source shows the partitions gone for
+	 * this very move: never rows of partitions it still owns */
+	PGresult *g = run(m->src, who,
+			  "SELECT count(*) FROM shardq.partition_state WHERE partition = "
+			  "ANY($1::int[]) AND state = 'gone' AND move_id = $2::bigint",
+			  2, v, err);
+	if (!g)
+		return err->code;
+	size_t gone = (size_t)atoll(PQgetvalue(g, 0, 0));
+	PQclear(g);
+	if (gone != m->n)
+		return sq_err(err, SQ_ESTATE,
+			      "%s shows %zu of the %zu partitions of move %lld gone; not deleting "
+			      "their rows (see shardq moves)",
+			      who, gone, m->n, (long long)m->id);
 	for (int first = 1;; first = 0) {
 		PGresult *r = run(m->src, who,
 				  "DELETE FROM shardq.jobs WHERE ctid = ANY(ARRAY(SELECT ctid FROM "
@@ -655,7 +725,7 @@ static sq_status drive(sq_client *c, move *m, const sq_move_opts *o, int set, in
 		switch (i) {
 		case 1: st = prepare(c, m, err); break;
 		case 2: st = freeze(c, m, o, err); break;
-		case 3: st = drain(c, m, err); break;
+		case 3: st = drain(c, m, o, err); break;
 		case 4: st = copy_and_own(c, m, err); break;
 		case 5: st = switch_map(c, m, err); break;
 		case 6: st = cleanup(c, m, o, err); break;
@@ -723,6 +793,9 @@ static sq_status move_set(sq_client *c, const uint32_t *parts, size_t n, int fro
 sq_status sq_move(sq_client *c, const uint32_t *parts, size_t n, const char *to,
 		  const sq_move_opts *opts, sq_move_info *info, sq_error *err)
 {
+	sq_error local_err;
+	if (!err)
+		err = &local_err; /* the steps read err->code */
 	sq_move_opts o;
 	sq_status st;
 	int dst = to ? sq_config_shard_index(c->cfg, to) : -1;
@@ -761,6 +834,9 @@ sq_status sq_move(sq_client *c, const uint32_t *parts, size_t n, const char *to,
 sq_status sq_move_resume(sq_client *c, int64_t id, const sq_move_opts *opts, sq_move_info *info,
 			 sq_error *err)
 {
+	sq_error local_err;
+	if (!err)
+		err = &local_err; /* the steps read err->code */
 	sq_move_opts o;
 	move m;
 	sq_status st;
@@ -770,6 +846,8 @@ sq_status sq_move_resume(sq_client *c, int64_t id, const sq_move_opts *opts, sq_
 		sq_move_opts_init(&o);
 	memset(&m, 0, sizeof(m));
 	st = load(c, &m, id, err);
+	if (st == SQ_OK && strcmp(m.step, "done"))
+		st = lock_move(&m, err);
 	if (st == SQ_OK && !strcmp(m.step, "done")) {
 		fill_info(c, &m, info);
 		move_close(&m);
@@ -786,6 +864,9 @@ sq_status sq_move_resume(sq_client *c, int64_t id, const sq_move_opts *opts, sq_
 
 sq_status sq_move_abort(sq_client *c, int64_t id, sq_error *err)
 {
+	sq_error local_err;
+	if (!err)
+		err = &local_err; /* the steps read err->code */
 	move m;
 	sq_status st;
 	char ids[24], who[96];
@@ -793,6 +874,8 @@ sq_status sq_move_abort(sq_client *c, int64_t id, sq_error *err)
 	if ((st = load(c, &m, id, err)))
 		goto out;
 	if (!strcmp(m.step, "aborted"))
+		goto out;
+	if ((st = lock_move(&m, err)))
 		goto out;
 	if (!strcmp(m.step, "copied") || !strcmp(m.step, "switched") || !strcmp(m.step, "done")) {
 		st = sq_err(
@@ -806,12 +889,17 @@ sq_status sq_move_abort(sq_client *c, int64_t id, sq_error *err)
 		goto out;
 	snprintf(ids, sizeof(ids), "%lld", (long long)id);
 	const char *v[2] = {m.lit, ids};
-	/* the destination may have committed without recording it */
+	/* the destination may have committed without recording it: check under
+	 * the row locks, in the transaction that forgets the partitions */
 	snprintf(who, sizeof(who), "shard %s (destination)", sid(c, m.to));
-	PGresult *r = run(m.dst, who,
-			  "SELECT count(*) FROM shardq.partition_state WHERE partition = "
-			  "ANY($1::int[]) AND state = 'owned' AND move_id = $2::bigint",
-			  2, v, err);
+	if ((st = run_ok(m.dst, who, "BEGIN", 0, NULL, err)))
+		goto out;
+	PGresult *r =
+		run(m.dst, who,
+		    "SELECT count(*) FILTER (WHERE state = 'owned' AND move_id = $2::bigint) "
+		    "FROM (SELECT state, move_id FROM shardq.partition_state WHERE partition = "
+		    "ANY($1::int[]) FOR UPDATE) x",
+		    2, v, err);
 	if (!r) {
 		st = err->code;
 		goto out;
@@ -819,14 +907,14 @@ sq_status sq_move_abort(sq_client *c, int64_t id, sq_error *err)
 	long owned = atol(PQgetvalue(r, 0, 0));
 	PQclear(r);
 	if (owned) {
+		run_ok(m.dst, who, "ROLLBACK", 0, NULL, err);
 		st = sq_err(
 			err, SQ_ESTATE,
 			"move %lld committed its copy on %s; it cannot be aborted, only resumed",
 			(long long)id, sid(c, m.to));
 		goto out;
 	}
-	if ((st = run_ok(m.dst, who, "BEGIN", 0, NULL, err)) ||
-	    (st = run_ok(m.dst, who,
+	if ((st = run_ok(m.dst, who,
 			 "DELETE FROM shardq.jobs WHERE partition = ANY($1::int[]) AND EXISTS "
 			 "(SELECT 1 FROM shardq.partition_state ps WHERE ps.partition = "
 			 "shardq.jobs.partition AND ps.state = 'importing' AND ps.move_id = $2)",
@@ -861,6 +949,9 @@ out:
 
 sq_status sq_moves_list(sq_client *c, int all, sq_move_info **out, size_t *n, sq_error *err)
 {
+	sq_error local_err;
+	if (!err)
+		err = &local_err; /* the steps read err->code */
 	PGconn *meta = connect_to("meta", sq_config_meta_dsn(c->cfg), err);
 	PGresult *r;
 	*out = NULL;
@@ -905,6 +996,9 @@ sq_status sq_moves_list(sq_client *c, int all, sq_move_info **out, size_t *n, sq
 
 sq_status sq_rebalance_plan(sq_client *c, sq_plan **out, sq_error *err)
 {
+	sq_error local_err;
+	if (!err)
+		err = &local_err; /* the steps read err->code */
 	const sq_config *cfg = c->cfg;
 	const char *ids[SQ_MAX_SHARDS];
 	double ws[SQ_MAX_SHARDS];
@@ -955,6 +1049,9 @@ void sq_plan_free(sq_plan *p)
 
 sq_status sq_rebalance(sq_client *c, const sq_move_opts *opts, sq_error *err)
 {
+	sq_error local_err;
+	if (!err)
+		err = &local_err; /* the steps read err->code */
 	sq_move_opts o;
 	sq_plan *p;
 	sq_status st;

@@ -143,10 +143,14 @@ void sq_pgconn_push_sync(sq_pgconn *pc)
 		pc->sync_after[pc->qn - 1] = 1;
 }
 
+/* Prepared on the server, or its Prepare already sent in this pipeline. */
 static int is_prepared(sq_pgconn *pc, const sq_stmt *st)
 {
 	for (int i = 0; i < pc->nprepared; i++)
 		if (pc->prepared[i] == st)
+			return 1;
+	for (int i = 0; i < pc->ninflight; i++)
+		if (pc->inflight[i] == st)
 			return 1;
 	return 0;
 }
@@ -166,6 +170,7 @@ static int send_pipeline(sq_pgconn *pc, sq_error *err)
 	pc->expect = pc->seen = pc->nres = 0;
 	pc->syncs = pc->syncs_seen = 0;
 	pc->pending_null = 0;
+	pc->ninflight = 0;
 	for (int i = 0; i < pc->qn; i++) {
 		const sq_stmt *st = pc->q[i];
 		if (!is_prepared(pc, st)) {
@@ -173,8 +178,11 @@ static int send_pipeline(sq_pgconn *pc, sq_error *err)
 				conn_failed(pc, err, "cannot send");
 				return -1;
 			}
-			if (pc->nprepared < 64)
-				pc->prepared[pc->nprepared++] = st;
+			/* recorded as prepared only when the server says so: a Prepare
+			 * skipped after an earlier error in the pipeline is not */
+			if (pc->ninflight < SQ_PIPE_MAX)
+				pc->inflight[pc->ninflight++] = st;
+			pc->prep[pc->expect] = st;
 			pc->keep[pc->expect++] = -1;
 		}
 		if (!PQsendQueryPrepared(pc->conn, st->name, pc->qnparams[i], pc->qvals[i], NULL,
@@ -234,10 +242,12 @@ static void read_results(sq_pgconn *pc, sq_error *err)
 		    pc->nres == pc->keep[pc->seen]) {
 			pc->res[pc->nres++] = r;
 		} else {
-			/* a prepare's result; a failed prepare shows up again as the
-			 * failure of the statement that used it */
-			if (s == PGRES_FATAL_ERROR && pc->keep[pc->seen] < 0)
-				pc->nprepared = 0; /* unknown which: prepare all again */
+			/* a Prepare's result: only a success makes it prepared; a
+			 * failed or skipped one shows up again as the failure of the
+			 * statement that used it, and is sent again next time */
+			if (pc->seen < pc->expect && pc->keep[pc->seen] < 0 &&
+			    s == PGRES_COMMAND_OK && pc->nprepared < 64)
+				pc->prepared[pc->nprepared++] = pc->prep[pc->seen];
 			PQclear(r);
 		}
 	}
@@ -356,6 +366,8 @@ sq_status sq_pgconn_range_error(sq_pgconn *pc, int from, int to, sq_error *err)
 		const char *msg = PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY);
 		if (!msg)
 			msg = PQresultErrorMessage(r);
+		if (state && !strcmp(state, "26000"))
+			pc->nprepared = 0; /* the server lost a statement: prepare all again */
 		if (state && !strcmp(state, "SQM01"))
 			return sq_err(err, SQ_EMOVING, "shard %s: %s; retry shortly", pc->shard_id,
 				      msg);

@@ -42,8 +42,11 @@ typedef struct sq_pgconn {
 	const char *const *qvals[SQ_PIPE_MAX];
 	PGresult *res[SQ_PIPE_MAX]; /* results of the q[] in order */
 	int nres;
-	int expect;                            /* entries sent (prepares included) */
-	int keep[SQ_PIPE_MAX * 2];             /* per entry sent: index into res, or -1 */
+	int expect;                           /* entries sent (prepares included) */
+	int keep[SQ_PIPE_MAX * 2];            /* per entry sent: index into res, or -1 */
+	const sq_stmt *prep[SQ_PIPE_MAX * 2]; /* per entry sent: the Prepare\'s stmt */
+	const sq_stmt *inflight[SQ_PIPE_MAX]; /* prepares sent, not yet answered */
+	int ninflight;
 	unsigned char sync_after[SQ_PIPE_MAX]; /* a Sync (transaction end) follows q[i] */
 	int syncs, syncs_seen;
 	int pending_null; /* a result came; the NULL that ends its entry is due */

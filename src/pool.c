@@ -62,8 +62,10 @@ int sq_pool_start(sq_pool *p, int n, int wake_fd)
 	if (!p->threads)
 		return -1;
 	for (int i = 0; i < n; i++) {
-		if (pthread_create(&p->threads[i], NULL, pool_main, p))
+		if (pthread_create(&p->threads[i], NULL, pool_main, p)) {
+			sq_pool_stop(p); /* the threads started so far must not outlive us */
 			return -1;
+		}
 		p->nthreads++;
 	}
 	return 0;

@@ -7,6 +7,7 @@
 #include "client.h"
 #include "error.h"
 #include "jobrow.h"
+#include "ops.h"
 #include "pool.h"
 
 #include <errno.h>
@@ -327,51 +328,10 @@ static void running_remove(sq_worker *w, sq_task *k)
 		}
 }
 
-/* Writes the results of finished tasks in k[0..n): completions in one
- * batched call, failures in another. Sets done[i] for the tasks whose
- * result was answered by the shards (written, or found LOST). */
-static void write_batch(sq_worker *w, sq_task **k, size_t n, int failures, unsigned char *done)
-{
-	sq_job_ref *refs = malloc(n * sizeof(*refs));
-	sq_fail_req *fr = malloc(n * sizeof(*fr));
-	sq_status *out = malloc(n * sizeof(*out));
-	sq_error err;
-	sq_status st;
-	if (!refs || !fr || !out)
-		goto out;
-	for (size_t i = 0; i < n; i++) {
-		refs[i].id = fr[i].ref.id = k[i]->job.id;
-		refs[i].attempt = fr[i].ref.attempt = k[i]->job.attempt;
-		fr[i].error = k[i]->err[0] ? k[i]->err : "the handler failed";
-		fr[i].permanent = k[i]->result == SQ_RESULT_FAIL;
-	}
-	st = failures ? sq_fail(w->c, w->id, fr, n, out, &err)
-		      : sq_complete(w->c, w->id, refs, n, out, &err);
-	if (st != SQ_OK)
-		goto out; /* not answered: they stay pending */
-	for (size_t i = 0; i < n; i++) {
-		wtype *t = &w->types[k[i]->type];
-		done[i] = 1;
-		if (out[i] != SQ_OK)
-			t->st.lost++;
-		else if (!failures)
-			t->st.done++;
-		else if (fr[i].permanent || k[i]->job.attempt >= k[i]->job.max_attempts)
-			t->st.failed++;
-		else
-			t->st.retried++;
-	}
-out:
-	free(refs);
-	free(fr);
-	free(out);
-}
-
-/* Finished tasks: their results are written (completions and failures each
- * one batched call); what the shards did not answer stays pending and is
- * sent again on a later tick. A task whose lease was found lost while it
- * ran is discarded: another worker owns the job. */
-static void write_results(sq_worker *w)
+/* Finished tasks come back from the pool: their slot frees, and their
+ * result waits in `pending` until the shards have it. A task whose lease
+ * was found lost while it ran is discarded: another worker owns the job. */
+static void take_finished(sq_worker *w)
 {
 	sq_task *done = sq_pool_take_done(&w->pool), *next;
 	for (sq_task *k = done; k; k = next) {
@@ -393,43 +353,6 @@ static void write_results(sq_worker *w)
 		k->next = w->pending;
 		w->pending = k;
 	}
-	size_t n = 0;
-	for (sq_task *k = w->pending; k; k = k->next)
-		n++;
-	if (!n)
-		return;
-	sq_task **ks = malloc(2 * n * sizeof(*ks));
-	unsigned char *ok = calloc(2 * n, 1);
-	if (!ks || !ok) {
-		free(ks);
-		free(ok);
-		return;
-	}
-	size_t nc = 0, nf = 0;
-	for (sq_task *k = w->pending; k; k = k->next) {
-		if (k->result == SQ_RESULT_DONE)
-			ks[nc++] = k;
-		else
-			ks[n + nf++] = k;
-	}
-	if (nc)
-		write_batch(w, ks, nc, 0, ok);
-	if (nf)
-		write_batch(w, ks + n, nf, 1, ok + n);
-	sq_task *keep = NULL;
-	for (size_t i = 0; i < 2 * n; i++) {
-		if ((i < n && i >= nc) || (i >= n && i - n >= nf))
-			continue;
-		if (ok[i]) {
-			task_free(ks[i]);
-		} else {
-			ks[i]->next = keep;
-			keep = ks[i];
-		}
-	}
-	w->pending = keep;
-	free(ks);
-	free(ok);
 }
 
 /* Shutdown: every buffered job goes back to ready at once. */
@@ -463,123 +386,53 @@ static void release_buffered(sq_worker *w)
 	free(out);
 }
 
-/* Free slots take buffered jobs: starting -> running in one batched call,
- * then to the pool. A job whose start is LOST was taken by another worker
- * (its starting lease expired in our buffer) and is dropped. */
-static void promote(sq_worker *w, double now)
+/* A job starts running: to the pool, with its heartbeat due at half its
+ * lease. */
+static void run_task(sq_worker *w, sq_task *k, double now)
 {
-	size_t n = 0, i = 0;
-	for (int t = 0; t < w->ntypes; t++) {
-		wtype *wt = &w->types[t];
-		int free_slots = wt->conc - wt->running;
-		n += (size_t)(free_slots < wt->buffered ? free_slots : wt->buffered);
+	wtype *wt = &w->types[k->type];
+	if (wt->nfreed) {
+		/* the slot sat idle from its last job's end until now */
+		double gap = now - wt->freed[wt->freed_head];
+		wt->freed_head = (wt->freed_head + 1) % wt->conc;
+		wt->nfreed--;
+		if (gap > 0)
+			wt->idle_s += gap;
 	}
-	if (!n)
-		return;
-	sq_task **ks = malloc(n * sizeof(*ks));
-	sq_job_ref *refs = malloc(n * sizeof(*refs));
-	sq_status *out = malloc(n * sizeof(*out));
-	sq_error err;
-	if (!ks || !refs || !out)
-		goto out;
-	for (int t = 0; t < w->ntypes; t++) {
-		wtype *wt = &w->types[t];
-		int take = wt->conc - wt->running;
-		for (; take > 0 && wt->buffered; take--, i++) {
-			ks[i] = buf_pop(wt);
-			refs[i].id = ks[i]->job.id;
-			refs[i].attempt = ks[i]->job.attempt;
-		}
-	}
-	if (sq_start(w->c, w->id, refs, n, out, &err) != SQ_OK) {
-		/* not answered: back to the front of their buffers, next tick */
-		for (i = n; i-- > 0;) {
-			wtype *wt = &w->types[ks[i]->type];
-			ks[i]->next = wt->buf_head;
-			wt->buf_head = ks[i];
-			if (!wt->buf_tail)
-				wt->buf_tail = ks[i];
-			wt->buffered++;
-		}
-		goto out;
-	}
-	for (i = 0; i < n; i++) {
-		sq_task *k = ks[i];
-		wtype *wt = &w->types[k->type];
-		if (out[i] != SQ_OK) {
-			wt->st.lost++;
-			task_free(k);
-			continue;
-		}
-		if (wt->nfreed) {
-			/* the slot sat idle from its last job's end until now */
-			double gap = now - wt->freed[wt->freed_head];
-			wt->freed_head = (wt->freed_head + 1) % wt->conc;
-			wt->nfreed--;
-			if (gap > 0)
-				wt->idle_s += gap;
-		}
-		k->hb_due = now + (double)wt->conf->execution_timeout_ms / 2000.0;
-		k->run_next = w->running;
-		w->running = k;
-		wt->running++;
-		sq_pool_submit(&w->pool, k);
-	}
-out:
-	free(ks);
-	free(refs);
-	free(out);
+	k->hb_due = now + (double)wt->conf->execution_timeout_ms / 2000.0;
+	k->run_next = w->running;
+	w->running = k;
+	wt->running++;
+	sq_pool_submit(&w->pool, k);
 }
 
-/* Running jobs extend their lease before half of it has passed. */
-static void heartbeat(sq_worker *w, double now)
+static void buf_unpop(wtype *t, sq_task *k)
 {
-	size_t n = 0, i = 0;
-	for (sq_task *k = w->running; k; k = k->run_next)
-		n += !k->lost && now >= k->hb_due;
-	if (!n)
-		return;
-	sq_task **ks = malloc(n * sizeof(*ks));
-	sq_job_ref *refs = malloc(n * sizeof(*refs));
-	sq_status *out = malloc(n * sizeof(*out));
-	sq_error err;
-	if (ks && refs && out) {
-		for (sq_task *k = w->running; k; k = k->run_next)
-			if (!k->lost && now >= k->hb_due) {
-				ks[i] = k;
-				refs[i].id = k->job.id;
-				refs[i].attempt = k->job.attempt;
-				i++;
-			}
-		if (sq_heartbeat(w->c, w->id, refs, n, out, &err) == SQ_OK)
-			for (i = 0; i < n; i++) {
-				const sq_type_conf *tc = w->types[ks[i]->type].conf;
-				if (out[i] == SQ_OK)
-					ks[i]->hb_due =
-						now + (double)tc->execution_timeout_ms / 2000.0;
-				else
-					ks[i]->lost = 1; /* its result will be discarded */
-			}
-	}
-	free(ks);
-	free(refs);
-	free(out);
+	k->next = t->buf_head;
+	t->buf_head = k;
+	if (!t->buf_tail)
+		t->buf_tail = k;
+	t->buffered++;
 }
 
-/* How many of each type to ask for: free slots plus the predicted prefetch,
- * less what is buffered, within the capacity left. */
-static int claim_limits(sq_worker *w, sq_claim_req *reqs)
+/* Jobs to hold beyond free slots, within the capacity left: see
+ * predicted_prefetch. `start` gets how many may start at once. */
+static int claim_limits(sq_worker *w, sq_claim_req *reqs, const int *promoting)
 {
-	int room = capacity(w), total = 0;
+	int room = capacity(w), total = 0, npending = 0;
+	for (sq_task *k = w->pending; k; k = k->next)
+		npending++;
+	/* finished jobs whose result is not written yet still hold their row:
+	 * the capacity is never exceeded, even while results are in flight */
+	room -= npending;
 	for (int t = 0; t < w->ntypes; t++)
 		room -= w->types[t].running + w->types[t].buffered;
-	/* finished jobs whose result is not written yet still hold their row */
-	for (sq_task *k = w->pending; k; k = k->next)
-		room--;
 	for (int t = 0; t < w->ntypes; t++) {
 		wtype *wt = &w->types[t];
 		int pf = predicted_prefetch(w, wt);
-		int want = (wt->conc - wt->running) + pf - wt->buffered;
+		int free_now = wt->conc - wt->running - promoting[t];
+		int buffered = wt->buffered - promoting[t];
+		int want = (free_now > 0 ? free_now : 0) + pf - buffered;
 		wt->st.prefetch = pf;
 		if (want < 0)
 			want = 0;
@@ -588,63 +441,321 @@ static int claim_limits(sq_worker *w, sq_claim_req *reqs)
 		room -= want;
 		reqs[t].type = wt->conf->name;
 		reqs[t].limit = want;
+		reqs[t].start = free_now > 0 ? (free_now < want ? free_now : want) : 0;
 		total += want;
 	}
 	return total;
 }
 
-static void claim(sq_worker *w, double now)
+/* Marks the refs whose shard's write transaction failed with that error. */
+static void undo_failed_txn(sq_client *c, const sq_status *terr, const sq_job_ref *refs,
+			    sq_status *out, size_t n)
 {
-	sq_claim_req reqs[SQ_WORKER_MAX_TYPES];
-	sq_job *jobs;
-	size_t n;
-	sq_error err;
-	int asked = claim_limits(w, reqs);
-	if (!asked || now < w->next_claim_at)
-		return;
-	double t0 = sq_mono_s();
-	sq_status st = sq_claim(w->c, w->id, reqs, (size_t)w->ntypes, &jobs, &n, &err);
-	double ms = (sq_mono_s() - t0) * 1000.0;
-	w->claims++;
-	w->rtt_ms = w->have_rtt ? (1 - EWMA) * w->rtt_ms + EWMA * ms : ms;
-	w->have_rtt = 1;
-	for (int t = 0; t < w->ntypes; t++)
-		w->types[t].had_work = 0;
 	for (size_t i = 0; i < n; i++) {
-		sq_task *k = calloc(1, sizeof(*k));
-		int t = 0;
-		while (t < w->ntypes && strcmp(w->types[t].conf->name, jobs[i].type))
-			t++;
-		if (!k || t == w->ntypes) {
-			/* cannot hold it: its starting lease brings it back */
-			free(k);
-			sq_job_clear(&jobs[i]);
-			continue;
+		sq_status e = terr[sq_shard_of_id(c, refs[i].id)];
+		if (e != SQ_OK)
+			out[i] = e;
+	}
+}
+
+static void undo_failed_txn_fail(sq_client *c, const sq_status *terr, const sq_fail_req *reqs,
+				 sq_status *out, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		sq_status e = terr[sq_shard_of_id(c, reqs[i].ref.id)];
+		if (e != SQ_OK)
+			out[i] = e;
+	}
+}
+
+/* Results that the shards could not take in the pipeline (a moved
+ * partition, a completion to look at again) go through the plain calls,
+ * which refresh the map and retry. Returns how many were answered. */
+static void settle_complete(sq_worker *w, sq_task **ks, size_t n, sq_status *out)
+{
+	sq_job_ref *refs = malloc(n * sizeof(*refs));
+	sq_status *o2 = malloc(n * sizeof(*o2));
+	size_t m = 0;
+	sq_error err;
+	if (!refs || !o2)
+		goto out;
+	for (size_t i = 0; i < n; i++)
+		if (out[i] == SQ_ENOTFOUND || out[i] == SQ_EMOVED || out[i] == SQ_EMOVING) {
+			refs[m].id = ks[i]->job.id;
+			refs[m].attempt = ks[i]->job.attempt;
+			m++;
 		}
-		k->job = jobs[i];
-		k->type = t;
-		k->fn = w->types[t].fn;
-		k->arg = w->types[t].arg;
-		w->types[t].had_work = 1;
-		buf_push(&w->types[t], k);
+	if (m && sq_complete(w->c, w->id, refs, m, o2, &err) == SQ_OK)
+		for (size_t i = 0, j = 0; i < n; i++)
+			if (out[i] == SQ_ENOTFOUND || out[i] == SQ_EMOVED || out[i] == SQ_EMOVING)
+				out[i] = o2[j++];
+out:
+	free(refs);
+	free(o2);
+}
+
+/* One tick of database work, in one pipeline per shard (each part its own
+ * transaction): completions, failures, heartbeats, starts of buffered jobs
+ * for free slots, and the claim. */
+static void tick(sq_worker *w, double now, int claiming)
+{
+	size_t np = 0, nc = 0, nf = 0, nh = 0, ns = 0;
+	for (sq_task *k = w->pending; k; k = k->next)
+		np++;
+	for (sq_task *k = w->running; k; k = k->run_next)
+		nh += !k->lost && now >= k->hb_due;
+	int promoting[SQ_WORKER_MAX_TYPES] = {0};
+	for (int t = 0; t < w->ntypes; t++) {
+		wtype *wt = &w->types[t];
+		int f = wt->conc - wt->running;
+		promoting[t] = claiming ? (f < wt->buffered ? (f > 0 ? f : 0) : wt->buffered) : 0;
+		ns += (size_t)promoting[t];
 	}
-	free(jobs);
-	/* a type with no work: its free slots are not waiting for anything */
+	sq_claim_req reqs[SQ_WORKER_MAX_TYPES];
+	int asking = claiming && now >= w->next_claim_at ? claim_limits(w, reqs, promoting) : 0;
+	if (!np && !nh && !ns && !asking)
+		return;
+
+	size_t cap = np + nh + ns + 1;
+	sq_task **tc = malloc(cap * sizeof(*tc)), **tf = malloc(cap * sizeof(*tf));
+	sq_task **th = malloc(cap * sizeof(*th)), **ts = malloc(cap * sizeof(*ts));
+	sq_job_ref *rc = malloc(cap * sizeof(*rc)), *rh = malloc(cap * sizeof(*rh));
+	sq_job_ref *rs = malloc(cap * sizeof(*rs));
+	sq_fail_req *rf = malloc(cap * sizeof(*rf));
+	sq_status *oc = malloc(cap * sizeof(*oc)), *of = malloc(cap * sizeof(*of));
+	sq_status *oh = malloc(cap * sizeof(*oh)), *os = malloc(cap * sizeof(*os));
+	if (!tc || !tf || !th || !ts || !rc || !rh || !rs || !rf || !oc || !of || !oh || !os)
+		goto out;
+	for (sq_task *k = w->pending; k; k = k->next) {
+		if (k->result == SQ_RESULT_DONE) {
+			tc[nc] = k;
+			rc[nc].id = k->job.id;
+			rc[nc].attempt = k->job.attempt;
+			nc++;
+		} else {
+			tf[nf] = k;
+			rf[nf].ref.id = k->job.id;
+			rf[nf].ref.attempt = k->job.attempt;
+			rf[nf].error = k->err[0] ? k->err : "the handler failed";
+			rf[nf].permanent = k->result == SQ_RESULT_FAIL;
+			nf++;
+		}
+	}
+	nh = 0;
+	for (sq_task *k = w->running; k; k = k->run_next)
+		if (!k->lost && now >= k->hb_due) {
+			th[nh] = k;
+			rh[nh].id = k->job.id;
+			rh[nh].attempt = k->job.attempt;
+			nh++;
+		}
+
+	ns = 0;
 	for (int t = 0; t < w->ntypes; t++)
-		if (!w->types[t].had_work && !w->types[t].buffered)
-			w->types[t].nfreed = 0;
-	if (st != SQ_OK || n == 0) {
-		w->poll_delay_ms = w->poll_delay_ms
-					   ? fmin(w->poll_delay_ms * 2, (double)w->opts.poll_max_ms)
-					   : (double)w->opts.poll_min_ms;
-		w->next_claim_at = now + w->poll_delay_ms / 1000.0;
-	} else {
-		w->poll_delay_ms = 0;
-		/* a full answer: more may be there at once; a partial one: the
-		 * queue is drained for now */
-		w->next_claim_at =
-			(int)n >= asked ? now : now + (double)w->opts.poll_min_ms / 1000.0;
+		for (int i = 0; i < promoting[t]; i++) {
+			sq_task *k = buf_pop(&w->types[t]);
+			ts[ns] = k;
+			rs[ns].id = k->job.id;
+			rs[ns].attempt = k->job.attempt;
+			ns++;
+		}
+
+	sq_client_reset(w->c);
+	sq_client_check_map(w->c);
+	/* the writes share one transaction per shard (one commit), the claim
+	 * has its own: two commits a tick, however many jobs */
+	w->c->merge_txn = 1;
+	sq_fenced_pending *pc =
+		nc ? sq_fenced_push(w->c, SQ_FENCED_COMPLETE, w->id, rc, NULL, nc) : NULL;
+	sq_fenced_pending *pf =
+		nf ? sq_fenced_push(w->c, SQ_FENCED_FAIL, w->id, NULL, rf, nf) : NULL;
+	sq_fenced_pending *ph =
+		nh ? sq_fenced_push(w->c, SQ_FENCED_HEARTBEAT, w->id, rh, NULL, nh) : NULL;
+	sq_fenced_pending *ps =
+		ns ? sq_fenced_push(w->c, SQ_FENCED_START, w->id, rs, NULL, ns) : NULL;
+	w->c->merge_txn = 0;
+	int wend[SQ_MAX_SHARDS];
+	for (int s = 0; s < w->c->nshards; s++)
+		wend[s] = w->c->shards[s].qn;
+	sq_client_sync_all(w->c);
+	sq_error err;
+	sq_claim_pending *pk =
+		asking ? sq_claim_push(w->c, w->id, reqs, (size_t)w->ntypes, &err) : NULL;
+	double t0 = sq_mono_s();
+	sq_status sent = sq_client_send(w->c, &err);
+	double rtt = (sq_mono_s() - t0) * 1000.0;
+	(void)sent; /* each part reads its own shards' answers below */
+	/* the writes of a shard share one transaction: a statement that failed
+	 * (a partition found moving, say) rolled back the others on that shard,
+	 * whatever they answered; they count as not done */
+	sq_status terr[SQ_MAX_SHARDS];
+	for (int s = 0; s < w->c->nshards; s++)
+		terr[s] =
+			wend[s] ? sq_pgconn_range_error(&w->c->shards[s], 0, wend[s], NULL) : SQ_OK;
+
+	/* completions and failures: written, lost, or pending for a later tick */
+	for (size_t i = 0; i < nc; i++)
+		oc[i] = SQ_EDB;
+	if (pc)
+		sq_fenced_collect(w->c, pc, oc);
+	if (pf)
+		sq_fenced_collect(w->c, pf, of);
+	else
+		for (size_t i = 0; i < nf; i++)
+			of[i] = SQ_EDB;
+	if (ph)
+		sq_fenced_collect(w->c, ph, oh);
+	else
+		for (size_t i = 0; i < nh; i++)
+			oh[i] = SQ_EDB;
+	if (ps)
+		sq_fenced_collect(w->c, ps, os);
+	else
+		for (size_t i = 0; i < ns; i++)
+			os[i] = SQ_EDB;
+	undo_failed_txn(w->c, terr, rc, oc, nc);
+	undo_failed_txn_fail(w->c, terr, rf, of, nf);
+	undo_failed_txn(w->c, terr, rh, oh, nh);
+	undo_failed_txn(w->c, terr, rs, os, ns);
+	sq_job *jobs = NULL;
+	size_t nj = 0;
+	sq_status cst = SQ_OK;
+	if (pk)
+		cst = sq_claim_collect(w->c, pk, &jobs, &nj, &err);
+	sq_client_reset(w->c);
+
+	/* the rare answers that need the plain calls (moved partitions, a
+	 * completion to look at again) */
+	settle_complete(w, tc, nc, oc);
+	for (size_t i = 0; i < nf; i++)
+		if (of[i] == SQ_EMOVED || of[i] == SQ_EMOVING) {
+			sq_status o1;
+			if (sq_fail(w->c, w->id, &rf[i], 1, &o1, &err) == SQ_OK)
+				of[i] = o1;
+		}
+	for (size_t i = 0; i < ns; i++)
+		if (os[i] == SQ_EMOVED || os[i] == SQ_EMOVING) {
+			sq_status o1;
+			if (sq_start(w->c, w->id, &rs[i], 1, &o1, &err) == SQ_OK)
+				os[i] = o1;
+		}
+	for (size_t i = 0; i < nh; i++)
+		if (oh[i] == SQ_EMOVED || oh[i] == SQ_EMOVING) {
+			sq_status o1;
+			if (sq_heartbeat(w->c, w->id, &rh[i], 1, &o1, &err) == SQ_OK)
+				oh[i] = o1;
+		}
+
+	sq_task *keep = NULL;
+	for (size_t i = 0; i < nc; i++) {
+		wtype *t = &w->types[tc[i]->type];
+		if (oc[i] == SQ_OK || oc[i] == SQ_ELOST) {
+			if (oc[i] == SQ_OK)
+				t->st.done++;
+			else
+				t->st.lost++;
+			task_free(tc[i]);
+		} else {
+			tc[i]->next = keep;
+			keep = tc[i];
+		}
 	}
+	for (size_t i = 0; i < nf; i++) {
+		wtype *t = &w->types[tf[i]->type];
+		if (of[i] == SQ_OK || of[i] == SQ_ELOST) {
+			if (of[i] == SQ_ELOST)
+				t->st.lost++;
+			else if (rf[i].permanent || tf[i]->job.tries >= tf[i]->job.max_attempts)
+				t->st.failed++;
+			else
+				t->st.retried++;
+			task_free(tf[i]);
+		} else {
+			tf[i]->next = keep;
+			keep = tf[i];
+		}
+	}
+	w->pending = keep;
+	for (size_t i = 0; i < nh; i++) {
+		const sq_type_conf *tc2 = w->types[th[i]->type].conf;
+		if (oh[i] == SQ_OK)
+			th[i]->hb_due = now + (double)tc2->execution_timeout_ms / 2000.0;
+		else if (oh[i] == SQ_ELOST)
+			th[i]->lost = 1; /* its result will be discarded */
+	}
+	double at = sq_mono_s();
+	for (size_t i = ns; i-- > 0;) {
+		wtype *wt = &w->types[ts[i]->type];
+		if (os[i] == SQ_OK) {
+			run_task(w, ts[i], at);
+		} else if (os[i] == SQ_ELOST) {
+			/* taken by another worker: its starting lease ran out here */
+			wt->st.lost++;
+			task_free(ts[i]);
+		} else {
+			buf_unpop(wt, ts[i]); /* not answered: try again next tick */
+		}
+	}
+
+	/* the claim: running jobs go to free slots at once, the rest wait */
+	if (asking) {
+		w->claims++;
+		w->rtt_ms = w->have_rtt ? (1 - EWMA) * w->rtt_ms + EWMA * rtt : rtt;
+		w->have_rtt = 1;
+		for (int t = 0; t < w->ntypes; t++)
+			w->types[t].had_work = 0;
+		for (size_t i = 0; i < nj; i++) {
+			sq_task *k = calloc(1, sizeof(*k));
+			int t = 0;
+			while (t < w->ntypes && strcmp(w->types[t].conf->name, jobs[i].type))
+				t++;
+			if (!k || t == w->ntypes) {
+				/* cannot hold it: its lease brings it back */
+				free(k);
+				sq_job_clear(&jobs[i]);
+				continue;
+			}
+			k->job = jobs[i];
+			k->type = t;
+			k->fn = w->types[t].fn;
+			k->arg = w->types[t].arg;
+			w->types[t].had_work = 1;
+			if (k->job.status == SQ_RUNNING)
+				run_task(w, k, at);
+			else
+				buf_push(&w->types[t], k);
+		}
+		free(jobs);
+		/* a type with no work: its free slots are not waiting for anything */
+		for (int t = 0; t < w->ntypes; t++)
+			if (!w->types[t].had_work && !w->types[t].buffered)
+				w->types[t].nfreed = 0;
+		if (cst != SQ_OK || nj == 0) {
+			w->poll_delay_ms = w->poll_delay_ms ? fmin(w->poll_delay_ms * 2,
+								   (double)w->opts.poll_max_ms)
+							    : (double)w->opts.poll_min_ms;
+			w->next_claim_at = now + w->poll_delay_ms / 1000.0;
+		} else {
+			w->poll_delay_ms = 0;
+			/* a full answer: more may be there; a partial one: drained */
+			w->next_claim_at = (int)nj >= asking
+						   ? now
+						   : now + (double)w->opts.poll_min_ms / 1000.0;
+		}
+	}
+out:
+	free(tc);
+	free(tf);
+	free(th);
+	free(ts);
+	free(rc);
+	free(rh);
+	free(rs);
+	free(rf);
+	free(oc);
+	free(of);
+	free(oh);
+	free(os);
 }
 
 static void snapshot(sq_worker *w)
@@ -686,7 +797,8 @@ static double next_wake(sq_worker *w, double now)
 	double at = now + 1.0;
 	if (!w->stopping) {
 		sq_claim_req reqs[SQ_WORKER_MAX_TYPES];
-		if (claim_limits(w, reqs) > 0 && w->next_claim_at < at)
+		int none[SQ_WORKER_MAX_TYPES] = {0};
+		if (claim_limits(w, reqs, none) > 0 && w->next_claim_at < at)
 			at = w->next_claim_at;
 	}
 	for (sq_task *k = w->running; k; k = k->run_next)
@@ -727,23 +839,17 @@ sq_status sq_worker_run(sq_worker *w, sq_error *err)
 			w->stopping = 1;
 			w->grace_deadline = now + (double)w->opts.grace_ms / 1000.0;
 		}
-		write_results(w);
+		take_finished(w);
 		if (w->stopping && !w->released) {
 			release_buffered(w);
 			w->released = 1;
 		}
-		if (!w->stopping)
-			promote(w, now);
-		heartbeat(w, now);
 		if (w->woken && !w->stopping) {
 			w->woken = 0;
 			w->next_claim_at = now;
 			w->poll_delay_ms = 0;
 		}
-		if (!w->stopping) {
-			claim(w, now);
-			promote(w, sq_mono_s()); /* fresh jobs meet free slots at once */
-		}
+		tick(w, now, !w->stopping);
 		snapshot(w);
 		if (w->opts.report_ms > 0 && now >= w->next_report) {
 			w->next_report = now + (double)w->opts.report_ms / 1000.0;

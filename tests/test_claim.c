@@ -50,7 +50,7 @@ START_TEST(three_types_one_statement_per_shard)
 			&t, s,
 			"SELECT 1 FROM (SELECT pg_stat_statements_reset(0, "
 			"(SELECT oid FROM pg_database WHERE datname = current_database()), 0)) x");
-	sq_claim_req rq[3] = {{"a", 10 * ns}, {"b", 5 * ns}, {"c", 2 * ns}};
+	sq_claim_req rq[3] = {{"a", 10 * ns, 0}, {"b", 5 * ns, 0}, {"c", 2 * ns, 0}};
 	sq_job *js;
 	size_t n;
 	sq_error err;
@@ -148,7 +148,7 @@ static void *claim_loop(void *arg)
 	int empty = 0;
 	snprintf(worker, sizeof(worker), "w%d", cl->no);
 	while (empty < 3) {
-		sq_claim_req rq = {"a", 150};
+		sq_claim_req rq = {"a", 150, 0};
 		sq_job *js;
 		size_t n;
 		sq_error err;

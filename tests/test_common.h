@@ -59,7 +59,7 @@ static inline int64_t enqueue_one(sq_client *c, const char *type, const char *ke
 static inline size_t claim_type(sq_client *c, const char *worker, const char *type, int limit,
 				sq_job **jobs)
 {
-	sq_claim_req rq = {type, limit};
+	sq_claim_req rq = {type, limit, 0};
 	size_t n;
 	sq_error err;
 	ck_assert_msg(sq_claim(c, worker, &rq, 1, jobs, &n, &err) == SQ_OK, "claim: %s", err.msg);

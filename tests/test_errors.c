@@ -106,7 +106,7 @@ START_TEST(bad_jobs_write_nothing)
 	ck_assert_int_eq(jobs_now(&t), 0);
 
 	/* claims of unknown types and bad limits */
-	sq_claim_req rq = {"nosuch", 5};
+	sq_claim_req rq = {"nosuch", 5, 0};
 	sq_job *jobs;
 	size_t n;
 	ck_assert_int_eq(sq_claim(t.client, "w", &rq, 1, &jobs, &n, &err), SQ_EINVAL);

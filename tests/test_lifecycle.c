@@ -213,22 +213,31 @@ END_TEST
 
 START_TEST(release_counts_no_attempt)
 {
-	int att = 0;
+	int att, last = 0;
 	int64_t id = enqueue_one(t.client, "fast", "rel", NULL, NULL);
 	for (int i = 0; i < 3; i++) {
-		ck_assert_int_eq(claim1(t.client, "w", "fast", &att), id);
-		ck_assert_int_eq(att, 1);
+		sq_job *js;
+		ck_assert_uint_eq(claim_type(t.client, "w", "fast", 1, &js), 1);
+		ck_assert_int_eq(js[0].id, id);
+		ck_assert_int_eq(js[0].tries, 1);      /* released tries did not count */
+		ck_assert_int_gt(js[0].attempt, last); /* the fence only grows */
+		att = last = js[0].attempt;
+		sq_jobs_free(js, 1);
 		ck_assert_int_eq(one(sq_release, t.client, "w", id, att), SQ_OK);
 		sq_job j = get(id);
 		ck_assert_int_eq(j.status, SQ_READY);
-		ck_assert_int_eq(j.attempt, 0);
+		ck_assert_int_eq(j.tries, 0);
 		ck_assert_ptr_null(j.worker);
 		clear(&j);
+		/* a write of the released run can never match a later run */
+		ck_assert_int_eq(one(sq_start, t.client, "w", id, att), SQ_ELOST);
 	}
 	/* a running job cannot be released (only starting ones) */
 	ck_assert_int_eq(claim1(t.client, "w", "fast", &att), id);
 	ck_assert_int_eq(one(sq_start, t.client, "w", id, att), SQ_OK);
 	ck_assert_int_eq(one(sq_release, t.client, "w", id, att), SQ_ELOST);
+	/* a start sent twice (its answer lost) is the same run: still ok */
+	ck_assert_int_eq(one(sq_start, t.client, "w", id, att), SQ_OK);
 	ck_assert_int_eq(one(sq_complete, t.client, "w", id, att), SQ_OK);
 }
 END_TEST
@@ -279,7 +288,7 @@ START_TEST(expired_on_last_attempt_fails)
 	ck_assert_int_eq(j.attempt, 2);
 	clear(&j);
 	ck_assert_int_eq(testdb_sum(&t, "SELECT count(*) FROM shardq.jobs WHERE last_error LIKE "
-					"'the lease of attempt 2 of 2 expired (worker w2 %'"),
+					"'the lease of try 2 of 2 expired (worker w2 %'"),
 			 1);
 }
 END_TEST

@@ -614,6 +614,52 @@ START_TEST(same_key_before_during_after_move)
 }
 END_TEST
 
+/* Only one driver per move: an abort (or a second mover) while a mover is
+ * still working on the move is refused, and the move completes. */
+START_TEST(abort_refused_while_mover_runs)
+{
+	testdb_open(&t, "sqt_moves_race", 2, 64, types);
+	write_ini();
+	for (int i = 0; i < 50; i++) {
+		char key[16];
+		snprintf(key, sizeof(key), "r%d", i);
+		enqueue_one(t.client, "m", key, NULL, NULL);
+	}
+	pid_t pid = fork();
+	if (pid == 0) {
+		char cmd[512];
+		snprintf(cmd, sizeof(cmd),
+			 "SHARDQ_FAILPOINT_SLEEP=mid_copy:1500 %s -c %s move --count 8 --from s1 "
+			 "--to "
+			 "s2 > /dev/null 2>&1",
+			 getenv("SHARDQ_CLI"), ini_path);
+		execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+		_exit(127);
+	}
+	double end = now_s() + 10;
+	while (testdb_scalar(&t, 0,
+			     "SELECT count(*) FROM shardq_meta.moves WHERE step = 'drained'") ==
+		       0 &&
+	       now_s() < end)
+		usleep(10000);
+	char args[64];
+	snprintf(args, sizeof(args), "moves --abort %lld", (long long)last_move());
+	ck_assert_int_eq(cli(NULL, args), 8);
+	ck_assert_int_eq(cli(NULL, "moves --resume all"), 8);
+	int status;
+	waitpid(pid, &status, 0);
+	ck_assert_int_eq(WEXITSTATUS(status), 0);
+	ck_assert_int_eq(testdb_scalar(&t, 0,
+				       "SELECT count(*) FROM shardq_meta.moves WHERE step = "
+				       "'done'"),
+			 1);
+	check_ownership();
+	ck_assert_int_eq(testdb_sum(&t, "SELECT count(*) FROM shardq.jobs"), 50);
+	unlink(ini_path);
+	testdb_close(&t);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("moves");
@@ -621,6 +667,7 @@ int main(void)
 	tcase_set_timeout(tc, 300);
 	tcase_add_test(tc, stale_router_still_routes);
 	tcase_add_test(tc, same_key_before_during_after_move);
+	tcase_add_test(tc, abort_refused_while_mover_runs);
 	tcase_add_test(tc, add_fifth_shard_under_load);
 	tcase_add_test(tc, drain_a_shard_under_load);
 	tcase_add_test(tc, killed_mover_resumes_or_aborts);

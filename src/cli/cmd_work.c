@@ -105,7 +105,7 @@ static char **job_env(const sq_job *job, const char *worker)
 	env[k++] = strdup(tmp);
 	snprintf(tmp, sizeof(tmp), "SHARDQ_JOB_KEY=%s", job->key ? job->key : "");
 	env[k++] = strdup(tmp);
-	snprintf(tmp, sizeof(tmp), "SHARDQ_JOB_ATTEMPT=%d", job->attempt);
+	snprintf(tmp, sizeof(tmp), "SHARDQ_JOB_ATTEMPT=%d", job->tries);
 	env[k++] = strdup(tmp);
 	snprintf(tmp, sizeof(tmp), "SHARDQ_JOB_MAX_ATTEMPTS=%d", job->max_attempts);
 	env[k++] = strdup(tmp);

@@ -190,7 +190,8 @@ void cli_print_job_json(FILE *f, const sq_job *j, const sq_config *cfg)
 	sq_buf b;
 	char t[40];
 	sq_buf_init(&b);
-	sq_buf_printf(&b, "{\"id\":%" PRId64 ",\"attempt\":%d,\"type\":", j->id, j->attempt);
+	sq_buf_printf(&b, "{\"id\":%" PRId64 ",\"attempt\":%d,\"tries\":%d,\"type\":", j->id,
+		      j->attempt, j->tries);
 	sq_json_put_string(&b, j->type);
 	sq_buf_puts(&b, ",\"key\":");
 	if (j->key)

@@ -1,0 +1,39 @@
+/* ops.h - a claim and the fenced transitions in two halves, push and
+ * collect, so that the worker sends several of them in one pipeline per
+ * shard (each its own transaction) and pays one round trip per tick. */
+#ifndef SQ_OPS_H
+#define SQ_OPS_H
+
+#include "client.h"
+
+typedef struct sq_claim_pending sq_claim_pending;
+
+/* Queues one claim round (limits shared by yield, no further rounds) on the
+ * shards' pipelines; NULL and err on bad input or no memory. */
+sq_claim_pending *sq_claim_push(sq_client *c, const char *worker, const sq_claim_req *reqs,
+				size_t nreqs, sq_error *err);
+/* After sq_client_send: the jobs claimed (free with sq_jobs_free), in the
+ * documented order; frees p. */
+sq_status sq_claim_collect(sq_client *c, sq_claim_pending *p, sq_job **jobs, size_t *n,
+			   sq_error *err);
+
+typedef enum {
+	SQ_FENCED_START,
+	SQ_FENCED_HEARTBEAT,
+	SQ_FENCED_COMPLETE,
+	SQ_FENCED_FAIL,
+	SQ_FENCED_RELEASE,
+} sq_fenced_kind;
+
+typedef struct sq_fenced_pending sq_fenced_pending;
+
+/* Queues a fenced transition of n refs (fails: the reqs of SQ_FENCED_FAIL,
+ * whose refs are used; refs otherwise). The arrays must outlive collect. */
+sq_fenced_pending *sq_fenced_push(sq_client *c, sq_fenced_kind kind, const char *worker,
+				  const sq_job_ref *refs, const sq_fail_req *fails, size_t n);
+/* After sq_client_send: out[i] is SQ_OK, SQ_ELOST (SQ_ENOTFOUND for a
+ * completion: look again with sq_complete), SQ_EMOVED/SQ_EMOVING (send again
+ * with the plain call), or the shard's error. Frees p. */
+void sq_fenced_collect(sq_client *c, sq_fenced_pending *p, sq_status *out);
+
+#endif
