@@ -1,5 +1,6 @@
 /* plot.c - writes the gnuplot script of a run and runs gnuplot. */
 #include "plot.h"
+#include "hist.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,14 +21,15 @@ static void label(const run_result *r, int si, int p, char *out, size_t len)
 
 /* One "plot" command over every (step, phase) that has the file. */
 static void plot_cmd(FILE *f, const char *dir, const run_result *r, const char *kind,
-		     const char *using, int only_queues)
+		     const char *using, int only_latency)
 {
 	int first = 1;
 	char lab[128], path[1200];
 	for (int i = 0; i < r->nsteps; i++)
 		for (int p = 0; p < PH_N; p++) {
 			const phase *ph = &r->steps[i].ph[p];
-			if (!ph->ran || (only_queues && p == PH_C))
+			/* the latency plot: only phases whose jobs carried a time */
+			if (!ph->ran || (only_latency && (p == PH_C || !hist_count(ph->e2s))))
 				continue;
 			snprintf(path, sizeof(path), "%s/%s-%d-%s.dat", dir, kind, i, ph->key);
 			if (access(path, R_OK))
@@ -38,9 +40,7 @@ static void plot_cmd(FILE *f, const char *dir, const run_result *r, const char *
 			first = 0;
 		}
 	if (first)
-		fprintf(f,
-			"set label 1 'no data' at graph 0.5, graph 0.5 center\nplot NaN notitle\n"
-			"unset label 1");
+		fprintf(f, "plot [1:10][1:10] NaN title 'no samples'");
 	fprintf(f, "\n");
 }
 
@@ -66,7 +66,7 @@ static void spectrum_cmd(FILE *f, const char *dir, const run_result *r, const ch
 			first = 0;
 		}
 	if (first)
-		fprintf(f, "plot NaN title 'no samples'");
+		fprintf(f, "plot [1:10][1:10] NaN title 'no samples'");
 	fprintf(f, "\n");
 }
 
@@ -83,7 +83,7 @@ int plot_run(const char *dir, const run_result *r, char *err, size_t errlen)
 	fprintf(f, "# shardq-bench: scenario %s, %s\n", r->sc->name, r->started_at);
 	fprintf(f, "set terminal pngcairo size 1400,1100 font ',10'\nset output '%s'\n", png);
 	fprintf(f,
-		"set datafile missing 'nan'\nset grid\nset key outside bottom center horizontal\n");
+		"set datafile missing 'nan'\nset grid\nset key below\n");
 	fprintf(f, "set multiplot layout 2,2 title 'shardq-bench %s (%s)'\n", r->sc->name,
 		r->started_at);
 	fprintf(f, "set title 'throughput: jobs completed per second'\nset xlabel 'seconds'\n"
