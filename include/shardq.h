@@ -336,6 +336,8 @@ typedef struct sq_worker_stats {
 	double slot_idle_ratio; /* share of slot time idle while work was
 	                           available (the last claim or buffer had jobs) */
 	double busy_seconds;    /* the slot time that ratio is measured over */
+	uint64_t db_errors;     /* ticks whose database work failed (retried) */
+	char last_error[256];   /* the last such error, or "" */
 } sq_worker_stats;
 
 typedef struct sq_worker sq_worker;

@@ -186,16 +186,25 @@ static void claim_push(sq_client *c, const char *worker, const int *ti, size_t n
 }
 
 /* Reads a round's answers into out; sr[s].got[] counts them. A shard that
- * failed does not cost the jobs claimed on the others. */
+ * failed does not cost the jobs claimed on the others: they are kept, and
+ * the first shard's error is returned. */
 static sq_status claim_collect(sq_client *c, const sq_claim_req *reqs, size_t nreqs, shard_req *sr,
 			       job_vec *out, sq_error *err)
 {
+	sq_status first = SQ_OK;
 	for (int s = 0; s < c->nshards; s++) {
 		shard_req *r = &sr[s];
+		sq_error e;
 		if (!r->any)
 			continue;
-		if (sq_pgconn_range_error(&c->shards[s], r->base, r->base + 2, NULL) != SQ_OK) {
+		sq_status se = sq_pgconn_range_error(&c->shards[s], r->base, r->base + 2, &e);
+		if (se != SQ_OK) {
 			r->any = 0;
+			if (first == SQ_OK) {
+				first = se;
+				if (err)
+					*err = e;
+			}
 			continue;
 		}
 		PGresult *res = c->shards[s].res[r->base + 1];
@@ -218,7 +227,7 @@ static sq_status claim_collect(sq_client *c, const sq_claim_req *reqs, size_t nr
 			out->n++;
 		}
 	}
-	return SQ_OK;
+	return first;
 }
 
 static sq_status claim_round(sq_client *c, const char *worker, const sq_claim_req *reqs,
@@ -229,13 +238,8 @@ static sq_status claim_round(sq_client *c, const char *worker, const sq_claim_re
 	sq_client_reset(c);
 	claim_push(c, worker, ti, nreqs, sr);
 	st = sq_client_send(c, err);
-	st2 = claim_collect(c, reqs, nreqs, sr, out, err);
+	st2 = claim_collect(c, reqs, nreqs, sr, out, st == SQ_OK ? err : NULL);
 	sq_client_reset(c);
-	if (st == SQ_OK)
-		for (int s = 0; s < c->nshards; s++)
-			if (sr[s].base >= 0 && !sr[s].any && st == SQ_OK)
-				st = sq_pgconn_range_error(&c->shards[s], sr[s].base,
-							   sr[s].base + 2, err);
 	return st != SQ_OK ? st : st2;
 }
 

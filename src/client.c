@@ -138,6 +138,37 @@ sq_status sq_client_refresh_map(sq_client *c, sq_error *err)
 	return SQ_OK;
 }
 
+/* Every shard's schema must be the one this build speaks: after an
+ * upgrade, `shardq init` applies the new migrations. */
+static sq_status check_schema(sq_client *c, sq_error *err)
+{
+	int want = sq_shard_migrations[sq_shard_migration_count - 1].version;
+	for (int s = 0; s < c->nshards; s++) {
+		sq_error e;
+		PGresult *r = sq_pgconn_exec(
+			&c->shards[s],
+			"SELECT coalesce(max(version), 0) FROM shardq.schema_version", 0, NULL, &e);
+		if (!r)
+			return sq_err(err, SQ_ESTATE,
+				      "shard %s (%s) has no shardq schema; run 'shardq init' first",
+				      c->cfg->shards[s].id, c->shards[s].addr);
+		int have = atoi(PQgetvalue(r, 0, 0));
+		PQclear(r);
+		if (have < want)
+			return sq_err(
+				err, SQ_ESTATE,
+				"shard %s (%s) has schema version %d and this shardq needs %d; run "
+				"'shardq init' to upgrade it",
+				c->cfg->shards[s].id, c->shards[s].addr, have, want);
+		if (have > want)
+			return sq_err(err, SQ_ESTATE,
+				      "shard %s (%s) has schema version %d, newer than this shardq "
+				      "knows (%d); upgrade shardq",
+				      c->cfg->shards[s].id, c->shards[s].addr, have, want);
+	}
+	return SQ_OK;
+}
+
 sq_status sq_client_open(const sq_config *cfg, int for_init, sq_client **out, sq_error *err)
 {
 	sq_client *c = calloc(1, sizeof(*c));
@@ -186,6 +217,8 @@ sq_status sq_client_open(const sq_config *cfg, int for_init, sq_client **out, sq
 		st = sq_pgconn_open(&c->meta, label, sq_config_meta_dsn(cfg), opts, timeout_s, err);
 	}
 	free(opts);
+	if (st == SQ_OK && !for_init)
+		st = check_schema(c, err);
 	if (st == SQ_OK && !for_init)
 		st = sq_client_refresh_map(c, err);
 	if (st == SQ_OK && !for_init) {

@@ -68,7 +68,8 @@ struct sq_worker {
 	sq_task *running; /* list through run_next */
 	sq_task *pending; /* finished, whose result is not yet written */
 	double next_report;
-	uint64_t claims;
+	uint64_t claims, db_errors;
+	char last_error[256];
 	pthread_mutex_t stats_mu;
 	sq_worker_stats snap;
 };
@@ -447,6 +448,14 @@ static int claim_limits(sq_worker *w, sq_claim_req *reqs, const int *promoting)
 	return total;
 }
 
+/* The worker retries failed database work on its own; the error is kept
+ * for its figures, so an operator sees why it is not making progress. */
+static void note_error(sq_worker *w, const sq_error *e)
+{
+	w->db_errors++;
+	snprintf(w->last_error, sizeof(w->last_error), "%s", e->msg);
+}
+
 /* Marks the refs whose shard's write transaction failed with that error. */
 static void undo_failed_txn(sq_client *c, const sq_status *terr, const sq_job_ref *refs,
 			    sq_status *out, size_t n)
@@ -584,7 +593,8 @@ static void tick(sq_worker *w, double now, int claiming)
 	double t0 = sq_mono_s();
 	sq_status sent = sq_client_send(w->c, &err);
 	double rtt = (sq_mono_s() - t0) * 1000.0;
-	(void)sent; /* each part reads its own shards' answers below */
+	if (sent != SQ_OK)
+		note_error(w, &err);
 	/* the writes of a shard share one transaction: a statement that failed
 	 * (a partition found moving, say) rolled back the others on that shard,
 	 * whatever they answered; they count as not done */
@@ -620,8 +630,19 @@ static void tick(sq_worker *w, double now, int claiming)
 	sq_job *jobs = NULL;
 	size_t nj = 0;
 	sq_status cst = SQ_OK;
-	if (pk)
-		cst = sq_claim_collect(w->c, pk, &jobs, &nj, &err);
+	if (pk) {
+		sq_error cerr;
+		cst = sq_claim_collect(w->c, pk, &jobs, &nj, &cerr);
+		if (cst != SQ_OK)
+			note_error(w, &cerr);
+	}
+	for (int s = 0; s < w->c->nshards; s++)
+		if (terr[s] != SQ_OK && terr[s] != SQ_EMOVED && terr[s] != SQ_EMOVING) {
+			sq_error e2;
+			(void)sq_pgconn_range_error(&w->c->shards[s], 0, wend[s], &e2);
+			note_error(w, &e2);
+			break;
+		}
 	sq_client_reset(w->c);
 
 	/* the rare answers that need the plain calls (moved partitions, a
@@ -779,6 +800,8 @@ static void snapshot(sq_worker *w)
 		busy += wt->idle_s + wt->exec_s;
 	}
 	s.slot_idle_ratio = busy > 0 ? idle / busy : 0;
+	s.db_errors = w->db_errors;
+	snprintf(s.last_error, sizeof(s.last_error), "%s", w->last_error);
 	s.busy_seconds = busy;
 	pthread_mutex_lock(&w->stats_mu);
 	w->snap = s;

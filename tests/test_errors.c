@@ -119,6 +119,33 @@ START_TEST(bad_jobs_write_nothing)
 }
 END_TEST
 
+/* After an upgrade, a shard whose schema is older than this build is named,
+ * with what to do. */
+START_TEST(old_schema_asks_for_init)
+{
+	testdb t;
+	sq_error err;
+	sq_client *c;
+	int created;
+	testdb_open(&t, "sqt_errors_schema", 2, 64, types);
+	testdb_scalar(&t, 1,
+		      "WITH d AS (DELETE FROM shardq.schema_version WHERE version > 1 "
+		      "RETURNING 1) SELECT count(*) FROM d");
+	ck_assert_int_eq(sq_client_open(t.cfg, 0, &c, &err), SQ_ESTATE);
+	ck_assert_ptr_nonnull(strstr(err.msg, "shard s2"));
+	ck_assert_ptr_nonnull(strstr(err.msg, "run 'shardq init'"));
+	/* init brings it up to date (the migration is re-applied idempotently
+	 * only where it is missing: here the column exists, so put it back) */
+	testdb_scalar(&t, 1,
+		      "WITH d AS (INSERT INTO shardq.schema_version (version, name) VALUES "
+		      "(2, '002_attempt_base') RETURNING 1) SELECT count(*) FROM d");
+	OKE(sq_init(t.client, &created, &err));
+	OKE(sq_client_open(t.cfg, 0, &c, &err));
+	sq_client_close(c);
+	testdb_close(&t);
+}
+END_TEST
+
 START_TEST(database_of_another_shard_refused)
 {
 	testdb t;
@@ -250,6 +277,7 @@ int main(void)
 	tcase_add_test(tc, unreachable_shard_is_named);
 	tcase_add_test(tc, not_initialised);
 	tcase_add_test(tc, bad_jobs_write_nothing);
+	tcase_add_test(tc, old_schema_asks_for_init);
 	tcase_add_test(tc, database_of_another_shard_refused);
 	tcase_add_test(tc, cli_errors);
 	suite_add_tcase(s, tc);

@@ -284,6 +284,9 @@ static void report(const sq_worker_stats *st, void *arg)
 		", claim rtt %.1fms, idle slots %.1f%%\n",
 		st->running, st->capacity, st->buffered, st->claims, st->claim_rtt_ms,
 		st->slot_idle_ratio * 100);
+	if (st->db_errors)
+		fprintf(stderr, "  database errors: %" PRIu64 " (retried); last: %s\n",
+			st->db_errors, st->last_error);
 	for (int t = 0; t < st->ntypes; t++) {
 		const sq_worker_type_stats *s = &st->types[t];
 		fprintf(stderr,
