@@ -82,8 +82,7 @@ int plot_run(const char *dir, const run_result *r, char *err, size_t errlen)
 	}
 	fprintf(f, "# shardq-bench: scenario %s, %s\n", r->sc->name, r->started_at);
 	fprintf(f, "set terminal pngcairo size 1400,1100 font ',10'\nset output '%s'\n", png);
-	fprintf(f,
-		"set datafile missing 'nan'\nset grid\nset key below\n");
+	fprintf(f, "set datafile missing 'nan'\nset grid\nset key below\n");
 	fprintf(f, "set multiplot layout 2,2 title 'shardq-bench %s (%s)'\n", r->sc->name,
 		r->started_at);
 	fprintf(f, "set title 'throughput: jobs completed per second'\nset xlabel 'seconds'\n"
