@@ -77,6 +77,8 @@ int workerproc_main(int fd, int idx)
 	opts.report_ms = 20;
 	opts.report = on_report;
 	opts.report_arg = &ch;
+	opts.on_tick = wrap_on_tick;
+	opts.tick_arg = t;
 	if (sq_worker_create(cfg, &opts, &ch.w, &err) != SQ_OK) {
 		snprintf(pr->error, sizeof(pr->error), "worker %d: %s", idx, err.msg);
 		goto out;
@@ -91,7 +93,6 @@ int workerproc_main(int fd, int idx)
 			goto out;
 		}
 	}
-	wrap_tally = t;
 	atomic_store(&pr->state, 1);
 	while (atomic_load(&t->go) == 0)
 		sleep_ms(1);
@@ -112,7 +113,6 @@ int workerproc_main(int fd, int idx)
 	}
 	rc = 0;
 out:
-	wrap_tally = NULL;
 	sq_worker_destroy(ch.w);
 	sq_config_free(cfg);
 	atomic_store(&pr->state, rc ? -1 : 2);

@@ -342,6 +342,18 @@ typedef struct sq_worker_stats {
 
 typedef struct sq_worker sq_worker;
 
+/* What one tick of the worker's loop did: one pipeline per shard, all
+ * shards at once (see docs/worker.md). For instrumentation. */
+typedef struct sq_worker_tick {
+	int64_t send_us, recv_us; /* the round trip, on CLOCK_MONOTONIC */
+	int claimed;              /* jobs the claim took; -1: no claim this tick */
+	int started;              /* jobs that turned running (claimed straight to
+	                             running included) */
+	int completed;            /* completions the shards took */
+	int failed;               /* failures the shards took */
+	int lost;                 /* writes that found the job no longer ours */
+} sq_worker_tick;
+
 typedef struct sq_worker_opts {
 	const char *worker_id; /* NULL: "<hostname>-<pid>" */
 	int buffer;            /* most jobs held in starting; -1: the total concurrency */
@@ -354,6 +366,9 @@ typedef struct sq_worker_opts {
 	int64_t report_ms;     /* > 0: call report() this often */
 	void (*report)(const sq_worker_stats *st, void *arg);
 	void *report_arg;
+	/* Called on the loop thread after every tick that did database work. */
+	void (*on_tick)(const sq_worker_tick *t, void *arg);
+	void *tick_arg;
 } sq_worker_opts;
 
 /* Fills opts with the defaults above. */

@@ -592,7 +592,8 @@ static void tick(sq_worker *w, double now, int claiming)
 		asking ? sq_claim_push(w->c, w->id, reqs, (size_t)w->ntypes, &err) : NULL;
 	double t0 = sq_mono_s();
 	sq_status sent = sq_client_send(w->c, &err);
-	double rtt = (sq_mono_s() - t0) * 1000.0;
+	double t1 = sq_mono_s(), rtt = (t1 - t0) * 1000.0;
+	sq_worker_tick tk = {(int64_t)(t0 * 1e6), (int64_t)(t1 * 1e6), asking ? 0 : -1, 0, 0, 0, 0};
 	if (sent != SQ_OK)
 		note_error(w, &err);
 	/* the writes of a shard share one transaction: a statement that failed
@@ -672,9 +673,9 @@ static void tick(sq_worker *w, double now, int claiming)
 		wtype *t = &w->types[tc[i]->type];
 		if (oc[i] == SQ_OK || oc[i] == SQ_ELOST) {
 			if (oc[i] == SQ_OK)
-				t->st.done++;
+				t->st.done++, tk.completed++;
 			else
-				t->st.lost++;
+				t->st.lost++, tk.lost++;
 			task_free(tc[i]);
 		} else {
 			tc[i]->next = keep;
@@ -684,12 +685,16 @@ static void tick(sq_worker *w, double now, int claiming)
 	for (size_t i = 0; i < nf; i++) {
 		wtype *t = &w->types[tf[i]->type];
 		if (of[i] == SQ_OK || of[i] == SQ_ELOST) {
-			if (of[i] == SQ_ELOST)
+			if (of[i] == SQ_ELOST) {
 				t->st.lost++;
-			else if (rf[i].permanent || tf[i]->job.tries >= tf[i]->job.max_attempts)
-				t->st.failed++;
-			else
-				t->st.retried++;
+				tk.lost++;
+			} else {
+				tk.failed++;
+				if (rf[i].permanent || tf[i]->job.tries >= tf[i]->job.max_attempts)
+					t->st.failed++;
+				else
+					t->st.retried++;
+			}
 			task_free(tf[i]);
 		} else {
 			tf[i]->next = keep;
@@ -709,6 +714,7 @@ static void tick(sq_worker *w, double now, int claiming)
 		wtype *wt = &w->types[ts[i]->type];
 		if (os[i] == SQ_OK) {
 			run_task(w, ts[i], at);
+			tk.started++;
 		} else if (os[i] == SQ_ELOST) {
 			/* taken by another worker: its starting lease ran out here */
 			wt->st.lost++;
@@ -742,9 +748,10 @@ static void tick(sq_worker *w, double now, int claiming)
 			k->arg = w->types[t].arg;
 			w->types[t].had_work = 1;
 			if (k->job.status == SQ_RUNNING)
-				run_task(w, k, at);
+				run_task(w, k, at), tk.started++;
 			else
 				buf_push(&w->types[t], k);
+			tk.claimed++;
 		}
 		free(jobs);
 		/* a type with no work: its free slots are not waiting for anything */
@@ -764,6 +771,8 @@ static void tick(sq_worker *w, double now, int claiming)
 						   : now + (double)w->opts.poll_min_ms / 1000.0;
 		}
 	}
+	if (w->opts.on_tick)
+		w->opts.on_tick(&tk, w->opts.tick_arg);
 out:
 	free(tc);
 	free(tf);

@@ -439,15 +439,17 @@ START_TEST(fast_jobs_keep_slots_busy)
 	size_t n = fread(out, 1, sizeof(out) - 1, f);
 	fclose(f);
 	out[n] = '\0';
-	/* the last report: idle share and the predicted prefetch */
+	/* the last report: idle share; the prefetch predicted while the queue
+	 * had work (the highest of the reports: once drained it may fall) */
 	char *last = NULL;
+	int prefetch = 0;
 	for (char *p = strstr(out, "idle slots"); p; p = strstr(p + 1, "idle slots"))
 		last = p;
+	for (char *p = strstr(out, "prefetch "); p; p = strstr(p + 1, "prefetch "))
+		if (atoi(p + strlen("prefetch ")) > prefetch)
+			prefetch = atoi(p + strlen("prefetch "));
 	ck_assert_ptr_nonnull(last);
 	double idle = atof(last + strlen("idle slots "));
-	char *pf = strstr(last, "prefetch ");
-	ck_assert_ptr_nonnull(pf);
-	int prefetch = atoi(pf + strlen("prefetch "));
 	printf("5ms jobs: slots idle %.1f%% of the time work was there; prefetch %d\n", idle,
 	       prefetch);
 	ck_assert_int_gt(prefetch, 0);

@@ -369,6 +369,7 @@ int cmd_claim(cli *x, int argc, char **argv)
 		}
 		reqs[nreqs].type = tok;
 		reqs[nreqs].limit = (int32_t)lim;
+		reqs[nreqs].start = 0;
 		nreqs++;
 	}
 	if ((rc = cli_open(x, "claim", 0))) {

@@ -122,7 +122,7 @@ int cmd_demo(cli *x, int argc, char **argv)
 		fflush(stdout);
 	}
 	last_pct = -1;
-	sq_claim_req reqs[3];
+	sq_claim_req reqs[3] = {{0}};
 	for (int t = 0; t < ntypes; t++) {
 		reqs[t].type = x->cfg->types[t].name;
 		reqs[t].limit = (int32_t)(claim / ntypes);
