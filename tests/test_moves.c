@@ -150,6 +150,13 @@ static void load_stop(void)
 	double end = now_s() + 60;
 	while (live() > 0 && now_s() < end)
 		usleep(100000);
+	if (live() > 0)
+		for (int i = 0; i < L.nwork; i++) {
+			sq_worker_stats st;
+			sq_worker_get_stats(L.w[i], &st);
+			printf("worker %d: running %d buffered %d db errors %llu last: %s\n", i,
+			       st.running, st.buffered, (unsigned long long)st.db_errors, st.last_error);
+		}
 	ck_assert_int_eq(live(), 0);
 	for (int i = 0; i < L.nwork; i++) {
 		sq_worker_stop(L.w[i], 0);
