@@ -59,6 +59,8 @@ static void usage(FILE *f)
 		"  --quiet                no progress lines\n"
 		"  --wait-quiet SECONDS   before each phase, wait up to this long until other\n"
 		"                         processes use less than 0.15 cores (shared machines)\n"
+		"  --retry-disturbed N    run a phase again (up to N times) when other processes\n"
+		"                         took more than 0.25 cores during it\n"
 		"  --note TEXT            recorded with the results (bench/run: the source "
 		"commit)\n"
 		"  -h, --help             this text\n\n"
@@ -110,6 +112,43 @@ static void machine(const bench_env *env, char *out, size_t len)
 		 model, sysconf(_SC_NPROCESSORS_ONLN), (double)mem_kb / 1048576.0, u.release, pg,
 		 env->sc->nshards, env->sc->host[0], env->sc->port[0],
 		 env->sc->port[env->sc->nshards - 1]);
+}
+
+/* Other processes' load during a phase, in cores. */
+static double other_cores(const phase *ph)
+{
+	return ph->cpu_other_s >= 0 && ph->wall_s > 0 ? ph->cpu_other_s / ph->wall_s : 0;
+}
+
+/* Runs one phase; with retries, runs it again (up to that many times) when
+ * other processes took more than DISTURBED cores during it. 0 when the
+ * phase ran and accounted for its jobs. */
+#define DISTURBED 0.25
+static int run_phase(bench_env *env, step *st, int p, uint64_t enq, uint64_t done, int retries)
+{
+	static const char *const keys[PH_N] = {"shardq", "a", "b", "c"};
+	phase *ph = &st->ph[p];
+	for (int attempt = 1;; attempt++) {
+		if (phase_init(ph, keys[p])) {
+			snprintf(ph->error, sizeof(ph->error), "out of memory");
+			return -1;
+		}
+		ph->attempts = attempt;
+		if (p == PH_SHARDQ)
+			phase_shardq(env, st->backlog, ph);
+		else
+			phase_baseline(env, p, enq, done, st->backlog, ph);
+		if (!ph->ok)
+			return -1;
+		if (attempt > retries || other_cores(ph) <= DISTURBED || interrupted)
+			return 0;
+		if (!env->quiet)
+			fprintf(stderr,
+				"shardq-bench: other processes took %.2f cores during phase %s; "
+				"running it again (%d of %d)\n",
+				other_cores(ph), keys[p], attempt, retries);
+		phase_free(ph);
+	}
 }
 
 static int mkdirs(const char *path)
@@ -206,6 +245,7 @@ int main(int argc, char **argv)
 		{"quiet", no_argument, NULL, 'q'},
 		{"note", required_argument, NULL, 'n'},
 		{"wait-quiet", required_argument, NULL, 'w'},
+		{"retry-disturbed", required_argument, NULL, 'r'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
@@ -216,6 +256,7 @@ int main(int argc, char **argv)
 	const char **sets = calloc((size_t)argc, sizeof(char *));
 	int nsets = 0, json = 0, pgss = 0, plot = 1, keep = 0, quiet = 0, c;
 	double wait_quiet = 0;
+	int retries = 0;
 	char err[8192];
 	int rc = EX_OK;
 	bench_env env;
@@ -233,6 +274,7 @@ int main(int argc, char **argv)
 		case 'q': quiet = 1; break;
 		case 'n': snprintf(res.note, sizeof(res.note), "%s", optarg); break;
 		case 'w': wait_quiet = atof(optarg); break;
+		case 'r': retries = atoi(optarg); break;
 		case 'h':
 			usage(stdout);
 			free(sets);
@@ -332,19 +374,7 @@ int main(int argc, char **argv)
 		step *st = &res.steps[i];
 		res.nsteps = i + 1;
 		st->backlog = sc.backlog[i];
-		int ok = 1;
-		for (int p = 0; p < PH_N; p++)
-			ok &= phase_init(&st->ph[p], p == 0   ? "shardq"
-						     : p == 1 ? "a"
-						     : p == 2 ? "b"
-							      : "c") == 0;
-		if (!ok) {
-			fprintf(stderr, "shardq-bench: out of memory\n");
-			rc = EX_FAIL;
-			break;
-		}
-		phase_shardq(&env, st->backlog, &st->ph[PH_SHARDQ]);
-		if (!st->ph[PH_SHARDQ].ok) {
+		if (run_phase(&env, st, PH_SHARDQ, 0, 0, retries)) {
 			fprintf(stderr, "shardq-bench: shardq phase failed: %s\n",
 				st->ph[PH_SHARDQ].error);
 			rc = EX_FAIL;
@@ -356,8 +386,7 @@ int main(int argc, char **argv)
 		for (int p = PH_A; p < PH_N && !interrupted; p++) {
 			if (!want[p])
 				continue;
-			phase_baseline(&env, p, enq, done, st->backlog, &st->ph[p]);
-			if (!st->ph[p].ok) {
+			if (run_phase(&env, st, p, enq, done, retries)) {
 				fprintf(stderr, "shardq-bench: baseline %s failed: %s\n",
 					st->ph[p].key, st->ph[p].error);
 				rc = EX_FAIL;

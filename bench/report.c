@@ -111,6 +111,11 @@ static void step_table(FILE *f, const run_result *r, const step *st)
 		if (!ph->ran)
 			continue;
 		fprintf(f, "  %-7s %s\n", phase_names[p], ph->title);
+		if (ph->attempts > 1)
+			fprintf(f,
+				"          (run %d times: the earlier runs were disturbed by other "
+				"load)\n",
+				ph->attempts);
 		if (ph->backlog && p == PH_SHARDQ)
 			fprintf(f,
 				"          backlog of %lld ready jobs loaded in %.1f s (COPY, all "
@@ -291,6 +296,7 @@ static json_t *phase_json(const phase *ph, const phase *base)
 	json_object_set_new(o, "phase", json_string(ph->key));
 	json_object_set_new(o, "title", json_string(ph->title));
 	json_object_set_new(o, "ok", json_boolean(ph->ok));
+	json_object_set_new(o, "attempts", json_integer(ph->attempts));
 	if (!ph->ok)
 		json_object_set_new(o, "error", json_string(ph->error));
 	json_object_set_new(o, "backlog", json_integer(ph->backlog));

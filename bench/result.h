@@ -32,6 +32,7 @@ typedef struct phase {
 	char key[16];    /* "shardq", "a", "b", "c" */
 	char title[160]; /* what ran */
 	int ran, ok;
+	int attempts; /* runs it took (--retry-disturbed) */
 	char error[1024];
 	int64_t backlog; /* ready jobs preloaded before the phase */
 	double preload_s, vacuum_s;
