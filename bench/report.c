@@ -201,11 +201,12 @@ static void step_table(FILE *f, const run_result *r, const step *st)
 			fprintf(f, " %s=%llu", sc->types[i].name,
 				(unsigned long long)q->per_type[i]);
 		fprintf(f,
-			"\n  shardq start / complete round trip p50 %.2f / %.2f ms, p99 %.2f / "
-			"%.2f "
-			"ms; idle slot share %.3f\n",
-			pct_ms(q->start_rtt, 50), pct_ms(q->complete_rtt, 50),
-			pct_ms(q->start_rtt, 99), pct_ms(q->complete_rtt, 99), q->slot_idle);
+			"\n  shardq worker ticks (one pipeline per shard: writes, then the claim): "
+			"%llu with a claim, %.1f jobs started and %.1f completed per tick; idle "
+			"slot share %.3f\n",
+			(unsigned long long)q->claims,
+			q->claims ? (double)q->started / (double)q->claims : 0,
+			q->claims ? (double)q->completed / (double)q->claims : 0, q->slot_idle);
 		if (st->ph[PH_C].ran && st->ph[PH_C].e2e_rate > 0 && q->e2e_rate > 0)
 			fprintf(f, "  shardq end-to-end is %.2f of the raw limit (c)\n",
 				q->e2e_rate / st->ph[PH_C].e2e_rate);
