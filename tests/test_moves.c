@@ -155,7 +155,8 @@ static void load_stop(void)
 			sq_worker_stats st;
 			sq_worker_get_stats(L.w[i], &st);
 			printf("worker %d: running %d buffered %d db errors %llu last: %s\n", i,
-			       st.running, st.buffered, (unsigned long long)st.db_errors, st.last_error);
+			       st.running, st.buffered, (unsigned long long)st.db_errors,
+			       st.last_error);
 		}
 	ck_assert_int_eq(live(), 0);
 	for (int i = 0; i < L.nwork; i++) {
