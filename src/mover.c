@@ -348,33 +348,49 @@ static sq_status prepare(sq_client *c, move *m, sq_error *err)
 	return SQ_OK;
 }
 
+/* Opens a transaction on the source and takes the gate exclusive in it,
+ * waiting at most lock_timeout per try and trying freeze_tries times: a
+ * queued exclusive request holds every new writer of the shard behind it,
+ * so the wait is bounded. *t0 (if not NULL) is when the successful try
+ * began. On failure nothing is held. */
+static sq_status gate_exclusive(move *m, const char *who, const sq_move_opts *o, const char *step,
+				double *t0, sq_error *err)
+{
+	char lt[64];
+	snprintf(lt, sizeof(lt), "SET LOCAL lock_timeout = %lld", (long long)o->lock_timeout_ms);
+	for (int attempt = 1;; attempt++) {
+		if (t0)
+			*t0 = now_ms();
+		if (run_ok(m->src, who, "BEGIN", 0, NULL, err) ||
+		    run_ok(m->src, who, lt, 0, NULL, err))
+			return err->code;
+		if (!run_ok(m->src, who, "SELECT pg_advisory_xact_lock(" SQ_GATE_KEY ")", 0, NULL,
+			    err))
+			return SQ_OK;
+		if (err->code == SQ_EMOVING && attempt < o->freeze_tries) {
+			usleep((useconds_t)(50000 * attempt));
+			continue;
+		}
+		sq_err_prefix(err, "%s (gate busy after %d tries; resume later)", step, attempt);
+		return err->code;
+	}
+}
+
 /* Step 2: under the exclusive gate, the source marks them moving_out. The
  * gate waits for every write in flight on the source (they hold it shared)
  * and holds new ones for the few milliseconds of the update: that is the
  * write stall, bounded by lock_timeout and measured. */
 static sq_status freeze(sq_client *c, move *m, const sq_move_opts *o, sq_error *err)
 {
-	char ids[24], who[96], lt[64];
+	char ids[24], who[96];
 	const char *v[2] = {m->lit, ids};
 	snprintf(ids, sizeof(ids), "%lld", (long long)m->id);
 	snprintf(who, sizeof(who), "shard %s (source)", sid(c, m->from));
-	snprintf(lt, sizeof(lt), "SET LOCAL lock_timeout = %lld", (long long)o->lock_timeout_ms);
-	for (int attempt = 1;; attempt++) {
-		double t0 = now_ms();
+	for (;;) {
+		double t0;
 		PGresult *r;
-		if (run_ok(m->src, who, "BEGIN", 0, NULL, err) ||
-		    run_ok(m->src, who, lt, 0, NULL, err))
+		if (gate_exclusive(m, who, o, "freeze", &t0, err))
 			return err->code;
-		if (run_ok(m->src, who, "SELECT pg_advisory_xact_lock(" SQ_GATE_KEY ")", 0, NULL,
-			   err)) {
-			if (err->code == SQ_EMOVING && attempt < o->freeze_tries) {
-				usleep((useconds_t)(50000 * attempt));
-				continue;
-			}
-			sq_err_prefix(err, "freeze (gate busy after %d tries; retry later)",
-				      attempt);
-			return err->code;
-		}
 		r = run(m->src, who,
 			"SELECT count(*) FILTER (WHERE state = 'owned' OR (state = 'moving_out' "
 			"AND "
@@ -414,27 +430,10 @@ static sq_status freeze(sq_client *c, move *m, const sq_move_opts *o, sq_error *
  * makes the step explicit (and safe to repeat after a restart). */
 static sq_status drain(sq_client *c, move *m, const sq_move_opts *o, sq_error *err)
 {
-	char who[96], lt[64];
+	char who[96];
 	snprintf(who, sizeof(who), "shard %s (source)", sid(c, m->from));
-	snprintf(lt, sizeof(lt), "SET LOCAL lock_timeout = %lld", (long long)o->lock_timeout_ms);
-	for (int attempt = 1;; attempt++) {
-		if (run_ok(m->src, who, "BEGIN", 0, NULL, err) ||
-		    run_ok(m->src, who, lt, 0, NULL, err))
-			return err->code;
-		/* bounded, like the freeze: a queued exclusive request holds every
-		 * new writer of the shard behind it */
-		if (run_ok(m->src, who, "SELECT pg_advisory_xact_lock(" SQ_GATE_KEY ")", 0, NULL,
-			   err)) {
-			if (err->code == SQ_EMOVING && attempt < o->freeze_tries) {
-				usleep((useconds_t)(50000 * attempt));
-				continue;
-			}
-			sq_err_prefix(err, "drain (gate busy after %d tries; resume later)",
-				      attempt);
-			return err->code;
-		}
-		break;
-	}
+	if (gate_exclusive(m, who, o, "drain", NULL, err))
+		return err->code;
 	sq_failpoint("during_drain");
 	if (run_ok(m->src, who, "COMMIT", 0, NULL, err))
 		return err->code;
