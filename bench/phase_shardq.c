@@ -155,6 +155,28 @@ static void account(bench_env *env, phase *ph, uint64_t expect_enq, int64_t back
 	}
 }
 
+/* What is left on the shards, by type and status, for a stall message. */
+static void left_by_type(const scenario *sc, char *out, size_t len)
+{
+	char err[256];
+	size_t k = 0;
+	out[0] = '\0';
+	for (int s = 0; s < sc->nshards; s++) {
+		PGconn *c = pg_connect(sc->host[s], sc->port[s], sc->database, err, sizeof(err));
+		PGresult *r = c ? pg_query(c,
+					   "SELECT task, status::text, count(*) FROM shardq.jobs "
+					   "GROUP BY 1, 2 ORDER BY 1, 2",
+					   0, NULL, err, sizeof(err))
+				: NULL;
+		for (int i = 0; r && i < PQntuples(r) && k + 80 < len; i++)
+			k += (size_t)snprintf(out + k, len - k, "%ss%d %s %s %s", k ? ", " : "",
+					      s + 1, PQgetvalue(r, i, 0), PQgetvalue(r, i, 1),
+					      PQgetvalue(r, i, 2));
+		PQclear(r);
+		PQfinish(c);
+	}
+}
+
 static int setup_cluster(bench_env *env, sq_config **cfg, sq_client **c, char *err, size_t errlen)
 {
 	const scenario *sc = env->sc;
@@ -236,6 +258,8 @@ void phase_shardq(bench_env *env, int64_t backlog, phase *ph)
 			    sc->duration_ms ? t0 + sc->duration_ms * 1000 : 0, err, sizeof(err)))
 		goto fail;
 	prod_on = 1;
+	uint64_t last_done = 0;
+	int64_t last_progress = t0;
 	for (;;) {
 		uint64_t target = 0;
 		if (!sc->producers)
@@ -257,6 +281,24 @@ void phase_shardq(bench_env *env, int64_t backlog, phase *ph)
 		if (producers_failed(&ps)) {
 			producers_join(&ps, err, sizeof(err));
 			prod_on = 0;
+			goto fail;
+		}
+		uint64_t done_now = atomic_load(&t->completed);
+		/* a stall: jobs outstanding and none completing */
+		if (done_now != last_done ||
+		    done_now >= atomic_load(&t->enqueued) + (uint64_t)backlog) {
+			last_done = done_now;
+			last_progress = mono_us();
+		}
+		if (sc->stall_ms && mono_us() - last_progress > sc->stall_ms * 1000) {
+			char left[600];
+			left_by_type(sc, left, sizeof(left));
+			snprintf(
+				err, sizeof(err),
+				"no job completed for %lld s with %llu of %llu done ([run] stall); "
+				"left on the shards: %s",
+				(long long)(sc->stall_ms / 1000), (unsigned long long)done_now,
+				(unsigned long long)target, left[0] ? left : "nothing");
 			goto fail;
 		}
 		if (mono_us() - t0 > sc->timeout_ms * 1000) {

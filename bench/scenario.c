@@ -380,6 +380,12 @@ static int on_key(void *user, const char *sec, const char *key, const char *v)
 				bad(x, sec, key, "'%s' is not a duration of at least 1s", v);
 			else
 				sc->timeout_ms = us / 1000;
+		} else if (!strcmp(key, "stall")) {
+			int64_t us = parse_us(v);
+			if (us < 0 || (us > 0 && us < 1000000))
+				bad(x, sec, key, "'%s' is not 0 or a duration of at least 1s", v);
+			else
+				sc->stall_ms = us / 1000;
 		} else if (!strcmp(key, "sample")) {
 			int64_t us = parse_us(v);
 			if (us < 100000 || us > 60000000)
@@ -390,7 +396,7 @@ static int on_key(void *user, const char *sec, const char *key, const char *v)
 			parse_baselines(x, sec, key, v);
 		} else
 			bad(x, sec, key,
-			    "unknown key (known: jobs, duration, backlog, timeout, sample, "
+			    "unknown key (known: jobs, duration, backlog, timeout, stall, sample, "
 			    "baselines)");
 	} else if (!strcmp(sec, "baselines")) {
 		if (!strcmp(key, "workers")) {
@@ -451,6 +457,7 @@ static void defaults(scenario *sc)
 	sc->poll_ms = 1000;
 	sc->nsteps = 1;
 	sc->timeout_ms = 3600000;
+	sc->stall_ms = 30000;
 	sc->sample_ms = 1000;
 	sc->run_a = sc->run_b = sc->run_c = 1;
 	sc->base_workers = 8;

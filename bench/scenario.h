@@ -53,6 +53,7 @@ typedef struct scenario {
 	int nsteps;
 	int64_t backlog[SC_MAX_STEPS]; /* ready jobs preloaded, per step */
 	int64_t timeout_ms;            /* a phase that takes longer fails */
+	int64_t stall_ms;              /* ... and one with no completion this long */
 	int sample_ms;                 /* time series resolution */
 	int run_a, run_b, run_c;       /* which baselines run */
 	/* [baselines] */
