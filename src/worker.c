@@ -421,6 +421,7 @@ static void buf_unpop(wtype *t, sq_task *k)
 static int claim_limits(sq_worker *w, sq_claim_req *reqs, const int *promoting)
 {
 	int room = capacity(w), total = 0, npending = 0;
+	int slots[SQ_WORKER_MAX_TYPES], extra[SQ_WORKER_MAX_TYPES];
 	for (sq_task *k = w->pending; k; k = k->next)
 		npending++;
 	/* finished jobs whose result is not written yet still hold their row:
@@ -428,22 +429,34 @@ static int claim_limits(sq_worker *w, sq_claim_req *reqs, const int *promoting)
 	room -= npending;
 	for (int t = 0; t < w->ntypes; t++)
 		room -= w->types[t].running + w->types[t].buffered;
+	/* first every type's free slots (jobs that start at once), then the
+	 * prefetch from what is left, beginning with a different type each
+	 * time: one type's prefetch never starves another type's free slots */
 	for (int t = 0; t < w->ntypes; t++) {
 		wtype *wt = &w->types[t];
-		int pf = predicted_prefetch(w, wt);
 		int free_now = wt->conc - wt->running - promoting[t];
+		int pf = predicted_prefetch(w, wt);
 		int buffered = wt->buffered - promoting[t];
-		int want = (free_now > 0 ? free_now : 0) + pf - buffered;
 		wt->st.prefetch = pf;
-		if (want < 0)
-			want = 0;
-		if (want > room)
-			want = room;
-		room -= want;
-		reqs[t].type = wt->conf->name;
-		reqs[t].limit = want;
-		reqs[t].start = free_now > 0 ? (free_now < want ? free_now : want) : 0;
-		total += want;
+		slots[t] = free_now > 0 ? free_now : 0;
+		if (slots[t] > room)
+			slots[t] = room;
+		room -= slots[t];
+		extra[t] = pf - (buffered > 0 ? buffered : 0);
+		if (extra[t] < 0)
+			extra[t] = 0;
+	}
+	for (int i = 0; i < w->ntypes; i++) {
+		int t = (int)((w->claims + (uint64_t)i) % (uint64_t)w->ntypes);
+		if (extra[t] > room)
+			extra[t] = room;
+		room -= extra[t];
+	}
+	for (int t = 0; t < w->ntypes; t++) {
+		reqs[t].type = w->types[t].conf->name;
+		reqs[t].limit = slots[t] + extra[t];
+		reqs[t].start = slots[t];
+		total += reqs[t].limit;
 	}
 	return total;
 }
