@@ -192,6 +192,8 @@ typedef struct sq_job {
 	int64_t created_us;
 } sq_job;
 
+/* Frees the strings of one job (as filled by sq_get_job) and zeroes it. */
+void sq_job_clear(sq_job *job);
 /* Frees an array of n jobs returned by sq_claim(). */
 void sq_jobs_free(sq_job *jobs, size_t n);
 
@@ -267,7 +269,8 @@ SQ_MUST_CHECK sq_status sq_cancel(sq_client *c, const int64_t *ids, size_t n, sq
 SQ_MUST_CHECK sq_status sq_cancel_key(sq_client *c, const char *type, const char *key, int64_t *id,
 				      sq_error *err);
 
-/* Reads one job by id (any status, including failed/cancelled). */
+/* Reads one job by id (any status, including failed/cancelled); free its
+ * strings with sq_job_clear(). */
 SQ_MUST_CHECK sq_status sq_get_job(sq_client *c, int64_t id, sq_job *job, sq_error *err);
 
 /* ---- stats ------------------------------------------------------------ */

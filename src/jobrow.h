@@ -19,7 +19,5 @@
 /* Fills *job from row `row` of r (columns as SQ_JOB_COLUMNS). Returns 0, or
  * -1 when out of memory (then *job holds nothing to free). */
 int sq_jobrow_parse(PGresult *r, int row, int shard, sq_job *job);
-/* Frees the strings of one job. */
-void sq_job_clear(sq_job *job);
 
 #endif

@@ -29,8 +29,7 @@ static sq_job get(int64_t id)
 
 static void clear(sq_job *j)
 {
-	sq_jobs_free(NULL, 0);
-	free(j->type), free(j->key), free(j->params), free(j->worker);
+	sq_job_clear(j);
 }
 
 static long live_with_key(const char *key)

@@ -34,7 +34,7 @@ static sq_job get(int64_t id)
 
 static void clear(sq_job *j)
 {
-	free(j->type), free(j->key), free(j->params), free(j->worker);
+	sq_job_clear(j);
 }
 
 static sq_status one(sq_status (*fn)(sq_client *, const char *, const sq_job_ref *, size_t,

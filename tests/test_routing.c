@@ -143,7 +143,7 @@ START_TEST(init_is_idempotent_and_refuses_other_partition_count)
 	sq_job j;
 	OKE(sq_get_job(t.client, id, &j, &err));
 	ck_assert_str_eq(j.key, "keep-me");
-	free(j.type), free(j.key), free(j.params), free(j.worker);
+	sq_job_clear(&j);
 
 	/* same databases, another partition count: refused, clearly */
 	char *ini = strdup(t.ini);

@@ -518,15 +518,15 @@ START_TEST(exec_contract)
 	OKE(sq_get_job(t.client, ok, &j, &err));
 	ck_assert_int_eq(j.status, SQ_COMPLETED);
 	ck_assert_int_eq(j.attempt, 1);
-	free(j.type), free(j.key), free(j.params), free(j.worker);
+	sq_job_clear(&j);
 	OKE(sq_get_job(t.client, flaky, &j, &err));
 	ck_assert_int_eq(j.status, SQ_COMPLETED);
 	ck_assert_int_eq(j.attempt, 2);
-	free(j.type), free(j.key), free(j.params), free(j.worker);
+	sq_job_clear(&j);
 	OKE(sq_get_job(t.client, perm, &j, &err));
 	ck_assert_int_eq(j.status, SQ_FAILED);
 	ck_assert_int_eq(j.attempt, 1);
-	free(j.type), free(j.key), free(j.params), free(j.worker);
+	sq_job_clear(&j);
 	ck_assert_int_eq(testdb_sum(&t, "SELECT count(*) FROM shardq.jobs WHERE status = 'failed' "
 					"AND last_error = 'bad input: cannot go on'"),
 			 1);

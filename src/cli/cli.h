@@ -32,6 +32,8 @@ typedef struct cli {
 int cli_exit_code(sq_status st);
 /* Prints "shardq CMD: message" to stderr and returns the exit code. */
 int cli_fail(const char *cmd, const sq_error *err);
+/* Loads the config (-c, $SHARDQ_CONFIG, ./shardq.ini); prints why not. */
+int cli_load_config(cli *x, const char *cmd);
 /* Loads the config and opens a client (for_init: cluster may be new). */
 int cli_open(cli *x, const char *cmd, int for_init);
 void cli_close(cli *x);

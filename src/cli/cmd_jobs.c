@@ -586,10 +586,6 @@ int cmd_get(cli *x, int argc, char **argv)
 	if (sq_get_job(x->client, id, &j, &err) != SQ_OK)
 		return cli_fail("get", &err);
 	cli_print_job_json(stdout, &j, x->cfg);
-	sq_jobs_free(NULL, 0);
-	free(j.type);
-	free(j.key);
-	free(j.params);
-	free(j.worker);
+	sq_job_clear(&j);
 	return EX_OK;
 }

@@ -411,17 +411,9 @@ int cmd_work(cli *x, int argc, char **argv)
 	wo.listen = listen;
 	wo.report = report;
 	ex.cmd = cmd;
-	/* the config is needed before connecting, for type names */
 	sq_error err;
-	if (!x->config_path) {
-		x->config_path = getenv("SHARDQ_CONFIG");
-		if (!x->config_path)
-			x->config_path = "shardq.ini";
-	}
-	if (sq_config_load(x->config_path, &x->cfg, &err) != SQ_OK) {
-		fprintf(stderr, "shardq work: invalid config:\n%s\n", err.msg);
-		return EX_CONFIG;
-	}
+	if ((rc = cli_load_config(x, "work")))
+		return rc;
 	sq_worker *w;
 	if (sq_worker_create(x->cfg, &wo, &w, &err) != SQ_OK)
 		return cli_fail("work", &err);

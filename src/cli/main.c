@@ -76,7 +76,7 @@ int cli_fail(const char *cmd, const sq_error *err)
 	return cli_exit_code(err->code);
 }
 
-int cli_open(cli *x, const char *cmd, int for_init)
+int cli_load_config(cli *x, const char *cmd)
 {
 	sq_error err;
 	if (!x->config_path) {
@@ -91,6 +91,15 @@ int cli_open(cli *x, const char *cmd, int for_init)
 			fprintf(stderr, "shardq %s: %s\n", cmd, err.msg);
 		return EX_CONFIG;
 	}
+	return EX_OK;
+}
+
+int cli_open(cli *x, const char *cmd, int for_init)
+{
+	sq_error err;
+	int rc = cli_load_config(x, cmd);
+	if (rc)
+		return rc;
 	if (sq_client_open(x->cfg, for_init, &x->client, &err) != SQ_OK)
 		return cli_fail(cmd, &err);
 	return EX_OK;
