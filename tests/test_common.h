@@ -48,7 +48,6 @@ static inline int64_t enqueue_one(sq_client *c, const char *type, const char *ke
 	j.type = type;
 	j.key = key;
 	j.params = params;
-	j.delay_tolerance_ms = -1;
 	ck_assert_msg(sq_enqueue(c, &j, 1, &r, &err) == SQ_OK, "enqueue: %s", err.msg);
 	if (outcome)
 		*outcome = r.outcome;

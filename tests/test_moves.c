@@ -74,7 +74,6 @@ static void *producer(void *arg)
 			snprintf(keys[i], sizeof(keys[i]), "p%d-%d-%d", no, seq, i);
 			js[i].type = "m";
 			js[i].key = keys[i];
-			js[i].delay_tolerance_ms = -1;
 		}
 		ck_assert_msg(sq_enqueue(c, js, 100, rs, &err) == SQ_OK, "producer: %s", err.msg);
 		for (int i = 0; i < 100; i++) {

@@ -104,7 +104,7 @@ static void enqueue_n(const char *type, int n, const char *params)
 	sq_enqueue_result *rs = calloc((size_t)n, sizeof(*rs));
 	sq_error err;
 	for (int i = 0; i < n; i++)
-		js[i].type = type, js[i].params = params, js[i].delay_tolerance_ms = -1;
+		js[i].type = type, js[i].params = params;
 	OKE(sq_enqueue(t.client, js, (size_t)n, rs, &err));
 	free(js);
 	free(rs);
