@@ -64,7 +64,6 @@ static void *producer_main(void *arg)
 			memset(&specs[i], 0, sizeof(specs[i]));
 			specs[i].type = sc->types[scenario_type_of(sc, (uint64_t)job)].name;
 			specs[i].params = params;
-			specs[i].delay_tolerance_ms = -1;
 			if (keys) {
 				snprintf(keys[i], 24, "k%lld", (long long)job);
 				specs[i].key = keys[i];

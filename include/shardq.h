@@ -120,6 +120,15 @@ SQ_MUST_CHECK sq_status sq_client_refresh_map(sq_client *c, sq_error *err);
 
 /* ---- enqueue ---------------------------------------------------------- */
 
+/* sq_job_spec.delay_tolerance_ms for "no tolerance", whatever the type's
+ * default (0 means the type's default, as every zero field of a spec does). */
+#define SQ_NO_DELAY_TOLERANCE INT64_MIN
+
+/*
+ * One job to enqueue. A zero-initialised spec (plus a type) is a job with
+ * every setting at its type's default: zero means "the default" in every
+ * field below.
+ */
 typedef struct sq_job_spec {
 	const char *type;   /* task type, must be in the config */
 	const char *key;    /* dedup key (active_uid); NULL: none */
@@ -128,7 +137,9 @@ typedef struct sq_job_spec {
 	int32_t priority;
 	int64_t run_at_us;          /* absolute unix time in microseconds; 0: not set */
 	int64_t delay_ms;           /* when run_at_us is 0: now() + delay_ms */
-	int64_t delay_tolerance_ms; /* -1: the type's default; 0: none */
+	int64_t delay_tolerance_ms; /* 0: the type's default; > 0: this tolerance;
+	                               SQ_NO_DELAY_TOLERANCE: none. Other negative
+	                               values are refused (SQ_EINVAL). */
 	int32_t max_attempts;       /* 0: the type's default */
 } sq_job_spec;
 

@@ -131,6 +131,11 @@ static sq_status validate(const sq_client *c, const sq_job_spec *jobs, size_t n,
 				      i + 1);
 		if (j->delay_ms < 0)
 			return sq_err(err, SQ_EINVAL, "job %zu: delay must not be negative", i + 1);
+		if (j->delay_tolerance_ms < 0 && j->delay_tolerance_ms != SQ_NO_DELAY_TOLERANCE)
+			return sq_err(err, SQ_EINVAL,
+				      "job %zu: delay_tolerance_ms %lld is negative; 0 is the type's "
+				      "default, SQ_NO_DELAY_TOLERANCE none",
+				      i + 1, (long long)j->delay_tolerance_ms);
 	}
 	return SQ_OK;
 }
@@ -155,8 +160,9 @@ static void round_add(round *r, const sq_client *c, const sq_job_spec *j, int64_
 	sq_arr_i64(&r->col[5], j->has_priority ? j->priority : t->priority);
 	sq_arr_i64(&r->col[6], j->run_at_us);
 	sq_arr_i64(&r->col[7], j->delay_ms);
-	sq_arr_i64(&r->col[8],
-		   j->delay_tolerance_ms >= 0 ? j->delay_tolerance_ms : t->delay_tolerance_ms);
+	sq_arr_i64(&r->col[8], j->delay_tolerance_ms == SQ_NO_DELAY_TOLERANCE ? 0
+			       : j->delay_tolerance_ms > 0                ? j->delay_tolerance_ms
+									  : t->delay_tolerance_ms);
 	sq_arr_i64(&r->col[9], j->max_attempts ? j->max_attempts : t->max_attempts);
 	char pol[2] = {policy_code[t->dedup], 0};
 	sq_arr_str(&r->col[10], pol);

@@ -20,7 +20,7 @@ static void enqueue_many(sq_client *c, const char *type, int n, int prio_mod)
 	sq_error err;
 	for (int i = 0; i < n; i++) {
 		js[i].type = type;
-		js[i].delay_tolerance_ms = prio_mod ? (i * 7919) % 5000 : -1;
+		js[i].delay_tolerance_ms = prio_mod ? (i * 7919) % 5000 : 0;
 		js[i].has_priority = prio_mod > 0;
 		js[i].priority = prio_mod ? i % prio_mod : 0;
 	}

@@ -87,7 +87,6 @@ START_TEST(replace_while_ready_only)
 	memset(&js, 0, sizeof(js));
 	js.type = "rep", js.key = "k2", js.params = "{\"v\":2}", js.has_priority = 1,
 	js.priority = 9;
-	js.delay_tolerance_ms = -1;
 	OKE(sq_enqueue(t.client, &js, 1, &r, &err));
 	ck_assert_int_eq(r.outcome, SQ_ENQ_REPLACED);
 	ck_assert_int_eq(r.id, a);
@@ -127,8 +126,7 @@ START_TEST(merge_params_while_ready)
 	memset(js, 0, sizeof(js));
 	const char *ps[3] = {"{\"n\":1}", "{\"m\":2}", "{\"n\":3}"};
 	for (int i = 0; i < 3; i++)
-		js[i].type = "mrg", js[i].key = "k4", js[i].params = ps[i],
-		js[i].delay_tolerance_ms = -1;
+		js[i].type = "mrg", js[i].key = "k4", js[i].params = ps[i];
 	OKE(sq_enqueue(t.client, js, 3, r, &err));
 	ck_assert_int_eq(r[0].outcome, SQ_ENQ_INSERTED);
 	ck_assert_int_eq(r[1].outcome, SQ_ENQ_MERGED);
@@ -155,7 +153,7 @@ START_TEST(ignore_copies_in_one_batch)
 	sq_error err;
 	memset(js, 0, sizeof(js));
 	for (int i = 0; i < 5; i++)
-		js[i].type = "ign", js[i].key = "same", js[i].delay_tolerance_ms = -1;
+		js[i].type = "ign", js[i].key = "same";
 	OKE(sq_enqueue(t.client, js, 5, r, &err));
 	ck_assert_int_eq(r[0].outcome, SQ_ENQ_INSERTED);
 	for (int i = 1; i < 5; i++) {

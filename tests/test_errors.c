@@ -65,7 +65,7 @@ START_TEST(bad_jobs_write_nothing)
 	char big_key[SQ_MAX_KEY_LEN + 2];
 	memset(js, 0, sizeof(js));
 	for (int i = 0; i < N; i++)
-		js[i].type = "t", js[i].params = "{\"ok\":true}", js[i].delay_tolerance_ms = -1;
+		js[i].type = "t", js[i].params = "{\"ok\":true}";
 
 	/* invalid JSON in the 50th job: the whole batch is refused */
 	js[49].params = "{\"a\": }";

@@ -302,7 +302,7 @@ START_TEST(batched_mixed_results)
 	sq_error err;
 	memset(js, 0, sizeof(js));
 	for (int i = 0; i < N; i++)
-		js[i].type = "hist", js[i].delay_tolerance_ms = -1;
+		js[i].type = "hist";
 	OKE(sq_enqueue(t.client, js, N, rs, &err));
 	sq_job *cl;
 	size_t n = claim_type(t.client, "w", "hist", N, &cl);

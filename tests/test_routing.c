@@ -25,7 +25,6 @@ START_TEST(random_keys_follow_map_shares)
 			memset(&js[i], 0, sizeof(js[i]));
 			js[i].type = "t";
 			js[i].key = keys[i];
-			js[i].delay_tolerance_ms = -1;
 		}
 		OKE(sq_enqueue(t.client, js, B, rs, &err));
 		for (int i = 0; i < B; i++) {
@@ -117,7 +116,7 @@ START_TEST(same_key_same_place)
 	sq_error err;
 	memset(js, 0, sizeof(js));
 	for (int i = 0; i < 4000; i++)
-		js[i].type = "t", js[i].delay_tolerance_ms = -1;
+		js[i].type = "t";
 	OKE(sq_enqueue(other, js, 4000, rs, &err));
 	for (int i = 0; i < 4000; i++)
 		per[rs[i].shard]++;

@@ -70,7 +70,6 @@ static const char *parse_line(const sq_config *cfg, json_t *o, line_job *lj, cha
 	json_t *v;
 	const char *k;
 	memset(lj, 0, sizeof(*lj));
-	lj->spec.delay_tolerance_ms = -1;
 	if (!json_is_object(o))
 		return "expected a JSON object";
 	json_object_foreach(o, k, v)
@@ -92,7 +91,8 @@ static const char *parse_line(const sq_config *cfg, json_t *o, line_job *lj, cha
 			lj->spec.run_at_us = json_integer_value(v);
 		else if (!strcmp(k, "delay_tolerance_ms") && json_is_integer(v) &&
 			 json_integer_value(v) >= 0)
-			lj->spec.delay_tolerance_ms = json_integer_value(v);
+			lj->spec.delay_tolerance_ms = json_integer_value(v) ? json_integer_value(v)
+									  : SQ_NO_DELAY_TOLERANCE;
 		else if (!strcmp(k, "max_attempts") && json_is_integer(v) &&
 			 json_integer_value(v) > 0 && json_integer_value(v) < 1000000)
 			lj->spec.max_attempts = (int32_t)json_integer_value(v);
@@ -205,7 +205,6 @@ int cmd_enqueue(cli *x, int argc, char **argv)
 	long long batch = 1000, v;
 	int c, rc, quiet = 0;
 	memset(&one, 0, sizeof(one));
-	one.delay_tolerance_ms = -1;
 	while ((c = getopt_long(argc, argv, "c:ht:k:p:P:d:T:m:f:b:q", opts, NULL)) != -1) {
 		switch (c) {
 		case 'c': x->config_path = optarg; break;
@@ -224,6 +223,8 @@ int cmd_enqueue(cli *x, int argc, char **argv)
 		case 'T':
 			if (parse_dur("enqueue", "--tolerance", optarg, &one.delay_tolerance_ms))
 				return EX_USAGE;
+			if (one.delay_tolerance_ms == 0)
+				one.delay_tolerance_ms = SQ_NO_DELAY_TOLERANCE; /* explicit 0: none */
 			break;
 		case 'm':
 			if (parse_int("enqueue", "--max-attempts", optarg, 1, 1000000, &v))

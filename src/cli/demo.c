@@ -85,7 +85,6 @@ int cmd_demo(cli *x, int argc, char **argv)
 			specs[i].type = x->cfg->types[(done + i) % ntypes].name;
 			specs[i].key = keys[i];
 			specs[i].params = "{\"demo\":true}";
-			specs[i].delay_tolerance_ms = -1;
 		}
 		if (sq_enqueue(x->client, specs, (size_t)k, res, &err) != SQ_OK) {
 			rc = cli_fail("demo", &err);
