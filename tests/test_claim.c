@@ -133,6 +133,9 @@ START_TEST(delay_tolerance_orders_and_schedule_waits)
 }
 END_TEST
 
+/* The claimers connect first, then all start claiming at once. */
+static pthread_barrier_t claimers_ready;
+
 typedef struct claimer {
 	testdb *t;
 	int no;
@@ -147,6 +150,7 @@ static void *claim_loop(void *arg)
 	char worker[16];
 	int empty = 0;
 	snprintf(worker, sizeof(worker), "w%d", cl->no);
+	pthread_barrier_wait(&claimers_ready);
 	while (empty < 3) {
 		sq_claim_req rq = {"a", 150, 0};
 		sq_job *js;
@@ -176,6 +180,7 @@ START_TEST(eight_claimers_each_job_once)
 	testdb_open(&t, "sqt_claim_conc", test_shard_count(), 1024, types);
 	enqueue_many(t.client, "a", N, 0);
 	memset(cl, 0, sizeof(cl));
+	pthread_barrier_init(&claimers_ready, NULL, W);
 	for (int i = 0; i < W; i++) {
 		cl[i].t = &t;
 		cl[i].no = i;
@@ -186,6 +191,7 @@ START_TEST(eight_claimers_each_job_once)
 		pthread_join(th[i], NULL);
 		total += cl[i].n;
 	}
+	pthread_barrier_destroy(&claimers_ready);
 	int64_t *all = malloc(total * sizeof(int64_t));
 	size_t k = 0;
 	for (int i = 0; i < W; i++) {
@@ -212,7 +218,7 @@ int main(void)
 {
 	Suite *s = suite_create("claim");
 	TCase *tc = tcase_create("claim");
-	tcase_set_timeout(tc, 300);
+	tcase_set_timeout(tc, 900);
 	tcase_add_test(tc, three_types_one_statement_per_shard);
 	tcase_add_test(tc, delay_tolerance_orders_and_schedule_waits);
 	tcase_add_test(tc, eight_claimers_each_job_once);

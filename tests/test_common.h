@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #define OK(call)                                                                   \
 	do {                                                                       \
@@ -28,13 +29,49 @@ static inline int test_shard_count(void)
 	return n >= 4 ? 4 : n;
 }
 
+/* Line-buffered output, so what a test prints reaches the log even when
+ * its forked process dies on a failed assertion. */
 static inline int run_suite(Suite *s)
 {
+	setvbuf(stdout, NULL, _IOLBF, 0);
 	SRunner *sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);
 	int failed = srunner_ntests_failed(sr);
 	srunner_free(sr);
 	return failed ? 1 : 0;
+}
+
+static inline double test_now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/*
+ * Waits for progress: returns 1 once remaining(arg) is 0; returns 0 when its
+ * value has not fallen for testdb_stall_s() seconds (a stall, not a slow
+ * machine). *left gets the last value.
+ */
+typedef long long (*test_remaining_fn)(void *arg);
+
+static inline int wait_progress(test_remaining_fn remaining, void *arg, long long *left)
+{
+	long long best = remaining(arg);
+	double moved = test_now_s(), stall = testdb_stall_s();
+	while (best > 0) {
+		usleep(50000);
+		long long v = remaining(arg);
+		if (v < best) {
+			best = v;
+			moved = test_now_s();
+		} else if (test_now_s() - moved > stall) {
+			break;
+		}
+	}
+	if (left)
+		*left = best;
+	return best == 0;
 }
 
 /* Enqueues one job and returns its id. */

@@ -200,10 +200,10 @@ static void write_file(const char *path, const char *text)
 START_TEST(cli_errors)
 {
 	testdb t;
-	char out[16384], path[128], jobs[128];
+	char out[16384], path[600], jobs[600];
 	testdb_open(&t, "sqt_errors_cli", 2, 64, types);
-	snprintf(path, sizeof(path), "/tmp/sqt-errors-%d.ini", (int)getpid());
-	snprintf(jobs, sizeof(jobs), "/tmp/sqt-errors-%d.jsonl", (int)getpid());
+	testdb_path(path, sizeof(path), "errors.ini");
+	testdb_path(jobs, sizeof(jobs), "errors.jsonl");
 
 	/* a malformed config: every bad key with its line, exit 3 */
 	write_file(path,
@@ -273,7 +273,7 @@ int main(void)
 {
 	Suite *s = suite_create("errors");
 	TCase *tc = tcase_create("errors");
-	tcase_set_timeout(tc, 120);
+	tcase_set_timeout(tc, 600);
 	tcase_add_test(tc, unreachable_shard_is_named);
 	tcase_add_test(tc, not_initialised);
 	tcase_add_test(tc, bad_jobs_write_nothing);

@@ -7,6 +7,7 @@
 
 #include <math.h>
 #include <pthread.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -46,8 +47,14 @@ typedef struct run {
 	double start, end;
 } run;
 
+/* The producers keep at most this many jobs outstanding (acknowledged, not
+ * yet run), so that on any machine the workers keep up and the queue
+ * drains when they stop. */
+#define BACKLOG_CAP 300
+
 typedef struct load {
 	volatile int stop;
+	volatile int release_long; /* `long` jobs run until this is set */
 	ids acked;
 	run *runs;
 	size_t nruns, cap;
@@ -60,6 +67,17 @@ typedef struct load {
 
 static load L;
 
+static long long outstanding(void)
+{
+	pthread_mutex_lock(&L.acked.mu);
+	long long acked = (long long)L.acked.n;
+	pthread_mutex_unlock(&L.acked.mu);
+	pthread_mutex_lock(&L.mu);
+	long long ran = (long long)L.nruns;
+	pthread_mutex_unlock(&L.mu);
+	return acked - ran;
+}
+
 static void *producer(void *arg)
 {
 	int no = (int)(intptr_t)arg;
@@ -69,6 +87,8 @@ static void *producer(void *arg)
 	sq_enqueue_result rs[100];
 	for (int seq = 0; !L.stop; seq++) {
 		sq_error err;
+		while (!L.stop && outstanding() > BACKLOG_CAP)
+			usleep(5000);
 		memset(js, 0, sizeof(js));
 		for (int i = 0; i < 100; i++) {
 			snprintf(keys[i], sizeof(keys[i]), "p%d-%d-%d", no, seq, i);
@@ -91,7 +111,11 @@ static sq_job_result handler(const sq_job *job, void *arg, char *e, size_t elen)
 	run r = {job->id, job->attempt, *(int *)arg, now_s(), 0};
 	(void)e;
 	(void)elen;
-	usleep(strcmp(job->type, "long") ? 2000 + (unsigned)(job->id % 8) * 1000 : 2000000);
+	if (strcmp(job->type, "long"))
+		usleep(2000 + (unsigned)(job->id % 8) * 1000);
+	else /* held running until the test lets it go, however slow the machine */
+		while (!L.release_long)
+			usleep(10000);
 	r.end = now_s();
 	pthread_mutex_lock(&L.mu);
 	if (L.nruns == L.cap)
@@ -140,24 +164,43 @@ static long long live(void)
 			      "('ready','starting','running')");
 }
 
-/* Stops the producers, lets the workers drain the queue, stops them. */
+static long long live_left(void *arg)
+{
+	(void)arg;
+	return live();
+}
+
+/* Stops the producers, lets the workers drain the queue (for as long as
+ * jobs keep completing), stops them. A stall fails the test with the live
+ * rows per shard, type and status, and what each worker holds. */
 static void load_stop(void)
 {
+	long long left;
 	L.stop = 1;
+	L.release_long = 1;
 	for (int i = 0; i < L.nprod; i++)
 		pthread_join(L.prod[i], NULL);
-	double end = now_s() + 60;
-	while (live() > 0 && now_s() < end)
-		usleep(100000);
-	if (live() > 0)
+	if (!wait_progress(live_left, NULL, &left)) {
+		char rows[4096], ws[2048];
+		size_t k = 0;
+		ws[0] = '\0';
 		for (int i = 0; i < L.nwork; i++) {
 			sq_worker_stats st;
 			sq_worker_get_stats(L.w[i], &st);
-			printf("worker %d: running %d buffered %d db errors %llu last: %s\n", i,
-			       st.running, st.buffered, (unsigned long long)st.db_errors,
-			       st.last_error);
+			k += (size_t)snprintf(ws + k, sizeof(ws) - k,
+					      "  worker w%d: running %d buffered %d claims %llu db "
+					      "errors %llu last: %s\n",
+					      i, st.running, st.buffered,
+					      (unsigned long long)st.claims,
+					      (unsigned long long)st.db_errors, st.last_error);
+			if (k >= sizeof(ws))
+				break;
 		}
-	ck_assert_int_eq(live(), 0);
+		ck_abort_msg("the queue did not drain: %lld jobs live, none completed for %.0fs\n"
+			     "live rows:\n%sworkers:\n%s",
+			     left, testdb_stall_s(), testdb_live_report(&t, rows, sizeof(rows)),
+			     ws);
+	}
 	for (int i = 0; i < L.nwork; i++) {
 		sq_worker_stop(L.w[i], 0);
 		pthread_join(L.work[i], NULL);
@@ -308,6 +351,12 @@ static void enqueue_long_on_moving(const sq_plan *p, int to, int n, int64_t *out
 	}
 }
 
+static long long longs_running(void)
+{
+	return testdb_sum(&t, "SELECT count(*) FROM shardq.jobs WHERE task = 'long' AND status = "
+			      "'running'");
+}
+
 START_TEST(add_fifth_shard_under_load)
 {
 	double w4[] = {1, 1, 1, 1, 0}, w5[] = {1, 1, 1, 1, 1};
@@ -329,12 +378,10 @@ START_TEST(add_fifth_shard_under_load)
 	load_start(2, 2);
 	/* jobs that will be running while their partition moves */
 	enqueue_long_on_moving(plan, 4, 6, longs);
-	double end = now_s() + 20;
-	while (testdb_sum(&t, "SELECT count(*) FROM shardq.jobs WHERE task = 'long' AND status = "
-			      "'running'") < 6 &&
-	       now_s() < end)
+	double end = test_now_s() + testdb_stall_s();
+	while (longs_running() < 6 && test_now_s() < end)
 		usleep(20000);
-	usleep(300000);
+	ck_assert_msg(longs_running() == 6, "%lld of the 6 long jobs running", longs_running());
 	sq_move_opts o;
 	sq_move_opts_init(&o);
 	o.set_size = 64;
@@ -342,7 +389,9 @@ START_TEST(add_fifth_shard_under_load)
 	OKE(sq_rebalance(c5, &o, &err));
 	printf("add a fifth shard: %lld partitions moved under load in %.2fs\n",
 	       (long long)plan->moving, now_s() - t0);
-	usleep(500000);
+	/* they ran throughout their partitions' moves */
+	ck_assert_int_eq(longs_running(), 6);
+	usleep(300000);
 	load_stop();
 	check_ownership();
 	check_jobs();
@@ -395,14 +444,29 @@ START_TEST(drain_a_shard_under_load)
 }
 END_TEST
 
-static char ini_path[128];
+static char ini_path[600];
 
+static char cli_out[1024];
+
+/* Runs the CLI; its output (the last 1 KiB) is left in cli_out. */
 static int cli(const char *env, const char *args)
 {
-	char cmd[1024];
-	snprintf(cmd, sizeof(cmd), "%s %s -c %s %s > /dev/null 2>&1", env ? env : "",
-		 getenv("SHARDQ_CLI"), ini_path, args);
+	char cmd[2048], out[600];
+	testdb_path(out, sizeof(out), "cli.out");
+	snprintf(cmd, sizeof(cmd), "%s %s -c %s %s > %s 2>&1", env ? env : "", getenv("SHARDQ_CLI"),
+		 ini_path, args, out);
 	int rc = system(cmd);
+	FILE *f = fopen(out, "r");
+	cli_out[0] = '\0';
+	if (f) {
+		fseek(f, 0, SEEK_END);
+		long size = ftell(f);
+		fseek(f, size > (long)sizeof(cli_out) - 1 ? size - (long)sizeof(cli_out) + 1 : 0,
+		      SEEK_SET);
+		size_t n = fread(cli_out, 1, sizeof(cli_out) - 1, f);
+		cli_out[n] = '\0';
+		fclose(f);
+	}
 	return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
 }
 
@@ -413,7 +477,7 @@ static int64_t last_move(void)
 
 static void write_ini(void)
 {
-	snprintf(ini_path, sizeof(ini_path), "/tmp/sqt-moves-%d.ini", (int)getpid());
+	testdb_path(ini_path, sizeof(ini_path), "shardq.ini");
 	FILE *f = fopen(ini_path, "w");
 	fputs(t.ini, f);
 	fclose(f);
@@ -441,8 +505,9 @@ START_TEST(killed_mover_resumes_or_aborts)
 			snprintf(args, sizeof(args), "move --count 8 --from s%d --to s%d", from + 1,
 				 to + 1);
 			int rc = cli(env, args);
-			ck_assert_msg(rc == 99, "%s: the mover exited %d, not at the failpoint",
-				      points[i], rc);
+			ck_assert_msg(rc == 99,
+				      "%s: the mover exited %d, not at the failpoint:\n%s",
+				      points[i], rc, cli_out);
 			int64_t id = last_move();
 			char step[64];
 			snprintf(args, sizeof(args),
@@ -451,11 +516,15 @@ START_TEST(killed_mover_resumes_or_aborts)
 				 (long long)id);
 			ck_assert_int_eq(testdb_scalar(&t, 0, args), 1);
 			if (round == 0) {
-				ck_assert_int_eq(cli(NULL, "moves --resume all"), 0);
+				rc = cli(NULL, "moves --resume all");
+				ck_assert_msg(rc == 0, "%s: resume exited %d:\n%s", points[i], rc,
+					      cli_out);
 				snprintf(step, sizeof(step), "done");
 			} else {
 				snprintf(args, sizeof(args), "moves --abort %lld", (long long)id);
-				ck_assert_int_eq(cli(NULL, args), 0);
+				rc = cli(NULL, args);
+				ck_assert_msg(rc == 0, "%s: abort exited %d:\n%s", points[i], rc,
+					      cli_out);
 				snprintf(step, sizeof(step), "aborted");
 				/* the partitions stay with their old shard */
 				snprintf(args, sizeof(args),
@@ -485,7 +554,7 @@ START_TEST(killed_mover_resumes_or_aborts)
 	load_stop();
 	check_ownership();
 	check_jobs();
-	unlink(ini_path);
+	testdb_tmpdir_remove();
 	load_free();
 	testdb_close(&t);
 }
@@ -587,13 +656,13 @@ START_TEST(same_key_before_during_after_move)
 		_exit(127);
 	}
 	/* wait for the freeze, then enqueue the key while the move is on */
-	double end = now_s() + 10;
+	double end = test_now_s() + testdb_stall_s();
 	char sql[160];
 	snprintf(sql, sizeof(sql),
 		 "SELECT count(*) FROM shardq.partition_state WHERE partition = %u AND state = "
 		 "'moving_out'",
 		 part);
-	while (testdb_scalar(&t, from, sql) == 0 && now_s() < end)
+	while (testdb_scalar(&t, from, sql) == 0 && test_now_s() < end)
 		usleep(5000);
 	ck_assert_int_eq(testdb_scalar(&t, from, sql), 1);
 	bg_enqueue b = {testdb_client(&t), 0, 0, 0};
@@ -616,13 +685,15 @@ START_TEST(same_key_before_during_after_move)
 		 (long long)id);
 	ck_assert_int_eq(testdb_scalar(&t, to, sql), 1);
 	sq_client_close(b.c);
-	unlink(ini_path);
+	testdb_tmpdir_remove();
 	testdb_close(&t);
 }
 END_TEST
 
 /* Only one driver per move: an abort (or a second mover) while a mover is
- * still working on the move is refused, and the move completes. */
+ * still working on the move is refused. The mover is held in the copy
+ * (for far longer than the test needs), then killed; the move is resumed
+ * and completes. */
 START_TEST(abort_refused_while_mover_runs)
 {
 	testdb_open(&t, "sqt_moves_race", 2, 64, types);
@@ -634,35 +705,41 @@ START_TEST(abort_refused_while_mover_runs)
 	}
 	pid_t pid = fork();
 	if (pid == 0) {
-		char cmd[512];
+		char cmd[1024], out[600];
 		snprintf(cmd, sizeof(cmd),
-			 "SHARDQ_FAILPOINT_SLEEP=mid_copy:1500 %s -c %s move --count 8 --from s1 "
-			 "--to "
-			 "s2 > /dev/null 2>&1",
-			 getenv("SHARDQ_CLI"), ini_path);
+			 "SHARDQ_FAILPOINT_SLEEP=mid_copy:600000 exec %s -c %s move --count 8 "
+			 "--from s1 --to s2 > %s 2>&1",
+			 getenv("SHARDQ_CLI"), ini_path,
+			 testdb_path(out, sizeof(out), "mover.out"));
 		execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
 		_exit(127);
 	}
-	double end = now_s() + 10;
+	double end = test_now_s() + testdb_stall_s();
 	while (testdb_scalar(&t, 0,
 			     "SELECT count(*) FROM shardq_meta.moves WHERE step = 'drained'") ==
 		       0 &&
-	       now_s() < end)
+	       test_now_s() < end)
 		usleep(10000);
+	ck_assert_msg(waitpid(pid, NULL, WNOHANG) == 0, "the mover exited early");
 	char args[64];
 	snprintf(args, sizeof(args), "moves --abort %lld", (long long)last_move());
-	ck_assert_int_eq(cli(NULL, args), 8);
-	ck_assert_int_eq(cli(NULL, "moves --resume all"), 8);
-	int status;
-	waitpid(pid, &status, 0);
-	ck_assert_int_eq(WEXITSTATUS(status), 0);
+	int rc = cli(NULL, args);
+	ck_assert_msg(rc == 8, "abort while the mover runs exited %d:\n%s", rc, cli_out);
+	rc = cli(NULL, "moves --resume all");
+	ck_assert_msg(rc == 8, "resume while the mover runs exited %d:\n%s", rc, cli_out);
+	/* the mover is still there, held in its copy */
+	ck_assert_int_eq(waitpid(pid, NULL, WNOHANG), 0);
+	kill(pid, SIGKILL);
+	waitpid(pid, NULL, 0);
+	rc = cli(NULL, "moves --resume all");
+	ck_assert_msg(rc == 0, "resume after the mover died exited %d:\n%s", rc, cli_out);
 	ck_assert_int_eq(testdb_scalar(&t, 0,
 				       "SELECT count(*) FROM shardq_meta.moves WHERE step = "
 				       "'done'"),
 			 1);
 	check_ownership();
 	ck_assert_int_eq(testdb_sum(&t, "SELECT count(*) FROM shardq.jobs"), 50);
-	unlink(ini_path);
+	testdb_tmpdir_remove();
 	testdb_close(&t);
 }
 END_TEST
@@ -671,7 +748,7 @@ int main(void)
 {
 	Suite *s = suite_create("moves");
 	TCase *tc = tcase_create("moves");
-	tcase_set_timeout(tc, 300);
+	tcase_set_timeout(tc, 1200);
 	tcase_add_test(tc, stale_router_still_routes);
 	tcase_add_test(tc, same_key_before_during_after_move);
 	tcase_add_test(tc, abort_refused_while_mover_runs);

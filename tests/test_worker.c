@@ -5,6 +5,7 @@
 #include "test_common.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -12,14 +13,29 @@
 #include <unistd.h>
 
 static testdb t;
-static char ini_path[128], log_path[128], script_path[128];
+static char ini_path[600], log_path[600], script_path[600], gate_path[600];
 
+/* Wall-clock seconds: the job command's log uses date +%s.%N. */
 static double now_s(void)
 {
 	struct timespec ts;
 	clock_gettime(CLOCK_REALTIME, &ts);
 	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
+
+/* A file of this run's directory (its name is kept in a small ring, so a
+ * few can be in use at once). */
+static const char *tmp(const char *name)
+{
+	static char ring[8][600];
+	static int next;
+	char *p = ring[next++ % 8];
+	return testdb_path(p, sizeof(ring[0]), name);
+}
+
+/* The shell that waits for the gate file: a job held running until the
+ * test lets it go, however slow the machine. */
+#define GATE "while [ ! -e \"$SQ_GATE\" ]; do sleep 0.05; done"
 
 static void write_file(const char *path, const char *text, int exec)
 {
@@ -38,30 +54,36 @@ static void make_script(const char *body)
 	char text[2048];
 	snprintf(text, sizeof(text),
 		 "#!/bin/sh\n"
+		 "SQ_GATE=%s\n"
 		 "params=$(cat)\n"
 		 "log() { echo \"$SHARDQ_JOB_ID $SHARDQ_JOB_ATTEMPT $SHARDQ_WORKER $1 "
 		 "$(date +%%s.%%N)\" >> %s; }\n"
 		 "log start\n%s\nlog end\n",
-		 log_path, body);
+		 gate_path, log_path, body);
 	write_file(script_path, text, 1);
 }
 
 static void setup_with(const char *db, const char *types)
 {
 	testdb_open(&t, db, test_shard_count(), 256, types);
-	snprintf(ini_path, sizeof(ini_path), "/tmp/sqt-%s-%d.ini", db, (int)getpid());
-	snprintf(log_path, sizeof(log_path), "/tmp/sqt-%s-%d.log", db, (int)getpid());
-	snprintf(script_path, sizeof(script_path), "/tmp/sqt-%s-%d.sh", db, (int)getpid());
+	testdb_path(ini_path, sizeof(ini_path), "shardq.ini");
+	testdb_path(log_path, sizeof(log_path), "exec.log");
+	testdb_path(script_path, sizeof(script_path), "job.sh");
+	testdb_path(gate_path, sizeof(gate_path), "gate");
 	write_file(ini_path, t.ini, 0);
 	unlink(log_path);
+	unlink(gate_path);
+}
+
+static void open_gate(void)
+{
+	write_file(gate_path, "", 0);
 }
 
 static void cleanup(void)
 {
-	unlink(ini_path);
-	unlink(log_path);
-	unlink(script_path);
 	testdb_close(&t);
+	testdb_tmpdir_remove();
 }
 
 /* Starts `shardq work` with the extra args (space separated, no quoting
@@ -164,15 +186,70 @@ static long long live_jobs(void)
 			      "('ready','starting','running')");
 }
 
-static int wait_until_drained(double timeout_s)
+static long long live_left(void *arg)
 {
-	double end = now_s() + timeout_s;
-	while (now_s() < end) {
-		if (live_jobs() == 0)
-			return 1;
-		usleep(100000);
+	(void)arg;
+	return live_jobs();
+}
+
+/* A whole file, NUL-terminated (malloc'd). */
+static char *read_all(const char *path)
+{
+	FILE *f = fopen(path, "r");
+	ck_assert_msg(f != NULL, "cannot open %s", path);
+	fseek(f, 0, SEEK_END);
+	long size = ftell(f);
+	fseek(f, 0, SEEK_SET);
+	char *buf = malloc((size_t)size + 1);
+	size_t n = fread(buf, 1, (size_t)size, f);
+	buf[n] = '\0';
+	fclose(f);
+	return buf;
+}
+
+/* The last lines of a worker's output, for a failure message. */
+static char *tail_of(const char *path, char *buf, size_t len)
+{
+	FILE *f = fopen(path, "r");
+	buf[0] = '\0';
+	if (!f)
+		return buf;
+	fseek(f, 0, SEEK_END);
+	long size = ftell(f);
+	long from = size > (long)len - 1 ? size - (long)len + 1 : 0;
+	fseek(f, from, SEEK_SET);
+	size_t n = fread(buf, 1, len - 1, f);
+	buf[n] = '\0';
+	fclose(f);
+	return buf;
+}
+
+/* Waits until no job is live, for as long as jobs keep completing; on a
+ * stall fails with the live rows and the tail of the workers' output. */
+static void drain_or_fail(const char *what, const char *out1, const char *out2)
+{
+	long long left;
+	if (wait_progress(live_left, NULL, &left))
+		return;
+	char rows[4096], o1[1500], o2[1500];
+	ck_abort_msg("%s: %lld jobs still live, none completed for %.0fs:\n%s"
+		     "worker output (%s):\n%s\nworker output (%s):\n%s",
+		     what, left, testdb_stall_s(), testdb_live_report(&t, rows, sizeof(rows)),
+		     out1 ? out1 : "-", out1 ? tail_of(out1, o1, sizeof(o1)) : "",
+		     out2 ? out2 : "-", out2 ? tail_of(out2, o2, sizeof(o2)) : "");
+}
+
+/* Waits until cond() holds; fails with `what` if it has not after the stall
+ * time (a state the worker reaches in a moment on any machine). */
+static int wait_cond(int (*cond)(void))
+{
+	double end = test_now_s() + testdb_stall_s();
+	while (!cond()) {
+		if (test_now_s() > end)
+			return 0;
+		usleep(20000);
 	}
-	return 0;
+	return 1;
 }
 
 /* The execution log. */
@@ -236,6 +313,11 @@ static long long completed_once(void)
 			  "SELECT count(*) FROM shardq.jobs_history WHERE status = 'completed'");
 }
 
+static int a_buffered_and_running(void)
+{
+	return held("wA", "'starting'") > 0 && held("wA", "'running'") > 0;
+}
+
 START_TEST(kill9_jobs_come_back)
 {
 	enum { N = 24 };
@@ -243,98 +325,102 @@ START_TEST(kill9_jobs_come_back)
 				    "history = true\n");
 	make_script("sleep 0.5");
 	enqueue_n("k", N, NULL);
-	pid_t a = spawn_worker("wA", "k:3", "--prefetch 3 --poll 200ms --quiet", "/tmp/sqt-wA.out");
+	const char *out_a = tmp("wA.out"), *out_b = tmp("wB.out");
+	pid_t a = spawn_worker("wA", "k:3", "--prefetch 3 --poll 200ms --quiet", out_a);
 	/* wait until A holds jobs both buffered and running */
-	double deadline = now_s() + 20;
-	while ((held("wA", "'starting'") == 0 || held("wA", "'running'") == 0) &&
-	       now_s() < deadline)
-		usleep(20000);
-	long long st = held("wA", "'starting'"), ru = held("wA", "'running'");
-	ck_assert_msg(st > 0 && ru > 0, "A holds starting %lld running %lld", st, ru);
+	ck_assert_msg(wait_cond(a_buffered_and_running), "A holds starting %lld running %lld",
+		      held("wA", "'starting'"), held("wA", "'running'"));
 	kill(a, SIGKILL);
-	/* what A held when it died */
+	double t_kill = now_s();
+	waitpid(a, NULL, 0);
+	/* what A held when it died, and until when its leases ran */
 	long long ids[64];
+	double lease[64];
 	int nids = 0;
 	for (int s = 0; s < t.nshards; s++) {
 		PGconn *c = testdb_pg(&t, s);
 		PGresult *r =
-			PQexec(c, "SELECT id FROM shardq.jobs WHERE worker = 'wA' AND status IN "
+			PQexec(c, "SELECT id, extract(epoch FROM expected_status_change_time) "
+				  "FROM shardq.jobs WHERE worker = 'wA' AND status IN "
 				  "('starting','running')");
-		for (int i = 0; i < PQntuples(r) && nids < 64; i++)
-			ids[nids++] = atoll(PQgetvalue(r, i, 0));
+		for (int i = 0; i < PQntuples(r) && nids < 64; i++) {
+			ids[nids] = atoll(PQgetvalue(r, i, 0));
+			lease[nids++] = atof(PQgetvalue(r, i, 1));
+		}
 		PQclear(r);
 		PQfinish(c);
 	}
-	double t_kill = now_s();
-	waitpid(a, NULL, 0);
-	pid_t b = spawn_worker("wB", "k:3", "--poll 200ms --quiet", "/tmp/sqt-wB.out");
-	ck_assert_msg(wait_until_drained(60), "jobs left after kill -9: %lld", live_jobs());
+	pid_t b = spawn_worker("wB", "k:3", "--poll 200ms --quiet", out_b);
+	drain_or_fail("after kill -9 of worker A", out_a, out_b);
 	kill(b, SIGTERM);
-	ck_assert_int_eq(wait_exit(b, 20), 0);
+	ck_assert_int_eq(wait_exit(b, testdb_stall_s()), 0);
 	ck_assert_int_eq(completed_once(), N);
 
 	exe v[4 * N];
 	int n = read_log(v, 4 * N);
 	assert_no_overlap(v, n, t_kill);
-	/* every job A held completed on B, within its lease (2s running, which
-	 * a heartbeat may have pushed 1s further; 1s starting) + one poll + the
-	 * job itself; and B started one that A was running only after A's lease */
+	/* every job A held completed on B, which took it only once A's lease
+	 * (as the shard had it when A died; a heartbeat can only extend it) had
+	 * run out */
 	double worst = 0;
 	ck_assert_int_ge(nids, 2);
 	for (int k = 0; k < nids; k++) {
-		int a_run = -1, b_run = -1;
-		for (int i = 0; i < n; i++) {
-			if (v[i].id != ids[k])
-				continue;
-			if (!strcmp(v[i].worker, "wA"))
-				a_run = i;
-			else if (v[i].end)
+		int b_run = -1;
+		for (int i = 0; i < n; i++)
+			if (v[i].id == ids[k] && strcmp(v[i].worker, "wA") && v[i].end)
 				b_run = i;
-		}
 		ck_assert_msg(b_run >= 0, "job %lld of the killed worker never completed", ids[k]);
-		if (a_run >= 0)
-			ck_assert_msg(v[b_run].start >= v[a_run].start + 2.0 - 0.3,
-				      "job %lld: B started it %.2fs after A did, inside A's lease",
-				      ids[k], v[b_run].start - v[a_run].start);
+		ck_assert_msg(v[b_run].start >= lease[k] - 0.05,
+			      "job %lld: %s started it %.2fs before A's lease ran out", ids[k],
+			      v[b_run].worker, lease[k] - v[b_run].start);
 		worst = fmax(worst, v[b_run].end - t_kill);
 	}
 	printf("kill -9: the killed worker's jobs completed on another worker within %.2fs\n",
 	       worst);
-	ck_assert_msg(worst < 2.0 + 1.0 + 0.2 + 0.5 + 2.0, "took %.2fs", worst);
 	cleanup();
 }
 END_TEST
 
+static int a_runs_two_buffers_one(void)
+{
+	return held("wA", "'running'") >= 2 && held("wA", "'starting'") >= 1;
+}
+
+static int a_buffer_empty(void)
+{
+	return held("wA", "'starting'") == 0;
+}
+
 START_TEST(sigterm_releases_buffer_and_finishes)
 {
 	setup_with("sqt_work_term", "[type s]\nstarting_timeout = 30s\nhistory = true\n");
-	make_script("sleep 1.5");
+	/* jobs run until the gate opens: A is surely still running its two
+	 * when its buffer comes back */
+	make_script(GATE);
 	enqueue_n("s", 10, NULL);
-	pid_t a = spawn_worker("wA", "s:2", "--prefetch 4 --buffer 4 --quiet", "/tmp/sqt-wA2.out");
-	double deadline = now_s() + 20;
-	while ((held("wA", "'running'") < 2 || held("wA", "'starting'") < 1) && now_s() < deadline)
-		usleep(20000);
+	const char *out_a = tmp("wA.out"), *out_b = tmp("wB.out");
+	pid_t a = spawn_worker("wA", "s:2", "--prefetch 4 --buffer 4 --quiet", out_a);
+	ck_assert_msg(wait_cond(a_runs_two_buffers_one), "A holds running %lld starting %lld",
+		      held("wA", "'running'"), held("wA", "'starting'"));
 	long long buffered = held("wA", "'starting'");
-	ck_assert_int_ge(buffered, 1);
 	ck_assert_int_eq(held("wA", "'running'"), 2);
 	kill(a, SIGTERM);
-	double t0 = now_s(), back = -1;
-	while (now_s() - t0 < 5) {
-		if (held("wA", "'starting'") == 0) {
-			back = now_s() - t0;
-			break;
-		}
-		usleep(20000);
-	}
-	printf("SIGTERM: %lld buffered jobs back to ready in %.3fs\n", buffered, back);
-	ck_assert_msg(back >= 0 && back < 1.0, "buffered jobs took %.3fs to come back", back);
-	/* running jobs go on to the end, then A exits 0 */
+	double t0 = test_now_s();
+	/* the buffer comes back at once: without waiting for the running jobs,
+	 * which cannot end before the gate opens */
+	ck_assert_msg(wait_cond(a_buffer_empty), "A still holds %lld buffered jobs after SIGTERM",
+		      held("wA", "'starting'"));
+	printf("SIGTERM: %lld buffered jobs back to ready in %.3fs\n", buffered, test_now_s() - t0);
 	ck_assert_int_eq(held("wA", "'running'"), 2);
-	pid_t b = spawn_worker("wB", "s:4", "--poll 100ms --quiet", "/tmp/sqt-wB2.out");
-	ck_assert_int_eq(wait_exit(a, 20), 0);
-	ck_assert(wait_until_drained(60));
+	ck_assert_int_eq(testdb_sum(&t, "SELECT count(*) FROM shardq.jobs WHERE status = 'ready'"),
+			 8);
+	/* running jobs go on to the end, then A exits 0 */
+	open_gate();
+	pid_t b = spawn_worker("wB", "s:4", "--poll 100ms --quiet", out_b);
+	ck_assert_int_eq(wait_exit(a, testdb_stall_s()), 0);
+	drain_or_fail("after SIGTERM", out_a, out_b);
 	kill(b, SIGTERM);
-	ck_assert_int_eq(wait_exit(b, 20), 0);
+	ck_assert_int_eq(wait_exit(b, testdb_stall_s()), 0);
 	ck_assert_int_eq(completed_once(), 10);
 	exe v[40];
 	int n = read_log(v, 40), by_a = 0, by_b = 0;
@@ -353,34 +439,61 @@ START_TEST(sigterm_releases_buffer_and_finishes)
 }
 END_TEST
 
+static int a_running_one(void)
+{
+	return held("wA", "'running'") == 1;
+}
+
 /* A second signal exits at once; the lease brings the running job back. */
 START_TEST(second_signal_exits_at_once)
 {
 	setup_with("sqt_work_twice", "[type x]\nexecution_timeout = 2s\nhistory = true\n");
-	make_script("[ \"$SHARDQ_JOB_ATTEMPT\" = 1 ] && sleep 30; true");
+	/* the first attempt never ends by itself */
+	make_script("[ \"$SHARDQ_JOB_ATTEMPT\" = 1 ] && " GATE "; true");
 	enqueue_n("x", 1, NULL);
-	pid_t a = spawn_worker("wA", "x:1", "--quiet", "/tmp/sqt-wA8.out");
-	double deadline = now_s() + 20;
-	while (held("wA", "'running'") == 0 && now_s() < deadline)
-		usleep(10000);
-	ck_assert_int_eq(held("wA", "'running'"), 1);
+	const char *out_a = tmp("wA.out"), *out_b = tmp("wB.out");
+	pid_t a = spawn_worker("wA", "x:1", "--quiet", out_a);
+	ck_assert_msg(wait_cond(a_running_one), "A never ran the job");
 	kill(a, SIGTERM);
 	usleep(100000);
-	double t0 = now_s();
+	double t0 = test_now_s();
 	kill(a, SIGTERM);
-	int rc = wait_exit(a, 10);
-	printf("second signal: exited %.3fs later with %d\n", now_s() - t0, rc);
+	int rc = wait_exit(a, testdb_stall_s());
+	printf("second signal: exited %.3fs later with %d\n", test_now_s() - t0, rc);
+	/* exit 1 with its job unfinished: it did not wait for the job */
 	ck_assert_int_eq(rc, 1);
-	ck_assert(now_s() - t0 < 1.0);
+	exe v[4];
+	ck_assert_int_eq(read_log(v, 4), 1);
+	ck_assert_msg(v[0].end == 0, "the first run ended");
 	/* the job comes back after its lease, and runs again to the end */
-	pid_t b = spawn_worker("wB", "x:1", "--poll 100ms --quiet", "/tmp/sqt-wB8.out");
-	ck_assert(wait_until_drained(30));
+	pid_t b = spawn_worker("wB", "x:1", "--poll 100ms --quiet", out_b);
+	drain_or_fail("after the second signal", out_a, out_b);
 	kill(b, SIGTERM);
-	ck_assert_int_eq(wait_exit(b, 20), 0);
+	ck_assert_int_eq(wait_exit(b, testdb_stall_s()), 0);
 	ck_assert_int_eq(completed_once(), 1);
 	cleanup();
 }
 END_TEST
+
+/* The most jobs `worker` held at once, sampled until the queue drains (or
+ * stalls: then the test fails with what is left). */
+static long long sample_held(const char *worker, const char *out)
+{
+	long long most = 0, best = live_jobs();
+	double moved = test_now_s();
+	for (long long left = best; left > 0; left = live_jobs()) {
+		long long h = held_cut(worker);
+		most = h > most ? h : most;
+		if (left < best) {
+			best = left;
+			moved = test_now_s();
+		} else if (test_now_s() - moved > testdb_stall_s()) {
+			drain_or_fail(worker, out, NULL);
+		}
+		usleep(20000);
+	}
+	return most;
+}
 
 START_TEST(backpressure_and_long_jobs_never_prefetched)
 {
@@ -388,37 +501,24 @@ START_TEST(backpressure_and_long_jobs_never_prefetched)
 	make_script("sleep \"$(echo \"$params\" | sed 's/.*\"sleep\": *\\([0-9.]*\\).*/\\1/')\"");
 	enqueue_n("slow", 30, "{\"sleep\": 0.2}");
 	/* capacity 3 slots + 2 buffered; 0.2s jobs with --prefetch 2 */
-	pid_t a =
-		spawn_worker("wA", "slow:3", "--buffer 2 --prefetch 2 --quiet", "/tmp/sqt-wA3.out");
-	long long most = 0, samples = 0;
-	while (live_jobs() > 0 && samples < 2000) {
-		long long h = held_cut("wA");
-		most = h > most ? h : most;
-		samples++;
-		usleep(20000);
-	}
-	printf("backpressure: at most %lld jobs held (capacity 5) over %lld samples\n", most,
-	       samples);
+	const char *out_a = tmp("wA.out"), *out_b = tmp("wB.out");
+	pid_t a = spawn_worker("wA", "slow:3", "--buffer 2 --prefetch 2 --quiet", out_a);
+	long long most = sample_held("wA", out_a);
+	printf("backpressure: at most %lld jobs held (capacity 5)\n", most);
 	ck_assert_int_le(most, 5);
 	ck_assert_int_ge(most, 4); /* the buffer was used */
-	ck_assert(wait_until_drained(30));
 
 	kill(a, SIGTERM);
-	ck_assert_int_eq(wait_exit(a, 30), 0);
+	ck_assert_int_eq(wait_exit(a, testdb_stall_s()), 0);
 
 	/* 2 s jobs: never claimed beyond free slots, though the buffer has room */
 	enqueue_n("long", 8, "{\"sleep\": 2}");
-	pid_t b = spawn_worker("wB", "long:2", "--buffer 6 --quiet", "/tmp/sqt-wB3.out");
-	most = 0;
-	while (live_jobs() > 0) {
-		long long h = held_cut("wB");
-		most = h > most ? h : most;
-		usleep(20000);
-	}
+	pid_t b = spawn_worker("wB", "long:2", "--buffer 6 --quiet", out_b);
+	most = sample_held("wB", out_b);
 	printf("long jobs: at most %lld held with 2 slots\n", most);
 	ck_assert_int_le(most, 2);
 	kill(b, SIGTERM);
-	ck_assert_int_eq(wait_exit(b, 30), 0);
+	ck_assert_int_eq(wait_exit(b, testdb_stall_s()), 0);
 	cut_close();
 	cleanup();
 }
@@ -427,20 +527,19 @@ END_TEST
 START_TEST(fast_jobs_keep_slots_busy)
 {
 	enum { N = 1500 };
-	char out[8192];
 	setup_with("sqt_work_fast", "[type f]\n");
 	make_script("sleep 0.005");
 	enqueue_n("f", N, NULL);
-	pid_t a = spawn_worker("wA", "f:4", "--quiet -v", "/tmp/sqt-wA4.out");
-	ck_assert(wait_until_drained(120));
+	const char *out_a = tmp("wA.out");
+	pid_t a = spawn_worker("wA", "f:4", "--quiet -v", out_a);
+	drain_or_fail("5ms jobs", out_a, NULL);
 	kill(a, SIGTERM);
-	ck_assert_int_eq(wait_exit(a, 30), 0);
-	FILE *f = fopen("/tmp/sqt-wA4.out", "r");
-	size_t n = fread(out, 1, sizeof(out) - 1, f);
-	fclose(f);
-	out[n] = '\0';
-	/* the last report: idle share; the prefetch predicted while the queue
-	 * had work (the highest of the reports: once drained it may fall) */
+	ck_assert_int_eq(wait_exit(a, testdb_stall_s()), 0);
+	char *out = read_all(out_a);
+	/* the last report; the prefetch predicted while the queue had work (the
+	 * highest of the reports: once drained it may fall). How busy the slots
+	 * were is printed, not asserted: that is a speed, which shardq-bench
+	 * measures (bench/scenarios/small-worker). */
 	char *last = NULL;
 	int prefetch = 0;
 	for (char *p = strstr(out, "idle slots"); p; p = strstr(p + 1, "idle slots"))
@@ -453,8 +552,9 @@ START_TEST(fast_jobs_keep_slots_busy)
 	printf("5ms jobs: slots idle %.1f%% of the time work was there; prefetch %d\n", idle,
 	       prefetch);
 	ck_assert_int_gt(prefetch, 0);
-	ck_assert_msg(idle < 50.0, "slots idle %.1f%%", idle);
-	ck_assert_ptr_nonnull(strstr(last, "done 1500"));
+	ck_assert_msg(strstr(last, "done 1500") != NULL, "last report: %s", last);
+	ck_assert_int_eq(live_jobs(), 0);
+	free(out);
 	cleanup();
 }
 END_TEST
@@ -465,27 +565,26 @@ START_TEST(expired_lease_result_discarded)
 				    "history = true\n");
 	make_script("sleep 1.5");
 	enqueue_n("l", 1, NULL);
-	pid_t a = spawn_worker("wA", "l:1", "--quiet", "/tmp/sqt-wA5.out");
-	double deadline = now_s() + 20;
-	while (held("wA", "'running'") == 0 && now_s() < deadline)
-		usleep(10000);
+	const char *out_a = tmp("wA.out"), *out_b = tmp("wB.out");
+	pid_t a = spawn_worker("wA", "l:1", "--quiet", out_a);
+	ck_assert_msg(wait_cond(a_running_one), "A never ran the job");
 	/* freeze A (a long pause): its lease runs out and B takes the job */
 	kill(a, SIGSTOP);
-	pid_t b = spawn_worker("wB", "l:1", "--poll 100ms --quiet", "/tmp/sqt-wB5.out");
-	ck_assert(wait_until_drained(30));
+	pid_t b = spawn_worker("wB", "l:1", "--poll 100ms --quiet", out_b);
+	drain_or_fail("while A is frozen", out_a, out_b);
 	kill(a, SIGCONT);
 	usleep(500000);
 	kill(a, SIGTERM);
 	kill(b, SIGTERM);
-	ck_assert_int_eq(wait_exit(a, 20), 0);
-	ck_assert_int_eq(wait_exit(b, 20), 0);
+	ck_assert_int_eq(wait_exit(a, testdb_stall_s()), 0);
+	ck_assert_int_eq(wait_exit(b, testdb_stall_s()), 0);
 	ck_assert_int_eq(completed_once(), 1);
 	ck_assert_int_eq(testdb_sum(&t,
 				    "SELECT count(*) FROM shardq.jobs_history WHERE worker = 'wB' "
 				    "AND attempt = 2"),
 			 1);
 	char out[8192];
-	FILE *f = fopen("/tmp/sqt-wA5.out", "r");
+	FILE *f = fopen(out_a, "r");
 	size_t n = fread(out, 1, sizeof(out) - 1, f);
 	fclose(f);
 	out[n] = '\0';
@@ -495,6 +594,12 @@ START_TEST(expired_lease_result_discarded)
 	cleanup();
 }
 END_TEST
+
+static int not_started_recorded(void)
+{
+	return testdb_sum(&t, "SELECT count(*) FROM shardq.jobs WHERE last_error LIKE "
+			      "'the command could not be started%'") > 0;
+}
 
 START_TEST(exec_contract)
 {
@@ -509,10 +614,11 @@ START_TEST(exec_contract)
 	int64_t ok = enqueue_one(t.client, "e", "ok", "{\"ok\":1}", NULL);
 	int64_t flaky = enqueue_one(t.client, "e", "flaky", "{\"flaky\":1}", NULL);
 	int64_t perm = enqueue_one(t.client, "e", "perm", "{\"perm\":1}", NULL);
-	pid_t a = spawn_worker("wA", "e:2", "--poll 100ms", "/tmp/sqt-wA6.out");
-	ck_assert(wait_until_drained(30));
+	const char *out_a = tmp("wA.out"), *out_c = tmp("wC.out");
+	pid_t a = spawn_worker("wA", "e:2", "--poll 100ms", out_a);
+	drain_or_fail("exec contract", out_a, NULL);
 	kill(a, SIGTERM);
-	ck_assert_int_eq(wait_exit(a, 20), 0);
+	ck_assert_int_eq(wait_exit(a, testdb_stall_s()), 0);
 	sq_job j;
 	sq_error err;
 	OKE(sq_get_job(t.client, ok, &j, &err));
@@ -532,7 +638,7 @@ START_TEST(exec_contract)
 			 1);
 	/* the command's output is kept, prefixed by the job */
 	char out[16384], want[64];
-	FILE *f = fopen("/tmp/sqt-wA6.out", "r");
+	FILE *f = fopen(out_a, "r");
 	size_t n = fread(out, 1, sizeof(out) - 1, f);
 	fclose(f);
 	out[n] = '\0';
@@ -554,14 +660,10 @@ START_TEST(exec_contract)
 	ck_assert_int_eq(held("wA", "'starting','running'"), 0);
 	/* one that the shell cannot start at run time: the job fails with why */
 	write_file(script_path, "#!/bin/sh\nexec /nonexistent/prog\n", 1);
-	a = spawn_worker("wC", "e:1", "--poll 100ms --quiet", "/tmp/sqt-wC6.out");
-	double deadline = now_s() + 20;
-	while (testdb_sum(&t, "SELECT count(*) FROM shardq.jobs WHERE last_error LIKE "
-			      "'the command could not be started%'") == 0 &&
-	       now_s() < deadline)
-		usleep(50000);
+	a = spawn_worker("wC", "e:1", "--poll 100ms --quiet", out_c);
+	ck_assert_msg(wait_cond(not_started_recorded), "no job failed for the missing program");
 	kill(a, SIGTERM);
-	ck_assert_int_eq(wait_exit(a, 20), 0);
+	ck_assert_int_eq(wait_exit(a, testdb_stall_s()), 0);
 	ck_assert_int_eq(testdb_sum(&t, "SELECT count(*) FROM shardq.jobs WHERE last_error LIKE "
 					"'the command could not be started (exit 127)%'"),
 			 1);
@@ -569,33 +671,105 @@ START_TEST(exec_contract)
 }
 END_TEST
 
+/* The in-process worker of the NOTIFY test: when each job started. */
+static struct {
+	pthread_mutex_t mu;
+	double started[16];
+	int n;
+} woke = {PTHREAD_MUTEX_INITIALIZER, {0}, 0};
+
+static sq_job_result note_start(const sq_job *job, void *arg, char *e, size_t elen)
+{
+	(void)job, (void)arg, (void)e, (void)elen;
+	pthread_mutex_lock(&woke.mu);
+	if (woke.n < 16)
+		woke.started[woke.n] = test_now_s();
+	woke.n++;
+	pthread_mutex_unlock(&woke.mu);
+	return SQ_RESULT_DONE;
+}
+
+static int woke_count(void)
+{
+	pthread_mutex_lock(&woke.mu);
+	int n = woke.n;
+	pthread_mutex_unlock(&woke.mu);
+	return n;
+}
+
+static void *run_worker(void *arg)
+{
+	sq_error err;
+	ck_assert_msg(sq_worker_run(arg, &err) == SQ_OK, "worker: %s", err.msg);
+	return NULL;
+}
+
+/*
+ * An idle worker whose poll never comes within the test (10 minutes, from
+ * the first empty claim on: poll_min = poll_max) starts each new job at
+ * once: only the NOTIFY of the enqueue can wake it. Checked on every
+ * enqueue. SHARDQ_TEST_BREAK_NOTIFY=1 enqueues with `notify = false`, to
+ * see this test fail.
+ */
 START_TEST(notify_wakes_idle_worker)
 {
+	enum { ROUNDS = 5 };
+	const double poll_s = 600, limit_s = 30;
+	sq_error err;
 	setup_with("sqt_work_notify", "[type n]\nhistory = true\n");
-	make_script("true");
-	pid_t a = spawn_worker("wA", "n:1", "--poll 5s --quiet", "/tmp/sqt-wA7.out");
-	sleep(2); /* idle: the poll backs off toward 5s */
+	sq_client *producer = t.client;
+	sq_config *quiet_cfg = NULL;
+	if (getenv("SHARDQ_TEST_BREAK_NOTIFY")) {
+		char *ini = testdb_ini(&t, NULL, "notify = false");
+		OKE(sq_config_parse(ini, "no-notify.ini", &quiet_cfg, &err));
+		free(ini);
+		OKE(sq_client_open(quiet_cfg, 0, &producer, &err));
+	}
+	sq_worker_opts o;
+	sq_worker *w;
+	pthread_t th;
+	sq_worker_opts_init(&o);
+	o.worker_id = "wN";
+	o.listen = 1;
+	o.poll_min_ms = o.poll_max_ms = (int64_t)(poll_s * 1000);
+	OKE(sq_worker_create(t.cfg, &o, &w, &err));
+	OKE(sq_worker_add(w, "n", 1, note_start, NULL, &err));
+	pthread_create(&th, NULL, run_worker, w);
+	/* idle: its first claim found nothing, the next poll is 10 min away */
+	sq_worker_stats st;
+	double end = test_now_s() + testdb_stall_s();
+	do {
+		usleep(20000);
+		sq_worker_get_stats(w, &st);
+	} while (st.claims == 0 && test_now_s() < end);
+	ck_assert_msg(st.claims > 0, "the worker made no claim");
+	usleep(300000);
 	double best = 1e9, worst = 0;
-	for (int i = 0; i < 5; i++) {
-		unlink(log_path);
-		double t0 = now_s();
-		enqueue_one(t.client, "n", NULL, NULL, NULL);
-		exe v[4];
-		int n = 0;
-		while ((n = read_log(v, 4)) == 0 && now_s() - t0 < 10)
+	for (int i = 0; i < ROUNDS; i++) {
+		double t0 = test_now_s();
+		enqueue_one(producer, "n", NULL, NULL, NULL);
+		while (woke_count() <= i && test_now_s() - t0 < limit_s)
 			usleep(2000);
-		ck_assert_int_eq(n, 1);
-		double lat = (v[0].start - t0) * 1000;
+		ck_assert_msg(woke_count() > i,
+			      "enqueue %d: the idle worker did not start the job within %.0fs "
+			      "(its poll is %.0fs away: was it woken by NOTIFY?)",
+			      i + 1, limit_s, poll_s);
+		double lat = (woke.started[i] - t0) * 1000;
 		best = fmin(best, lat);
 		worst = fmax(worst, lat);
-		usleep(300000);
+		usleep(300000); /* idle again: the claim after the job found nothing */
 	}
-	printf("NOTIFY: an idle worker started new jobs %.1f-%.1f ms after the enqueue (poll 5s)\n",
-	       best, worst);
-	/* far below the poll interval: the wake-up, not the poll, started them */
-	ck_assert_msg(worst < 2500, "worst start latency %.1f ms", worst);
-	kill(a, SIGTERM);
-	ck_assert_int_eq(wait_exit(a, 20), 0);
+	printf("NOTIFY: an idle worker started new jobs %.1f-%.1f ms after the enqueue "
+	       "(poll %.0fs)\n",
+	       best, worst, poll_s);
+	sq_worker_stop(w, 0);
+	pthread_join(th, NULL);
+	sq_worker_destroy(w);
+	ck_assert_int_eq(completed_once(), ROUNDS);
+	if (quiet_cfg) {
+		sq_client_close(producer);
+		sq_config_free(quiet_cfg);
+	}
 	cleanup();
 }
 END_TEST
@@ -604,7 +778,7 @@ int main(void)
 {
 	Suite *s = suite_create("worker");
 	TCase *tc = tcase_create("worker");
-	tcase_set_timeout(tc, 240);
+	tcase_set_timeout(tc, 900);
 	tcase_add_test(tc, kill9_jobs_come_back);
 	tcase_add_test(tc, sigterm_releases_buffer_and_finishes);
 	tcase_add_test(tc, second_signal_exits_at_once);

@@ -5,6 +5,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <unistd.h>
 
 int testdb_ports(int *ports, int max)
 {
@@ -136,4 +138,77 @@ long long testdb_sum(testdb *t, const char *sql)
 	for (int i = 0; i < t->nshards; i++)
 		s += testdb_scalar(t, i, sql);
 	return s;
+}
+
+char *testdb_live_report(testdb *t, char *buf, size_t len)
+{
+	size_t k = 0;
+	buf[0] = '\0';
+	for (int s = 0; s < t->nshards && k + 1 < len; s++) {
+		PGconn *c = testdb_pg(t, s);
+		PGresult *r = PQexec(c, "SELECT task, status, count(*), "
+					"coalesce(max(worker), '-') FROM shardq.jobs WHERE "
+					"status IN ('ready','starting','running') GROUP BY 1, 2 "
+					"ORDER BY 1, 2");
+		if (PQresultStatus(r) != PGRES_TUPLES_OK) {
+			k += (size_t)snprintf(buf + k, len - k, "s%d: %s", s + 1,
+					      PQerrorMessage(c));
+		} else {
+			for (int i = 0; i < PQntuples(r) && k + 1 < len; i++)
+				k += (size_t)snprintf(buf + k, len - k,
+						      "  s%d %s %s %s (a worker: %s)\n", s + 1,
+						      PQgetvalue(r, i, 0), PQgetvalue(r, i, 1),
+						      PQgetvalue(r, i, 2), PQgetvalue(r, i, 3));
+		}
+		PQclear(r);
+		PQfinish(c);
+	}
+	if (k == 0)
+		snprintf(buf, len, "  (no live rows)\n");
+	return buf;
+}
+
+static char tmpdir[512];
+
+const char *testdb_tmpdir(void)
+{
+	if (!tmpdir[0]) {
+		const char *base = getenv("TMPDIR");
+		snprintf(tmpdir, sizeof(tmpdir), "%s/sqt-%d-XXXXXX", base && *base ? base : "/tmp",
+			 (int)getpid());
+		if (!mkdtemp(tmpdir))
+			ck_abort_msg("mkdtemp %s failed", tmpdir);
+	}
+	return tmpdir;
+}
+
+char *testdb_path(char *out, size_t len, const char *name)
+{
+	snprintf(out, len, "%s/%s", testdb_tmpdir(), name);
+	return out;
+}
+
+void testdb_tmpdir_remove(void)
+{
+	if (!tmpdir[0])
+		return;
+	DIR *d = opendir(tmpdir);
+	struct dirent *e;
+	char p[1024];
+	while (d && (e = readdir(d)))
+		if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
+			snprintf(p, sizeof(p), "%s/%s", tmpdir, e->d_name);
+			unlink(p);
+		}
+	if (d)
+		closedir(d);
+	rmdir(tmpdir);
+	tmpdir[0] = '\0';
+}
+
+double testdb_stall_s(void)
+{
+	const char *e = getenv("SHARDQ_TEST_STALL");
+	double v = e ? atof(e) : 0;
+	return v > 0 ? v : 90;
 }

@@ -45,4 +45,24 @@ long long testdb_scalar(testdb *t, int shard, const char *sql);
 /* Sum of testdb_scalar over all shards. */
 long long testdb_sum(testdb *t, const char *sql);
 
+/* Live rows (ready, starting, running) per shard, type and status, as lines
+ * "s2 m running 4", for a test's failure message. Writes at most len bytes
+ * (NUL-terminated); returns buf. */
+char *testdb_live_report(testdb *t, char *buf, size_t len);
+
+/*
+ * A directory of this process for the test's files (made with mkdtemp under
+ * $TMPDIR, else /tmp, on first use), so that suites and clones running at
+ * once never share a file. testdb_path writes DIR/name into out.
+ * testdb_tmpdir_remove deletes the directory and what is in it.
+ */
+const char *testdb_tmpdir(void);
+char *testdb_path(char *out, size_t len, const char *name);
+void testdb_tmpdir_remove(void);
+
+/* Seconds without progress after which a waiting test gives up:
+ * $SHARDQ_TEST_STALL, default 90. A wait fails only when nothing moved for
+ * that long, never because a machine is slow. */
+double testdb_stall_s(void);
+
 #endif
