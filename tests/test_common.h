@@ -29,6 +29,16 @@ static inline int test_shard_count(void)
 	return n >= 4 ? 4 : n;
 }
 
+/* One test case per test, named for it, so that CK_RUN_CASE=NAME runs one
+ * test alone. */
+#define ADD_CASE(suite, fn, timeout_s)               \
+	do {                                         \
+		TCase *tc_ = tcase_create(#fn);      \
+		tcase_set_timeout(tc_, (timeout_s)); \
+		tcase_add_test(tc_, fn);             \
+		suite_add_tcase((suite), tc_);       \
+	} while (0)
+
 /* Line-buffered output, so what a test prints reaches the log even when
  * its forked process dies on a failed assertion. */
 static inline int run_suite(Suite *s)

@@ -747,14 +747,11 @@ END_TEST
 int main(void)
 {
 	Suite *s = suite_create("moves");
-	TCase *tc = tcase_create("moves");
-	tcase_set_timeout(tc, 1200);
-	tcase_add_test(tc, stale_router_still_routes);
-	tcase_add_test(tc, same_key_before_during_after_move);
-	tcase_add_test(tc, abort_refused_while_mover_runs);
-	tcase_add_test(tc, add_fifth_shard_under_load);
-	tcase_add_test(tc, drain_a_shard_under_load);
-	tcase_add_test(tc, killed_mover_resumes_or_aborts);
-	suite_add_tcase(s, tc);
+	ADD_CASE(s, stale_router_still_routes, 1200);
+	ADD_CASE(s, same_key_before_during_after_move, 1200);
+	ADD_CASE(s, abort_refused_while_mover_runs, 1200);
+	ADD_CASE(s, add_fifth_shard_under_load, 1200);
+	ADD_CASE(s, drain_a_shard_under_load, 1200);
+	ADD_CASE(s, killed_mover_resumes_or_aborts, 1200);
 	return run_suite(s);
 }

@@ -777,16 +777,13 @@ END_TEST
 int main(void)
 {
 	Suite *s = suite_create("worker");
-	TCase *tc = tcase_create("worker");
-	tcase_set_timeout(tc, 900);
-	tcase_add_test(tc, kill9_jobs_come_back);
-	tcase_add_test(tc, sigterm_releases_buffer_and_finishes);
-	tcase_add_test(tc, second_signal_exits_at_once);
-	tcase_add_test(tc, backpressure_and_long_jobs_never_prefetched);
-	tcase_add_test(tc, fast_jobs_keep_slots_busy);
-	tcase_add_test(tc, expired_lease_result_discarded);
-	tcase_add_test(tc, exec_contract);
-	tcase_add_test(tc, notify_wakes_idle_worker);
-	suite_add_tcase(s, tc);
+	ADD_CASE(s, kill9_jobs_come_back, 900);
+	ADD_CASE(s, sigterm_releases_buffer_and_finishes, 900);
+	ADD_CASE(s, second_signal_exits_at_once, 900);
+	ADD_CASE(s, backpressure_and_long_jobs_never_prefetched, 900);
+	ADD_CASE(s, fast_jobs_keep_slots_busy, 900);
+	ADD_CASE(s, expired_lease_result_discarded, 900);
+	ADD_CASE(s, exec_contract, 900);
+	ADD_CASE(s, notify_wakes_idle_worker, 900);
 	return run_suite(s);
 }
