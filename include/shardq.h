@@ -32,6 +32,13 @@ extern "C" {
 #define SQ_MAX_TYPE_LEN   64
 #define SQ_MAX_PARAMS_LEN (1024 * 1024)
 #define SQ_MAX_ERROR_LEN  2000
+/* Bounds on a job's numbers (sq_job_spec, and the [type] keys). */
+#define SQ_MIN_PRIORITY           (-1000000)
+#define SQ_MAX_PRIORITY           1000000
+#define SQ_MAX_ATTEMPTS           1000000
+#define SQ_MAX_DELAY_MS           INT64_C(3155760000000)      /* 100 years of 365.25 days */
+#define SQ_MAX_DELAY_TOLERANCE_MS INT64_C(31536000000)        /* 365 days */
+#define SQ_MAX_RUN_AT_US          INT64_C(253402300799999999) /* 9999-12-31 23:59:59.999999 UTC */
 
 typedef enum sq_status {
 	SQ_OK = 0,

@@ -1,18 +1,20 @@
-/* config.c - INI configuration: one table of keys, then one validation pass
- * that reports every bad key with its file and line. */
+/* config.c - INI configuration: one table of keys, a line reader of our own
+ * (lines of any length), then one validation pass that reports every bad
+ * key with its file and line. */
 #include "config.h"
 #include "buf.h"
 #include "error.h"
 
 #include <ctype.h>
 #include <errno.h>
-#include <ini.h>
+#include <libpq-fe.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 typedef enum { K_INT, K_DURATION, K_DOUBLE, K_STRING, K_BOOL, K_ENUM } key_kind;
 
@@ -48,27 +50,44 @@ static const key_def keys[] = {
 	{SEC_SHARD, "weight", K_DOUBLE, "1", 0, 1e6, NULL},
 	{SEC_TYPE, "starting_timeout", K_DURATION, "30s", 100, DAY_MS, NULL},
 	{SEC_TYPE, "execution_timeout", K_DURATION, "5m", 100, 30 * DAY_MS, NULL},
-	{SEC_TYPE, "max_attempts", K_INT, "5", 1, 1000000, NULL},
+	{SEC_TYPE, "max_attempts", K_INT, "5", 1, SQ_MAX_ATTEMPTS, NULL},
 	{SEC_TYPE, "backoff", K_ENUM, "exponential", 0, 0, backoff_names},
 	{SEC_TYPE, "backoff_base", K_DURATION, "1s", 0, 30 * DAY_MS, NULL},
 	{SEC_TYPE, "backoff_cap", K_DURATION, "1h", 0, 30 * DAY_MS, NULL},
 	{SEC_TYPE, "backoff_jitter", K_DOUBLE, "0.1", 0, 1, NULL},
 	{SEC_TYPE, "dedup", K_ENUM, "ignore", 0, 0, dedup_names},
-	{SEC_TYPE, "priority", K_INT, "0", -1000000, 1000000, NULL},
-	{SEC_TYPE, "delay_tolerance", K_DURATION, "0", 0, 365 * DAY_MS, NULL},
+	{SEC_TYPE, "priority", K_INT, "0", SQ_MIN_PRIORITY, SQ_MAX_PRIORITY, NULL},
+	{SEC_TYPE, "delay_tolerance", K_DURATION, "0", 0, SQ_MAX_DELAY_TOLERANCE_MS, NULL},
 	{SEC_TYPE, "history", K_BOOL, "false", 0, 0, NULL},
 };
 #define NKEYS (sizeof(keys) / sizeof(keys[0]))
 
+static size_t key_index(sec_kind sec, const char *name)
+{
+	size_t i = 0;
+	while (i < NKEYS && (keys[i].sec != sec || strcmp(keys[i].name, name)))
+		i++;
+	return i;
+}
+
 typedef struct parse_ctx {
 	sq_config *cfg;
 	const char *name;
-	int line; /* line of the text being handled, counted by reader */
+	int line; /* the line being read */
 	sq_buf errors;
 	int nerrors;
-	const char *text; /* for ini_parse_stream */
-	size_t pos;
-	int key_line[32]; /* line of each [cluster]/[connection] key, by keys[] index */
+	/* the line each key was set on (0: not set), to refuse a second one:
+	 * [cluster] and [connection] share key_line; [shard]/[type] by index */
+	int key_line[NKEYS];
+	int *shard_key_line;               /* SQ_MAX_SHARDS * NKEYS */
+	int *type_key_line;                /* SQ_MAX_TYPES * NKEYS */
+	int cluster_line, connection_line; /* where those sections began */
+	/* the section being read */
+	char *section; /* its name, for messages; NULL before the first */
+	sec_kind sec;
+	int idx;           /* shard or type index; -1: its keys are not read */
+	int unknown;       /* an unknown section: its keys are reported */
+	int unknown_quiet; /* ... and none of them has been yet */
 } parse_ctx;
 
 static void bad(parse_ctx *x, const char *sec, const char *key, const char *fmt, ...)
@@ -91,26 +110,36 @@ static void bad(parse_ctx *x, const char *sec, const char *key, const char *fmt,
 
 int64_t sq_parse_duration_ms(const char *s)
 {
-	char *end;
-	double v;
-	errno = 0;
-	v = strtod(s, &end);
-	if (end == s || errno || v < 0 || !isfinite(v))
+	static const struct {
+		const char *unit;
+		double ms;
+	} units[] = {{"ms", 1}, {"s", 1e3}, {"m", 6e4}, {"min", 6e4}, {"h", 3.6e6}, {"d", 8.64e7}};
+	const char *p = s, *unit;
+	size_t nd = 0, nf = 0;
+	double v, ms;
+	/* digits[.digits] or .digits: no sign, exponent, hex, inf or nan */
+	while (*p >= '0' && *p <= '9')
+		p++, nd++;
+	if (*p == '.')
+		for (p++; *p >= '0' && *p <= '9'; p++)
+			nf++;
+	if (nd + nf == 0)
 		return -1;
-	while (*end == ' ')
-		end++;
-	if (!strcmp(end, "ms"))
-		return (int64_t)v;
-	if (!strcmp(end, "s"))
-		return (int64_t)(v * 1000);
-	if (!strcmp(end, "m") || !strcmp(end, "min"))
-		return (int64_t)(v * 60000);
-	if (!strcmp(end, "h"))
-		return (int64_t)(v * 3600000);
-	if (!strcmp(end, "d"))
-		return (int64_t)(v * 86400000);
-	if (!*end && v == 0)
-		return 0;
+	v = strtod(s, NULL);
+	unit = p;
+	while (*unit == ' ')
+		unit++;
+	if (!*unit && unit == p)
+		return v == 0 ? 0 : -1; /* a bare number: only 0 needs no unit */
+	for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
+		if (strcmp(unit, units[i].unit))
+			continue;
+		/* compared as a double, before any conversion to an integer */
+		ms = v * units[i].ms;
+		if (!isfinite(ms) || ms > (double)SQ_MAX_DURATION_MS)
+			return -2;
+		return (int64_t)ms;
+	}
 	return -1;
 }
 
@@ -195,9 +224,9 @@ static const char *store(const key_def *k, void *dst, const char *v, char *why, 
 	}
 	case K_DURATION: {
 		int64_t ms = sq_parse_duration_ms(v);
-		if (ms < 0)
+		if (ms == -1)
 			return "expected a duration such as 500ms, 30s, 5m, 1h or 2d";
-		if (ms < k->min || ms > k->max) {
+		if (ms < 0 || ms < k->min || ms > k->max) {
 			snprintf(why, whylen, "%s is out of range [%.0fms, %.0fms]", v, k->min,
 				 k->max);
 			return why;
@@ -261,133 +290,222 @@ static void apply_defaults(sq_config *cfg, sec_kind sec, int idx)
 	}
 }
 
-/* Finds or adds the shard/type entry named by a "[shard ID]" section. */
-static int section_index(parse_ctx *x, sec_kind sec, const char *name, const char *section)
+/* Before a new section or at the end: an unknown section whose keys were
+ * all fine otherwise (or that had none) is still reported, once. */
+static void end_section(parse_ctx *x)
+{
+	if (x->unknown && x->unknown_quiet) {
+		bad(x, x->section, NULL,
+		    "unknown section; expected [cluster], [connection], [shard ID] or "
+		    "[type NAME]");
+	}
+	x->unknown = x->unknown_quiet = 0;
+}
+
+/* A "[name]" header: [cluster], [connection], [shard ID] or [type NAME],
+ * each at most once. */
+static void section_begin(parse_ctx *x, const char *name)
 {
 	sq_config *cfg = x->cfg;
-	if (sec == SEC_SHARD) {
-		for (int i = 0; i < cfg->nshards; i++)
-			if (!strcmp(cfg->shards[i].id, name))
-				return i;
-		if (!valid_ident(name, 32)) {
-			bad(x, section, NULL,
+	free(x->section);
+	x->section = strdup(name ? name : "");
+	x->idx = -1;
+	if (!x->section)
+		return;
+	if (!strcmp(name, "cluster") || !strcmp(name, "connection")) {
+		int *first = name[1] == 'l' ? &x->cluster_line : &x->connection_line;
+		x->sec = name[1] == 'l' ? SEC_CLUSTER : SEC_CONNECTION;
+		if (*first) {
+			bad(x, name, NULL,
+			    "the section appears a second time (first at line %d); put its keys "
+			    "in one section",
+			    *first);
+			return;
+		}
+		*first = x->line;
+		x->idx = 0;
+		return;
+	}
+	if (strncmp(name, "shard ", 6) && strncmp(name, "type ", 5)) {
+		x->unknown = x->unknown_quiet = 1;
+		return;
+	}
+	int is_shard = name[0] == 's';
+	const char *arg = name + (is_shard ? 6 : 5);
+	while (*arg == ' ')
+		arg++;
+	x->sec = is_shard ? SEC_SHARD : SEC_TYPE;
+	if (!valid_ident(arg, is_shard ? 32 : SQ_MAX_TYPE_LEN)) {
+		if (is_shard)
+			bad(x, name, NULL,
 			    "shard id must be 1-32 letters, digits, '_', '-', '.' or ':'");
-			return -1;
+		else
+			bad(x, name, NULL,
+			    "type name must be 1-%d letters, digits, '_', '-', '.' or ':'",
+			    SQ_MAX_TYPE_LEN);
+		return;
+	}
+	if (is_shard) {
+		int i = sq_config_shard_index(cfg, arg);
+		if (i >= 0) {
+			bad(x, name, NULL,
+			    "shard %s appears a second time (first at line %d); put all its keys "
+			    "in one section",
+			    arg, cfg->shards[i].line);
+			return;
 		}
 		if (cfg->nshards == SQ_MAX_SHARDS) {
-			bad(x, section, NULL, "too many shards (at most %d)", SQ_MAX_SHARDS);
-			return -1;
+			bad(x, name, NULL, "too many shards (at most %d)", SQ_MAX_SHARDS);
+			return;
 		}
-		sq_shard_conf *s = &cfg->shards[cfg->nshards];
-		s->id = strdup(name);
-		s->line = x->line;
+		sq_shard_conf *sh = &cfg->shards[cfg->nshards];
+		sh->id = strdup(arg);
+		sh->line = x->line;
 		apply_defaults(cfg, SEC_SHARD, cfg->nshards);
-		return cfg->nshards++;
+		x->idx = cfg->nshards++;
+		return;
 	}
-	for (int i = 0; i < cfg->ntypes; i++)
-		if (!strcmp(cfg->types[i].name, name))
-			return i;
-	if (!valid_ident(name, SQ_MAX_TYPE_LEN)) {
-		bad(x, section, NULL,
-		    "type name must be 1-%d letters, digits, '_', '-', '.' or ':'",
-		    SQ_MAX_TYPE_LEN);
-		return -1;
+	const sq_type_conf *old = sq_config_type(cfg, arg);
+	if (old) {
+		bad(x, name, NULL,
+		    "type %s appears a second time (first at line %d); put all its keys in one "
+		    "section",
+		    arg, old->line);
+		return;
 	}
 	if (cfg->ntypes == SQ_MAX_TYPES) {
-		bad(x, section, NULL, "too many task types (at most %d)", SQ_MAX_TYPES);
-		return -1;
+		bad(x, name, NULL, "too many task types (at most %d)", SQ_MAX_TYPES);
+		return;
 	}
 	sq_type_conf *t = &cfg->types[cfg->ntypes];
-	t->name = strdup(name);
+	t->name = strdup(arg);
 	t->line = x->line;
 	apply_defaults(cfg, SEC_TYPE, cfg->ntypes);
-	return cfg->ntypes++;
+	x->idx = cfg->ntypes++;
 }
 
-static int on_key(void *user, const char *section, const char *name, const char *value)
+static void on_key(parse_ctx *x, const char *name, const char *value)
 {
-	parse_ctx *x = user;
-	sec_kind sec;
-	int idx = 0;
-	const char *arg = NULL;
 	char why[256];
-
-	if (!strcmp(section, "cluster"))
-		sec = SEC_CLUSTER;
-	else if (!strcmp(section, "connection"))
-		sec = SEC_CONNECTION;
-	else if (!strncmp(section, "shard ", 6))
-		sec = SEC_SHARD, arg = section + 6;
-	else if (!strncmp(section, "type ", 5))
-		sec = SEC_TYPE, arg = section + 5;
-	else {
-		bad(x, section, name,
-		    "unknown section; expected [cluster], [connection], "
-		    "[shard ID] or [type NAME]");
-		return 1;
+	int *lines;
+	if (!x->section) {
+		bad(x, "-", name,
+		    "a key before any section; put it under [cluster], [connection], [shard ID] "
+		    "or [type NAME]");
+		return;
 	}
-	if (arg) {
-		while (*arg == ' ')
-			arg++;
-		if (!valid_ident(arg, sec == SEC_SHARD ? 32 : SQ_MAX_TYPE_LEN))
-			return 1; /* reported once, at the section header */
-		idx = section_index(x, sec, arg, section);
-		if (idx < 0)
-			return 1;
+	if (x->unknown) {
+		x->unknown_quiet = 0;
+		bad(x, x->section, name,
+		    "unknown section; expected [cluster], [connection], [shard ID] or "
+		    "[type NAME]");
+		return;
 	}
+	if (x->idx < 0)
+		return; /* its header was reported */
+	lines = x->sec == SEC_SHARD  ? x->shard_key_line + (size_t)x->idx * NKEYS
+		: x->sec == SEC_TYPE ? x->type_key_line + (size_t)x->idx * NKEYS
+				     : x->key_line;
 	for (size_t i = 0; i < NKEYS; i++) {
-		if (keys[i].sec != sec || strcmp(keys[i].name, name))
+		if (keys[i].sec != x->sec || strcmp(keys[i].name, name))
 			continue;
-		if (!arg && i < 32)
-			x->key_line[i] = x->line;
-		const char *e =
-			store(&keys[i], slot(x->cfg, sec, idx, name), value, why, sizeof(why));
+		if (lines[i]) {
+			bad(x, x->section, name, "set a second time (first at line %d)", lines[i]);
+			return;
+		}
+		lines[i] = x->line;
+		const char *e = store(&keys[i], slot(x->cfg, x->sec, x->idx, name), value, why,
+				      sizeof(why));
 		if (e)
-			bad(x, section, name, "%s", e);
-		return 1;
+			bad(x, x->section, name, "%s", e);
+		return;
 	}
-	bad(x, section, name, "unknown key (see conf/shardq.ini for the keys of this section)");
-	return 1;
+	bad(x, x->section, name, "unknown key (see conf/shardq.ini for the keys of this section)");
 }
 
-/* Feeds inih one line at a time, counting lines for messages. */
-static char *reader(char *str, int num, void *stream)
+static int is_space(char c)
 {
-	parse_ctx *x = stream;
-	size_t i = 0;
-	if (!x->text[x->pos])
-		return NULL;
-	while (x->text[x->pos] && (int)i < num - 1) {
-		char c = x->text[x->pos++];
-		str[i++] = c;
-		if (c == '\n')
-			break;
-	}
-	str[i] = '\0';
-	x->line++;
-	/* sections are registered here, so that a [type x] with no keys (all
-	 * defaults) exists, and its messages name the header's line */
-	{
-		const char *p = str;
-		while (*p == ' ' || *p == '\t')
-			p++;
-		if (*p == '[') {
-			char sec[300];
-			size_t n = strcspn(p + 1, "]\n");
-			if (p[1 + n] == ']' && n < sizeof(sec)) {
-				memcpy(sec, p + 1, n);
-				sec[n] = '\0';
-				if (!strncmp(sec, "shard ", 6) || !strncmp(sec, "type ", 5)) {
-					int is_shard = sec[0] == 's';
-					const char *arg = sec + (is_shard ? 6 : 5);
-					while (*arg == ' ')
-						arg++;
-					section_index(x, is_shard ? SEC_SHARD : SEC_TYPE, arg, sec);
-				}
-			}
+	return c == ' ' || c == '\t' || c == '\r' || c == '\f' || c == '\v';
+}
+
+static char *trim(char *s)
+{
+	size_t n;
+	while (is_space(*s))
+		s++;
+	n = strlen(s);
+	while (n && is_space(s[n - 1]))
+		s[--n] = '\0';
+	return s;
+}
+
+/* Cuts an inline comment: ';' after a space or tab, as inih does. */
+static void cut_comment(char *s)
+{
+	for (char *p = s; *p; p++)
+		if (*p == ';' && p > s && (p[-1] == ' ' || p[-1] == '\t')) {
+			*p = '\0';
+			return;
 		}
+}
+
+/* One line: blank, a comment (';' or '#' first), "[section]", or
+ * "key = value" ("key: value" too). */
+static void parse_line(parse_ctx *x, char *l)
+{
+	char *eq;
+	l = trim(l);
+	if (!*l || *l == ';' || *l == '#')
+		return;
+	if (*l == '[') {
+		char *end = strchr(l, ']');
+		if (!end) {
+			bad(x, "?", NULL, "syntax error: a section header needs its closing ']'");
+			return;
+		}
+		*end = '\0';
+		cut_comment(end + 1);
+		if (*trim(end + 1)) {
+			bad(x, "?", NULL, "syntax error: text after the section header's ']'");
+			return;
+		}
+		end_section(x);
+		section_begin(x, trim(l + 1));
+		return;
 	}
-	return str;
+	cut_comment(l);
+	eq = strpbrk(l, "=:");
+	if (!eq) {
+		bad(x, "?", NULL, "syntax error; expected [section] or key = value");
+		return;
+	}
+	*eq = '\0';
+	on_key(x, trim(l), trim(eq + 1));
+}
+
+/* Reads the text line by line; lines may be of any length. */
+static void parse_text(parse_ctx *x, const char *text)
+{
+	const char *p = text;
+	sq_buf line;
+	sq_buf_init(&line);
+	if (!strncmp(p, "\xEF\xBB\xBF", 3)) /* a UTF-8 byte order mark */
+		p += 3;
+	while (*p) {
+		size_t n = strcspn(p, "\n");
+		x->line++;
+		sq_buf_reset(&line);
+		sq_buf_append(&line, p, n);
+		if (line.oom) {
+			bad(x, "?", NULL, "out of memory");
+			break;
+		}
+		if (line.data)
+			parse_line(x, line.data);
+		p += n + (p[n] == '\n');
+	}
+	end_section(x);
+	sq_buf_free(&line);
 }
 
 static int is_pow2(uint32_t v)
@@ -397,10 +515,25 @@ static int is_pow2(uint32_t v)
 
 static int line_of(parse_ctx *x, const char *name)
 {
-	for (size_t i = 0; i < NKEYS && i < 32; i++)
+	for (size_t i = 0; i < NKEYS; i++)
 		if (keys[i].sec <= SEC_CONNECTION && !strcmp(keys[i].name, name))
 			return x->key_line[i];
 	return 0;
+}
+
+/* A dsn libpq cannot parse fails here, named, not at connect time. */
+static void check_dsn(parse_ctx *x, const char *sec, const char *key, const char *dsn)
+{
+	char *msg = NULL;
+	PQconninfoOption *o = PQconninfoParse(dsn, &msg);
+	if (o) {
+		PQconninfoFree(o);
+		return;
+	}
+	if (msg)
+		msg[strcspn(msg, "\n")] = '\0';
+	bad(x, sec, key, "not a libpq connection string: %s", msg ? msg : "out of memory");
+	PQfreemem(msg);
 }
 
 static void validate(parse_ctx *x)
@@ -415,11 +548,18 @@ static void validate(parse_ctx *x)
 	}
 	for (int i = 0; i < cfg->nshards; i++) {
 		x->line = cfg->shards[i].line;
+		char sec[64];
+		snprintf(sec, sizeof(sec), "shard %s", cfg->shards[i].id);
 		if (!cfg->shards[i].dsn) {
-			char sec[64];
-			snprintf(sec, sizeof(sec), "shard %s", cfg->shards[i].id);
 			bad(x, sec, "dsn", "missing; every shard needs a dsn");
+			continue;
 		}
+		x->line = cfg->shards[i].dsn_line;
+		check_dsn(x, sec, "dsn", cfg->shards[i].dsn);
+	}
+	if (cfg->meta_dsn) {
+		x->line = line_of(x, "meta_dsn");
+		check_dsn(x, "cluster", "meta_dsn", cfg->meta_dsn);
 	}
 	if (cfg->meta_shard && cfg->meta_dsn) {
 		x->line = line_of(x, "meta_dsn");
@@ -439,53 +579,47 @@ static void validate(parse_ctx *x)
 	}
 }
 
-static sq_status finish(parse_ctx *x, int rc, sq_config **out, sq_error *err)
-{
-	if (rc < 0) {
-		sq_buf_free(&x->errors);
-		sq_config_free(x->cfg);
-		return sq_err(err, SQ_ECONFIG, "%s: cannot read the file", x->name);
-	}
-	validate(x);
-	if (x->nerrors) {
-		sq_err(err, SQ_ECONFIG, "%s", x->errors.data ? x->errors.data : "invalid config");
-		sq_buf_free(&x->errors);
-		sq_config_free(x->cfg);
-		return SQ_ECONFIG;
-	}
-	sq_buf_free(&x->errors);
-	*out = x->cfg;
-	return SQ_OK;
-}
-
 sq_status sq_config_parse(const char *text, const char *name, sq_config **out, sq_error *err)
 {
 	parse_ctx x;
-	int rc;
+	sq_status st = SQ_OK;
 	memset(&x, 0, sizeof(x));
 	*out = NULL;
 	x.cfg = calloc(1, sizeof(sq_config));
-	if (!x.cfg)
-		return sq_err(err, SQ_ENOMEM, "out of memory");
-	x.cfg->path = strdup(name);
+	x.shard_key_line = calloc((size_t)SQ_MAX_SHARDS * NKEYS, sizeof(int));
+	x.type_key_line = calloc((size_t)SQ_MAX_TYPES * NKEYS, sizeof(int));
+	if (!x.cfg || !x.shard_key_line || !x.type_key_line || !(x.cfg->path = strdup(name))) {
+		st = sq_err(err, SQ_ENOMEM, "out of memory");
+		goto out;
+	}
 	x.name = name;
-	x.text = text;
 	apply_defaults(x.cfg, SEC_CLUSTER, 0);
 	apply_defaults(x.cfg, SEC_CONNECTION, 0);
-	rc = ini_parse_stream(reader, &x, on_key, &x);
-	/* a syntax error on line N makes inih return N; report it with the rest */
-	if (rc > 0) {
-		int line = rc;
-		x.line = line;
-		bad(&x, "?", NULL, "syntax error; expected [section] or key = value");
-		rc = 0;
+	parse_text(&x, text);
+	for (int i = 0; i < x.cfg->nshards; i++)
+		x.cfg->shards[i].dsn_line =
+			x.shard_key_line[(size_t)i * NKEYS + key_index(SEC_SHARD, "dsn")];
+	validate(&x);
+	if (x.nerrors || x.errors.oom)
+		st = sq_err(err, x.errors.oom ? SQ_ENOMEM : SQ_ECONFIG, "%s",
+			    x.errors.data ? x.errors.data : "out of memory");
+out:
+	sq_buf_free(&x.errors);
+	free(x.section);
+	free(x.shard_key_line);
+	free(x.type_key_line);
+	if (st != SQ_OK) {
+		sq_config_free(x.cfg);
+		return st;
 	}
-	return finish(&x, rc, out, err);
+	*out = x.cfg;
+	return SQ_OK;
 }
 
 sq_status sq_config_load(const char *path, sq_config **out, sq_error *err)
 {
 	FILE *f = fopen(path, "r");
+	struct stat sb;
 	sq_buf b;
 	char chunk[4096];
 	size_t n;
@@ -494,13 +628,33 @@ sq_status sq_config_load(const char *path, sq_config **out, sq_error *err)
 	if (!f)
 		return sq_err(err, SQ_ECONFIG, "%s: cannot open the config file: %s", path,
 			      strerror(errno));
+	if (fstat(fileno(f), &sb) == 0 && S_ISDIR(sb.st_mode)) {
+		fclose(f);
+		return sq_err(err, SQ_ECONFIG, "%s: is a directory, not a config file", path);
+	}
 	sq_buf_init(&b);
 	while ((n = fread(chunk, 1, sizeof(chunk), f)) > 0)
 		sq_buf_append(&b, chunk, n);
+	if (ferror(f)) {
+		int e = errno;
+		fclose(f);
+		sq_buf_free(&b);
+		return sq_err(err, SQ_ECONFIG, "%s: cannot read the config file: %s", path,
+			      strerror(e));
+	}
 	fclose(f);
 	if (b.oom) {
 		sq_buf_free(&b);
 		return sq_err(err, SQ_ENOMEM, "out of memory reading %s", path);
+	}
+	const char *nul = b.data ? memchr(b.data, '\0', b.len) : NULL;
+	if (nul) {
+		int line = 1;
+		for (const char *p = b.data; p < nul; p++)
+			line += *p == '\n';
+		sq_buf_free(&b);
+		return sq_err(err, SQ_ECONFIG, "%s:%d: a NUL byte; is this a text file?", path,
+			      line);
 	}
 	st = sq_config_parse(b.data ? b.data : "", path, out, err);
 	sq_buf_free(&b);

@@ -14,7 +14,8 @@ typedef struct sq_shard_conf {
 	char *id;
 	char *dsn;
 	double weight;
-	int line;
+	int line;     /* of its section header */
+	int dsn_line; /* of its dsn key (0: none) */
 } sq_shard_conf;
 
 typedef struct sq_type_conf {
@@ -59,7 +60,13 @@ int sq_config_shard_index(const sq_config *cfg, const char *id);
 /* The meta database's DSN (explicit, or the meta shard's). */
 const char *sq_config_meta_dsn(const sq_config *cfg);
 
-/* Parses "500ms", "30s", "5m", "1h", "2d" or "0" into ms; -1 on error. */
+/* The longest duration any setting or option takes: it fits an int64 count
+ * of microseconds, PostgreSQL's interval, and now() plus it a timestamp. */
+#define SQ_MAX_DURATION_MS SQ_MAX_DELAY_MS
+
+/* Parses "500ms", "1.5s", "5m" (or "5min"), "1h", "2d" or "0" into ms.
+ * Returns -1 when s is not a duration, -2 when it is longer than
+ * SQ_MAX_DURATION_MS. */
 int64_t sq_parse_duration_ms(const char *s);
 
 #endif

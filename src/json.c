@@ -1,10 +1,18 @@
 /* json.c - validates job params before anything is sent, so a bad document
- * fails the whole batch on the client and nothing of it is written. */
+ * fails the whole batch on the client and nothing of it is written. The
+ * rules are jsonb's (PostgreSQL 15): what passes here, the shard accepts. */
 #include "json.h"
 #include "buf.h"
 
 #include <stdint.h>
 #include <stdio.h>
+
+/* numeric's limits (src/backend/utils/adt/numeric.c): the weight of a
+ * value's first base-10000 digit fits int16, its display scale 14 bits,
+ * and an input exponent must stay below INT_MAX / 2. */
+#define NUMERIC_MAX_DIGITS_BEFORE_POINT 131072 /* 4 * 32768 */
+#define NUMERIC_MAX_DSCALE              16383
+#define NUMERIC_MAX_EXPONENT            1073741822LL
 
 typedef struct scan {
 	const unsigned char *s;
@@ -134,25 +142,65 @@ static int digits(scan *x)
 	return x->pos > start ? 0 : fail(x, "bad number");
 }
 
+/* A number, by JSON's grammar, that numeric can also hold: jsonb stores
+ * every number as numeric, and refuses the document when one overflows. */
 static int number(scan *x)
 {
+	size_t start = x->pos, int_at, int_len, frac_at = 0, frac_len = 0;
+	long long e10 = 0, dscale, dweight;
 	if (x->s[x->pos] == '-')
 		x->pos++;
+	int_at = x->pos;
 	if (x->pos < x->len && x->s[x->pos] == '0')
 		x->pos++;
 	else if (digits(x))
 		return -1;
+	int_len = x->pos - int_at;
 	if (x->pos < x->len && x->s[x->pos] == '.') {
 		x->pos++;
+		frac_at = x->pos;
 		if (digits(x))
 			return -1;
+		frac_len = x->pos - frac_at;
 	}
 	if (x->pos < x->len && (x->s[x->pos] == 'e' || x->s[x->pos] == 'E')) {
+		int neg = 0;
+		size_t e_at;
 		x->pos++;
 		if (x->pos < x->len && (x->s[x->pos] == '+' || x->s[x->pos] == '-'))
-			x->pos++;
+			neg = x->s[x->pos++] == '-';
+		e_at = x->pos;
 		if (digits(x))
 			return -1;
+		for (size_t i = e_at; i < x->pos; i++) {
+			e10 = e10 * 10 + (x->s[i] - '0');
+			if (e10 > NUMERIC_MAX_EXPONENT) {
+				x->pos = start;
+				return fail(x, "number out of range: its exponent is too large "
+					       "for PostgreSQL numeric");
+			}
+		}
+		if (neg)
+			e10 = -e10;
+	}
+	dscale = (long long)frac_len - e10;
+	if (dscale > NUMERIC_MAX_DSCALE) {
+		x->pos = start;
+		return fail(x, "number out of range: more than 16383 digits after the "
+			       "decimal point (PostgreSQL numeric's limit)");
+	}
+	/* the decimal exponent of the first non-zero digit; none: zero */
+	for (size_t i = 0; i < int_len + frac_len; i++) {
+		unsigned char d = i < int_len ? x->s[int_at + i] : x->s[frac_at + i - int_len];
+		if (d == '0')
+			continue;
+		dweight = (long long)int_len - 1 - (long long)i + e10;
+		if (dweight >= NUMERIC_MAX_DIGITS_BEFORE_POINT) {
+			x->pos = start;
+			return fail(x, "number out of range: more than 131072 digits before "
+				       "the decimal point (PostgreSQL numeric's limit)");
+		}
+		break;
 	}
 	return 0;
 }
@@ -171,29 +219,16 @@ static int value(scan *x);
 
 static int container(scan *x, unsigned char close)
 {
-	int first = 1;
-	if (++x->depth > 512)
-		return fail(x, "nested too deeply");
+	if (++x->depth > SQ_JSON_MAX_DEPTH)
+		return fail(x, "nested too deeply (more than 512 levels)");
 	x->pos++;
+	ws(x);
+	if (x->pos < x->len && x->s[x->pos] == close) {
+		x->pos++;
+		x->depth--;
+		return 0;
+	}
 	for (;;) {
-		ws(x);
-		if (x->pos >= x->len)
-			return fail(x, "unexpected end of input");
-		if (x->s[x->pos] == close) {
-			if (!first && x->s[x->pos - 1] == ',')
-				return fail(x, "trailing comma");
-			x->pos++;
-			x->depth--;
-			return 0;
-		}
-		if (!first) {
-			if (x->s[x->pos] != ',')
-				return fail(x, close == '}' ? "expected ',' or '}'"
-							    : "expected ',' or ']'");
-			x->pos++;
-			ws(x);
-		}
-		first = 0;
 		if (close == '}') {
 			if (x->pos >= x->len || x->s[x->pos] != '"')
 				return fail(x, "expected a string key");
@@ -208,8 +243,20 @@ static int container(scan *x, unsigned char close)
 		if (value(x))
 			return -1;
 		ws(x);
+		if (x->pos >= x->len)
+			return fail(x, "unexpected end of input");
+		if (x->s[x->pos] == close) {
+			x->pos++;
+			x->depth--;
+			return 0;
+		}
+		if (x->s[x->pos] != ',')
+			return fail(x,
+				    close == '}' ? "expected ',' or '}'" : "expected ',' or ']'");
+		x->pos++;
+		ws(x);
 		if (x->pos < x->len && x->s[x->pos] == close)
-			continue;
+			return fail(x, "trailing comma");
 	}
 }
 
@@ -236,7 +283,7 @@ int sq_json_validate_object(const char *s, size_t len, size_t *where, const char
 	scan x = {(const unsigned char *)s, len, 0, NULL, 0};
 	ws(&x);
 	if (x.pos >= len || x.s[x.pos] != '{') {
-		x.what = "params must be a JSON object ({...})";
+		x.what = "expected a JSON object ({...})";
 	} else if (!container(&x, '}')) {
 		ws(&x);
 		if (x.pos == len)
@@ -248,6 +295,114 @@ int sq_json_validate_object(const char *s, size_t len, size_t *where, const char
 	if (what)
 		*what = x.what;
 	return -1;
+}
+
+int sq_json_next_member(const char *s, size_t len, size_t *pos, sq_json_member *m)
+{
+	scan x = {(const unsigned char *)s, len, *pos, NULL, 1};
+	size_t at;
+	ws(&x);
+	if (x.pos < len && (x.s[x.pos] == (*pos ? ',' : '{'))) {
+		x.pos++;
+		ws(&x);
+	}
+	if (x.pos >= len || x.s[x.pos] != '"')
+		return 0; /* the closing brace */
+	at = x.pos;
+	if (string(&x))
+		return 0;
+	m->key = s + at + 1;
+	m->key_len = x.pos - at - 2;
+	ws(&x);
+	x.pos++; /* ':' */
+	ws(&x);
+	at = x.pos;
+	if (value(&x))
+		return 0;
+	m->val = s + at;
+	m->val_len = x.pos - at;
+	switch (s[at]) {
+	case '{': m->kind = SQ_JSON_OBJECT; break;
+	case '[': m->kind = SQ_JSON_ARRAY; break;
+	case '"': m->kind = SQ_JSON_STRING; break;
+	case 't': m->kind = SQ_JSON_TRUE; break;
+	case 'f': m->kind = SQ_JSON_FALSE; break;
+	case 'n': m->kind = SQ_JSON_NULL; break;
+	default: m->kind = SQ_JSON_NUMBER; break;
+	}
+	*pos = x.pos;
+	return 1;
+}
+
+static unsigned hexval(const char *p)
+{
+	unsigned v = 0;
+	for (int i = 0; i < 4; i++) {
+		char c = p[i];
+		v = (v << 4) | (unsigned)(c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10);
+	}
+	return v;
+}
+
+size_t sq_json_unescape(const char *raw, size_t len, char *out)
+{
+	size_t o = 0, i = 0;
+	while (i < len) {
+		unsigned cp;
+		if (raw[i] != '\\') {
+			out[o++] = raw[i++];
+			continue;
+		}
+		i += 2;
+		switch (raw[i - 1]) {
+		case 'b': out[o++] = '\b'; continue;
+		case 'f': out[o++] = '\f'; continue;
+		case 'n': out[o++] = '\n'; continue;
+		case 'r': out[o++] = '\r'; continue;
+		case 't': out[o++] = '\t'; continue;
+		case 'u': break;
+		default: out[o++] = raw[i - 1]; continue; /* " \ / */
+		}
+		cp = hexval(raw + i);
+		i += 4;
+		if (cp >= 0xD800 && cp <= 0xDBFF) { /* validated: a low one follows */
+			cp = 0x10000 + ((cp - 0xD800) << 10) + (hexval(raw + i + 2) - 0xDC00);
+			i += 6;
+		}
+		if (cp < 0x80) {
+			out[o++] = (char)cp;
+		} else if (cp < 0x800) {
+			out[o++] = (char)(0xC0 | (cp >> 6));
+			out[o++] = (char)(0x80 | (cp & 0x3F));
+		} else if (cp < 0x10000) {
+			out[o++] = (char)(0xE0 | (cp >> 12));
+			out[o++] = (char)(0x80 | ((cp >> 6) & 0x3F));
+			out[o++] = (char)(0x80 | (cp & 0x3F));
+		} else {
+			out[o++] = (char)(0xF0 | (cp >> 18));
+			out[o++] = (char)(0x80 | ((cp >> 12) & 0x3F));
+			out[o++] = (char)(0x80 | ((cp >> 6) & 0x3F));
+			out[o++] = (char)(0x80 | (cp & 0x3F));
+		}
+	}
+	out[o] = '\0';
+	return o;
+}
+
+int sq_utf8_valid(const char *s, size_t len, size_t *where)
+{
+	scan x = {(const unsigned char *)s, len, 0, NULL, 0};
+	while (x.pos < len) {
+		if (x.s[x.pos] == 0)
+			break;
+		if (x.s[x.pos] < 0x80)
+			x.pos++;
+		else if (utf8(&x))
+			break;
+	}
+	if (where)
+		*where = x.pos;
+	return x.pos == len;
 }
 
 void sq_json_put_string(sq_buf *out, const char *s)

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* XXH3_64bits output is frozen since xxHash 0.8.0: a change here would remap
  * every partition of every cluster. */
@@ -202,12 +203,251 @@ START_TEST(durations)
 	ck_assert_int_eq(sq_parse_duration_ms("0"), 0);
 	ck_assert_int_eq(sq_parse_duration_ms("250ms"), 250);
 	ck_assert_int_eq(sq_parse_duration_ms("1.5s"), 1500);
+	ck_assert_int_eq(sq_parse_duration_ms(".5s"), 500);
 	ck_assert_int_eq(sq_parse_duration_ms("5m"), 300000);
+	ck_assert_int_eq(sq_parse_duration_ms("5min"), 300000);
+	ck_assert_int_eq(sq_parse_duration_ms("5 min"), 300000);
 	ck_assert_int_eq(sq_parse_duration_ms("2h"), 7200000);
 	ck_assert_int_eq(sq_parse_duration_ms("1d"), 86400000);
+	ck_assert_int_eq(sq_parse_duration_ms("36525d"), SQ_MAX_DURATION_MS);
 	ck_assert_int_eq(sq_parse_duration_ms("30"), -1);
 	ck_assert_int_eq(sq_parse_duration_ms("-1s"), -1);
+	ck_assert_int_eq(sq_parse_duration_ms("+1s"), -1);
+	ck_assert_int_eq(sq_parse_duration_ms(" 1s"), -1);
 	ck_assert_int_eq(sq_parse_duration_ms("soon"), -1);
+	ck_assert_int_eq(sq_parse_duration_ms(""), -1);
+	ck_assert_int_eq(sq_parse_duration_ms("."), -1);
+	ck_assert_int_eq(sq_parse_duration_ms("1e3s"), -1);
+	ck_assert_int_eq(sq_parse_duration_ms("0x10s"), -1);
+	ck_assert_int_eq(sq_parse_duration_ms("infs"), -1);
+	ck_assert_int_eq(sq_parse_duration_ms("nan"), -1);
+	ck_assert_int_eq(sq_parse_duration_ms("1sec"), -1);
+	/* too long: refused before any conversion to an integer (found by
+	 * fuzzing: a double beyond int64 converted is undefined behaviour) */
+	ck_assert_int_eq(sq_parse_duration_ms("36526d"), -2);
+	ck_assert_int_eq(sq_parse_duration_ms("200000000d"), -2);
+	ck_assert_int_eq(sq_parse_duration_ms("9223372036854775808ms"), -2);
+	char huge[400];
+	memset(huge, '9', sizeof(huge) - 3);
+	strcpy(huge + sizeof(huge) - 3, "ms");
+	ck_assert_int_eq(sq_parse_duration_ms(huge), -2);
+}
+END_TEST
+
+/* jsonb stores numbers as numeric: what numeric refuses, the validator
+ * refuses (checked against PostgreSQL 15 by hand, one by one). */
+START_TEST(json_numbers_numeric_accepts)
+{
+	static const struct {
+		const char *num;
+		int ok;
+	} v[] = {
+		{"1e131071", 1},
+		{"9.99e131071", 1},
+		{"1e131072", 0},
+		{"10e131071", 0},
+		{"0.0001e131075", 1},
+		{"1e-16383", 1},
+		{"1e-16384", 0},
+		{"0.1e-16382", 1},
+		{"0.1e-16383", 0},
+		{"0e1073741822", 1},
+		{"0e1073741823", 0},
+		{"0e-1073741822", 0},
+		{"1e-1073741823", 0},
+		{"0e-16383", 1},
+		{"0e-16384", 0},
+		{"0.0e-16383", 0},
+		{"1e1000000", 0},
+		{"-1e1000000", 0},
+		{"1E+5", 1},
+		{"-0", 1},
+		{"1e99999999999999999999", 0},
+	};
+	char doc[128];
+	for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++) {
+		snprintf(doc, sizeof(doc), "{\"a\":[%s]}", v[i].num);
+		size_t where;
+		const char *what = NULL;
+		int got = sq_json_validate_object(doc, strlen(doc), &where, &what) == 0;
+		ck_assert_msg(got == v[i].ok, "%s: %s", v[i].num, what ? what : "accepted");
+		if (!got) {
+			ck_assert_uint_eq(where, 6); /* the number's start */
+			ck_assert_ptr_nonnull(strstr(what, "number out of range"));
+		}
+	}
+	/* digits in the thousands, either side of the point */
+	size_t n = 16383 + 16;
+	char *d = malloc(n + 1);
+	memcpy(d, "{\"a\":0.", 7);
+	memset(d + 7, '1', 16383);
+	strcpy(d + 7 + 16383, "}");
+	ck_assert_int_eq(sq_json_validate_object(d, strlen(d), NULL, NULL), 0);
+	free(d);
+	d = malloc(n + 2);
+	memcpy(d, "{\"a\":0.", 7);
+	memset(d + 7, '1', 16384);
+	strcpy(d + 7 + 16384, "}");
+	ck_assert_int_eq(sq_json_validate_object(d, strlen(d), NULL, NULL), -1);
+	free(d);
+	d = malloc(131072 + 16);
+	memcpy(d, "{\"a\":", 5);
+	memset(d + 5, '9', 131072);
+	strcpy(d + 5 + 131072, "}");
+	ck_assert_int_eq(sq_json_validate_object(d, strlen(d), NULL, NULL), 0);
+	memset(d + 5, '9', 131073);
+	strcpy(d + 5 + 131073, "}");
+	ck_assert_int_eq(sq_json_validate_object(d, strlen(d), NULL, NULL), -1);
+	free(d);
+}
+END_TEST
+
+START_TEST(json_depth_and_strings)
+{
+	char doc[2 * 600 + 16];
+	size_t k = 5;
+	/* 512 levels: the object and 511 arrays */
+	memcpy(doc, "{\"a\":", 5);
+	for (int i = 0; i < 511; i++)
+		doc[k++] = '[';
+	for (int i = 0; i < 511; i++)
+		doc[k++] = ']';
+	doc[k++] = '}';
+	ck_assert_int_eq(sq_json_validate_object(doc, k, NULL, NULL), 0);
+	k = 5;
+	for (int i = 0; i < 512; i++)
+		doc[k++] = '[';
+	for (int i = 0; i < 512; i++)
+		doc[k++] = ']';
+	doc[k++] = '}';
+	const char *what;
+	size_t where;
+	ck_assert_int_eq(sq_json_validate_object(doc, k, &where, &what), -1);
+	ck_assert_ptr_nonnull(strstr(what, "nested too deeply"));
+	/* strings: escapes decode, bad UTF-8 and lone surrogates do not pass,
+	 * in keys as in values */
+	ck_assert(!json_ok("{\"\xc3\":1}"));
+	ck_assert(!json_ok("{\"\xed\xa0\x80\":1}"));         /* an encoded surrogate */
+	ck_assert(!json_ok("{\"a\":\"\xc0\xaf\"}"));         /* overlong */
+	ck_assert(!json_ok("{\"a\":\"\xf4\x90\x80\x80\"}")); /* above U+10FFFF */
+	ck_assert(!json_ok("{\"a\":\"\\udc00\"}"));
+	ck_assert(!json_ok("{\"a\":\"\\ud800\\u0041\"}"));
+	ck_assert(!json_ok("{\"\\u0000\":1}"));
+	ck_assert(!json_ok("{\"a\":\"x\ty\"}")); /* a raw control character */
+	ck_assert(!json_ok("{\"a\":1,\"b\"}"));
+	ck_assert(!json_ok("{\"a\":[1,]}"));
+	ck_assert(!json_ok("{\"a\":1"));
+	ck_assert(!json_ok("\xef\xbb\xbf{}"));
+	const char *raw = "a\\\"b\\\\c\\/d\\n\\u00e9\\ud83d\\ude00";
+	char out[64];
+	size_t n = sq_json_unescape(raw, strlen(raw), out);
+	ck_assert_str_eq(out, "a\"b\\c/d\n\xc3\xa9\xf0\x9f\x98\x80");
+	ck_assert_uint_eq(n, strlen(out));
+	/* members, raw */
+	const char *obj = " { \"type\" : \"t\", \"params\":{\"x\":[1,{}]} ,\"n\":-5 } ";
+	ck_assert_int_eq(sq_json_validate_object(obj, strlen(obj), NULL, NULL), 0);
+	size_t pos = 0;
+	sq_json_member m;
+	ck_assert_int_eq(sq_json_next_member(obj, strlen(obj), &pos, &m), 1);
+	ck_assert_int_eq((int)m.key_len, 4);
+	ck_assert_int_eq(m.kind, SQ_JSON_STRING);
+	ck_assert_int_eq(sq_json_next_member(obj, strlen(obj), &pos, &m), 1);
+	ck_assert_int_eq(m.kind, SQ_JSON_OBJECT);
+	ck_assert(m.val_len == strlen("{\"x\":[1,{}]}") &&
+		  !memcmp(m.val, "{\"x\":[1,{}]}", m.val_len));
+	ck_assert_int_eq(sq_json_next_member(obj, strlen(obj), &pos, &m), 1);
+	ck_assert_int_eq(m.kind, SQ_JSON_NUMBER);
+	ck_assert(m.val_len == 2 && !memcmp(m.val, "-5", 2));
+	ck_assert_int_eq(sq_json_next_member(obj, strlen(obj), &pos, &m), 0);
+	/* UTF-8 of keys */
+	ck_assert(sq_utf8_valid("user:\xc3\xa9", 7, NULL));
+	ck_assert(!sq_utf8_valid("a\xff", 2, &where));
+	ck_assert_uint_eq(where, 1);
+	ck_assert(!sq_utf8_valid("a\0b", 3, &where));
+	ck_assert_uint_eq(where, 1);
+}
+END_TEST
+
+/* inih's Debian build cuts lines at 200 bytes; ours takes any length. */
+START_TEST(config_long_lines_and_repeats)
+{
+	sq_config *cfg;
+	sq_error err;
+	char *ini = malloc(4096);
+	char app[1001];
+	memset(app, 'x', 1000);
+	app[1000] = '\0';
+	snprintf(ini, 4096,
+		 "[shard s1]\ndsn = host=127.0.0.1 port=5432 dbname=shardq user=postgres "
+		 "application_name=%s\n",
+		 app);
+	ck_assert_int_eq(sq_config_parse(ini, "long.ini", &cfg, &err), SQ_OK);
+	ck_assert_uint_eq(strlen(cfg->shards[0].dsn),
+			  strlen(ini) - 18); /* "[shard s1]\ndsn = " and "\n" */
+	sq_config_free(cfg);
+	/* a second [shard s1] or [type t], a key given twice, [cluster] twice */
+	const char *dup = "[shard s1]\n"      /* 1 */
+			  "dsn = host=a\n"    /* 2 */
+			  "[type t]\n"        /* 3 */
+			  "[shard s1]\n"      /* 4 */
+			  "weight = 2\n"      /* 5 */
+			  "[type t]\n"        /* 6 */
+			  "[cluster]\n"       /* 7 */
+			  "partitions = 8\n"  /* 8 */
+			  "partitions = 16\n" /* 9 */
+			  "[cluster]\n"       /* 10 */
+			  "[shard s2]\n"      /* 11 */
+			  "dsn = host=b\n"    /* 12 */
+			  "dsn = host=c\n";   /* 13 */
+	ck_assert_int_eq(sq_config_parse(dup, "dup.ini", &cfg, &err), SQ_ECONFIG);
+	ck_assert_msg(strstr(err.msg, "dup.ini:4: [shard s1]: shard s1 appears a second time "
+				      "(first at line 1)"),
+		      "%s", err.msg);
+	ck_assert_ptr_nonnull(strstr(err.msg, "dup.ini:6: [type t]: type t appears a second time"));
+	ck_assert_ptr_nonnull(strstr(
+		err.msg, "dup.ini:9: [cluster] partitions: set a second time (first at line 8)"));
+	ck_assert_ptr_nonnull(strstr(err.msg, "dup.ini:10: [cluster]: the section appears"));
+	ck_assert_ptr_nonnull(strstr(err.msg, "dup.ini:13: [shard s2] dsn: set a second time"));
+	ck_assert_ptr_null(strstr(err.msg, ":5:")); /* the repeat's keys are not read */
+	/* syntax, comments, a key before any section, an empty unknown section,
+	 * a dsn libpq cannot parse */
+	const char *odd = "\xef\xbb\xbf; comment\n"                   /* 1 */
+			  "partitions = 8\n"                          /* 2 */
+			  "[shard s1\n"                               /* 3 */
+			  "[shard s1] x\n"                            /* 4 */
+			  "[shard s1] ; fine\n"                       /* 5 */
+			  "dsn = host='a ; not a comment for libpq\n" /* 6 */
+			  "# another\n"                               /* 7 */
+			  "just words\n"                              /* 8 */
+			  "[nowhere]\n";                              /* 9 */
+	ck_assert_int_eq(sq_config_parse(odd, "odd.ini", &cfg, &err), SQ_ECONFIG);
+	ck_assert_ptr_nonnull(
+		strstr(err.msg, "odd.ini:2: [-] partitions: a key before any section"));
+	ck_assert_ptr_nonnull(strstr(err.msg, "odd.ini:3: [?]: syntax error: a section header"));
+	ck_assert_ptr_nonnull(strstr(err.msg, "odd.ini:4: [?]: syntax error: text after"));
+	ck_assert_ptr_nonnull(strstr(err.msg, "odd.ini:6: [shard s1] dsn: not a libpq connection"));
+	ck_assert_ptr_nonnull(strstr(err.msg, "odd.ini:8: [?]: syntax error"));
+	ck_assert_ptr_nonnull(strstr(err.msg, "odd.ini:9: [nowhere]: unknown section"));
+	free(ini);
+}
+END_TEST
+
+START_TEST(config_file_is_a_directory)
+{
+	sq_config *cfg;
+	sq_error err;
+	char dir[] = "/tmp/sqt-unit-XXXXXX", path[64];
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	ck_assert_int_eq(sq_config_load(dir, &cfg, &err), SQ_ECONFIG);
+	ck_assert_msg(strstr(err.msg, "is a directory"), "%s", err.msg);
+	snprintf(path, sizeof(path), "%s/nul.ini", dir);
+	FILE *f = fopen(path, "w");
+	fwrite("[shard s1]\ndsn = a\0b\n", 1, 21, f);
+	fclose(f);
+	ck_assert_int_eq(sq_config_load(path, &cfg, &err), SQ_ECONFIG);
+	ck_assert_msg(strstr(err.msg, "nul.ini:2: a NUL byte"), "%s", err.msg);
+	unlink(path);
+	rmdir(dir);
 }
 END_TEST
 
@@ -223,6 +463,10 @@ int main(void)
 	tcase_add_test(tc, config_no_shard);
 	tcase_add_test(tc, json_validator);
 	tcase_add_test(tc, durations);
+	tcase_add_test(tc, json_numbers_numeric_accepts);
+	tcase_add_test(tc, json_depth_and_strings);
+	tcase_add_test(tc, config_long_lines_and_repeats);
+	tcase_add_test(tc, config_file_is_a_directory);
 	suite_add_tcase(s, tc);
 	SRunner *sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);
