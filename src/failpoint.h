@@ -1,9 +1,22 @@
 /* failpoint.h - named crash points for tests: when $SHARDQ_FAILPOINT names
  * this point, the process exits at once (code 99), as a kill -9 would;
- * when $SHARDQ_FAILPOINT_SLEEP is "name:MS", it sleeps MS milliseconds there. */
+ * when $SHARDQ_FAILPOINT_SLEEP is "name:MS", it sleeps MS milliseconds there.
+ *
+ * Only a test build has them (cmake -DSHARDQ_FAILPOINTS=ON, as scripts/test
+ * builds build-asan): in any other build sq_failpoint is an empty inline and
+ * the variables are never read, so no environment can stop a production
+ * mover half-way. tests/test_robust.c (failpoints_only_where_built_in)
+ * checks both builds. */
 #ifndef SQ_FAILPOINT_H
 #define SQ_FAILPOINT_H
 
+#ifdef SHARDQ_FAILPOINTS
 void sq_failpoint(const char *name);
+#else
+static inline void sq_failpoint(const char *name)
+{
+	(void)name;
+}
+#endif
 
 #endif
