@@ -389,7 +389,7 @@ size_t sq_json_unescape(const char *raw, size_t len, char *out)
 	return o;
 }
 
-int sq_utf8_valid(const char *s, size_t len, size_t *where)
+int sq_json_utf8_valid(const char *s, size_t len, size_t *where)
 {
 	scan x = {(const unsigned char *)s, len, 0, NULL, 0};
 	while (x.pos < len) {

@@ -54,7 +54,7 @@ size_t sq_json_unescape(const char *raw, size_t len, char *out);
 
 /* 1 if s[0..len) is valid UTF-8 (no overlong forms, no surrogates) with no
  * NUL byte; else 0, with *where (if not NULL) at the first bad byte. */
-int sq_utf8_valid(const char *s, size_t len, size_t *where);
+int sq_json_utf8_valid(const char *s, size_t len, size_t *where);
 
 /* Appends s as a JSON string literal (with quotes) to out; see buf.h. */
 struct sq_buf;

@@ -360,10 +360,10 @@ START_TEST(json_depth_and_strings)
 	ck_assert(m.val_len == 2 && !memcmp(m.val, "-5", 2));
 	ck_assert_int_eq(sq_json_next_member(obj, strlen(obj), &pos, &m), 0);
 	/* UTF-8 of keys */
-	ck_assert(sq_utf8_valid("user:\xc3\xa9", 7, NULL));
-	ck_assert(!sq_utf8_valid("a\xff", 2, &where));
+	ck_assert(sq_json_utf8_valid("user:\xc3\xa9", 7, NULL));
+	ck_assert(!sq_json_utf8_valid("a\xff", 2, &where));
 	ck_assert_uint_eq(where, 1);
-	ck_assert(!sq_utf8_valid("a\0b", 3, &where));
+	ck_assert(!sq_json_utf8_valid("a\0b", 3, &where));
 	ck_assert_uint_eq(where, 1);
 }
 END_TEST

@@ -14,7 +14,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	const char *s = (const char *)data;
 	size_t where = 0;
 	const char *what = NULL;
-	(void)sq_utf8_valid(s, size, NULL);
+	(void)sq_json_utf8_valid(s, size, NULL);
 	if (sq_json_validate_object(s, size, &where, &what) != 0) {
 		if (where > size || !what)
 			abort(); /* the offset of the problem is inside the input */
@@ -30,7 +30,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		if (!out)
 			return 0;
 		size_t n = sq_json_unescape(m.key, m.key_len, out);
-		if (n > m.key_len || !sq_utf8_valid(out, n, NULL))
+		if (n > m.key_len || !sq_json_utf8_valid(out, n, NULL))
 			abort();
 		free(out);
 	}
