@@ -156,23 +156,51 @@ typedef enum sq_enqueue_outcome {
 	SQ_ENQ_REPLACED,     /* policy replace: the ready job was updated */
 	SQ_ENQ_MERGED,       /* policy merge: params merged into the ready job */
 	SQ_ENQ_RERUN,        /* policy rerun: the running job will run again */
+	SQ_ENQ_NOT_WRITTEN,  /* the call failed and this job was not written
+	                        (id -1): enqueue it again */
+	SQ_ENQ_UNKNOWN,      /* the call failed and whether this job was written
+	                        is not known (id -1): its shard's connection broke
+	                        after the batch was sent and the shard could not
+	                        tell afterwards. Only a job with a key can end up
+	                        here while the shard is reachable; such a job may
+	                        be enqueued again safely (dedup) */
 } sq_enqueue_outcome;
 
+/* "inserted", "duplicate", "replaced", "merged", "rerun", "not_written",
+ * "unknown". */
 const char *sq_enqueue_outcome_name(sq_enqueue_outcome o);
 
 typedef struct sq_enqueue_result {
-	int64_t id; /* the job's id (existing job's id on a duplicate) */
+	int64_t id; /* the job's id (existing job's id on a duplicate); -1: not
+	               written, or not known to be (see the outcome) */
 	sq_enqueue_outcome outcome;
-	int shard; /* shard index the job lives on */
+	int shard; /* shard index the job lives on (or was sent to) */
 } sq_enqueue_result;
 
 /*
+ * Checks one job as sq_enqueue does before sending anything, against cfg:
+ * a configured type; a key of 1..SQ_MAX_KEY_LEN bytes of valid UTF-8;
+ * params of at most SQ_MAX_PARAMS_LEN bytes holding one JSON object that
+ * PostgreSQL's jsonb accepts (valid UTF-8, no \u0000, paired surrogates,
+ * numbers within numeric's range, nesting up to 512); every number within
+ * the bounds above. Returns SQ_OK, or SQ_EINVAL with err naming the
+ * problem. Lets a producer check a whole input before enqueueing any of it.
+ */
+SQ_MUST_CHECK sq_status sq_job_spec_check(const sq_config *cfg, const sq_job_spec *job,
+					  sq_error *err);
+
+/*
  * Enqueues n jobs: one statement per shard, all shards concurrently, each
- * shard's part in one transaction. Input is validated before anything is
- * sent: on SQ_EINVAL nothing is written. results[] has n entries, filled in
- * input order. On a database or connection error the shards that answered
- * keep their jobs, and results[i].id > 0 tells which jobs were written
- * (-1: not written; enqueue those again); err says which shard failed.
+ * shard's part in one transaction. Every job is checked first (as by
+ * sq_job_spec_check): on SQ_EINVAL nothing is sent and err names the job
+ * ("job 7: ..."). results[] has n entries, filled in input order.
+ * On a database or connection error (err says which shard failed) the
+ * shards that answered keep their jobs, and every result tells its job's
+ * fate: id > 0, written (outcome inserted, duplicate, ...); otherwise the
+ * outcome is SQ_ENQ_NOT_WRITTEN (enqueue it again) or SQ_ENQ_UNKNOWN. When
+ * a shard's connection breaks after its part was sent, the shard is asked
+ * on a new connection (after ending the old session) which rows are there,
+ * so a producer without keys can send again exactly what was not written.
  */
 SQ_MUST_CHECK sq_status sq_enqueue(sq_client *c, const sq_job_spec *jobs, size_t n,
 				   sq_enqueue_result *results, sq_error *err);

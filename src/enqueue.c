@@ -1,11 +1,16 @@
 /* enqueue.c - batched enqueue: validate everything first, route by key,
  * then one INSERT .. ON CONFLICT per shard (all shards at once), under the
- * partition gate. Dedup policies are applied by the shard in that statement. */
+ * partition gate. Dedup policies are applied by the shard in that statement.
+ * When a shard's connection breaks after its part was sent, the shard is
+ * asked afterwards whether that part committed, so every job's result says
+ * whether it was written. */
 #include "buf.h"
 #include "client.h"
 #include "error.h"
 #include "json.h"
 
+#include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <xxhash.h>
@@ -62,13 +67,26 @@ static const sq_stmt stmt_enqueue = {
 /* Wakes idle workers that LISTEN; once per batch per shard. */
 static const sq_stmt stmt_notify = {"sq_enqueue_notify", "SELECT pg_notify('shardq_jobs', '')"};
 
+/* After a lost connection: ends the old session (if it still runs) and waits
+ * for it, so its transaction can no longer commit; counts what did not end. */
+static const char sql_end_session[] =
+	"SELECT count(*) FILTER (WHERE NOT pg_terminate_backend(pid, $2::bigint))"
+	"  FROM pg_stat_activity"
+	" WHERE pid = $1::int AND pid <> pg_backend_pid() AND datname = current_database()";
+/* ... then which of the rows it sent are there (ordinals into $1). */
+static const char sql_rows_there[] =
+	"SELECT u.ord FROM unnest($1::bigint[]) WITH ORDINALITY AS u(id, ord)"
+	" WHERE EXISTS (SELECT 1 FROM shardq.jobs j WHERE j.id = u.id)"
+	"    OR EXISTS (SELECT 1 FROM shardq.jobs_history h WHERE h.id = u.id)";
+
 enum { NCOLS = 11 };
 
 /* One statement's worth of rows for one shard. */
 typedef struct round {
 	sq_buf col[NCOLS];
 	const char *vals[NCOLS];
-	size_t *idx; /* input index of each row */
+	size_t *idx;  /* input index of each row */
+	int64_t *ids; /* the id each row was sent with */
 	size_t n, cap;
 } round;
 
@@ -85,57 +103,77 @@ typedef struct shard_batch {
 
 static const char policy_code[] = {'i', 'r', 'm', 'R'};
 
+sq_status sq_job_spec_check(const sq_config *cfg, const sq_job_spec *j, sq_error *err)
+{
+	size_t where;
+	const char *what;
+	if (!j->type || !*j->type)
+		return sq_err(err, SQ_EINVAL, "no task type given");
+	if (!sq_config_type(cfg, j->type)) {
+		sq_buf known;
+		sq_buf_init(&known);
+		for (int t = 0; t < cfg->ntypes; t++)
+			sq_buf_printf(&known, "%s%s", t ? ", " : "", cfg->types[t].name);
+		sq_err(err, SQ_EINVAL,
+		       "unknown task type '%.64s'; configured types: %s (add a [type %.64s] "
+		       "section to the config)",
+		       j->type, known.data ? known.data : "none", j->type);
+		sq_buf_free(&known);
+		return SQ_EINVAL;
+	}
+	if (j->key) {
+		size_t len = strlen(j->key);
+		if (!len)
+			return sq_err(err, SQ_EINVAL,
+				      "key is empty; omit it for a job without key");
+		if (len > SQ_MAX_KEY_LEN)
+			return sq_err(err, SQ_EINVAL, "key is %zu bytes, more than the limit of %d",
+				      len, SQ_MAX_KEY_LEN);
+		if (!sq_json_utf8_valid(j->key, len, &where))
+			return sq_err(err, SQ_EINVAL, "key is not valid UTF-8 (at byte %zu)",
+				      where + 1);
+	}
+	if (j->params) {
+		size_t len = strlen(j->params);
+		if (len > SQ_MAX_PARAMS_LEN)
+			return sq_err(err, SQ_EINVAL,
+				      "params are %zu bytes, more than the limit of %d", len,
+				      SQ_MAX_PARAMS_LEN);
+		if (sq_json_validate_object(j->params, len, &where, &what))
+			return sq_err(err, SQ_EINVAL, "params are not valid JSON: %s at byte %zu",
+				      what, where);
+	}
+	if (j->has_priority && (j->priority < SQ_MIN_PRIORITY || j->priority > SQ_MAX_PRIORITY))
+		return sq_err(err, SQ_EINVAL, "priority %d is outside %d..%d", (int)j->priority,
+			      SQ_MIN_PRIORITY, SQ_MAX_PRIORITY);
+	if (j->max_attempts < 0 || j->max_attempts > SQ_MAX_ATTEMPTS)
+		return sq_err(err, SQ_EINVAL,
+			      "max_attempts %d is outside 1..%d (0: the type's default)",
+			      (int)j->max_attempts, SQ_MAX_ATTEMPTS);
+	if (j->delay_ms < 0 || j->delay_ms > SQ_MAX_DELAY_MS)
+		return sq_err(err, SQ_EINVAL,
+			      "delay_ms %" PRId64 " is outside 0..%" PRId64 " (100 years)",
+			      j->delay_ms, SQ_MAX_DELAY_MS);
+	if (j->run_at_us < 0 || j->run_at_us > SQ_MAX_RUN_AT_US)
+		return sq_err(err, SQ_EINVAL,
+			      "run_at_us %" PRId64 " is outside 0..%" PRId64
+			      " (0: not set; at most the end of the year 9999)",
+			      j->run_at_us, SQ_MAX_RUN_AT_US);
+	if (j->delay_tolerance_ms != SQ_NO_DELAY_TOLERANCE &&
+	    (j->delay_tolerance_ms < 0 || j->delay_tolerance_ms > SQ_MAX_DELAY_TOLERANCE_MS))
+		return sq_err(err, SQ_EINVAL,
+			      "delay_tolerance_ms %" PRId64 " is outside 0..%" PRId64
+			      " (365 days; 0: the type's default, SQ_NO_DELAY_TOLERANCE: none)",
+			      j->delay_tolerance_ms, SQ_MAX_DELAY_TOLERANCE_MS);
+	return SQ_OK;
+}
+
 static sq_status validate(const sq_client *c, const sq_job_spec *jobs, size_t n, sq_error *err)
 {
 	for (size_t i = 0; i < n; i++) {
-		const sq_job_spec *j = &jobs[i];
-		size_t where;
-		const char *what;
-		if (!j->type || !*j->type)
-			return sq_err(err, SQ_EINVAL, "job %zu: no task type given", i + 1);
-		if (!sq_config_type(c->cfg, j->type)) {
-			sq_buf known;
-			sq_buf_init(&known);
-			for (int t = 0; t < c->cfg->ntypes; t++)
-				sq_buf_printf(&known, "%s%s", t ? ", " : "", c->cfg->types[t].name);
-			sq_err(err, SQ_EINVAL,
-			       "job %zu: unknown task type '%.64s'; configured types: %s (add a "
-			       "[type %.64s] "
-			       "section to the config)",
-			       i + 1, j->type, known.data ? known.data : "none", j->type);
-			sq_buf_free(&known);
-			return SQ_EINVAL;
-		}
-		if (j->key && strlen(j->key) > SQ_MAX_KEY_LEN)
-			return sq_err(err, SQ_EINVAL,
-				      "job %zu: key is %zu bytes, more than the limit of %d", i + 1,
-				      strlen(j->key), SQ_MAX_KEY_LEN);
-		if (j->key && !*j->key)
-			return sq_err(err, SQ_EINVAL,
-				      "job %zu: key is empty; omit it for a job without key",
-				      i + 1);
-		if (j->params) {
-			size_t len = strlen(j->params);
-			if (len > SQ_MAX_PARAMS_LEN)
-				return sq_err(
-					err, SQ_EINVAL,
-					"job %zu: params are %zu bytes, more than the limit of %d",
-					i + 1, len, SQ_MAX_PARAMS_LEN);
-			if (sq_json_validate_object(j->params, len, &where, &what))
-				return sq_err(err, SQ_EINVAL,
-					      "job %zu: params are not valid JSON: %s at byte %zu",
-					      i + 1, what, where);
-		}
-		if (j->max_attempts < 0)
-			return sq_err(err, SQ_EINVAL, "job %zu: max_attempts must be positive",
-				      i + 1);
-		if (j->delay_ms < 0)
-			return sq_err(err, SQ_EINVAL, "job %zu: delay must not be negative", i + 1);
-		if (j->delay_tolerance_ms < 0 && j->delay_tolerance_ms != SQ_NO_DELAY_TOLERANCE)
-			return sq_err(err, SQ_EINVAL,
-				      "job %zu: delay_tolerance_ms %lld is negative; 0 is the type's "
-				      "default, SQ_NO_DELAY_TOLERANCE none",
-				      i + 1, (long long)j->delay_tolerance_ms);
+		sq_error e;
+		if (sq_job_spec_check(c->cfg, &jobs[i], &e) != SQ_OK)
+			return sq_err(err, e.code, "job %zu: %s", i + 1, e.msg);
 	}
 	return SQ_OK;
 }
@@ -150,7 +188,9 @@ static void round_add(round *r, const sq_client *c, const sq_job_spec *j, int64_
 	if (r->n == r->cap) {
 		r->cap = r->cap ? r->cap * 2 : 64;
 		r->idx = realloc(r->idx, r->cap * sizeof(size_t));
+		r->ids = realloc(r->ids, r->cap * sizeof(int64_t));
 	}
+	r->ids[r->n] = id;
 	r->idx[r->n++] = input_idx;
 	sq_arr_i64(&r->col[0], id);
 	sq_arr_i64(&r->col[1], part);
@@ -161,8 +201,8 @@ static void round_add(round *r, const sq_client *c, const sq_job_spec *j, int64_
 	sq_arr_i64(&r->col[6], j->run_at_us);
 	sq_arr_i64(&r->col[7], j->delay_ms);
 	sq_arr_i64(&r->col[8], j->delay_tolerance_ms == SQ_NO_DELAY_TOLERANCE ? 0
-			       : j->delay_tolerance_ms > 0                ? j->delay_tolerance_ms
-									  : t->delay_tolerance_ms);
+			       : j->delay_tolerance_ms > 0 ? j->delay_tolerance_ms
+							   : t->delay_tolerance_ms);
 	sq_arr_i64(&r->col[9], j->max_attempts ? j->max_attempts : t->max_attempts);
 	char pol[2] = {policy_code[t->dedup], 0};
 	sq_arr_str(&r->col[10], pol);
@@ -181,6 +221,7 @@ static void round_free(round *r)
 	for (int k = 0; k < NCOLS; k++)
 		sq_buf_free(&r->col[k]);
 	free(r->idx);
+	free(r->ids);
 }
 
 /* Which round a (type, key) goes to: the number of earlier rows of the same
@@ -205,20 +246,104 @@ static int keyset_bump(keyset *ks, const char *type, const char *key, size_t idx
 	return ks->count[i]++;
 }
 
+/*
+ * Shard s's connection broke after its part of the batch was sent: that
+ * part is one transaction, which may or may not have committed. On a new
+ * connection, the old session (backend `pid`) is ended and waited for, so
+ * it can no longer commit; then the rows are looked up by the ids they were
+ * sent with. One row found means the whole part committed; none found, with
+ * a row without key among them, means it did not (only a worker finishing
+ * every such row, or a move carrying it off, in between could hide one). A
+ * part of keyed rows only, with none found, may have committed as
+ * duplicates: those rows, and any the shard cannot be asked about, stay
+ * SQ_ENQ_UNKNOWN.
+ */
+static void settle_lost_part(sq_client *c, int s, shard_batch *b, const sq_job_spec *jobs,
+			     sq_enqueue_result *res, int pid)
+{
+	sq_pgconn *pc = &c->shards[s];
+	sq_buf ids;
+	char pid_s[16], wait_s[24];
+	const char *v[2] = {pid_s, wait_s};
+	sq_error e;
+	PGresult *r;
+	size_t nrows = 0;
+	int committed = 0, keyless = 0;
+	unsigned char *found;
+
+	for (int k = 0; k < b->nrounds; k++)
+		for (size_t i = 0; i < b->r[k].n; i++) {
+			res[b->r[k].idx[i]].outcome = SQ_ENQ_UNKNOWN;
+			keyless |= !jobs[b->r[k].idx[i]].key;
+			nrows++;
+		}
+	if (pid > 0) {
+		snprintf(pid_s, sizeof(pid_s), "%d", pid);
+		snprintf(wait_s, sizeof(wait_s), "%" PRId64, c->cfg->connect_timeout_ms);
+		r = sq_pgconn_exec(pc, sql_end_session, 2, v, &e);
+		int ended = r && PQntuples(r) == 1 && !strcmp(PQgetvalue(r, 0, 0), "0");
+		PQclear(r);
+		if (!ended)
+			return;
+	}
+	found = calloc(nrows, 1);
+	sq_buf_init(&ids);
+	sq_arr_open(&ids);
+	for (int k = 0; k < b->nrounds; k++)
+		for (size_t i = 0; i < b->r[k].n; i++)
+			sq_arr_i64(&ids, b->r[k].ids[i]);
+	sq_arr_close(&ids);
+	v[0] = ids.data;
+	r = found && !ids.oom ? sq_pgconn_exec(pc, sql_rows_there, 1, v, &e) : NULL;
+	sq_buf_free(&ids);
+	if (!r) {
+		free(found);
+		return;
+	}
+	for (int row = 0; row < PQntuples(r); row++) {
+		long long ord = atoll(PQgetvalue(r, row, 0));
+		if (ord >= 1 && (size_t)ord <= nrows)
+			found[ord - 1] = committed = 1;
+	}
+	PQclear(r);
+	size_t at = 0;
+	for (int k = 0; k < b->nrounds; k++)
+		for (size_t i = 0; i < b->r[k].n; i++, at++) {
+			sq_enqueue_result *o = &res[b->r[k].idx[i]];
+			if (found[at]) {
+				o->id = b->r[k].ids[i];
+				o->outcome = SQ_ENQ_INSERTED;
+			} else if (!committed && keyless) {
+				o->outcome = SQ_ENQ_NOT_WRITTEN;
+			}
+		}
+	free(found);
+}
+
 /* Sends every shard's batch at once. A shard that answers "moving" or
  * "moved" wrote nothing (its pipeline is one transaction): its rows keep
  * id -1, to be routed again; *moved says which answer came (2: moved,
- * 1: moving, 0: none). Other errors are returned. */
+ * 1: moving, 0: none). Other errors are returned; a shard whose connection
+ * broke after its part was sent is asked what committed (settle_lost_part). */
 static sq_status send_all(sq_client *c, shard_batch *sb, const sq_job_spec *jobs,
 			  sq_enqueue_result *res, int *moved, sq_error *err)
 {
 	sq_status st;
+	uint64_t *sent = calloc((size_t)c->nshards, sizeof(uint64_t));
+	int *pid = calloc((size_t)c->nshards, sizeof(int));
 	*moved = 0;
+	if (!sent || !pid) {
+		free(sent);
+		free(pid);
+		return sq_err(err, SQ_ENOMEM, "out of memory");
+	}
 	sq_client_reset(c);
 	for (int s = 0; s < c->nshards; s++) {
 		shard_batch *b = &sb[s];
 		if (!b->nrounds)
 			continue;
+		sent[s] = c->shards[s].statements_sent;
+		pid[s] = c->shards[s].conn ? PQbackendPID(c->shards[s].conn) : 0;
 		sq_client_push_guard(c, s, b->parts_val);
 		for (int k = 0; k < b->nrounds; k++)
 			sq_pgconn_push(&c->shards[s], &stmt_enqueue, NCOLS, b->r[k].vals);
@@ -245,6 +370,10 @@ static sq_status send_all(sq_client *c, shard_batch *sb, const sq_job_spec *jobs
 				if (err)
 					*err = e;
 			}
+			/* an error answered by the shard rolled its part back; a
+			 * connection lost after sending leaves it open to doubt */
+			if (pc->failed && pc->statements_sent > sent[s])
+				settle_lost_part(c, s, &sb[s], jobs, res, pid[s]);
 			continue;
 		}
 		/* results: gate, check, then one per round */
@@ -272,7 +401,23 @@ static sq_status send_all(sq_client *c, shard_batch *sb, const sq_job_spec *jobs
 			}
 		}
 	}
+	free(sent);
+	free(pid);
 	return first;
+}
+
+/* Copies of a key under policy ignore within the batch share their first's
+ * result: a duplicate of it once it is written, else its fate. */
+static void settle_aliases(sq_enqueue_result *res, const size_t *alias, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		const sq_enqueue_result *f = &res[alias[i]];
+		if (alias[i] == i)
+			continue;
+		res[i].shard = f->shard;
+		res[i].id = f->id > 0 ? f->id : -1;
+		res[i].outcome = f->id > 0 ? SQ_ENQ_DUPLICATE : f->outcome;
+	}
 }
 
 sq_status sq_enqueue(sq_client *c, const sq_job_spec *jobs, size_t n, sq_enqueue_result *res,
@@ -294,8 +439,11 @@ sq_status sq_enqueue(sq_client *c, const sq_job_spec *jobs, size_t n, sq_enqueue
 	alias = malloc(n * sizeof(size_t));
 	if (!alias)
 		return sq_err(err, SQ_ENOMEM, "out of memory");
-	for (size_t i = 0; i < n; i++)
+	for (size_t i = 0; i < n; i++) {
 		res[i].id = -1, alias[i] = i;
+		res[i].outcome = SQ_ENQ_NOT_WRITTEN;
+		res[i].shard = -1;
+	}
 
 	/* Rows with id -1 are to send. A shard answering "moving" or "moved"
 	 * leaves its rows at -1: they are routed again by the refreshed map.
@@ -328,6 +476,7 @@ sq_status sq_enqueue(sq_client *c, const sq_job_spec *jobs, size_t n, sq_enqueue
 				part = (uint32_t)(XXH3_64bits(&unique, sizeof(unique)) &
 						  (c->partitions - 1));
 			s = c->map[part];
+			res[i].shard = s;
 			shard_batch *b = &sb[s];
 			if (!b->seen_part) {
 				b->seen_part = calloc(c->partitions / 8 + 1, 1);
@@ -397,11 +546,6 @@ sq_status sq_enqueue(sq_client *c, const sq_job_spec *jobs, size_t n, sq_enqueue
 			break;
 		int again = 0;
 		for (size_t i = 0; i < n; i++) {
-			if (alias[i] != i && res[alias[i]].id > 0) {
-				res[i].id = res[alias[i]].id;
-				res[i].shard = res[alias[i]].shard;
-				res[i].outcome = SQ_ENQ_DUPLICATE;
-			}
 			if (alias[i] == i && res[i].id == 0) {
 				res[i].id = -1;
 				dup_tries++;
@@ -420,6 +564,7 @@ sq_status sq_enqueue(sq_client *c, const sq_job_spec *jobs, size_t n, sq_enqueue
 		    (st = sq_client_wait_moved(c, moved == 2, &move_tries, &deadline, err)))
 			break;
 	}
+	settle_aliases(res, alias, n);
 	free(alias);
 	return st;
 }
@@ -432,6 +577,8 @@ const char *sq_enqueue_outcome_name(sq_enqueue_outcome o)
 	case SQ_ENQ_REPLACED: return "replaced";
 	case SQ_ENQ_MERGED: return "merged";
 	case SQ_ENQ_RERUN: return "rerun";
+	case SQ_ENQ_NOT_WRITTEN: return "not_written";
+	case SQ_ENQ_UNKNOWN: return "unknown";
 	}
 	return "unknown";
 }

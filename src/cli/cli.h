@@ -36,12 +36,38 @@ int cli_fail(const char *cmd, const sq_error *err);
 int cli_load_config(cli *x, const char *cmd);
 /* Loads the config and opens a client (for_init: cluster may be new). */
 int cli_open(cli *x, const char *cmd, int for_init);
+/* Opens the client on a config already loaded. */
+int cli_connect(cli *x, const char *cmd, int for_init);
 void cli_close(cli *x);
-/* Parses "ID:ATTEMPT"; returns 0 or -1. */
+
+/* A strict integer: an optional '-' and decimal digits, nothing else (no
+ * spaces, '+', hex or exponent). Returns 0; -1 when s[0..len) is not such an
+ * integer; -2 when it is outside [lo, hi] (or int64). */
+int cli_int(const char *s, size_t len, int64_t lo, int64_t hi, int64_t *out);
+/* An option's integer in [lo, hi], or a message and EX_USAGE. */
+int cli_opt_int(const char *cmd, const char *opt, const char *s, int64_t lo, int64_t hi,
+		int64_t *out);
+/* An option's duration in [lo_ms, hi_ms], or a message and EX_USAGE. */
+int cli_opt_dur(const char *cmd, const char *opt, const char *s, int64_t lo_ms, int64_t hi_ms,
+		int64_t *out);
+/* Text from the command line that reaches the database: 1..max bytes of
+ * valid UTF-8, or a message and EX_INPUT. */
+int cli_check_text(const char *cmd, const char *what, const char *s, size_t max);
+/* For the default case of a command's getopt_long loop, whose option string
+ * starts with ':' (getopt then prints nothing): says what was wrong with the
+ * option just read and returns EX_USAGE. */
+int cli_bad_option(const char *cmd, int c, char **argv);
+/* Refuses words left after the options: names the first, returns EX_USAGE
+ * (0 when there are none). */
+int cli_no_args(const char *cmd, int argc, char **argv, const char *hint);
+
+/* Parses "ID:ATTEMPT" strictly; returns 0 or -1. */
 int cli_parse_ref(const char *s, sq_job_ref *ref);
 /* Reads refs from argv (ID:ATTEMPT) or, for "-", from JSON lines on stdin
- * (as printed by `shardq claim`). Returns the count or -1 (message printed). */
-long cli_read_refs(const char *cmd, int argc, char **argv, sq_job_ref **out);
+ * (as printed by `shardq claim`; lines of any length). Returns the count,
+ * or -1 with the message printed and *rc set (EX_USAGE for a bad argument,
+ * EX_INPUT for bad input on stdin). */
+long cli_read_refs(const char *cmd, int argc, char **argv, sq_job_ref **out, int *rc);
 void cli_print_job_json(FILE *f, const sq_job *j, const sq_config *cfg);
 int64_t cli_now_us(void);
 

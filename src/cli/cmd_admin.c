@@ -17,7 +17,7 @@ int cmd_init(cli *x, int argc, char **argv)
 	static const struct option opts[] = {COMMON_OPTS, {NULL, 0, NULL, 0}};
 	sq_error err;
 	int c, created = 0, rc;
-	while ((c = getopt_long(argc, argv, "c:h", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, ":c:h", opts, NULL)) != -1) {
 		switch (c) {
 		case 'c': x->config_path = optarg; break;
 		case 'h':
@@ -32,9 +32,11 @@ int cmd_init(cli *x, int argc, char **argv)
 			       "database\n"
 			       "belongs to another shard.\n");
 			return EX_OK;
-		default: return EX_USAGE;
+		default: return cli_bad_option("init", c, argv);
 		}
 	}
+	if ((rc = cli_no_args("init", argc, argv, NULL)))
+		return rc;
 	if ((rc = cli_open(x, "init", 1)))
 		return rc;
 	if (sq_init(x->client, &created, &err) != SQ_OK)
@@ -64,7 +66,7 @@ int cmd_stats(cli *x, int argc, char **argv)
 	sq_error err;
 	sq_stats *st;
 	int c, rc;
-	while ((c = getopt_long(argc, argv, "c:hj", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, ":c:hj", opts, NULL)) != -1) {
 		switch (c) {
 		case 'c': x->config_path = optarg; break;
 		case 'j': x->json = 1; break;
@@ -75,9 +77,11 @@ int cmd_stats(cli *x, int argc, char **argv)
 			       "job, leases expired; per shard: partitions owned and moving.\n"
 			       "  --json   one JSON document instead of the table\n");
 			return EX_OK;
-		default: return EX_USAGE;
+		default: return cli_bad_option("stats", c, argv);
 		}
 	}
+	if ((rc = cli_no_args("stats", argc, argv, NULL)))
+		return rc;
 	if ((rc = cli_open(x, "stats", 0)))
 		return rc;
 	if (sq_stats_get(x->client, &st, &err) != SQ_OK)
@@ -143,7 +147,7 @@ int cmd_map(cli *x, int argc, char **argv)
 	static const struct option opts[] = {
 		COMMON_OPTS, {"json", no_argument, NULL, 'j'}, {NULL, 0, NULL, 0}};
 	int c, rc;
-	while ((c = getopt_long(argc, argv, "c:hj", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, ":c:hj", opts, NULL)) != -1) {
 		switch (c) {
 		case 'c': x->config_path = optarg; break;
 		case 'j': x->json = 1; break;
@@ -152,9 +156,11 @@ int cmd_map(cli *x, int argc, char **argv)
 			       "Partitions per shard by the meta database's map, and its "
 			       "version.\n");
 			return EX_OK;
-		default: return EX_USAGE;
+		default: return cli_bad_option("map", c, argv);
 		}
 	}
+	if ((rc = cli_no_args("map", argc, argv, NULL)))
+		return rc;
 	if ((rc = cli_open(x, "map", 0)))
 		return rc;
 	int n = sq_config_shard_count(x->cfg);

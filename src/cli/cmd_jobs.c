@@ -1,5 +1,6 @@
 /* cmd_jobs.c - `shardq enqueue`, `claim`, the fenced transitions, `cancel`
  * and `get`. */
+#include "buf.h"
 #include "cli.h"
 #include "config.h"
 #include "json.h"
@@ -7,9 +8,9 @@
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
-#include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #define COMMON_OPTS                               \
 	{"config", required_argument, NULL, 'c'}, \
@@ -17,39 +18,12 @@
 		"help", no_argument, NULL, 'h'    \
 	}
 
-static int parse_int(const char *cmd, const char *what, const char *s, long long lo, long long hi,
-		     long long *out)
-{
-	char *end;
-	errno = 0;
-	long long v = strtoll(s, &end, 10);
-	if (end == s || *end || errno || v < lo || v > hi) {
-		fprintf(stderr, "shardq %s: %s '%s' must be an integer in [%lld, %lld]\n", cmd,
-			what, s, lo, hi);
-		return -1;
-	}
-	*out = v;
-	return 0;
-}
-
-static int parse_dur(const char *cmd, const char *what, const char *s, int64_t *out)
-{
-	int64_t ms = sq_parse_duration_ms(s);
-	if (ms < 0) {
-		fprintf(stderr,
-			"shardq %s: %s '%s' is not a duration; use e.g. 500ms, 30s, 5m, 1h\n", cmd,
-			what, s);
-		return -1;
-	}
-	*out = ms;
-	return 0;
-}
-
 /* ---- enqueue ------------------------------------------------------------ */
 
 typedef struct line_job {
 	sq_job_spec spec;
 	char *type, *key, *params;
+	long line;
 } line_job;
 
 static void line_jobs_free(line_job *v, size_t n)
@@ -62,126 +36,309 @@ static void line_jobs_free(line_job *v, size_t n)
 	free(v);
 }
 
-/* One JSON-lines job: {"type", "key", "params", "priority", "delay_ms",
- * "run_at_us", "delay_tolerance_ms", "max_attempts"}. Returns an error text
- * or NULL. */
-static const char *parse_line(const sq_config *cfg, json_t *o, line_job *lj, char *why, size_t len)
+/* The members a job line may have. */
+enum {
+	F_TYPE,
+	F_KEY,
+	F_PARAMS,
+	F_PRIORITY,
+	F_DELAY,
+	F_RUN_AT,
+	F_TOLERANCE,
+	F_MAX_ATTEMPTS,
+	NFIELDS
+};
+static const char *const field_name[NFIELDS] = {
+	"type",        "key", "params", "priority", "delay_ms", "run_at_us", "delay_tolerance_ms",
+	"max_attempts"};
+/* the integers' bounds, checked before anything is narrowed */
+static const int64_t field_lo[NFIELDS] = {[F_PRIORITY] = SQ_MIN_PRIORITY, [F_MAX_ATTEMPTS] = 1};
+static const int64_t field_hi[NFIELDS] = {
+	[F_PRIORITY] = SQ_MAX_PRIORITY,     [F_DELAY] = SQ_MAX_DELAY_MS,
+	[F_RUN_AT] = SQ_MAX_RUN_AT_US,      [F_TOLERANCE] = SQ_MAX_DELAY_TOLERANCE_MS,
+	[F_MAX_ATTEMPTS] = SQ_MAX_ATTEMPTS,
+};
+
+/* A string member's value, decoded (valid UTF-8, no NUL: the validator saw
+ * to both). */
+static char *member_string(const sq_json_member *m)
 {
-	json_t *v;
-	const char *k;
-	memset(lj, 0, sizeof(*lj));
-	if (!json_is_object(o))
-		return "expected a JSON object";
-	json_object_foreach(o, k, v)
-	{
-		if (!strcmp(k, "type") && json_is_string(v))
-			lj->type = strdup(json_string_value(v));
-		else if (!strcmp(k, "key") && json_is_string(v))
-			lj->key = strdup(json_string_value(v));
-		else if (!strcmp(k, "key") && json_is_null(v))
-			;
-		else if (!strcmp(k, "params") && json_is_object(v))
-			lj->params = json_dumps(v, JSON_COMPACT);
-		else if (!strcmp(k, "priority") && json_is_integer(v))
-			lj->spec.has_priority = 1,
-			lj->spec.priority = (int32_t)json_integer_value(v);
-		else if (!strcmp(k, "delay_ms") && json_is_integer(v) && json_integer_value(v) >= 0)
-			lj->spec.delay_ms = json_integer_value(v);
-		else if (!strcmp(k, "run_at_us") && json_is_integer(v) && json_integer_value(v) > 0)
-			lj->spec.run_at_us = json_integer_value(v);
-		else if (!strcmp(k, "delay_tolerance_ms") && json_is_integer(v) &&
-			 json_integer_value(v) >= 0)
-			lj->spec.delay_tolerance_ms = json_integer_value(v) ? json_integer_value(v)
-									  : SQ_NO_DELAY_TOLERANCE;
-		else if (!strcmp(k, "max_attempts") && json_is_integer(v) &&
-			 json_integer_value(v) > 0 && json_integer_value(v) < 1000000)
-			lj->spec.max_attempts = (int32_t)json_integer_value(v);
-		else {
-			snprintf(why, len,
-				 "field \"%s\" is unknown or of the wrong kind (known: type, key, "
-				 "params "
-				 "(object), priority, delay_ms, run_at_us, delay_tolerance_ms, "
-				 "max_attempts)",
-				 k);
+	char *s = malloc(m->val_len); /* the two quotes leave room for the NUL */
+	if (s)
+		sq_json_unescape(m->val + 1, m->val_len - 2, s);
+	return s;
+}
+
+/* Sets one integer member; returns NULL or what is wrong. */
+static const char *int_member(line_job *lj, int f, const sq_json_member *m, char *why, size_t wlen)
+{
+	int64_t v;
+	int e = m->kind == SQ_JSON_NUMBER
+			? cli_int(m->val, m->val_len, field_lo[f], field_hi[f], &v)
+			: -1;
+	if (e) {
+		snprintf(why, wlen,
+			 "\"%s\" %.*s%s %s; it takes an integer in %" PRId64 "..%" PRId64,
+			 field_name[f], (int)(m->val_len > 40 ? 40 : m->val_len), m->val,
+			 m->val_len > 40 ? "..." : "",
+			 e == -1 ? "is not an integer" : "is out of range", field_lo[f],
+			 field_hi[f]);
+		return why;
+	}
+	switch (f) {
+	case F_PRIORITY: lj->spec.has_priority = 1, lj->spec.priority = (int32_t)v; break;
+	case F_DELAY: lj->spec.delay_ms = v; break;
+	case F_RUN_AT: lj->spec.run_at_us = v; break;
+	/* in a file, 0 says "none"; leaving the field out takes the type's */
+	case F_TOLERANCE: lj->spec.delay_tolerance_ms = v ? v : SQ_NO_DELAY_TOLERANCE; break;
+	default: lj->spec.max_attempts = (int32_t)v; break;
+	}
+	return NULL;
+}
+
+/* One JSON-lines job: {"type", "key", "params", "priority", "delay_ms",
+ * "run_at_us", "delay_tolerance_ms", "max_attempts"}, checked as sq_enqueue
+ * will check it. params are kept as written, byte for byte. Returns NULL or
+ * what is wrong. */
+static const char *parse_line(const sq_config *cfg, const char *text, size_t len, line_job *lj,
+			      char *why, size_t wlen)
+{
+	size_t pos = 0, where;
+	const char *what, *bad;
+	sq_json_member m;
+	unsigned seen = 0;
+	sq_error err;
+	if (sq_json_validate_object(text, len, &where, &what)) {
+		snprintf(why, wlen, "invalid JSON: %s (column %zu)", what, where + 1);
+		return why;
+	}
+	while (sq_json_next_member(text, len, &pos, &m)) {
+		char name[24];
+		int f = NFIELDS;
+		if (m.key_len < sizeof(name)) {
+			sq_json_unescape(m.key, m.key_len, name);
+			for (f = 0; f < NFIELDS && strcmp(name, field_name[f]); f++)
+				;
+		}
+		if (f == NFIELDS) {
+			snprintf(why, wlen,
+				 "unknown field \"%.*s\" (known: type, key, params, priority, "
+				 "delay_ms, run_at_us, delay_tolerance_ms, max_attempts)",
+				 (int)(m.key_len > 40 ? 40 : m.key_len), m.key);
 			return why;
+		}
+		if (seen & (1u << f)) {
+			snprintf(why, wlen, "field \"%s\" appears twice", field_name[f]);
+			return why;
+		}
+		seen |= 1u << f;
+		if (f == F_KEY && m.kind == SQ_JSON_NULL)
+			continue;
+		if (f == F_TYPE || f == F_KEY) {
+			char **dst = f == F_TYPE ? &lj->type : &lj->key;
+			if (m.kind != SQ_JSON_STRING) {
+				snprintf(why, wlen, "\"%s\" must be a string%s", field_name[f],
+					 f == F_KEY ? " or null" : "");
+				return why;
+			}
+			if (!(*dst = member_string(&m)))
+				return "out of memory";
+		} else if (f == F_PARAMS) {
+			if (m.kind != SQ_JSON_OBJECT)
+				return "\"params\" must be a JSON object ({...})";
+			if (!(lj->params = strndup(m.val, m.val_len)))
+				return "out of memory";
+		} else if ((bad = int_member(lj, f, &m, why, wlen))) {
+			return bad;
 		}
 	}
 	if (!lj->type)
 		return "\"type\" (a string) is required";
-	if (!sq_config_type(cfg, lj->type)) {
-		snprintf(why, len,
-			 "unknown task type '%.64s'; add a [type %.64s] section to the config",
-			 lj->type, lj->type);
-		return why;
-	}
-	if (lj->key && (strlen(lj->key) > SQ_MAX_KEY_LEN || !*lj->key)) {
-		snprintf(why, len, "key must be 1-%d bytes", SQ_MAX_KEY_LEN);
-		return why;
-	}
-	if (lj->params && strlen(lj->params) > SQ_MAX_PARAMS_LEN) {
-		snprintf(why, len, "params are larger than %d bytes", SQ_MAX_PARAMS_LEN);
-		return why;
-	}
 	lj->spec.type = lj->type;
 	lj->spec.key = lj->key;
 	lj->spec.params = lj->params;
+	if (sq_job_spec_check(cfg, &lj->spec, &err) != SQ_OK) {
+		snprintf(why, wlen, "%s", err.msg);
+		return why;
+	}
 	return NULL;
 }
 
-/* Reads and checks the whole file before anything is written, so a bad line
+/* Reads and checks the whole file before anything is sent, so a bad line
  * costs nothing. */
 static int read_job_file(cli *x, const char *path, line_job **out, size_t *nout)
 {
-	FILE *f = strcmp(path, "-") ? fopen(path, "r") : stdin;
-	size_t n = 0, cap = 1024;
-	line_job *v;
+	int is_stdin = !strcmp(path, "-");
+	const char *name = is_stdin ? "stdin" : path;
+	FILE *f = is_stdin ? stdin : fopen(path, "r");
+	struct stat sb;
+	size_t n = 0, cap = 1024, lcap = 0;
+	line_job *v = NULL;
 	char *line = NULL;
-	size_t lcap = 0;
 	ssize_t got;
 	long lineno = 0;
+	int rc = EX_INPUT;
 	if (!f) {
 		fprintf(stderr, "shardq enqueue: cannot open %s: %s\n", path, strerror(errno));
 		return EX_INPUT;
 	}
-	v = malloc(cap * sizeof(*v));
-	while (v && (got = getline(&line, &lcap, f)) >= 0) {
-		json_error_t je;
-		char why[512];
+	if (fstat(fileno(f), &sb) == 0 && S_ISDIR(sb.st_mode)) {
+		fprintf(stderr, "shardq enqueue: %s is a directory, not a file of jobs\n", path);
+		goto out;
+	}
+	if (!(v = calloc(cap, sizeof(*v))))
+		goto oom;
+	while ((got = getline(&line, &lcap, f)) >= 0) {
+		char why[1200];
 		const char *bad;
 		lineno++;
 		if (strspn(line, " \t\r\n") == (size_t)got)
 			continue;
-		json_t *o = json_loadb(line, (size_t)got, JSON_REJECT_DUPLICATES, &je);
-		if (!o) {
-			fprintf(stderr,
-				"shardq enqueue: %s:%ld: invalid JSON: %s (column %d); nothing was "
-				"enqueued\n",
-				path, lineno, je.text, je.column);
-			goto fail;
+		if (n == cap) {
+			line_job *w = realloc(v, (cap *= 2) * sizeof(*v));
+			if (!w)
+				goto oom;
+			v = w;
 		}
-		if (n == cap)
-			v = realloc(v, (cap *= 2) * sizeof(*v));
-		bad = parse_line(x->cfg, o, &v[n], why, sizeof(why));
-		json_decref(o);
+		memset(&v[n], 0, sizeof(v[n]));
+		v[n].line = lineno;
+		bad = parse_line(x->cfg, line, (size_t)got, &v[n], why, sizeof(why));
 		n++;
 		if (bad) {
-			fprintf(stderr, "shardq enqueue: %s:%ld: %s; nothing was enqueued\n", path,
+			fprintf(stderr, "shardq enqueue: %s:%ld: %s; nothing was enqueued\n", name,
 				lineno, bad);
-			goto fail;
+			goto out;
 		}
 	}
-	free(line);
-	if (f != stdin)
-		fclose(f);
+	if (ferror(f)) {
+		fprintf(stderr, "shardq enqueue: cannot read %s: %s; nothing was enqueued\n", name,
+			strerror(errno));
+		goto out;
+	}
 	*out = v;
 	*nout = n;
-	return EX_OK;
-fail:
+	v = NULL;
+	n = 0;
+	rc = EX_OK;
+	goto out;
+oom:
+	fprintf(stderr, "shardq enqueue: out of memory reading %s; nothing was enqueued\n", name);
+	rc = EX_FAIL;
+out:
 	free(line);
-	if (f != stdin)
+	if (!is_stdin)
 		fclose(f);
 	line_jobs_free(v, n);
-	return EX_INPUT;
+	return rc;
+}
+
+static void print_result(const cli *x, const sq_enqueue_result *r, long line)
+{
+	if (r->id > 0)
+		printf("{\"id\":%" PRId64 ",\"outcome\":\"%s\",\"shard\":\"%s\"", r->id,
+		       sq_enqueue_outcome_name(r->outcome), sq_config_shard_id(x->cfg, r->shard));
+	else
+		printf("{\"outcome\":\"%s\"", sq_enqueue_outcome_name(r->outcome));
+	if (line)
+		printf(",\"line\":%ld", line);
+	printf("}\n");
+}
+
+/* Appends "3-7, 9" for the lines of the jobs with outcome o not written. */
+static size_t line_list(sq_buf *b, const line_job *jobs, const sq_enqueue_result *res, size_t n,
+			sq_enqueue_outcome o)
+{
+	size_t count = 0, shown = 0;
+#define MATCH(i) (res[i].id <= 0 && res[i].outcome == o)
+	for (size_t i = 0; i < n; i++) {
+		size_t j = i;
+		if (!MATCH(i))
+			continue;
+		while (j + 1 < n && MATCH(j + 1) && jobs[j + 1].line == jobs[j].line + 1)
+			j++;
+		count += j - i + 1;
+		if (shown++ < 20)
+			sq_buf_printf(b, "%s%ld", shown > 1 ? ", " : "", jobs[i].line);
+		if (shown <= 20 && j > i)
+			sq_buf_printf(b, "-%ld", jobs[j].line);
+		if (shown == 21)
+			sq_buf_puts(b, ", ... (stdout lists each)");
+		i = j;
+	}
+#undef MATCH
+	return count;
+}
+
+/* After a failed batch: one line that says, beside the error, exactly which
+ * jobs were written and which were not, so they can be sent again. */
+static void report_failure(const sq_error *err, const line_job *jobs, const sq_enqueue_result *res,
+			   size_t n)
+{
+	sq_buf b, nw, unk;
+	size_t written = 0, n_nw, n_unk;
+	sq_buf_init(&b);
+	sq_buf_init(&nw);
+	sq_buf_init(&unk);
+	for (size_t i = 0; i < n; i++)
+		written += res[i].id > 0;
+	sq_buf_printf(&b, "shardq enqueue: %s; ", err->msg);
+	if (!jobs) {
+		sq_buf_puts(&b, res[0].id > 0 ? "the job was written"
+				: res[0].outcome == SQ_ENQ_UNKNOWN
+					? "whether the job was written is not known (its shard's "
+					  "connection broke at the commit)"
+					: "the job was not written; enqueue it again");
+	} else {
+		n_nw = line_list(&nw, jobs, res, n, SQ_ENQ_NOT_WRITTEN);
+		n_unk = line_list(&unk, jobs, res, n, SQ_ENQ_UNKNOWN);
+		sq_buf_printf(&b, "%zu of %zu jobs were written", written, n);
+		if (n_nw)
+			sq_buf_printf(&b, "; %zu were not (lines %s): enqueue those again", n_nw,
+				      nw.data);
+		if (n_unk)
+			sq_buf_printf(&b,
+				      "; for %zu it is not known (lines %s: their shard's "
+				      "connection broke at the commit)",
+				      n_unk, unk.data);
+	}
+	fprintf(stderr, "%s\n", b.data ? b.data : "shardq enqueue: out of memory");
+	sq_buf_free(&b);
+	sq_buf_free(&nw);
+	sq_buf_free(&unk);
+}
+
+static int send_jobs(cli *x, const sq_job_spec *specs, const line_job *jobs, size_t n, size_t batch,
+		     int quiet)
+{
+	sq_enqueue_result *res = malloc(sizeof(*res) * n);
+	sq_error err;
+	size_t done = 0;
+	int rc = EX_OK;
+	if (!res) {
+		fprintf(stderr, "shardq enqueue: out of memory\n");
+		return EX_FAIL;
+	}
+	while (done < n) {
+		size_t k = n - done < batch ? n - done : batch;
+		sq_status st = sq_enqueue(x->client, specs + done, k, res + done, &err);
+		if (st != SQ_OK) {
+			for (size_t i = st == SQ_EINVAL ? done : done + k; i < n; i++)
+				res[i].id = -1, res[i].outcome = SQ_ENQ_NOT_WRITTEN;
+			for (size_t i = done; !quiet && i < n; i++)
+				print_result(x, &res[i], jobs ? jobs[i].line : 0);
+			fflush(stdout);
+			report_failure(&err, jobs, res, n);
+			rc = cli_exit_code(err.code);
+			break;
+		}
+		for (size_t i = done; !quiet && i < done + k; i++)
+			print_result(x, &res[i], jobs ? jobs[i].line : 0);
+		done += k;
+	}
+	if (quiet && rc == EX_OK)
+		fprintf(stderr, "enqueued %zu jobs\n", n);
+	free(res);
+	return rc;
 }
 
 int cmd_enqueue(cli *x, int argc, char **argv)
@@ -202,40 +359,40 @@ int cmd_enqueue(cli *x, int argc, char **argv)
 	};
 	sq_job_spec one;
 	const char *file = NULL;
-	long long batch = 1000, v;
-	int c, rc, quiet = 0;
+	int64_t batch = 0, v = 0;
+	int c, rc, quiet = 0, single = 0;
 	memset(&one, 0, sizeof(one));
-	while ((c = getopt_long(argc, argv, "c:ht:k:p:P:d:T:m:f:b:q", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, ":c:ht:k:p:P:d:T:m:f:b:q", opts, NULL)) != -1) {
+		rc = 0;
+		single |= strchr("tkpPdTm", c) != NULL;
 		switch (c) {
 		case 'c': x->config_path = optarg; break;
 		case 't': one.type = optarg; break;
 		case 'k': one.key = optarg; break;
 		case 'p': one.params = optarg; break;
 		case 'P':
-			if (parse_int("enqueue", "--priority", optarg, -1000000, 1000000, &v))
-				return EX_USAGE;
+			rc = cli_opt_int("enqueue", "--priority", optarg, SQ_MIN_PRIORITY,
+					 SQ_MAX_PRIORITY, &v);
 			one.has_priority = 1, one.priority = (int32_t)v;
 			break;
 		case 'd':
-			if (parse_dur("enqueue", "--delay", optarg, &one.delay_ms))
-				return EX_USAGE;
+			rc = cli_opt_dur("enqueue", "--delay", optarg, 0, SQ_MAX_DELAY_MS,
+					 &one.delay_ms);
 			break;
 		case 'T':
-			if (parse_dur("enqueue", "--tolerance", optarg, &one.delay_tolerance_ms))
-				return EX_USAGE;
-			if (one.delay_tolerance_ms == 0)
-				one.delay_tolerance_ms = SQ_NO_DELAY_TOLERANCE; /* explicit 0: none */
+			rc = cli_opt_dur("enqueue", "--tolerance", optarg, 0,
+					 SQ_MAX_DELAY_TOLERANCE_MS, &one.delay_tolerance_ms);
+			if (!rc && one.delay_tolerance_ms == 0)
+				one.delay_tolerance_ms =
+					SQ_NO_DELAY_TOLERANCE; /* explicit 0: none */
 			break;
 		case 'm':
-			if (parse_int("enqueue", "--max-attempts", optarg, 1, 1000000, &v))
-				return EX_USAGE;
+			rc = cli_opt_int("enqueue", "--max-attempts", optarg, 1, SQ_MAX_ATTEMPTS,
+					 &v);
 			one.max_attempts = (int32_t)v;
 			break;
 		case 'f': file = optarg; break;
-		case 'b':
-			if (parse_int("enqueue", "--batch", optarg, 1, 100000, &batch))
-				return EX_USAGE;
-			break;
+		case 'b': rc = cli_opt_int("enqueue", "--batch", optarg, 1, 100000, &batch); break;
 		case 'q': quiet = 1; break;
 		case 'h':
 			printf("usage: shardq [-c FILE] enqueue --type T [--key K] [--params "
@@ -252,64 +409,72 @@ int cmd_enqueue(cli *x, int argc, char **argv)
 			       "   "
 			       "\"delay_ms\":0,\"run_at_us\":0,\"delay_tolerance_ms\":1000,\"max_"
 			       "attempts\":5}\n"
-			       "The whole file is checked before anything is written; a bad line "
-			       "is\n"
+			       "The whole file is checked before anything is sent; a bad line is\n"
 			       "reported with its number and nothing is enqueued. Jobs go in "
-			       "batches "
-			       "of N\n"
+			       "batches of N\n"
 			       "(default 1000): one statement per shard per batch, all shards at "
 			       "once.\n"
 			       "Prints one JSON line per job: "
-			       "{\"id\":...,\"outcome\":...,\"shard\":...}\n"
-			       "(outcomes: inserted, duplicate, replaced, merged, rerun).\n"
-			       "Durations: 500ms, 30s, 5m, 1h.\n");
+			       "{\"id\":...,\"outcome\":...,\"shard\":...} (with \"line\" for "
+			       "--file)\n"
+			       "(outcomes: inserted, duplicate, replaced, merged, rerun). If a "
+			       "shard fails,\n"
+			       "the jobs not written are printed as {\"outcome\":\"not_written\"} "
+			       "(or \"unknown\")\n"
+			       "and named by line on stderr: send exactly those again.\n"
+			       "Durations: 500ms, 30s, 5m, 1h, 2d; --tolerance 0: none.\n");
 			return EX_OK;
-		default: return EX_USAGE;
+		default: return cli_bad_option("enqueue", c, argv);
 		}
+		if (rc)
+			return rc;
 	}
+	if ((rc = cli_no_args("enqueue", argc, argv,
+			      "params go in --params '{...}', jobs of a file in --file F")))
+		return rc;
 	if (!file && !one.type) {
 		fprintf(stderr,
 			"shardq enqueue: give --type (one job) or --file (a batch); see --help\n");
 		return EX_USAGE;
 	}
-	if (file && one.type) {
-		fprintf(stderr, "shardq enqueue: --file and --type cannot be combined\n");
+	if (file && single) {
+		fprintf(stderr, "shardq enqueue: --file takes every setting from its lines; "
+				"--type, --key, --params, --priority, --delay, --tolerance and "
+				"--max-attempts are for one job\n");
 		return EX_USAGE;
 	}
-	if ((rc = cli_open(x, "enqueue", 0)))
+	if (!file && batch) {
+		fprintf(stderr, "shardq enqueue: --batch is for --file\n");
+		return EX_USAGE;
+	}
+	if ((rc = cli_load_config(x, "enqueue")))
 		return rc;
 	line_job *jobs = NULL;
 	size_t n = 1;
-	if (file && (rc = read_job_file(x, file, &jobs, &n)))
-		return rc;
-	sq_job_spec *specs = malloc(sizeof(*specs) * (n ? n : 1));
-	sq_enqueue_result *res = malloc(sizeof(*res) * (n ? n : 1));
-	size_t done = 0;
-	for (size_t i = 0; i < n; i++)
-		specs[i] = file ? jobs[i].spec : one;
-	rc = EX_OK;
-	while (done < n) {
-		size_t k = n - done < (size_t)batch ? n - done : (size_t)batch;
-		sq_error err;
-		if (sq_enqueue(x->client, specs + done, k, res + done, &err) != SQ_OK) {
-			rc = cli_fail("enqueue", &err);
-			fprintf(stderr,
-				"shardq enqueue: %zu of %zu jobs were enqueued before the "
-				"error%s\n",
-				done, n, file ? " (lines before that batch)" : "");
-			break;
+	sq_job_spec *specs = &one;
+	if (file) {
+		if ((rc = read_job_file(x, file, &jobs, &n)))
+			return rc;
+		specs = malloc(sizeof(*specs) * (n ? n : 1));
+		if (!specs) {
+			line_jobs_free(jobs, n);
+			fprintf(stderr, "shardq enqueue: out of memory\n");
+			return EX_FAIL;
 		}
-		for (size_t i = done; !quiet && i < done + k; i++)
-			printf("{\"id\":%" PRId64 ",\"outcome\":\"%s\",\"shard\":\"%s\"}\n",
-			       res[i].id, sq_enqueue_outcome_name(res[i].outcome),
-			       sq_config_shard_id(x->cfg, res[i].shard));
-		done += k;
+		for (size_t i = 0; i < n; i++)
+			specs[i] = jobs[i].spec;
+	} else {
+		sq_error err;
+		if (sq_job_spec_check(x->cfg, &one, &err) != SQ_OK)
+			return cli_fail("enqueue", &err);
 	}
-	if (quiet && rc == EX_OK)
-		fprintf(stderr, "enqueued %zu jobs\n", n);
-	free(specs);
-	free(res);
-	line_jobs_free(jobs, file ? n : 0);
+	rc = n ? cli_connect(x, "enqueue", 0) : EX_OK;
+	if (n && !rc)
+		rc = send_jobs(x, specs, jobs, n, batch ? (size_t)batch : 1000, quiet);
+	if (file) {
+		free(specs);
+		line_jobs_free(jobs, n);
+	}
 	return rc;
 }
 
@@ -328,7 +493,7 @@ int cmd_claim(cli *x, int argc, char **argv)
 	char *names = NULL;
 	size_t nreqs = 0;
 	int c, rc;
-	while ((c = getopt_long(argc, argv, "c:ht:w:", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, ":c:ht:w:", opts, NULL)) != -1) {
 		switch (c) {
 		case 'c': x->config_path = optarg; break;
 		case 't': types = optarg; break;
@@ -345,33 +510,44 @@ int cmd_claim(cli *x, int argc, char **argv)
 			       "ordered by priority, then delay tolerance. Pass the output to\n"
 			       "`shardq start --worker W -` to start them.\n");
 			return EX_OK;
-		default: return EX_USAGE;
+		default: return cli_bad_option("claim", c, argv);
 		}
 	}
+	if ((rc = cli_no_args("claim", argc, argv, NULL)))
+		return rc;
 	if (!types || !worker) {
 		fprintf(stderr, "shardq claim: --types and --worker are required; see --help\n");
 		return EX_USAGE;
 	}
+	if ((rc = cli_check_text("claim", "--worker", worker, 200)))
+		return rc;
 	names = strdup(types);
 	for (char *save = NULL, *tok = strtok_r(names, ",", &save); tok;
 	     tok = strtok_r(NULL, ",", &save)) {
 		char *colon = strrchr(tok, ':');
-		long long lim;
-		if (!colon || nreqs == SQ_MAX_TYPES) {
-			fprintf(stderr, "shardq claim: '%s' must be TYPE:LIMIT, e.g. email:10\n",
-				tok);
+		int64_t lim;
+		if (!colon || colon == tok || nreqs == SQ_MAX_TYPES) {
+			fprintf(stderr,
+				"shardq claim: '%s' must be TYPE:LIMIT, e.g. email:10 (at most %d "
+				"types)\n",
+				tok, SQ_MAX_TYPES);
 			free(names);
 			return EX_USAGE;
 		}
 		*colon = '\0';
-		if (parse_int("claim", "limit", colon + 1, 0, 100000, &lim)) {
+		if ((rc = cli_opt_int("claim", "the limit", colon + 1, 0, 100000, &lim))) {
 			free(names);
-			return EX_USAGE;
+			return rc;
 		}
 		reqs[nreqs].type = tok;
 		reqs[nreqs].limit = (int32_t)lim;
 		reqs[nreqs].start = 0;
 		nreqs++;
+	}
+	if (!nreqs) {
+		fprintf(stderr, "shardq claim: --types '%s' names no TYPE:LIMIT\n", types);
+		free(names);
+		return EX_USAGE;
 	}
 	if ((rc = cli_open(x, "claim", 0))) {
 		free(names);
@@ -404,7 +580,7 @@ static int fenced_cmd(cli *x, const char *cmd, fenced_fn fn, int is_fail, int ar
 	};
 	const char *worker = NULL, *error = NULL;
 	int c, rc, permanent = 0;
-	while ((c = getopt_long(argc, argv, "c:hw:e:p", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, ":c:hw:e:p", opts, NULL)) != -1) {
 		switch (c) {
 		case 'c': x->config_path = optarg; break;
 		case 'w': worker = optarg; break;
@@ -424,7 +600,7 @@ static int fenced_cmd(cli *x, const char *cmd, fenced_fn fn, int is_fail, int ar
 				       "attempts remain,\n"
 				       "else it is marked failed; --permanent fails it at once.\n");
 			return EX_OK;
-		default: return EX_USAGE;
+		default: return cli_bad_option(cmd, c, argv);
 		}
 	}
 	if (!worker || optind >= argc) {
@@ -438,10 +614,13 @@ static int fenced_cmd(cli *x, const char *cmd, fenced_fn fn, int is_fail, int ar
 		fprintf(stderr, "shardq %s: --error and --permanent are for 'fail' only\n", cmd);
 		return EX_USAGE;
 	}
+	if ((rc = cli_check_text(cmd, "--worker", worker, 200)) ||
+	    (error && (rc = cli_check_text(cmd, "--error", error, SQ_MAX_PARAMS_LEN))))
+		return rc;
 	sq_job_ref *refs;
-	long n = cli_read_refs(cmd, argc - optind, argv + optind, &refs);
+	long n = cli_read_refs(cmd, argc - optind, argv + optind, &refs, &rc);
 	if (n < 0)
-		return EX_INPUT;
+		return rc;
 	if ((rc = cli_open(x, cmd, 0))) {
 		free(refs);
 		return rc;
@@ -492,6 +671,15 @@ int cmd_fail(cli *x, int argc, char **argv)
 
 /* ---- cancel, get ---------------------------------------------------------- */
 
+static int parse_id(const char *cmd, const char *s, int64_t *id)
+{
+	int e = cli_int(s, strlen(s), 1, INT64_MAX, id);
+	if (e)
+		fprintf(stderr, "shardq %s: job id '%s' %s; ids are 1..9223372036854775807\n", cmd,
+			s, e == -1 ? "is not an integer" : "is out of range");
+	return e ? EX_USAGE : 0;
+}
+
 int cmd_cancel(cli *x, int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -502,7 +690,7 @@ int cmd_cancel(cli *x, int argc, char **argv)
 	};
 	const char *type = NULL, *key = NULL;
 	int c, rc;
-	while ((c = getopt_long(argc, argv, "c:ht:k:", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, ":c:ht:k:", opts, NULL)) != -1) {
 		switch (c) {
 		case 'c': x->config_path = optarg; break;
 		case 't': type = optarg; break;
@@ -515,22 +703,24 @@ int cmd_cancel(cli *x, int argc, char **argv)
 			       "then gets 'lost' when it completes. Exit 7 if a job was not "
 			       "live.\n");
 			return EX_OK;
-		default: return EX_USAGE;
+		default: return cli_bad_option("cancel", c, argv);
 		}
 	}
-	if (!!type != !!key || (type && optind < argc) || (!type && optind >= argc)) {
+	if (type && optind < argc)
+		return cli_no_args("cancel", argc, argv, "give job ids, or --type and --key");
+	if (!!type != !!key || (!type && optind >= argc)) {
 		fprintf(stderr, "shardq cancel: give job ids, or --type and --key; see --help\n");
 		return EX_USAGE;
 	}
+	if (key && (rc = cli_check_text("cancel", "--key", key, SQ_MAX_KEY_LEN)))
+		return rc;
 	size_t n = (size_t)(argc - optind);
 	int64_t *ids = calloc(n + 1, sizeof(*ids));
 	for (size_t i = 0; i < n; i++) {
-		long long v;
-		if (parse_int("cancel", "job id", argv[optind + (int)i], 1, INT64_MAX, &v)) {
+		if ((rc = parse_id("cancel", argv[optind + (int)i], &ids[i]))) {
 			free(ids);
-			return EX_USAGE;
+			return rc;
 		}
-		ids[i] = v;
 	}
 	if ((rc = cli_open(x, "cancel", 0))) {
 		free(ids);
@@ -563,23 +753,26 @@ int cmd_get(cli *x, int argc, char **argv)
 {
 	static const struct option opts[] = {COMMON_OPTS, {NULL, 0, NULL, 0}};
 	int c, rc;
-	long long id;
-	while ((c = getopt_long(argc, argv, "c:h", opts, NULL)) != -1) {
+	int64_t id;
+	while ((c = getopt_long(argc, argv, ":c:h", opts, NULL)) != -1) {
 		switch (c) {
 		case 'c': x->config_path = optarg; break;
 		case 'h':
 			printf("usage: shardq [-c FILE] get ID\n\nPrints the job as one JSON "
 			       "line.\n");
 			return EX_OK;
-		default: return EX_USAGE;
+		default: return cli_bad_option("get", c, argv);
 		}
 	}
-	if (optind != argc - 1) {
-		fprintf(stderr, "shardq get: give exactly one job id\n");
+	if (optind >= argc) {
+		fprintf(stderr, "shardq get: give one job id\n");
 		return EX_USAGE;
 	}
-	if (parse_int("get", "job id", argv[optind], 1, INT64_MAX, &id))
-		return EX_USAGE;
+	if ((rc = parse_id("get", argv[optind], &id)))
+		return rc;
+	optind++;
+	if ((rc = cli_no_args("get", argc, argv, "get takes one job id")))
+		return rc;
 	if ((rc = cli_open(x, "get", 0)))
 		return rc;
 	sq_job j;

@@ -65,37 +65,69 @@ static void summary(const progress *p)
 	       p->parts_done, p->rows, el, p->stalls ? p->stall_sum / p->stalls : 0, p->stall_max);
 }
 
-/* "1,2,5-9" -> partitions; returns the count or -1. */
-static long parse_list(const char *s, uint32_t **out)
+/* "1,2,5-9" -> partitions, each in 0..partitions-1 and named once. Every
+ * bound is checked before a range is expanded. Returns the count, or -1
+ * with the message printed. */
+static long parse_list(const char *list, uint32_t partitions, uint32_t **out)
 {
-	size_t n = 0, cap = 64;
-	uint32_t *v = malloc(cap * sizeof(*v));
-	while (v && *s) {
-		char *end;
-		long a = strtol(s, &end, 10), b;
-		if (end == s || a < 0)
+	unsigned char *seen = calloc(partitions / 8 + 1, 1);
+	uint32_t *v = malloc(sizeof(*v) * partitions);
+	const char *p = list;
+	size_t n = 0;
+	if (!seen || !v) {
+		fprintf(stderr, "shardq move: out of memory\n");
+		goto bad;
+	}
+	while (*p) {
+		size_t len = strcspn(p, ",");
+		const char *dash = len > 1 ? memchr(p + 1, '-', len - 1) : NULL;
+		size_t alen = dash ? (size_t)(dash - p) : len;
+		int64_t a, b;
+		int ea = cli_int(p, alen, 0, (int64_t)partitions - 1, &a);
+		int eb = dash ? cli_int(dash + 1, len - alen - 1, 0, (int64_t)partitions - 1, &b)
+			      : (b = a, ea);
+		if (ea == -1 || eb == -1 || !len) {
+			fprintf(stderr,
+				"shardq move: --partitions: '%.*s' is not a partition or a range "
+				"like 5-9\n",
+				(int)len, p);
 			goto bad;
-		b = a;
-		if (*end == '-') {
-			s = end + 1;
-			b = strtol(s, &end, 10);
-			if (end == s || b < a)
-				goto bad;
 		}
-		for (long i = a; i <= b; i++) {
-			if (n == cap)
-				v = realloc(v, (cap *= 2) * sizeof(*v));
+		if (ea || eb) {
+			fprintf(stderr,
+				"shardq move: --partitions: '%.*s' is out of range; the cluster's "
+				"partitions are 0..%u\n",
+				(int)len, p, partitions - 1);
+			goto bad;
+		}
+		if (b < a) {
+			fprintf(stderr,
+				"shardq move: --partitions: the range '%.*s' runs backwards\n",
+				(int)len, p);
+			goto bad;
+		}
+		for (int64_t i = a; i <= b; i++) {
+			if (seen[i / 8] & (1u << (i % 8))) {
+				fprintf(stderr,
+					"shardq move: --partitions: partition %" PRId64
+					" is named twice\n",
+					i);
+				goto bad;
+			}
+			seen[i / 8] |= (unsigned char)(1u << (i % 8));
 			v[n++] = (uint32_t)i;
 		}
-		s = end;
-		if (*s == ',')
-			s++;
-		else if (*s)
+		p += len;
+		if (*p == ',' && !*++p) {
+			fprintf(stderr, "shardq move: --partitions '%s' ends with a comma\n", list);
 			goto bad;
+		}
 	}
+	free(seen);
 	*out = v;
 	return (long)n;
 bad:
+	free(seen);
 	free(v);
 	return -1;
 }
@@ -116,42 +148,40 @@ static const struct option move_opts[] = {
 
 static int common_opt(int c, cli *x, sq_move_opts *o, const char *cmd)
 {
+	int64_t v;
+	int rc;
 	switch (c) {
 	case 'c': x->config_path = optarg; return 0;
 	case 's':
-		o->set_size = atoi(optarg);
-		if (o->set_size < 1 || o->set_size > 65536) {
-			fprintf(stderr, "shardq %s: --set-size must be 1..65536\n", cmd);
-			return EX_USAGE;
-		}
+		if ((rc = cli_opt_int(cmd, "--set-size", optarg, 1, SQ_MAX_PARTITIONS, &v)))
+			return rc;
+		o->set_size = (int)v;
 		return 0;
-	case 'P':
-		o->pause_ms = sq_parse_duration_ms(optarg);
-		if (o->pause_ms < 0) {
-			fprintf(stderr, "shardq %s: --pause takes a duration such as 100ms\n", cmd);
-			return EX_USAGE;
-		}
-		return 0;
+	/* at most an hour: the pause sleeps in microseconds of 32 bits, and
+	 * lock_timeout is a PostgreSQL int of milliseconds */
+	case 'P': return cli_opt_dur(cmd, "--pause", optarg, 0, 3600000, &o->pause_ms);
 	case 'l':
-		o->lock_timeout_ms = sq_parse_duration_ms(optarg);
-		if (o->lock_timeout_ms <= 0) {
-			fprintf(stderr, "shardq %s: --lock-timeout takes a duration such as 2s\n",
-				cmd);
-			return EX_USAGE;
-		}
-		return 0;
+		return cli_opt_dur(cmd, "--lock-timeout", optarg, 1, 3600000, &o->lock_timeout_ms);
 	}
 	return -1;
+}
+
+static int shard_named(const cli *x, const char *opt, const char *id)
+{
+	int s = sq_config_shard_index(x->cfg, id);
+	if (s < 0)
+		fprintf(stderr, "shardq move: %s: no shard '%s' in the config\n", opt, id);
+	return s;
 }
 
 int cmd_move(cli *x, int argc, char **argv)
 {
 	sq_move_opts o;
 	const char *list = NULL, *to = NULL, *from = NULL;
-	long count = 0;
-	int c, rc;
+	int64_t count = 0;
+	int c, rc, dry = 0;
 	sq_move_opts_init(&o);
-	while ((c = getopt_long(argc, argv, "c:hp:t:f:n:s:P:l:", move_opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, ":c:hp:t:f:n:s:P:l:d", move_opts, NULL)) != -1) {
 		if ((rc = common_opt(c, x, &o, "move")) >= 0) {
 			if (rc)
 				return rc;
@@ -161,49 +191,52 @@ int cmd_move(cli *x, int argc, char **argv)
 		case 'p': list = optarg; break;
 		case 't': to = optarg; break;
 		case 'f': from = optarg; break;
-		case 'n': count = atol(optarg); break;
+		case 'n':
+			if ((rc = cli_opt_int("move", "--count", optarg, 1, SQ_MAX_PARTITIONS,
+					      &count)))
+				return rc;
+			break;
+		case 'd': dry = 1; break;
 		case 'h':
 			printf("usage: shardq [-c FILE] move --partitions LIST --to SHARD\n"
 			       "       shardq [-c FILE] move --count N --from SHARD --to SHARD\n"
-			       "              [--set-size N] [--lock-timeout D]\n\n"
+			       "              [--set-size N] [--lock-timeout D] [--pause D] "
+			       "[--dry-run]\n\n"
 			       "Moves partitions online (LIST: 1,2,5-9). Writes to them wait for\n"
 			       "milliseconds during the freeze; nothing is lost or run twice. "
 			       "Large\n"
 			       "lists go in sets of --set-size (256), one move each. A mover that "
 			       "dies\n"
 			       "is resumed by `shardq moves --resume ID` (or `shardq "
-			       "rebalance`).\n");
+			       "rebalance`).\n"
+			       "--dry-run checks everything and prints what would move.\n");
 			return EX_OK;
-		default: return EX_USAGE;
+		default: return cli_bad_option("move", c, argv);
 		}
 	}
-	if (!to || (!list == !(count > 0 && from))) {
+	if ((rc = cli_no_args("move", argc, argv, "partitions go in --partitions LIST")))
+		return rc;
+	if (!to || !list == !(count > 0 && from) || (list && (count || from))) {
 		fprintf(stderr, "shardq move: give --to and either --partitions or --count with "
 				"--from; see --help\n");
 		return EX_USAGE;
 	}
+	if ((rc = cli_load_config(x, "move")))
+		return rc;
 	uint32_t *parts = NULL;
 	long n = 0;
-	if (list && (n = parse_list(list, &parts)) <= 0) {
-		fprintf(stderr, "shardq move: --partitions '%s' is not a list like 1,2,5-9\n",
-			list);
+	int fs = from ? shard_named(x, "--from", from) : 0;
+	if (shard_named(x, "--to", to) < 0 || fs < 0)
 		return EX_USAGE;
-	}
-	if ((rc = cli_open(x, "move", 0))) {
+	if (list && (n = parse_list(list, sq_config_partitions(x->cfg), &parts)) < 0)
+		return EX_USAGE;
+	if ((rc = cli_connect(x, "move", 0))) {
 		free(parts);
 		return rc;
 	}
 	if (!list) {
-		int fs = -1;
-		for (int s = 0; s < sq_config_shard_count(x->cfg); s++)
-			if (!strcmp(sq_config_shard_id(x->cfg, s), from))
-				fs = s;
-		if (fs < 0) {
-			fprintf(stderr, "shardq move: no shard '%s' in the config\n", from);
-			return EX_USAGE;
-		}
 		parts = malloc(sizeof(uint32_t) * (size_t)count);
-		for (uint32_t p = 0; p < sq_config_partitions(x->cfg) && n < count; p++)
+		for (uint32_t p = 0; parts && p < sq_config_partitions(x->cfg) && n < count; p++)
 			if (sq_client_shard_of_partition(x->client, p) == fs)
 				parts[n++] = p;
 		if (n == 0) {
@@ -212,16 +245,28 @@ int cmd_move(cli *x, int argc, char **argv)
 			return EX_STATE;
 		}
 	}
+	if (dry) {
+		int ns = sq_config_shard_count(x->cfg);
+		long *per = calloc((size_t)ns, sizeof(long));
+		for (long i = 0; per && i < n; i++)
+			per[sq_client_shard_of_partition(x->client, parts[i])]++;
+		printf("would move %ld partitions to %s in sets of %d; from:", n, to, o.set_size);
+		for (int s = 0; per && s < ns; s++)
+			if (per[s])
+				printf(" %s=%ld", sq_config_shard_id(x->cfg, s), per[s]);
+		printf("\n");
+		free(per);
+		free(parts);
+		return EX_OK;
+	}
 	progress pr = {isatty(2), n, 0, 0, 0, 0, 0, 0, cli_now_us()};
 	o.progress = on_progress;
 	o.progress_arg = &pr;
 	sq_error err;
 	rc = EX_OK;
-	int nsets = (int)((n + o.set_size - 1) / o.set_size);
 	for (long i = 0; i < n && rc == EX_OK; i += o.set_size) {
 		size_t k = (size_t)(n - i < o.set_size ? n - i : o.set_size);
 		sq_move_info mi;
-		(void)nsets;
 		if (sq_move(x->client, parts + i, k, to, &o, &mi, &err) != SQ_OK) {
 			if (pr.tty)
 				fprintf(stderr, "\n");
@@ -244,7 +289,7 @@ int cmd_rebalance(cli *x, int argc, char **argv)
 	sq_move_opts o;
 	int c, rc, dry = 0;
 	sq_move_opts_init(&o);
-	while ((c = getopt_long(argc, argv, "c:hs:P:l:d", move_opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, ":c:hs:P:l:d", move_opts, NULL)) != -1) {
 		if ((rc = common_opt(c, x, &o, "rebalance")) >= 0) {
 			if (rc)
 				return rc;
@@ -267,9 +312,11 @@ int cmd_rebalance(cli *x, int argc, char **argv)
 			       "--pause between sets. Unfinished moves are resumed first. Run\n"
 			       "`shardq init` first after adding a shard to the config.\n");
 			return EX_OK;
-		default: return EX_USAGE;
+		default: return cli_bad_option("rebalance", c, argv);
 		}
 	}
+	if ((rc = cli_no_args("rebalance", argc, argv, NULL)))
+		return rc;
 	if ((rc = cli_open(x, "rebalance", 0)))
 		return rc;
 	sq_plan *p;
@@ -312,15 +359,23 @@ int cmd_moves(cli *x, int argc, char **argv)
 		{"all", no_argument, NULL, 'a'},          {"resume", required_argument, NULL, 'r'},
 		{"abort", required_argument, NULL, 'x'},  {NULL, 0, NULL, 0},
 	};
-	int c, rc, all = 0;
-	const char *resume = NULL;
-	int64_t abort_id = 0;
-	while ((c = getopt_long(argc, argv, "c:har:x:", opts, NULL)) != -1) {
+	int c, rc, all = 0, resume_all = 0;
+	int64_t resume_id = 0, abort_id = 0;
+	while ((c = getopt_long(argc, argv, ":c:har:x:", opts, NULL)) != -1) {
+		rc = 0;
 		switch (c) {
 		case 'c': x->config_path = optarg; break;
 		case 'a': all = 1; break;
-		case 'r': resume = optarg; break;
-		case 'x': abort_id = atoll(optarg); break;
+		case 'r':
+			if (!strcmp(optarg, "all"))
+				resume_all = 1;
+			else
+				rc = cli_opt_int("moves", "--resume", optarg, 1, INT64_MAX,
+						 &resume_id);
+			break;
+		case 'x':
+			rc = cli_opt_int("moves", "--abort", optarg, 1, INT64_MAX, &abort_id);
+			break;
 		case 'h':
 			printf("usage: shardq [-c FILE] moves [--all]\n"
 			       "       shardq [-c FILE] moves --resume ID|all\n"
@@ -331,8 +386,16 @@ int cmd_moves(cli *x, int argc, char **argv)
 			       "its step; --abort undoes one that has not passed the copy commit\n"
 			       "(the partitions stay with their old shard).\n");
 			return EX_OK;
-		default: return EX_USAGE;
+		default: return cli_bad_option("moves", c, argv);
 		}
+		if (rc)
+			return rc;
+	}
+	if ((rc = cli_no_args("moves", argc, argv, NULL)))
+		return rc;
+	if ((resume_all || resume_id) + !!abort_id + all > 1) {
+		fprintf(stderr, "shardq moves: give one of --all, --resume and --abort\n");
+		return EX_USAGE;
 	}
 	if ((rc = cli_open(x, "moves", 0)))
 		return rc;
@@ -343,12 +406,12 @@ int cmd_moves(cli *x, int argc, char **argv)
 		printf("move %" PRId64 " aborted; its partitions stay where they were\n", abort_id);
 		return EX_OK;
 	}
-	if (resume) {
+	if (resume_all || resume_id) {
 		sq_move_info *v;
 		size_t n;
 		if (sq_moves_list(x->client, 0, &v, &n, &err) != SQ_OK)
 			return cli_fail("moves", &err);
-		int64_t one = strcmp(resume, "all") ? atoll(resume) : 0;
+		int64_t one = resume_id;
 		rc = EX_OK;
 		for (size_t i = 0; i < n && rc == EX_OK; i++) {
 			sq_move_info mi;

@@ -25,14 +25,14 @@ int cmd_demo(cli *x, int argc, char **argv)
 		{"jobs", required_argument, NULL, 'n'},   {"batch", required_argument, NULL, 'b'},
 		{"claim", required_argument, NULL, 'l'},  {NULL, 0, NULL, 0},
 	};
-	long jobs = 100000, batch = 1000, claim = 1000;
-	int c, rc;
-	while ((c = getopt_long(argc, argv, "c:hn:b:l:", opts, NULL)) != -1) {
+	int64_t jobs = 100000, batch = 1000, claim = 1000;
+	int c, rc = 0;
+	while ((c = getopt_long(argc, argv, ":c:hn:b:l:", opts, NULL)) != -1) {
 		switch (c) {
 		case 'c': x->config_path = optarg; break;
-		case 'n': jobs = atol(optarg); break;
-		case 'b': batch = atol(optarg); break;
-		case 'l': claim = atol(optarg); break;
+		case 'n': rc = cli_opt_int("demo", "--jobs", optarg, 1, 100000000, &jobs); break;
+		case 'b': rc = cli_opt_int("demo", "--batch", optarg, 1, 100000, &batch); break;
+		case 'l': rc = cli_opt_int("demo", "--claim", optarg, 3, 100000, &claim); break;
 		case 'h':
 			printf("usage: shardq [-c FILE] demo [--jobs N] [--batch N] [--claim N]\n\n"
 			       "Enqueues N jobs (default 100000) of the first three configured "
@@ -45,13 +45,13 @@ int cmd_demo(cli *x, int argc, char **argv)
 			       "types), starts and completes them, and prints the stats and the "
 			       "rates.\n");
 			return EX_OK;
-		default: return EX_USAGE;
+		default: return cli_bad_option("demo", c, argv);
 		}
+		if (rc)
+			return rc;
 	}
-	if (jobs < 1 || batch < 1 || batch > 100000 || claim < 3 || claim > 100000) {
-		fprintf(stderr, "shardq demo: --jobs >= 1, --batch 1..100000, --claim 3..100000\n");
-		return EX_USAGE;
-	}
+	if ((rc = cli_no_args("demo", argc, argv, NULL)))
+		return rc;
 	if ((rc = cli_open(x, "demo", 0)))
 		return rc;
 	int ntypes = x->cfg->ntypes < 3 ? x->cfg->ntypes : 3;

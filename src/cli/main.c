@@ -4,9 +4,9 @@
 #include "buf.h"
 #include "json.h"
 
+#include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
-#include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -85,8 +85,10 @@ int cli_load_config(cli *x, const char *cmd)
 			x->config_path = "shardq.ini";
 	}
 	if (sq_config_load(x->config_path, &x->cfg, &err) != SQ_OK) {
+		/* one problem on one line; several, one line each below */
 		if (err.code == SQ_ECONFIG)
-			fprintf(stderr, "shardq %s: invalid config:\n%s\n", cmd, err.msg);
+			fprintf(stderr, "shardq %s: invalid config:%s%s\n", cmd,
+				strchr(err.msg, '\n') ? "\n" : " ", err.msg);
 		else
 			fprintf(stderr, "shardq %s: %s\n", cmd, err.msg);
 		return EX_CONFIG;
@@ -94,15 +96,18 @@ int cli_load_config(cli *x, const char *cmd)
 	return EX_OK;
 }
 
-int cli_open(cli *x, const char *cmd, int for_init)
+int cli_connect(cli *x, const char *cmd, int for_init)
 {
 	sq_error err;
-	int rc = cli_load_config(x, cmd);
-	if (rc)
-		return rc;
 	if (sq_client_open(x->cfg, for_init, &x->client, &err) != SQ_OK)
 		return cli_fail(cmd, &err);
 	return EX_OK;
+}
+
+int cli_open(cli *x, const char *cmd, int for_init)
+{
+	int rc = cli_load_config(x, cmd);
+	return rc ? rc : cli_connect(x, cmd, for_init);
 }
 
 void cli_close(cli *x)
@@ -113,72 +118,237 @@ void cli_close(cli *x)
 	x->cfg = NULL;
 }
 
+int cli_int(const char *s, size_t len, int64_t lo, int64_t hi, int64_t *out)
+{
+	size_t i = len && s[0] == '-';
+	uint64_t v = 0;
+	int over = 0;
+	int64_t r;
+	if (i == len)
+		return -1;
+	for (; i < len; i++) {
+		unsigned d = (unsigned char)s[i] - '0';
+		if (d > 9)
+			return -1;
+		if (v > (UINT64_MAX - d) / 10)
+			over = 1; /* keep reading: "99...9x" is not a number at all */
+		else
+			v = v * 10 + d;
+	}
+	if (over || v > (uint64_t)INT64_MAX + (s[0] == '-'))
+		return -2;
+	if (s[0] == '-')
+		r = v == (uint64_t)INT64_MAX + 1 ? INT64_MIN : -(int64_t)v;
+	else
+		r = (int64_t)v;
+	if (r < lo || r > hi)
+		return -2;
+	*out = r;
+	return 0;
+}
+
+int cli_opt_int(const char *cmd, const char *opt, const char *s, int64_t lo, int64_t hi,
+		int64_t *out)
+{
+	int e = cli_int(s, strlen(s), lo, hi, out);
+	if (!e)
+		return 0;
+	fprintf(stderr, "shardq %s: %s '%s' %s; it takes an integer in %" PRId64 "..%" PRId64 "\n",
+		cmd, opt, s, e == -1 ? "is not an integer" : "is out of range", lo, hi);
+	return EX_USAGE;
+}
+
+/* A duration in its largest whole unit: 36525d, 90s, 250ms. */
+static void fmt_ms(char *out, size_t len, int64_t ms)
+{
+	static const struct {
+		int64_t ms;
+		const char *unit;
+	} u[] = {{86400000, "d"}, {3600000, "h"}, {60000, "m"}, {1000, "s"}};
+	for (size_t i = 0; i < sizeof(u) / sizeof(u[0]); i++)
+		if (ms && ms % u[i].ms == 0) {
+			snprintf(out, len, "%" PRId64 "%s", ms / u[i].ms, u[i].unit);
+			return;
+		}
+	snprintf(out, len, "%" PRId64 "ms", ms);
+}
+
+int cli_opt_dur(const char *cmd, const char *opt, const char *s, int64_t lo_ms, int64_t hi_ms,
+		int64_t *out)
+{
+	char lo[32], hi[32];
+	int64_t ms = sq_parse_duration_ms(s);
+	if (ms == -1) {
+		fprintf(stderr,
+			"shardq %s: %s '%s' is not a duration; use e.g. 500ms, 30s, 5m, 1h, 2d\n",
+			cmd, opt, s);
+		return EX_USAGE;
+	}
+	if (ms < lo_ms || ms > hi_ms) {
+		fmt_ms(lo, sizeof(lo), lo_ms);
+		fmt_ms(hi, sizeof(hi), hi_ms);
+		fprintf(stderr, "shardq %s: %s '%s' is out of range; it takes %s..%s\n", cmd, opt,
+			s, lo, hi);
+		return EX_USAGE;
+	}
+	*out = ms;
+	return 0;
+}
+
+int cli_check_text(const char *cmd, const char *what, const char *s, size_t max)
+{
+	size_t len = strlen(s), where;
+	if (!len || len > max) {
+		fprintf(stderr, "shardq %s: %s must be 1-%zu bytes, not %zu\n", cmd, what, max,
+			len);
+		return EX_INPUT;
+	}
+	if (!sq_json_utf8_valid(s, len, &where)) {
+		fprintf(stderr, "shardq %s: %s is not valid UTF-8 (at byte %zu)\n", cmd, what,
+			where + 1);
+		return EX_INPUT;
+	}
+	return 0;
+}
+
+int cli_bad_option(const char *cmd, int c, char **argv)
+{
+	const char *arg = optind > 0 ? argv[optind - 1] : "?";
+	if (c == ':')
+		fprintf(stderr, "shardq %s: option '%s' needs a value; see shardq %s --help\n", cmd,
+			arg, cmd);
+	else if (c == '?' && optopt)
+		fprintf(stderr, "shardq %s: unknown option '-%c'; see shardq %s --help\n", cmd,
+			optopt, cmd);
+	else if (c == '?')
+		fprintf(stderr, "shardq %s: unknown option '%s'; see shardq %s --help\n", cmd, arg,
+			cmd);
+	else
+		fprintf(stderr, "shardq %s: option '%s' is not one of %s's; see shardq %s --help\n",
+			cmd, arg, cmd, cmd);
+	return EX_USAGE;
+}
+
+int cli_no_args(const char *cmd, int argc, char **argv, const char *hint)
+{
+	if (optind >= argc)
+		return 0;
+	fprintf(stderr, "shardq %s: unexpected argument '%s'%s%s\n", cmd, argv[optind],
+		hint ? "; " : "", hint ? hint : "");
+	return EX_USAGE;
+}
+
 int cli_parse_ref(const char *s, sq_job_ref *ref)
 {
-	char *end;
-	long long id = strtoll(s, &end, 10);
-	if (end == s || *end != ':' || id <= 0)
-		return -1;
-	s = end + 1;
-	long att = strtol(s, &end, 10);
-	if (end == s || *end || att < 0)
+	const char *colon = strchr(s, ':');
+	int64_t id, att;
+	if (!colon || cli_int(s, (size_t)(colon - s), 1, INT64_MAX, &id) ||
+	    cli_int(colon + 1, strlen(colon + 1), 0, INT32_MAX, &att))
 		return -1;
 	ref->id = id;
 	ref->attempt = (int32_t)att;
 	return 0;
 }
 
-long cli_read_refs(const char *cmd, int argc, char **argv, sq_job_ref **out)
+/* One line of `shardq claim` output: its "id" and "attempt"; other members
+ * are ignored. Returns NULL or what is wrong. */
+static const char *ref_of_line(const char *line, size_t len, sq_job_ref *ref, char *why,
+			       size_t wlen)
 {
-	size_t n = 0, cap = 16;
+	size_t pos = 0, where;
+	const char *what;
+	sq_json_member m;
+	int64_t v[2];
+	int have[2] = {0, 0};
+	if (sq_json_validate_object(line, len, &where, &what)) {
+		snprintf(why, wlen, "invalid JSON: %s at column %zu", what, where + 1);
+		return why;
+	}
+	while (sq_json_next_member(line, len, &pos, &m)) {
+		char key[16];
+		int k;
+		if (m.key_len >= sizeof(key))
+			continue;
+		sq_json_unescape(m.key, m.key_len, key);
+		k = !strcmp(key, "id") ? 0 : !strcmp(key, "attempt") ? 1 : -1;
+		if (k < 0)
+			continue;
+		if (have[k]) {
+			snprintf(why, wlen, "\"%s\" appears twice", key);
+			return why;
+		}
+		have[k] = 1;
+		int e = m.kind == SQ_JSON_NUMBER ? cli_int(m.val, m.val_len, k ? 0 : 1,
+							   k ? INT32_MAX : INT64_MAX, &v[k])
+						 : -1;
+		if (e) {
+			snprintf(why, wlen, "\"%s\" %.*s %s (%s)", key,
+				 (int)(m.val_len > 40 ? 40 : m.val_len), m.val,
+				 e == -1 ? "is not an integer" : "is out of range",
+				 k ? "0..2147483647" : "1..9223372036854775807");
+			return why;
+		}
+	}
+	if (!have[0] || !have[1])
+		return "expected a JSON object with integer \"id\" and \"attempt\" (as printed by "
+		       "shardq claim)";
+	ref->id = v[0];
+	ref->attempt = (int32_t)v[1];
+	return NULL;
+}
+
+long cli_read_refs(const char *cmd, int argc, char **argv, sq_job_ref **out, int *rc)
+{
+	size_t n = 0, cap = 16, lcap = 0;
 	sq_job_ref *refs = malloc(cap * sizeof(*refs));
-	char line[1 << 16];
-	for (int i = 0; i < argc && refs; i++) {
-		if (!strcmp(argv[i], "-")) {
-			long lineno = 0;
-			while (fgets(line, sizeof(line), stdin)) {
-				json_error_t je;
-				json_t *o;
-				lineno++;
-				if (strspn(line, " \t\r\n") == strlen(line))
-					continue;
-				o = json_loads(line, 0, &je);
-				json_t *id = o ? json_object_get(o, "id") : NULL;
-				json_t *att = o ? json_object_get(o, "attempt") : NULL;
-				if (!json_is_integer(id) || !json_is_integer(att)) {
-					fprintf(stderr,
-						"shardq %s: stdin line %ld: expected a JSON object "
-						"with integer "
-						"\"id\" and \"attempt\" (as printed by shardq "
-						"claim)\n",
-						cmd, lineno);
-					json_decref(o);
-					free(refs);
-					return -1;
-				}
-				if (n == cap)
-					refs = realloc(refs, (cap *= 2) * sizeof(*refs));
-				refs[n].id = json_integer_value(id);
-				refs[n].attempt = (int32_t)json_integer_value(att);
-				n++;
-				json_decref(o);
+	char *line = NULL, why[256];
+	ssize_t got;
+	*rc = EX_OK;
+	for (int i = 0; i < argc && refs && !*rc; i++) {
+		if (strcmp(argv[i], "-")) {
+			if (n == cap && !(refs = realloc(refs, (cap *= 2) * sizeof(*refs))))
+				break;
+			if (cli_parse_ref(argv[i], &refs[n])) {
+				fprintf(stderr,
+					"shardq %s: '%s' is not a job reference; expected "
+					"ID:ATTEMPT "
+					"(ID 1..9223372036854775807, ATTEMPT 0..2147483647, as "
+					"printed by shardq claim), or - for JSON lines on stdin\n",
+					cmd, argv[i]);
+				*rc = EX_USAGE;
+				break;
 			}
+			n++;
 			continue;
 		}
-		if (n == cap)
-			refs = realloc(refs, (cap *= 2) * sizeof(*refs));
-		if (cli_parse_ref(argv[i], &refs[n])) {
-			fprintf(stderr,
-				"shardq %s: '%s' is not a job reference; expected ID:ATTEMPT "
-				"(as printed by shardq claim), or - for JSON lines on stdin\n",
-				cmd, argv[i]);
-			free(refs);
-			return -1;
+		long lineno = 0;
+		while ((got = getline(&line, &lcap, stdin)) >= 0) {
+			const char *bad;
+			lineno++;
+			if (strspn(line, " \t\r\n") == (size_t)got)
+				continue;
+			if (n == cap && !(refs = realloc(refs, (cap *= 2) * sizeof(*refs))))
+				break;
+			if ((bad = ref_of_line(line, (size_t)got, &refs[n], why, sizeof(why)))) {
+				fprintf(stderr, "shardq %s: stdin line %ld: %s\n", cmd, lineno,
+					bad);
+				*rc = EX_INPUT;
+				break;
+			}
+			n++;
 		}
-		n++;
+		if (!*rc && ferror(stdin)) {
+			fprintf(stderr, "shardq %s: cannot read stdin: %s\n", cmd, strerror(errno));
+			*rc = EX_INPUT;
+		}
 	}
-	if (!refs) {
+	free(line);
+	if (!refs && !*rc) {
 		fprintf(stderr, "shardq %s: out of memory\n", cmd);
+		*rc = EX_FAIL;
+	}
+	if (*rc) {
+		free(refs);
 		return -1;
 	}
 	*out = refs;
@@ -250,11 +420,21 @@ int main(int argc, char **argv)
 	int c;
 	memset(&x, 0, sizeof(x));
 	/* global options stop at the command name */
-	while ((c = getopt_long(argc, argv, "+c:h", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "+:c:h", opts, NULL)) != -1) {
 		switch (c) {
 		case 'c': x.config_path = optarg; break;
 		case 'h': usage(stdout); return EX_OK;
-		default: usage(stderr); return EX_USAGE;
+		default:
+			if (c == ':')
+				fprintf(stderr, "shardq: option '%s' needs a value\n",
+					argv[optind - 1]);
+			else if (optopt)
+				fprintf(stderr, "shardq: unknown option '-%c'; see shardq --help\n",
+					optopt);
+			else
+				fprintf(stderr, "shardq: unknown option '%s'; see shardq --help\n",
+					argv[optind - 1]);
+			return EX_USAGE;
 		}
 	}
 	if (optind >= argc) {
