@@ -10,24 +10,35 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <libgen.h>
+#include <limits.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <spawn.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #define PERMANENT_EXIT 100
+#define MAX_SLOTS      1024   /* per type, as sq_worker_add takes */
+#define MAX_HELD       100000 /* --buffer and --prefetch */
+
+/* The program that runs each job's command (src/cli/jobexec_guard.c),
+ * installed next to `shardq`; the variable overrides where it is. */
+#define HELPER_NAME "shardq-exec"
+#define HELPER_ENV  "SHARDQ_EXEC_HELPER"
 
 extern char **environ;
 
 typedef struct exec_ctx {
 	const char *cmd;
 	const char *worker;
-	int quiet; /* do not forward the command's output */
+	char helper[PATH_MAX];
+	char parent[24]; /* our pid, for the helper to check who its parent is */
+	int quiet;       /* do not forward the command's output */
 } exec_ctx;
 
 static pthread_mutex_t out_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -121,12 +132,60 @@ static void env_free(char **env)
 	free(env);
 }
 
+/* Starts the helper on the job's pipes with the job's environment, every
+ * signal at its default and none blocked (this handler thread blocks them
+ * all), in a process group of its own (a ^C meant for the worker does not
+ * reach the job) and with none of our other descriptors. posix_spawn does
+ * not copy this process, however large: it runs the child on our memory
+ * until the exec (vfork). Returns the pid or -errno. */
+static pid_t spawn_helper(const exec_ctx *x, int in, int out, int err, char **env)
+{
+	posix_spawn_file_actions_t fa;
+	posix_spawnattr_t at;
+	sigset_t none, all;
+	pid_t pid;
+	char *argv[] = {HELPER_NAME, (char *)x->parent, (char *)x->cmd, NULL};
+	sigemptyset(&none);
+	sigfillset(&all);
+	int rc = posix_spawn_file_actions_init(&fa);
+	if (rc)
+		return -rc;
+	rc = posix_spawnattr_init(&at);
+	if (rc) {
+		posix_spawn_file_actions_destroy(&fa);
+		return -rc;
+	}
+	rc = posix_spawn_file_actions_adddup2(&fa, in, 0);
+	if (!rc)
+		rc = posix_spawn_file_actions_adddup2(&fa, out, 1);
+	if (!rc)
+		rc = posix_spawn_file_actions_adddup2(&fa, err, 2);
+#if defined(__GLIBC__) && __GLIBC_PREREQ(2, 34)
+	if (!rc)
+		rc = posix_spawn_file_actions_addclosefrom_np(&fa, 3);
+#endif
+	if (!rc)
+		rc = posix_spawnattr_setsigmask(&at, &none);
+	if (!rc)
+		rc = posix_spawnattr_setsigdefault(&at, &all);
+	if (!rc)
+		rc = posix_spawnattr_setpgroup(&at, 0);
+	if (!rc)
+		rc = posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF |
+							   POSIX_SPAWN_SETPGROUP);
+	if (!rc)
+		rc = posix_spawn(&pid, x->helper, &fa, &at, argv, env);
+	posix_spawn_file_actions_destroy(&fa);
+	posix_spawnattr_destroy(&at);
+	return rc ? -rc : pid;
+}
+
 static sq_job_result exec_handler(const sq_job *job, void *arg, char *errbuf, size_t errlen)
 {
 	exec_ctx *x = arg;
 	int in[2] = {-1, -1}, out[2] = {-1, -1}, er[2] = {-1, -1};
 	char **env = job_env(job, x->worker);
-	pid_t parent = getpid(), pid;
+	pid_t pid;
 	if (!env || pipe2(in, O_CLOEXEC) || pipe2(out, O_CLOEXEC) || pipe2(er, O_CLOEXEC)) {
 		snprintf(errbuf, errlen, "cannot start the command: %s", strerror(errno));
 		env_free(env);
@@ -140,29 +199,15 @@ static sq_job_result exec_handler(const sq_job *job, void *arg, char *errbuf, si
 		}
 		return SQ_RESULT_RETRY;
 	}
-	pid = fork();
-	if (pid == 0) {
-		/* the command dies with the worker: a killed worker leaves no job
-		 * running behind its lease */
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		if (getppid() != parent)
-			_exit(127);
-		sigset_t none;
-		sigemptyset(&none);
-		sigprocmask(SIG_SETMASK, &none, NULL);
-		dup2(in[0], 0);
-		dup2(out[1], 1);
-		dup2(er[1], 2);
-		char *argv[] = {"sh", "-c", (char *)x->cmd, NULL};
-		execve("/bin/sh", argv, env);
-		_exit(127);
-	}
+	/* the helper runs the command and watches this thread: if the worker
+	 * dies, the job's processes die with it (see jobexec_guard.c) */
+	pid = spawn_helper(x, in[0], out[1], er[1], env);
 	close(in[0]);
 	close(out[1]);
 	close(er[1]);
 	env_free(env);
 	if (pid < 0) {
-		snprintf(errbuf, errlen, "cannot fork: %s", strerror(errno));
+		snprintf(errbuf, errlen, "cannot start %s: %s", x->helper, strerror((int)-pid));
 		close(in[1]);
 		close(out[0]);
 		close(er[0]);
@@ -275,6 +320,71 @@ static int check_command(const char *cmd, char *why, size_t len)
 	return -1;
 }
 
+/* Where the helper is: $SHARDQ_EXEC_HELPER, else next to this program.
+ * Returns 0, or -1 with why. */
+static int find_helper(char *path, size_t len, char *why, size_t wlen)
+{
+	const char *env = getenv(HELPER_ENV);
+	struct stat sb;
+	if (env && *env) {
+		snprintf(path, len, "%s", env);
+		errno = 0;
+		if (stat(path, &sb) != 0 || !S_ISREG(sb.st_mode) || access(path, X_OK) != 0) {
+			snprintf(why, wlen, "%s=%s: %s", HELPER_ENV, env,
+				 errno ? strerror(errno) : "not an executable file");
+			return -1;
+		}
+		return 0;
+	}
+	char self[PATH_MAX];
+	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	if (n <= 0) {
+		snprintf(why, wlen, "cannot find %s: /proc/self/exe: %s; set %s", HELPER_NAME,
+			 strerror(errno), HELPER_ENV);
+		return -1;
+	}
+	self[n] = '\0';
+	char dir[PATH_MAX];
+	snprintf(dir, sizeof(dir), "%s", self);
+	if ((size_t)snprintf(path, len, "%s/%s", dirname(dir), HELPER_NAME) >= len) {
+		snprintf(why, wlen, "cannot find %s: the path of %s is too long", HELPER_NAME,
+			 self);
+		return -1;
+	}
+	errno = 0;
+	if (stat(path, &sb) != 0 || !S_ISREG(sb.st_mode) || access(path, X_OK) != 0) {
+		snprintf(why, wlen, "cannot find %s next to %s (%s: %s); reinstall, or set %s",
+			 HELPER_NAME, self, path,
+			 errno ? strerror(errno) : "not an executable file", HELPER_ENV);
+		return -1;
+	}
+	return 0;
+}
+
+/* A job's pipes must not land on 0, 1 or 2 (a worker started with one of
+ * them closed): the helper gets its stdin, stdout and stderr by dup2. */
+static void open_std_fds(void)
+{
+	for (int fd = 0; fd < 3; fd++)
+		if (fcntl(fd, F_GETFD) < 0 && open("/dev/null", O_RDWR) < 0)
+			break;
+}
+
+/* A whole integer of lo..hi; else prints why (naming opt) and returns -1. */
+static int parse_count(const char *opt, const char *s, long lo, long hi, int *out)
+{
+	char *end;
+	errno = 0;
+	long v = strtol(s, &end, 10);
+	if (errno || end == s || *end || v < lo || v > hi) {
+		fprintf(stderr, "shardq work: %s must be a whole number of %ld..%ld, not '%s'\n",
+			opt, lo, hi, s);
+		return -1;
+	}
+	*out = (int)v;
+	return 0;
+}
+
 static void report(const sq_worker_stats *st, void *arg)
 {
 	(void)arg;
@@ -329,16 +439,19 @@ int cmd_work(cli *x, int argc, char **argv)
 		case 'c': x->config_path = optarg; break;
 		case 't': types = optarg; break;
 		case 'n':
-			conc = atoi(optarg);
-			if (conc < 1 || conc > 1024) {
-				fprintf(stderr, "shardq work: --concurrency must be 1..1024\n");
+			if (parse_count("--concurrency", optarg, 1, MAX_SLOTS, &conc))
 				return EX_USAGE;
-			}
 			break;
 		case 'e': cmd = optarg; break;
 		case 'w': wo.worker_id = optarg; break;
-		case 'b': wo.buffer = atoi(optarg); break;
-		case 'p': wo.min_prefetch = atoi(optarg); break;
+		case 'b':
+			if (parse_count("--buffer", optarg, 0, MAX_HELD, &wo.buffer))
+				return EX_USAGE;
+			break;
+		case 'p':
+			if (parse_count("--prefetch", optarg, 0, MAX_HELD, &wo.min_prefetch))
+				return EX_USAGE;
+			break;
 		case 'L': listen = 1; break;
 		case 'N': listen = 0; break;
 		case 'P':
@@ -392,7 +505,12 @@ int cmd_work(cli *x, int argc, char **argv)
 			       "SIGTERM or SIGINT: stop claiming, hand buffered jobs back at once, "
 			       "let\n"
 			       "running jobs finish within --grace (30s), exit 0. A second signal\n"
-			       "exits at once (exit 1); leases bring back what was left.\n"
+			       "exits at once (exit 1); leases bring back what was left.\n\n"
+			       "Each job runs under shardq-exec (next to this program, or\n"
+			       "$SHARDQ_EXEC_HELPER), in a process group of its own: what CMD "
+			       "leaves\n"
+			       "running is killed when it exits, and if the worker dies, every\n"
+			       "process of its jobs is killed with it.\n"
 			       "  -v   print the worker's figures every 2s\n",
 			       PERMANENT_EXIT);
 			return EX_OK;
@@ -408,6 +526,34 @@ int cmd_work(cli *x, int argc, char **argv)
 		fprintf(stderr, "shardq work: %s; nothing was claimed\n", why);
 		return EX_INPUT;
 	}
+	/* the per-type counts, before anything is connected or claimed */
+	char *list = strdup(types);
+	if (!list)
+		return EX_FAIL;
+	int ntypes = 0;
+	for (char *save = NULL, *tok = strtok_r(list, ",", &save); tok;
+	     tok = strtok_r(NULL, ",", &save), ntypes++) {
+		char *colon = strchr(tok, ':');
+		int n;
+		char opt[160];
+		snprintf(opt, sizeof(opt), "the count of type '%.*s' in --types",
+			 colon ? (int)(colon - tok) : (int)strlen(tok), tok);
+		if (colon && parse_count(opt, colon + 1, 1, MAX_SLOTS, &n)) {
+			free(list);
+			return EX_USAGE;
+		}
+	}
+	free(list);
+	if (ntypes == 0) {
+		fprintf(stderr, "shardq work: --types names no type\n");
+		return EX_USAGE;
+	}
+	if (find_helper(ex.helper, sizeof(ex.helper), why, sizeof(why))) {
+		fprintf(stderr, "shardq work: %s; nothing was claimed\n", why);
+		return EX_FAIL;
+	}
+	open_std_fds();
+	snprintf(ex.parent, sizeof(ex.parent), "%ld", (long)getpid());
 	wo.listen = listen;
 	wo.report = report;
 	ex.cmd = cmd;
@@ -418,15 +564,15 @@ int cmd_work(cli *x, int argc, char **argv)
 	if (sq_worker_create(x->cfg, &wo, &w, &err) != SQ_OK)
 		return cli_fail("work", &err);
 	ex.worker = sq_worker_id(w);
-	char *list = strdup(types);
-	rc = EX_OK;
-	for (char *save = NULL, *tok = strtok_r(list, ",", &save); tok;
+	list = strdup(types);
+	rc = list ? EX_OK : EX_FAIL;
+	for (char *save = NULL, *tok = list ? strtok_r(list, ",", &save) : NULL; tok;
 	     tok = strtok_r(NULL, ",", &save)) {
 		char *colon = strchr(tok, ':');
 		int n = conc;
 		if (colon) {
 			*colon = '\0';
-			n = atoi(colon + 1);
+			n = (int)strtol(colon + 1, NULL, 10); /* checked above */
 		}
 		if (sq_worker_add(w, tok, n, exec_handler, &ex, &err) != SQ_OK) {
 			rc = cli_fail("work", &err);

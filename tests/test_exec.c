@@ -1,0 +1,729 @@
+/* test_exec.c - `shardq work --exec` and its helper shardq-exec, with real worker processes: nothing of a job outlives a killed worker or the job itself, signals, the contract, start-up refusals. */
+/*
+ * Every process of a job carries SHARDQ_WORKER=<this run's worker id> in its
+ * environment: the helper, the shell, the command and all it starts. The
+ * tests find them in /proc/PID/environ. Waits go on while something moves
+ * (a process gone, a job done) and fail after STALL_S seconds of no change,
+ * saying what is left; no wait is tuned to a machine's speed. Files go to
+ * the run's own directory (testdb_tmpdir, made with mkdtemp).
+ */
+#define _GNU_SOURCE
+#include "test_common.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define STALL_S testdb_stall_s()
+
+static testdb t;
+static char dir[512]; /* this run's files */
+static char ini[600]; /* the cluster's config */
+static char mark[64]; /* unique to this run: the worker ids end with it */
+
+static double now_s(void)
+{
+	return test_now_s();
+}
+
+static void path_of(char *out, size_t len, const char *name)
+{
+	snprintf(out, len, "%s/%s", dir, name);
+}
+
+/* Writes a file of the test's directory from a format. */
+__attribute__((format(printf, 3, 4))) static void write_file(const char *name, int exec,
+							     const char *fmt, ...)
+{
+	char path[512];
+	path_of(path, sizeof(path), name);
+	FILE *f = fopen(path, "w");
+	ck_assert_msg(f != NULL, "%s: %s", path, strerror(errno));
+	va_list ap;
+	va_start(ap, fmt);
+	vfprintf(f, fmt, ap);
+	va_end(ap);
+	fclose(f);
+	if (exec)
+		chmod(path, 0755);
+}
+
+/* A file of the test's directory (up to 64 KiB), or "" if none. */
+static const char *read_file(const char *name)
+{
+	static char text[65536];
+	char path[512];
+	path_of(path, sizeof(path), name);
+	text[0] = '\0';
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return text;
+	size_t n = fread(text, 1, sizeof(text) - 1, f);
+	text[n] = '\0';
+	fclose(f);
+	return text;
+}
+
+static int file_exists(const char *name)
+{
+	char path[512];
+	path_of(path, sizeof(path), name);
+	return access(path, F_OK) == 0;
+}
+
+static void setup(const char *db, const char *types)
+{
+	snprintf(dir, sizeof(dir), "%s", testdb_tmpdir());
+	snprintf(mark, sizeof(mark), "%s", strrchr(dir, '-') + 1);
+	testdb_open(&t, db, test_shard_count(), 256, types);
+	path_of(ini, sizeof(ini), "shardq.ini");
+	write_file("shardq.ini", 0, "%s", t.ini);
+}
+
+static void cleanup(void)
+{
+	testdb_close(&t);
+	testdb_tmpdir_remove();
+}
+
+/* Starts `shardq work --worker ID-<mark> --types TYPES --exec 'DIR/SCRIPT'
+ * EXTRA` (SCRIPT "exec NAME": --exec 'exec DIR/NAME'), its output in
+ * DIR/ID.out; own_group: as the leader of a process group of its own, as a
+ * shell's job would be. */
+static pid_t spawn_worker(const char *id, const char *types, const char *script, const char *extra,
+			  int own_group)
+{
+	char cmd[4096];
+	int exec_word = !strncmp(script, "exec ", 5);
+	snprintf(cmd, sizeof(cmd),
+		 "exec %s -c %s work --worker %s-%s --types %s --exec '%s%s/%s' %s > %s/%s.out "
+		 "2>&1",
+		 getenv("SHARDQ_CLI"), ini, id, mark, types, exec_word ? "exec " : "", dir,
+		 script + (exec_word ? 5 : 0), extra ? extra : "", dir, id);
+	pid_t pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		if (own_group)
+			setpgid(0, 0);
+		execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+		_exit(127);
+	}
+	if (own_group)
+		setpgid(pid, pid);
+	return pid;
+}
+
+static const char *worker_out(const char *id)
+{
+	char name[128];
+	snprintf(name, sizeof(name), "%s.out", id);
+	return read_file(name);
+}
+
+/* Waits for the worker to exit; returns its exit code (128+N: signal N).
+ * Fails if it is still there after hang_s seconds. */
+static int wait_exit(pid_t pid, const char *id, double hang_s)
+{
+	double end = now_s() + hang_s;
+	int status;
+	while (now_s() < end) {
+		if (waitpid(pid, &status, WNOHANG) == pid)
+			return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+		usleep(20000);
+	}
+	kill(pid, SIGKILL);
+	waitpid(pid, &status, 0);
+	ck_assert_msg(0, "worker %s did not exit within %.0fs; its output:\n%s", id, hang_s,
+		      worker_out(id));
+	return -1;
+}
+
+/* The live processes of this run's jobs: whose environment holds
+ * SHARDQ_WORKER=ID-<mark> (zombies have none left to read). */
+typedef struct proc {
+	int pid, ppid;
+	char cmd[120];
+} proc;
+
+static int job_procs(const char *id, proc *v, int max)
+{
+	static char env[1 << 18];
+	char want[160];
+	int found = 0;
+	snprintf(want, sizeof(want), "SHARDQ_WORKER=%s-%s", id, mark);
+	DIR *d = opendir("/proc");
+	struct dirent *e;
+	ck_assert_ptr_nonnull(d);
+	while ((e = readdir(d)) != NULL) {
+		char *end, path[300];
+		long pid = strtol(e->d_name, &end, 10);
+		if (*end || pid <= 0 || pid == getpid())
+			continue;
+		snprintf(path, sizeof(path), "/proc/%ld/environ", pid);
+		int fd = open(path, O_RDONLY | O_CLOEXEC);
+		if (fd < 0)
+			continue;
+		size_t len = 0;
+		ssize_t r;
+		while (len < sizeof(env) - 1 &&
+		       (r = read(fd, env + len, sizeof(env) - 1 - len)) > 0)
+			len += (size_t)r;
+		close(fd);
+		env[len] = '\0';
+		int hit = 0;
+		for (size_t i = 0; i < len; i += strlen(env + i) + 1)
+			hit |= !strcmp(env + i, want);
+		if (!hit)
+			continue;
+		if (found < max) {
+			proc *p = &v[found];
+			char stat[512];
+			p->pid = (int)pid;
+			p->ppid = 0;
+			p->cmd[0] = '\0';
+			snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
+			if ((fd = open(path, O_RDONLY | O_CLOEXEC)) >= 0) {
+				ssize_t k = read(fd, stat, sizeof(stat) - 1);
+				close(fd);
+				stat[k > 0 ? k : 0] = '\0';
+				char *paren = strrchr(stat, ')'), st;
+				if (paren)
+					sscanf(paren + 1, " %c %d", &st, &p->ppid);
+			}
+			snprintf(path, sizeof(path), "/proc/%ld/cmdline", pid);
+			if ((fd = open(path, O_RDONLY | O_CLOEXEC)) >= 0) {
+				ssize_t k = read(fd, p->cmd, sizeof(p->cmd) - 1);
+				close(fd);
+				for (ssize_t i = 0; i < k; i++)
+					if (!p->cmd[i])
+						p->cmd[i] = ' ';
+				p->cmd[k > 0 ? k : 0] = '\0';
+			}
+		}
+		found++;
+	}
+	closedir(d);
+	return found;
+}
+
+static void describe(const proc *v, int n, char *out, size_t len)
+{
+	size_t at = 0;
+	out[0] = '\0';
+	for (int i = 0; i < n && at < len; i++)
+		at += (size_t)snprintf(out + at, len - at, "  pid %d (parent %d): %s\n", v[i].pid,
+				       v[i].ppid, v[i].cmd);
+}
+
+/* Waits until no process of worker ID's jobs is left; on a stall, kills the
+ * survivors (so that a failed run leaves nothing behind) and fails with
+ * their list. Returns how long it took. */
+static double wait_no_job_procs(const char *id, const char *why)
+{
+	proc v[64];
+	double t0 = now_s(), since = t0;
+	int last = -1, n;
+	while ((n = job_procs(id, v, 64)) > 0) {
+		if (n != last) {
+			last = n;
+			since = now_s();
+		}
+		if (now_s() - since > STALL_S) {
+			char list[8192];
+			describe(v, n < 64 ? n : 64, list, sizeof(list));
+			for (int i = 0; i < n && i < 64; i++)
+				kill(v[i].pid, SIGKILL);
+			ck_assert_msg(0,
+				      "%s: %d process(es) of the job still alive after %.0fs:\n%s",
+				      why, n, now_s() - t0, list);
+		}
+		usleep(20000);
+	}
+	return now_s() - t0;
+}
+
+/* Waits until the job is no longer ready or running (its status), while
+ * the worker lives; fails on a stall with the job's processes and the
+ * worker's output. */
+static sq_job_status wait_job_settled(int64_t id, pid_t worker, const char *wid)
+{
+	double since = now_s();
+	for (;;) {
+		sq_job j;
+		sq_error err;
+		OKE(sq_get_job(t.client, id, &j, &err));
+		sq_job_status st = j.status;
+		sq_job_clear(&j);
+		if (st != SQ_READY && st != SQ_RUNNING && st != SQ_STARTING)
+			return st;
+		int status;
+		ck_assert_msg(waitpid(worker, &status, WNOHANG) == 0,
+			      "worker %s exited while job %lld was %s; its output:\n%s", wid,
+			      (long long)id, sq_job_status_name(st), worker_out(wid));
+		if (now_s() - since > STALL_S) {
+			proc v[64];
+			char list[8192];
+			int n = job_procs(wid, v, 64);
+			describe(v, n < 64 ? n : 64, list, sizeof(list));
+			for (int i = 0; i < n && i < 64; i++)
+				kill(v[i].pid, SIGKILL);
+			kill(worker, SIGKILL);
+			ck_assert_msg(0,
+				      "job %lld still %s after %.0fs; its processes:\n%s"
+				      "worker output:\n%s",
+				      (long long)id, sq_job_status_name(st), STALL_S, list,
+				      worker_out(wid));
+		}
+		usleep(20000);
+	}
+}
+
+/* Waits until every one of the named files exists, while the worker
+ * lives; a stall (no new file for STALL_S) fails. */
+static void wait_files(const char *prefix, int n, pid_t worker, const char *wid)
+{
+	double since = now_s();
+	int have = -1;
+	for (;;) {
+		int k = 0;
+		for (int i = 1; i <= n; i++) {
+			char name[128];
+			snprintf(name, sizeof(name), "%s%d", prefix, i);
+			k += file_exists(name);
+		}
+		if (k == n)
+			return;
+		if (k != have)
+			have = k, since = now_s();
+		int status;
+		ck_assert_msg(waitpid(worker, &status, WNOHANG) == 0,
+			      "worker %s exited with %d of %d %s* files there; its output:\n%s",
+			      wid, k, n, prefix, worker_out(wid));
+		ck_assert_msg(now_s() - since < STALL_S,
+			      "%d of %d %s* files after %.0fs of no change; worker output:\n%s", k,
+			      n, prefix, STALL_S, worker_out(wid));
+		usleep(20000);
+	}
+}
+
+/* The job's last_error ("" if none). */
+static const char *job_error(int64_t id)
+{
+	static char text[1024];
+	char sql[128];
+	text[0] = '\0';
+	snprintf(sql, sizeof(sql), "SELECT last_error FROM shardq.jobs WHERE id = %lld",
+		 (long long)id);
+	for (int s = 0; s < t.nshards && !text[0]; s++) {
+		PGconn *c = testdb_pg(&t, s);
+		PGresult *r = PQexec(c, sql);
+		if (PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1)
+			snprintf(text, sizeof(text), "%s", PQgetvalue(r, 0, 0));
+		PQclear(r);
+		PQfinish(c);
+	}
+	return text;
+}
+
+static long long live_jobs(void)
+{
+	return testdb_sum(&t, "SELECT count(*) FROM shardq.jobs WHERE status IN "
+			      "('ready','starting','running')");
+}
+
+static void enqueue_n(const char *type, int n)
+{
+	sq_job_spec *js = calloc((size_t)n, sizeof(*js));
+	sq_enqueue_result *rs = calloc((size_t)n, sizeof(*rs));
+	sq_error err;
+	for (int i = 0; i < n; i++)
+		js[i].type = type;
+	OKE(sq_enqueue(t.client, js, (size_t)n, rs, &err));
+	free(js);
+	free(rs);
+}
+
+/* kill -9 of the worker while its job runs a tree of processes: children,
+ * an orphaned grandchild, one in a session of its own, one that ignores
+ * SIGTERM/SIGINT/SIGHUP, and the script's own long sleep. None survives. */
+START_TEST(kill9_kills_the_job_tree)
+{
+	enum { LEAVES = 8 };
+	setup("sqt_exec_kill", "[type k]\nexecution_timeout = 10m\n");
+	write_file("tree.sh", 1,
+		   "#!/bin/sh\n"
+		   "D=%s\n"
+		   "sh -c 'echo > $0/up.1; exec sleep 300' $D &\n"
+		   "sh -c 'echo > $0/up.2; exec sleep 301' $D &\n"
+		   "( sh -c 'echo > $0/up.3; exec sleep 302' $D & wait ) &\n"
+		   "( sh -c 'echo > $0/up.4; exec sleep 303' $D & )\n"
+		   "if command -v setsid > /dev/null; then\n"
+		   "  setsid sh -c 'echo > $0/up.5; exec sleep 304' $D &\n"
+		   "else\n"
+		   "  sh -c 'echo > $0/up.5; exec sleep 304' $D &\n"
+		   "fi\n"
+		   "sh -c 'trap \"\" TERM INT HUP; echo > $0/up.6; sleep 305; echo' $D &\n"
+		   "sh -c 'sh -c \"echo > \\$0/up.7; exec sleep 306\" $0 & wait' $D &\n"
+		   "echo > $D/up.8\n"
+		   "sleep 307\n",
+		   dir);
+	int64_t job = enqueue_one(t.client, "k", NULL, NULL, NULL);
+	pid_t w = spawn_worker("k9", "k:1", "tree.sh", "--poll 100ms", 0);
+	wait_files("up.", LEAVES, w, "k9");
+	proc v[64];
+	int before = job_procs("k9", v, 64);
+	char list[8192];
+	describe(v, before < 64 ? before : 64, list, sizeof(list));
+	/* the helper, the shell(s) and the leaves at least: the marker works */
+	ck_assert_msg(before >= LEAVES + 2, "only %d processes of job %lld found:\n%s", before,
+		      (long long)job, list);
+	kill(w, SIGKILL);
+	waitpid(w, NULL, 0);
+	double took = wait_no_job_procs("k9", "kill -9 of the worker");
+	printf("kill -9: all %d processes of the job were gone %.3fs after the worker\n", before,
+	       took);
+	cleanup();
+}
+END_TEST
+
+/* A command that exits leaving background children (one holding the job's
+ * output, one holding nothing of it, one orphaned, one in its own session):
+ * the job completes, and nothing of it is left by then. */
+START_TEST(leftovers_die_with_the_job)
+{
+	setup("sqt_exec_left", "[type l]\nhistory = true\n");
+	write_file("left.sh", 1,
+		   "#!/bin/sh\n"
+		   "sleep 300 &\n"
+		   "sleep 301 > /dev/null 2>&1 < /dev/null &\n"
+		   "( sleep 302 > /dev/null 2>&1 < /dev/null & )\n"
+		   "if command -v setsid > /dev/null; then\n"
+		   "  setsid sleep 303 > /dev/null 2>&1 < /dev/null &\n"
+		   "fi\n"
+		   "echo 'left some behind'\n"
+		   "exit 0\n");
+	int64_t job = enqueue_one(t.client, "l", NULL, NULL, NULL);
+	pid_t w = spawn_worker("lf", "l:1", "left.sh", "--poll 100ms", 0);
+	ck_assert_int_eq(wait_job_settled(job, w, "lf"), SQ_COMPLETED);
+	/* the helper reaps everything before it exits, and the job completes
+	 * only after that: nothing may be left now */
+	proc v[64];
+	char list[8192];
+	int n = job_procs("lf", v, 64);
+	describe(v, n < 64 ? n : 64, list, sizeof(list));
+	for (int i = 0; i < n && i < 64; i++)
+		kill(v[i].pid, SIGKILL);
+	ck_assert_msg(n == 0, "%d process(es) outlived the job:\n%s", n, list);
+	kill(w, SIGTERM);
+	ck_assert_int_eq(wait_exit(w, "lf", STALL_S), 0);
+	char want[64];
+	snprintf(want, sizeof(want), "[job %lld] left some behind", (long long)job);
+	ck_assert_msg(strstr(worker_out("lf"), want), "no '%s' in:\n%s", want, worker_out("lf"));
+	cleanup();
+}
+END_TEST
+
+/* SIGTERM to the worker, or SIGINT to its whole process group (^C in a
+ * terminal): the running job goes on to its end and completes; exit 0. */
+static void signal_lets_job_finish(const char *db, const char *wid, int group_sigint)
+{
+	setup(db, "[type s]\nhistory = true\n");
+	write_file("slow.sh", 1,
+		   "#!/bin/sh\n"
+		   "echo > %s/started.1\n"
+		   "sleep 2\n"
+		   "echo \"$SHARDQ_JOB_ID\" >> %s/finished\n",
+		   dir, dir);
+	int64_t job = enqueue_one(t.client, "s", NULL, NULL, NULL);
+	pid_t w = spawn_worker(wid, "s:1", "slow.sh", "--poll 100ms", group_sigint);
+	wait_files("started.", 1, w, wid);
+	if (group_sigint)
+		kill(-w, SIGINT);
+	else
+		kill(w, SIGTERM);
+	ck_assert_int_eq(wait_exit(w, wid, STALL_S), 0);
+	sq_job j;
+	sq_error err;
+	OKE(sq_get_job(t.client, job, &j, &err));
+	ck_assert_msg(j.status == SQ_COMPLETED && j.attempt == 1,
+		      "job %s at attempt %d (error %s); worker output:\n%s",
+		      sq_job_status_name(j.status), j.attempt, job_error(job), worker_out(wid));
+	sq_job_clear(&j);
+	char want[32];
+	snprintf(want, sizeof(want), "%lld\n", (long long)job);
+	ck_assert_str_eq(read_file("finished"), want);
+	cleanup();
+}
+
+START_TEST(sigterm_lets_running_job_finish)
+{
+	signal_lets_job_finish("sqt_exec_term", "tm", 0);
+}
+END_TEST
+
+START_TEST(group_sigint_lets_running_job_finish)
+{
+	signal_lets_job_finish("sqt_exec_int", "in", 1);
+}
+END_TEST
+
+/* A batch on 4 slots: every job ran once and completed once. */
+START_TEST(batch_completes_exactly_once)
+{
+	enum { N = 300 };
+	setup("sqt_exec_batch", "[type b]\nhistory = true\n");
+	write_file("one.sh", 1, "#!/bin/sh\necho \"$SHARDQ_JOB_ID\" >> %s/ran\n", dir);
+	enqueue_n("b", N);
+	pid_t w = spawn_worker("bt", "b:4", "one.sh", "--quiet --poll 100ms", 0);
+	double since = now_s();
+	long long left, last = -1;
+	while ((left = live_jobs()) > 0) {
+		if (left != last)
+			last = left, since = now_s();
+		int status;
+		ck_assert_msg(waitpid(w, &status, WNOHANG) == 0,
+			      "worker exited with %lld jobs left; its output:\n%s", left,
+			      worker_out("bt"));
+		ck_assert_msg(now_s() - since < STALL_S,
+			      "%lld jobs left, none done in %.0fs; worker output:\n%s", left,
+			      STALL_S, worker_out("bt"));
+		usleep(50000);
+	}
+	kill(w, SIGTERM);
+	ck_assert_int_eq(wait_exit(w, "bt", STALL_S), 0);
+	ck_assert_int_eq(testdb_sum(&t, "SELECT count(*) FROM shardq.jobs_history WHERE status = "
+					"'completed'"),
+			 N);
+	ck_assert_int_eq(testdb_sum(&t, "SELECT count(DISTINCT id) FROM shardq.jobs_history "
+					"WHERE status = 'completed'"),
+			 N);
+	/* the commands' own log: N runs, N distinct jobs */
+	char path[512], line[64];
+	path_of(path, sizeof(path), "ran");
+	FILE *f = fopen(path, "r");
+	ck_assert_ptr_nonnull(f);
+	long long *ids = calloc(N + 1, sizeof(*ids));
+	int n = 0;
+	while (fgets(line, sizeof(line), f)) {
+		ck_assert_msg(n < N, "more than %d runs", N);
+		ids[n++] = atoll(line);
+	}
+	fclose(f);
+	ck_assert_int_eq(n, N);
+	for (int i = 0; i < n; i++)
+		for (int k = i + 1; k < n; k++)
+			ck_assert_msg(ids[i] != ids[k], "job %lld ran twice", ids[i]);
+	free(ids);
+	cleanup();
+}
+END_TEST
+
+/* The contract through the helper: params on stdin (larger than a pipe),
+ * the SHARDQ_ variables, none of the worker's descriptors, output with the
+ * job's prefix, exit 100, death by a signal, a command the shell cannot
+ * start. */
+START_TEST(contract_through_the_helper)
+{
+	enum { BLOB = 200000 };
+	setup("sqt_exec_contract", "[type c]\nmax_attempts = 1\nhistory = true\n");
+	write_file("c.sh", 1,
+		   "#!/bin/sh\n"
+		   "D=%s\n"
+		   "case \"$SHARDQ_JOB_KEY\" in\n"
+		   "ok)\n"
+		   "  cat > $D/params\n"
+		   "  env | grep -E '^SHARDQ_(JOB_|WORKER=)' | sort > $D/env\n"
+		   "  ls -l /proc/$$/fd\n"
+		   "  echo 'hello from ok'\n"
+		   "  echo 'a note on stderr' >&2 ;;\n"
+		   "perm) echo 'first line' >&2; echo 'bad input: cannot go on' >&2; exit 100 ;;\n"
+		   "sig) echo 'about to die' >&2; kill -KILL $$ ;;\n"
+		   "gone) exec /nonexistent/prog ;;\n"
+		   "esac\n",
+		   dir);
+	char *params = malloc(BLOB + 32);
+	strcpy(params, "{\"blob\": \"");
+	memset(params + strlen(params), 'x', BLOB);
+	strcpy(params + 10 + BLOB, "\"}");
+	int64_t ok = enqueue_one(t.client, "c", "ok", params, NULL);
+	int64_t perm = enqueue_one(t.client, "c", "perm", NULL, NULL);
+	int64_t sig = enqueue_one(t.client, "c", "sig", NULL, NULL);
+	int64_t gone = enqueue_one(t.client, "c", "gone", NULL, NULL);
+	/* exec: the script is the helper's child, so its death by a signal is
+	 * what the helper sees (a shell in between would print "Killed" and
+	 * exit 137) */
+	pid_t w = spawn_worker("ct", "c:2", "exec c.sh", "--poll 100ms", 0);
+	struct {
+		int64_t id;
+		sq_job_status want;
+		const char *error; /* prefix of last_error */
+	} cases[] = {
+		{ok, SQ_COMPLETED, NULL},
+		{perm, SQ_FAILED, "bad input: cannot go on"},
+		{sig, SQ_FAILED, "killed by signal 9: about to die"},
+		{gone, SQ_FAILED, "the command could not be started (exit 127)"},
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		ck_assert_int_eq(wait_job_settled(cases[i].id, w, "ct"), cases[i].want);
+		const char *e = job_error(cases[i].id);
+		if (cases[i].error)
+			ck_assert_msg(!strncmp(e, cases[i].error, strlen(cases[i].error)),
+				      "job %lld: error '%s', not '%s...'", (long long)cases[i].id,
+				      e, cases[i].error);
+	}
+	kill(w, SIGTERM);
+	ck_assert_int_eq(wait_exit(w, "ct", STALL_S), 0);
+
+	char path[600];
+	path_of(path, sizeof(path), "params");
+	FILE *f = fopen(path, "r");
+	ck_assert_ptr_nonnull(f);
+	char *got = calloc(1, 2 * BLOB);
+	size_t n = fread(got, 1, 2 * BLOB - 1, f);
+	fclose(f);
+	ck_assert_msg(strstr(got, params + 10) != NULL, "params on stdin: %zu bytes, not the %d", n,
+		      BLOB);
+	free(got);
+	free(params);
+	char want[256];
+	const char *env = read_file("env");
+	snprintf(want, sizeof(want),
+		 "SHARDQ_JOB_ATTEMPT=1\nSHARDQ_JOB_ID=%lld\nSHARDQ_JOB_KEY=ok\n"
+		 "SHARDQ_JOB_MAX_ATTEMPTS=1\nSHARDQ_JOB_TYPE=c\nSHARDQ_WORKER=ct-%s\n",
+		 (long long)ok, mark);
+	ck_assert_msg(strstr(env, want) != NULL, "environment:\n%s\nwanted:\n%s", env, want);
+	/* the shell's descriptors beyond 0-2 (listed on its stdout: a redirect
+	 * would make the shell keep a copy of its stdout): its script, nothing
+	 * of the worker's */
+	char fds[16384], prefix[64];
+	int listed = 0;
+	snprintf(fds, sizeof(fds), "%s", worker_out("ct"));
+	snprintf(prefix, sizeof(prefix), "[job %lld] ", (long long)ok);
+	for (char *save = NULL, *line = strtok_r(fds, "\n", &save); line;
+	     line = strtok_r(NULL, "\n", &save)) {
+		char *arrow = strstr(line, " -> ");
+		if (strncmp(line, prefix, strlen(prefix)) || !arrow)
+			continue;
+		listed++;
+		char *num = arrow;
+		while (num > line && num[-1] != ' ')
+			num--;
+		ck_assert_msg(atoi(num) <= 2 ||
+				      (!strstr(arrow, "socket:") && !strstr(arrow, "pipe:")),
+			      "the job holds a descriptor of the worker: %s", line);
+	}
+	ck_assert_msg(listed >= 3, "no list of the job's descriptors in:\n%s", worker_out("ct"));
+	const char *out = worker_out("ct");
+	snprintf(want, sizeof(want), "[job %lld] hello from ok", (long long)ok);
+	ck_assert_msg(strstr(out, want) != NULL, "no '%s' in:\n%s", want, out);
+	snprintf(want, sizeof(want), "[job %lld] a note on stderr", (long long)ok);
+	ck_assert_msg(strstr(out, want) != NULL, "no '%s' in:\n%s", want, out);
+	cleanup();
+}
+END_TEST
+
+/* Runs `shardq ARGS` (with the env prefix), which must exit at once (it
+ * refuses to start): returns its exit code, its output in out. One that
+ * runs on (it started working) is killed after a stall, and fails. */
+static int run_cli(const char *env, const char *cli, const char *args, char *out, size_t len)
+{
+	char cmd[2048], path[600];
+	path_of(path, sizeof(path), "cli.out");
+	snprintf(cmd, sizeof(cmd), "exec env %s %s -c %s %s > %s 2>&1", env, cli, ini, args, path);
+	pid_t pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+		_exit(127);
+	}
+	int status;
+	double t0 = now_s();
+	while (waitpid(pid, &status, WNOHANG) == 0) {
+		if (now_s() - t0 > STALL_S) {
+			kill(pid, SIGKILL);
+			waitpid(pid, &status, 0);
+			ck_assert_msg(
+				0,
+				"shardq %s did not refuse to start: still running after %.0fs; "
+				"its output:\n%s",
+				args, STALL_S, read_file("cli.out"));
+		}
+		usleep(20000);
+	}
+	snprintf(out, len, "%s", read_file("cli.out"));
+	return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+/* Bad counts exit 2 naming the option and the range; a missing helper
+ * exits 1 before anything is claimed. */
+START_TEST(startup_refusals)
+{
+	setup("sqt_exec_refuse", "[type r]\n");
+	write_file("r.sh", 1, "#!/bin/sh\ntrue\n");
+	enqueue_one(t.client, "r", NULL, NULL, NULL);
+	const char *cli = getenv("SHARDQ_CLI");
+	char args[1024], out[8192];
+	static const struct {
+		const char *args, *want;
+	} bad[] = {
+		{"--types r --concurrency 4x", "--concurrency must be a whole number of 1..1024"},
+		{"--types r --concurrency 0", "--concurrency must be a whole number of 1..1024"},
+		{"--types r --concurrency 99999999999999999999", "--concurrency"},
+		{"--types r --buffer -1", "--buffer must be a whole number of 0..100000"},
+		{"--types r --buffer ''", "--buffer must be"},
+		{"--types r --prefetch 2.5", "--prefetch must be a whole number of 0..100000"},
+		{"--types r:0",
+		 "the count of type 'r' in --types must be a whole number of 1..1024"},
+		{"--types r:3junk", "type 'r'"},
+		{"--types r:", "type 'r'"},
+		{"--types q:2,r:x", "type 'r'"},
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		snprintf(args, sizeof(args), "work %s --exec %s/r.sh", bad[i].args, dir);
+		int rc = run_cli("", cli, args, out, sizeof(out));
+		ck_assert_msg(rc == 2 && strstr(out, bad[i].want),
+			      "shardq %s: exit %d, output:\n%s\nwanted exit 2 and '%s'", args, rc,
+			      out, bad[i].want);
+	}
+	/* the helper named by the variable is not there */
+	snprintf(args, sizeof(args), "work --types r --exec %s/r.sh", dir);
+	int rc =
+		run_cli("SHARDQ_EXEC_HELPER=/nonexistent/shardq-exec", cli, args, out, sizeof(out));
+	ck_assert_msg(rc == 1 && strstr(out, "SHARDQ_EXEC_HELPER=/nonexistent/shardq-exec") &&
+			      strstr(out, "nothing was claimed"),
+		      "exit %d:\n%s", rc, out);
+	/* a copy of shardq without the helper next to it */
+	char copy[512], cmd[2048];
+	path_of(copy, sizeof(copy), "shardq");
+	snprintf(cmd, sizeof(cmd), "cp %s %s", cli, copy);
+	ck_assert_int_eq(system(cmd), 0);
+	rc = run_cli("", copy, args, out, sizeof(out));
+	char want[600];
+	snprintf(want, sizeof(want), "cannot find shardq-exec next to %s", copy);
+	ck_assert_msg(rc == 1 && strstr(out, want) && strstr(out, "reinstall"),
+		      "exit %d:\n%s\nwanted '%s'", rc, out, want);
+	ck_assert_int_eq(live_jobs(), 1);
+	ck_assert_int_eq(testdb_sum(&t, "SELECT count(*) FROM shardq.jobs WHERE status = 'ready'"),
+			 1);
+	cleanup();
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("exec");
+	ADD_CASE(s, kill9_kills_the_job_tree, 900);
+	ADD_CASE(s, leftovers_die_with_the_job, 900);
+	ADD_CASE(s, sigterm_lets_running_job_finish, 900);
+	ADD_CASE(s, group_sigint_lets_running_job_finish, 900);
+	ADD_CASE(s, batch_completes_exactly_once, 900);
+	ADD_CASE(s, contract_through_the_helper, 900);
+	ADD_CASE(s, startup_refusals, 900);
+	return run_suite(s);
+}
