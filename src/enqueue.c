@@ -154,6 +154,8 @@ sq_status sq_job_spec_check(const sq_config *cfg, const sq_job_spec *j, sq_error
 		return sq_err(err, SQ_EINVAL,
 			      "delay_ms %" PRId64 " is outside 0..%" PRId64 " (100 years)",
 			      j->delay_ms, SQ_MAX_DELAY_MS);
+	if (j->run_at_us && j->delay_ms)
+		return sq_err(err, SQ_EINVAL, "give run_at_us or delay_ms, not both");
 	if (j->run_at_us < 0 || j->run_at_us > SQ_MAX_RUN_AT_US)
 		return sq_err(err, SQ_EINVAL,
 			      "run_at_us %" PRId64 " is outside 0..%" PRId64

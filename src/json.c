@@ -229,8 +229,10 @@ static int container(scan *x, unsigned char close)
 		return 0;
 	}
 	for (;;) {
+		if (x->pos >= x->len)
+			return fail(x, "unexpected end of input");
 		if (close == '}') {
-			if (x->pos >= x->len || x->s[x->pos] != '"')
+			if (x->s[x->pos] != '"')
 				return fail(x, "expected a string key");
 			if (string(x))
 				return -1;

@@ -214,6 +214,9 @@ int cli_check_text(const char *cmd, const char *what, const char *s, size_t max)
 int cli_bad_option(const char *cmd, int c, char **argv)
 {
 	const char *arg = optind > 0 ? argv[optind - 1] : "?";
+	/* an option that took its value as the next word: name the option */
+	if (c != ':' && c != '?' && optarg && optind >= 2 && optarg == argv[optind - 1])
+		arg = argv[optind - 2];
 	if (c == ':')
 		fprintf(stderr, "shardq %s: option '%s' needs a value; see shardq %s --help\n", cmd,
 			arg, cmd);
