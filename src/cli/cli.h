@@ -10,10 +10,11 @@
 enum {
 	EX_OK = 0,
 	EX_FAIL = 1,     /* anything not below */
-	EX_USAGE = 2,    /* bad command line */
+	EX_USAGE = 2,    /* bad command line: options, numbers, durations, refs, words left */
 	EX_CONFIG = 3,   /* the config file is invalid */
 	EX_CONN = 4,     /* a shard or the meta database is unreachable */
-	EX_INPUT = 5,    /* invalid input: JSON, type, sizes; nothing written */
+	EX_INPUT = 5,    /* invalid input data (files, stdin, params, keys, text):
+	                    JSON, UTF-8, type, sizes, ranges; nothing written */
 	EX_LOST = 6,     /* a fenced transition found the job no longer ours */
 	EX_NOTFOUND = 7, /* no such job */
 	EX_STATE = 8,    /* cluster not initialised or made differently */
