@@ -133,3 +133,71 @@ void sq_arr_str(sq_buf *b, const char *s)
 	sq_buf_append(b, run, (size_t)(p - run));
 	sq_buf_append(b, "\",", 2);
 }
+
+/* Length of the well-formed UTF-8 sequence at s (n bytes there), or 0. */
+static size_t utf8_seq(const unsigned char *s, size_t n)
+{
+	unsigned char lo = 0x80, hi = 0xBF;
+	size_t len;
+	if (s[0] < 0x80)
+		return 1;
+	if (s[0] >= 0xC2 && s[0] <= 0xDF) {
+		len = 2;
+	} else if (s[0] >= 0xE0 && s[0] <= 0xEF) {
+		len = 3;
+		if (s[0] == 0xE0)
+			lo = 0xA0; /* no overlong form */
+		else if (s[0] == 0xED)
+			hi = 0x9F; /* no surrogate */
+	} else if (s[0] >= 0xF0 && s[0] <= 0xF4) {
+		len = 4;
+		if (s[0] == 0xF0)
+			lo = 0x90; /* no overlong form */
+		else if (s[0] == 0xF4)
+			hi = 0x8F; /* nothing beyond U+10FFFF */
+	} else {
+		return 0;
+	}
+	if (n < len || s[1] < lo || s[1] > hi)
+		return 0;
+	for (size_t i = 2; i < len; i++)
+		if (s[i] < 0x80 || s[i] > 0xBF)
+			return 0;
+	return len;
+}
+
+size_t sq_utf8_clean(char *dst, size_t dstlen, const char *src, size_t n)
+{
+	static const char repl[] = "\xEF\xBF\xBD"; /* U+FFFD */
+	size_t o = 0;
+	if (!dstlen)
+		return 0;
+	for (size_t i = 0; src && i < n;) {
+		const unsigned char *s = (const unsigned char *)src + i;
+		size_t k, len;
+		const char *from;
+		if (!*s) {
+			i++;
+			continue;
+		}
+		k = utf8_seq(s, n - i);
+		from = k ? (const char *)s : repl;
+		len = k ? k : sizeof(repl) - 1;
+		if (o + len > dstlen - 1)
+			break;
+		memcpy(dst + o, from, len);
+		o += len;
+		i += k ? k : 1;
+	}
+	dst[o] = '\0';
+	return o;
+}
+
+int sq_utf8_valid(const char *s)
+{
+	size_t n = strlen(s);
+	for (size_t i = 0, k; i < n; i += k)
+		if (!(k = utf8_seq((const unsigned char *)s + i, n - i)))
+			return 0;
+	return 1;
+}

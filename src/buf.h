@@ -32,4 +32,16 @@ void sq_arr_close(sq_buf *b);
 void sq_arr_i64(sq_buf *b, int64_t v);
 void sq_arr_str(sq_buf *b, const char *s); /* NULL adds NULL */
 
+/*
+ * Text the shards store must be valid UTF-8 without NUL, or PostgreSQL
+ * refuses the whole statement. sq_utf8_clean copies src[0..n) to dst: each
+ * byte that does not begin a well-formed sequence (stray continuation bytes,
+ * overlong forms, surrogates, beyond U+10FFFF, a sequence cut short) becomes
+ * U+FFFD, and NUL bytes are dropped. It writes at most dstlen - 1 bytes, cut
+ * on a character boundary, and a NUL; returns the length written.
+ */
+size_t sq_utf8_clean(char *dst, size_t dstlen, const char *src, size_t n);
+/* 1 if the NUL-terminated s is well-formed UTF-8. */
+int sq_utf8_valid(const char *s);
+
 #endif

@@ -18,15 +18,21 @@
 /* A lease that expired on the last try: the job killed or hung every worker
  * that took it. It is failed (or, with a rerun pending, made ready with the
  * rerun's params and a fresh budget), not handed out forever. */
+/* Every claimed job gets the type's starting lease, also the ones that come
+ * back `running` (start): if this answer never reaches the worker (a dropped
+ * connection, a shard's part skipped), they come back to another worker
+ * within the starting timeout, not the execution timeout. The worker that
+ * has them extends the lease to the execution lease by heartbeat before the
+ * starting lease runs out (docs/worker.md). */
 #define SPENT "(p.expired AND j.attempt - j.attempt_base >= j.max_attempts)"
 #define RERUN "j.rerun_params IS NOT NULL"
 static const sq_stmt stmt_claim = {
 	"sq_claim",
 	"WITH t AS ("
-	"  SELECT * FROM unnest($1::text[], $2::int[], $3::bigint[], $5::int[], $6::bigint[])"
-	"           AS t(task, lim, lease_ms, start, exec_ms)"
+	"  SELECT * FROM unnest($1::text[], $2::int[], $3::bigint[], $5::int[])"
+	"           AS t(task, lim, lease_ms, start)"
 	"), picked AS ("
-	"  SELECT c.id, c.expired, c.rn, t.lease_ms, t.start, t.exec_ms FROM t CROSS JOIN LATERAL ("
+	"  SELECT c.id, c.expired, c.rn, t.lease_ms, t.start FROM t CROSS JOIN LATERAL ("
 	"    SELECT u.id, u.expired, row_number() OVER () AS rn FROM ("
 	"      SELECT e.id, true AS expired FROM ("
 	"        SELECT j.id FROM shardq.jobs j"
@@ -61,7 +67,6 @@ static const sq_stmt stmt_claim = {
 	"    rerun_params = CASE WHEN " SPENT " THEN NULL ELSE j.rerun_params END,"
 	"    schedule_time = CASE WHEN " SPENT " AND " RERUN " THEN now() ELSE j.schedule_time END,"
 	"    expected_status_change_time = CASE WHEN " SPENT " THEN NULL"
-	"        WHEN p.rn <= p.start THEN now() + p.exec_ms * interval '1 millisecond'"
 	"        ELSE now() + p.lease_ms * interval '1 millisecond' END,"
 	"    last_error = CASE WHEN " SPENT
 	"        THEN format('the lease of try %s of %s expired (worker %s died or hung)',"
@@ -114,8 +119,8 @@ static int cmp_jobs(const void *a, const void *b)
 }
 
 typedef struct shard_req {
-	sq_buf types, limits, leases, starts, execs;
-	const char *vals[6];
+	sq_buf types, limits, leases, starts;
+	const char *vals[5];
 	int base; /* index of the gate statement in the shard's pipeline */
 	int32_t start[SQ_MAX_TYPES];
 	int32_t asked[SQ_MAX_TYPES];
@@ -141,7 +146,6 @@ static void claim_push(sq_client *c, const char *worker, const int *ti, size_t n
 		sq_buf_reset(&r->limits);
 		sq_buf_reset(&r->leases);
 		sq_buf_reset(&r->starts);
-		sq_buf_reset(&r->execs);
 		r->any = 0;
 		r->base = -1;
 		memset(r->got, 0, sizeof(r->got[0]) * nreqs);
@@ -155,14 +159,12 @@ static void claim_push(sq_client *c, const char *worker, const int *ti, size_t n
 				sq_arr_open(&r->limits);
 				sq_arr_open(&r->leases);
 				sq_arr_open(&r->starts);
-				sq_arr_open(&r->execs);
 				r->any = 1;
 			}
 			sq_arr_str(&r->types, t->name);
 			sq_arr_i64(&r->limits, r->asked[k]);
 			sq_arr_i64(&r->leases, t->starting_timeout_ms);
 			sq_arr_i64(&r->starts, r->start[k]);
-			sq_arr_i64(&r->execs, t->execution_timeout_ms);
 		}
 		if (!r->any)
 			continue;
@@ -170,16 +172,14 @@ static void claim_push(sq_client *c, const char *worker, const int *ti, size_t n
 		sq_arr_close(&r->limits);
 		sq_arr_close(&r->leases);
 		sq_arr_close(&r->starts);
-		sq_arr_close(&r->execs);
 		r->vals[0] = r->types.data;
 		r->vals[1] = r->limits.data;
 		r->vals[2] = r->leases.data;
 		r->vals[3] = worker;
 		r->vals[4] = r->starts.data;
-		r->vals[5] = r->execs.data;
 		r->base = c->shards[s].qn;
 		sq_pgconn_push(&c->shards[s], &sq_stmt_gate_shared, 0, NULL);
-		sq_pgconn_push(&c->shards[s], &stmt_claim, 6, r->vals);
+		sq_pgconn_push(&c->shards[s], &stmt_claim, 5, r->vals);
 		if (!c->merge_txn)
 			sq_pgconn_push_sync(&c->shards[s]);
 	}
@@ -269,6 +269,8 @@ static sq_status check_reqs(sq_client *c, const char *worker, const sq_claim_req
 	const sq_config *cfg = c->cfg;
 	if (!worker || !*worker || strlen(worker) > 200)
 		return sq_err(err, SQ_EINVAL, "a worker id (1-200 bytes) is required to claim");
+	if (!sq_utf8_valid(worker))
+		return sq_err(err, SQ_EINVAL, "the worker id is not valid UTF-8");
 	if (nreqs > SQ_MAX_TYPES)
 		return sq_err(err, SQ_EINVAL, "too many types in one claim (at most %d)",
 			      SQ_MAX_TYPES);
@@ -333,7 +335,6 @@ static void free_reqs(sq_client *c, shard_req *sr)
 		sq_buf_free(&sr[s].limits);
 		sq_buf_free(&sr[s].leases);
 		sq_buf_free(&sr[s].starts);
-		sq_buf_free(&sr[s].execs);
 	}
 	free(sr);
 }

@@ -12,7 +12,18 @@
 #include <string.h>
 
 /* clang-format off */
-#define FENCE(st) "j.id = x.id AND j.attempt = x.att AND j.worker = $3 AND j.status " st
+/* A fenced write touches a row only while this shard owns its partition.
+ * The check is in the writing statement, which runs after the gate
+ * statement, so its snapshot is taken once the gate is held: a partition
+ * owned then stays owned until the commit (a freeze needs the gate
+ * exclusive). A ref of a partition that is moving or gone is left alone,
+ * and the other refs of the batch are written; sq_not_owned says which. */
+#define OWNED                                                                  \
+	"EXISTS (SELECT 1 FROM shardq.partition_state ps"                      \
+	"         WHERE ps.partition = j.partition AND ps.state = 'owned')"
+#define FENCE(st)                                                              \
+	"j.id = x.id AND j.attempt = x.att AND j.worker = $3 AND j.status " st \
+	" AND " OWNED
 #define TYPE_IDX  "array_position($4::text[], j.task)"
 #define EXEC_LEASE                                                              \
 	"now() + COALESCE(($5::bigint[])[" TYPE_IDX "], 300000) * interval '1 millisecond'"
@@ -97,6 +108,13 @@ static const sq_stmt stmt_release = {
 	" WHERE " FENCE("= 'starting'") " RETURNING x.ord"};
 /* clang-format on */
 
+/* The partitions of a batch that this shard does not own (moving, gone, or
+ * unknown here), in the same transaction as the write, after the gate. */
+static const sq_stmt stmt_not_owned = {
+	"sq_not_owned", "SELECT p, coalesce(ps.state::text, 'missing') FROM unnest($1::int[]) AS p"
+			"  LEFT JOIN shardq.partition_state ps ON ps.partition = p"
+			" WHERE ps.state IS DISTINCT FROM 'owned'"};
+
 static const sq_stmt stmt_cancel = {
 	"sq_cancel",
 	"UPDATE shardq.jobs j SET status = 'cancelled', expected_status_change_time = NULL,"
@@ -136,6 +154,7 @@ typedef struct shard_rows {
 	const char *vals[12];
 	const char *parts_val[1];
 	size_t *idx;
+	uint32_t *part; /* partition of each row */
 	size_t n;
 	int base; /* index of this op's first statement in the shard's pipeline */
 } shard_rows;
@@ -151,6 +170,7 @@ static void add_row(sq_client *c, shard_rows *r, const op *o, const sq_job_ref *
 		sq_arr_open(&r->parts);
 		r->seen_part = calloc(c->partitions / 8 + 1, 1);
 	}
+	r->part[r->n] = part;
 	r->idx[r->n++] = i;
 	sq_arr_i64(&r->ids, ref->id);
 	sq_arr_i64(&r->atts, ref->attempt);
@@ -160,16 +180,13 @@ static void add_row(sq_client *c, shard_rows *r, const op *o, const sq_job_ref *
 	}
 	if (o->fail) {
 		const sq_fail_req *f = &o->fail[i];
-		char cut[SQ_MAX_ERROR_LEN + 1];
+		char clean[SQ_MAX_ERROR_LEN + 1];
 		const char *e = f->error;
-		if (e && strlen(e) > SQ_MAX_ERROR_LEN) {
-			/* cut on a UTF-8 boundary so the text stays valid */
-			size_t k = SQ_MAX_ERROR_LEN;
-			while (k && ((unsigned char)e[k] & 0xC0) == 0x80)
-				k--;
-			memcpy(cut, e, k);
-			cut[k] = '\0';
-			e = cut;
+		if (e) {
+			/* valid UTF-8 without NUL, cut on a character boundary: the
+			 * shard would refuse the whole statement otherwise */
+			sq_utf8_clean(clean, sizeof(clean), e, strlen(e));
+			e = clean;
 		}
 		sq_arr_str(&r->errs, e);
 		sq_arr_str(&r->perms, f->permanent ? "t" : "f");
@@ -185,6 +202,7 @@ static void rows_free(shard_rows *r)
 	sq_buf_free(&r->parts);
 	free(r->seen_part);
 	free(r->idx);
+	free(r->part);
 }
 
 /* The push half of a fenced call: queues, on each shard that has refs whose
@@ -199,7 +217,14 @@ static shard_rows *fenced_push(sq_client *c, const op *o, const char *worker,
 		return NULL;
 	for (int s = 0; s < c->nshards; s++) {
 		rows[s].idx = malloc(sizeof(size_t) * (n ? n : 1));
+		rows[s].part = malloc(sizeof(uint32_t) * (n ? n : 1));
 		rows[s].base = -1;
+		if (!rows[s].idx || !rows[s].part) {
+			for (int k = 0; k <= s; k++)
+				rows_free(&rows[k]);
+			free(rows);
+			return NULL;
+		}
 	}
 	for (size_t i = 0; i < n; i++) {
 		if (out[i] != want)
@@ -226,7 +251,8 @@ static shard_rows *fenced_push(sq_client *c, const op *o, const char *worker,
 			r->vals[9] = r->perms.data;
 		}
 		r->base = c->shards[s].qn;
-		sq_client_push_guard(c, s, r->parts_val);
+		sq_pgconn_push(&c->shards[s], &sq_stmt_gate_shared, 0, NULL);
+		sq_pgconn_push(&c->shards[s], &stmt_not_owned, 1, r->parts_val);
 		sq_pgconn_push(&c->shards[s], o->stmt, o->nparams, r->vals);
 		if (!c->merge_txn)
 			sq_pgconn_push_sync(&c->shards[s]);
@@ -234,9 +260,19 @@ static shard_rows *fenced_push(sq_client *c, const op *o, const char *worker,
 	return rows;
 }
 
-/* The collect half: out[i] = SQ_OK for rows returned, `missing` for the
- * others, the shard's error (moving, moved, database) for a shard that
- * failed. Returns the first database error, or SQ_OK. */
+/* The collect half: out[i] = SQ_OK for rows returned; SQ_EMOVING or
+ * SQ_EMOVED for the others whose partition the shard does not own (moving
+ * out or in; gone or unknown); `missing` for the rest; the shard's error for
+ * a shard whose transaction failed. Returns the first database error, or
+ * SQ_OK.
+ *
+ * Why a returned row wins over the report: the report's snapshot is older
+ * than the write's. A partition owned at the report is still owned at the
+ * write (only a freeze, which needs the gate exclusive, ends ownership), so
+ * a ref not returned there is truly missing. A partition not owned at the
+ * report may have become owned by the write (a move's copy committed): the
+ * write then did what it did, and a ref it did not return is answered
+ * "moving" and simply sent again. */
 static sq_status fenced_collect(sq_client *c, shard_rows *rows, sq_status *out, sq_status missing,
 				sq_error *err)
 {
@@ -257,9 +293,22 @@ static sq_status fenced_collect(sq_client *c, shard_rows *rows, sq_status *out, 
 			}
 			continue;
 		}
+		PGresult *rep = c->shards[s].res[r->base + 1];
 		PGresult *res = c->shards[s].res[r->base + 2];
 		for (size_t k = 0; k < r->n; k++)
 			out[r->idx[k]] = missing;
+		/* the report is short (the batch's partitions that are not owned,
+		 * normally none) */
+		for (int row = 0; row < PQntuples(rep); row++) {
+			uint32_t p = (uint32_t)atol(PQgetvalue(rep, row, 0));
+			const char *st = PQgetvalue(rep, row, 1);
+			sq_status why = !strcmp(st, "moving_out") || !strcmp(st, "importing")
+						? SQ_EMOVING
+						: SQ_EMOVED;
+			for (size_t k = 0; k < r->n; k++)
+				if (r->part[k] == p)
+					out[r->idx[k]] = why;
+		}
 		/* each returned row is the ordinal of a ref in this shard's arrays */
 		for (int row = 0; row < PQntuples(res); row++) {
 			long ord = atol(PQgetvalue(res, row, 0));
@@ -332,6 +381,8 @@ static sq_status fenced(sq_client *c, const op *o, const char *worker, const sq_
 	sq_status missing = second_look ? SQ_ENOTFOUND : SQ_ELOST;
 	if (!worker || !*worker)
 		return sq_err(err, SQ_EINVAL, "a worker id is required");
+	if (!sq_utf8_valid(worker))
+		return sq_err(err, SQ_EINVAL, "the worker id is not valid UTF-8");
 	for (size_t i = 0; i < n; i++) {
 		if (refs[i].id <= 0)
 			return sq_err(err, SQ_EINVAL, "ref %zu: job id %lld is not valid", i + 1,
@@ -521,6 +572,8 @@ sq_status sq_cancel_key(sq_client *c, const char *type, const char *key, int64_t
 	*id = 0;
 	if (!type || !key || !*key)
 		return sq_err(err, SQ_EINVAL, "cancel by key needs a task type and a key");
+	if (!sq_utf8_valid(key))
+		return sq_err(err, SQ_EINVAL, "the key is not valid UTF-8");
 	part = sq_partition_of_key(key, strlen(key), c->partitions);
 	snprintf(parts, sizeof(parts), "{%u}", part);
 	sq_client_check_map(c);

@@ -388,6 +388,16 @@ sq_status sq_pgconn_range_error(sq_pgconn *pc, int from, int to, sq_error *err)
 	return SQ_OK;
 }
 
+const char *sq_pgconn_range_sqlstate(sq_pgconn *pc, int from, int to)
+{
+	for (int i = from; i < to && i < pc->nres; i++)
+		if (PQresultStatus(pc->res[i]) == PGRES_FATAL_ERROR) {
+			const char *st = PQresultErrorField(pc->res[i], PG_DIAG_SQLSTATE);
+			return st ? st : "XX000";
+		}
+	return NULL;
+}
+
 PGresult *sq_pgconn_exec(sq_pgconn *pc, const char *sql, int nparams, const char *const *vals,
 			 sq_error *err)
 {

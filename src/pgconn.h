@@ -94,6 +94,11 @@ sq_status sq_pgconn_result_error(sq_pgconn *pc, sq_error *err);
 /* The same for the results of q[from..to) only (one transaction's). */
 sq_status sq_pgconn_range_error(sq_pgconn *pc, int from, int to, sq_error *err);
 
+/* The SQLSTATE of the first statement of q[from..to) that failed on the
+ * server, or NULL when none did (all succeeded, or results are missing
+ * because the connection failed). */
+const char *sq_pgconn_range_sqlstate(sq_pgconn *pc, int from, int to);
+
 /* Runs one simple statement synchronously (outside any pipeline run), for
  * init and admin work. Returns the result (caller PQclear()s) or NULL with
  * err set. */

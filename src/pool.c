@@ -37,7 +37,9 @@ static void *pool_main(void *arg)
 			p->todo_tail = NULL;
 		pthread_mutex_unlock(&p->mu);
 
-		t->err[0] = '\0';
+		/* zeroed, so the loop finds the message's end even if the handler
+		 * left no terminator or a NUL inside it */
+		memset(t->err, 0, sizeof(t->err));
 		t->started = sq_mono_s();
 		t->result = t->fn(&t->job, t->arg, t->err, sizeof(t->err));
 		t->finished = sq_mono_s();

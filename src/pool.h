@@ -19,6 +19,12 @@ typedef struct sq_task {
 	double started, finished; /* monotonic seconds, by the pool thread */
 	double hb_due;            /* loop: next heartbeat */
 	int lost;                 /* loop: the lease was found lost */
+	/* loop: a write the shards could not take yet */
+	double retry_at;     /* not sent again before this (monotonic seconds) */
+	double moving_since; /* first "moving" answer of the current wait, or 0 */
+	int moving_tries;    /* "moving" answers in a row: the retry backoff */
+	int refused;         /* times a shard refused this job's write on its own */
+	int looked;          /* a completion found no row once: the next is final */
 } sq_task;
 
 typedef struct sq_pool {

@@ -4,6 +4,7 @@
  * jobs wait in a bounded local buffer in `starting` and turn `running` when
  * a slot frees; the buffer holds what the predicted prefetch asks for, and
  * never more than the capacity allows. */
+#include "buf.h"
 #include "client.h"
 #include "error.h"
 #include "jobrow.h"
@@ -16,6 +17,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -193,6 +195,10 @@ sq_status sq_worker_create(const sq_config *cfg, const sq_worker_opts *opts, sq_
 			return sq_err(err, SQ_EINVAL, "worker id is longer than %zu bytes",
 				      sizeof(w->id) - 1);
 		}
+		if (!sq_utf8_valid(w->opts.worker_id)) {
+			free(w);
+			return sq_err(err, SQ_EINVAL, "the worker id is not valid UTF-8");
+		}
 		snprintf(w->id, sizeof(w->id), "%s", w->opts.worker_id);
 	} else {
 		char host[64] = "host";
@@ -329,6 +335,20 @@ static void running_remove(sq_worker *w, sq_task *k)
 		}
 }
 
+/* The handler's message as a shard can store it: the pool zeroed the
+ * buffer, so the text ends at its last non-NUL byte even if the handler left
+ * no terminator or a NUL inside; bytes that are not UTF-8 become U+FFFD and
+ * NULs are dropped (sq_utf8_clean). */
+static void clean_error(sq_task *k)
+{
+	char tmp[sizeof(k->err)];
+	size_t n = sizeof(k->err);
+	while (n && !k->err[n - 1])
+		n--;
+	n = sq_utf8_clean(tmp, sizeof(tmp), k->err, n);
+	memcpy(k->err, tmp, n + 1);
+}
+
 /* Finished tasks come back from the pool: their slot frees, and their
  * result waits in `pending` until the shards have it. A task whose lease
  * was found lost while it ran is discarded: another worker owns the job. */
@@ -351,6 +371,10 @@ static void take_finished(sq_worker *w)
 			task_free(k);
 			continue;
 		}
+		if (k->result != SQ_RESULT_DONE)
+			clean_error(k);
+		k->retry_at = k->moving_since = 0;
+		k->moving_tries = k->refused = k->looked = 0;
 		k->next = w->pending;
 		w->pending = k;
 	}
@@ -387,9 +411,10 @@ static void release_buffered(sq_worker *w)
 	free(out);
 }
 
-/* A job starts running: to the pool, with its heartbeat due at half its
- * lease. */
-static void run_task(sq_worker *w, sq_task *k, double now)
+/* A job starts running: to the pool, with its heartbeat due at hb_due
+ * (half its lease: the execution lease after a start, the starting lease
+ * when it was claimed straight to running). */
+static void run_task(sq_worker *w, sq_task *k, double now, double hb_due)
 {
 	wtype *wt = &w->types[k->type];
 	if (wt->nfreed) {
@@ -400,11 +425,18 @@ static void run_task(sq_worker *w, sq_task *k, double now)
 		if (gap > 0)
 			wt->idle_s += gap;
 	}
-	k->hb_due = now + (double)wt->conf->execution_timeout_ms / 2000.0;
+	k->hb_due = hb_due;
+	k->retry_at = k->moving_since = 0;
+	k->moving_tries = k->refused = 0;
 	k->run_next = w->running;
 	w->running = k;
 	wt->running++;
 	sq_pool_submit(&w->pool, k);
+}
+
+static double exec_hb(const wtype *wt, double now)
+{
+	return now + (double)wt->conf->execution_timeout_ms / 2000.0;
 }
 
 static void buf_unpop(wtype *t, sq_task *k)
@@ -414,6 +446,33 @@ static void buf_unpop(wtype *t, sq_task *k)
 	if (!t->buf_tail)
 		t->buf_tail = k;
 	t->buffered++;
+}
+
+/* Buffered jobs whose start may be sent now (not waiting on a moving
+ * partition or a retry). */
+static int buf_ready(const wtype *t, double now)
+{
+	int n = 0;
+	for (const sq_task *k = t->buf_head; k; k = k->next)
+		n += k->retry_at <= now;
+	return n;
+}
+
+static sq_task *buf_take_ready(wtype *t, double now)
+{
+	sq_task *prev = NULL;
+	for (sq_task *k = t->buf_head; k; prev = k, k = k->next)
+		if (k->retry_at <= now) {
+			if (prev)
+				prev->next = k->next;
+			else
+				t->buf_head = k->next;
+			if (t->buf_tail == k)
+				t->buf_tail = prev;
+			t->buffered--;
+			return k;
+		}
+	return NULL;
 }
 
 /* Jobs to hold beyond free slots, within the capacity left: see
@@ -462,280 +521,530 @@ static int claim_limits(sq_worker *w, sq_claim_req *reqs, const int *promoting)
 }
 
 /* The worker retries failed database work on its own; the error is kept
- * for its figures, so an operator sees why it is not making progress. */
+ * for its figures, so an operator sees why it is not making progress (and
+ * `shardq work -v` prints it). */
 static void note_error(sq_worker *w, const sq_error *e)
 {
 	w->db_errors++;
-	snprintf(w->last_error, sizeof(w->last_error), "%s", e->msg);
+	sq_utf8_clean(w->last_error, sizeof(w->last_error), e->msg, strlen(e->msg));
 }
 
-/* Marks the refs whose shard's write transaction failed with that error. */
-static void undo_failed_txn(sq_client *c, const sq_status *terr, const sq_job_ref *refs,
-			    sq_status *out, size_t n)
+static void note_errorf(sq_worker *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void note_errorf(sq_worker *w, const char *fmt, ...)
 {
-	for (size_t i = 0; i < n; i++) {
-		sq_status e = terr[sq_shard_of_id(c, refs[i].id)];
-		if (e != SQ_OK)
-			out[i] = e;
+	sq_error e;
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(e.msg, sizeof(e.msg), fmt, ap);
+	va_end(ap);
+	e.code = SQ_EDB;
+	note_error(w, &e);
+}
+
+/* ---- one tick's writes --------------------------------------------------- */
+
+enum { WB_COMPLETE, WB_FAIL, WB_HEARTBEAT, WB_START, WB_N };
+static const sq_fenced_kind wb_kind[WB_N] = {SQ_FENCED_COMPLETE, SQ_FENCED_FAIL,
+					     SQ_FENCED_HEARTBEAT, SQ_FENCED_START};
+static const char *const wb_name[WB_N] = {"completion", "failure", "heartbeat", "start"};
+
+/* A write that a shard refused on its own, found by isolate(): the marker
+ * in out[] (no call answers SQ_EINVAL for a ref). */
+#define WB_REFUSED SQ_EINVAL
+/* A job's write refused this many times on its own is given up. */
+#define MAX_REFUSALS 3
+/* Seconds before a write that failed (not refused) is sent again. */
+#define RETRY_S 0.1
+
+/* The writes of one kind in a tick. */
+typedef struct wbatch {
+	sq_task **tasks;
+	sq_job_ref *refs;
+	sq_fail_req *fails; /* WB_FAIL: fails[i].ref == refs[i] */
+	sq_status *out;
+	size_t n;
+} wbatch;
+
+static int wbatch_alloc(wbatch *b, size_t cap)
+{
+	cap = cap ? cap : 1;
+	b->n = 0;
+	b->tasks = malloc(cap * sizeof(*b->tasks));
+	b->refs = malloc(cap * sizeof(*b->refs));
+	b->fails = malloc(cap * sizeof(*b->fails));
+	b->out = malloc(cap * sizeof(*b->out));
+	return b->tasks && b->refs && b->fails && b->out ? 0 : -1;
+}
+
+static void wbatch_free(wbatch *b)
+{
+	free(b->tasks);
+	free(b->refs);
+	free(b->fails);
+	free(b->out);
+}
+
+static void wbatch_add(wbatch *b, int kind, sq_task *k)
+{
+	size_t i = b->n++;
+	b->tasks[i] = k;
+	b->refs[i].id = k->job.id;
+	b->refs[i].attempt = k->job.attempt;
+	if (kind == WB_FAIL) {
+		b->fails[i].ref = b->refs[i];
+		b->fails[i].error = k->err[0] ? k->err : "the handler failed";
+		b->fails[i].permanent = k->result == SQ_RESULT_FAIL;
 	}
+	b->out[i] = SQ_EDB; /* not answered */
 }
 
-static void undo_failed_txn_fail(sq_client *c, const sq_status *terr, const sq_fail_req *reqs,
-				 sq_status *out, size_t n)
+/* SQLSTATE classes of a failure that says nothing about the rows written:
+ * the connection went, a serialization failure or deadlock, a resource
+ * short, a lock or statement timeout, a shutdown. Anything else (bad data,
+ * a constraint, a trigger's exception) is taken to be about a row. */
+static int transient_state(const char *st)
 {
-	for (size_t i = 0; i < n; i++) {
-		sq_status e = terr[sq_shard_of_id(c, reqs[i].ref.id)];
-		if (e != SQ_OK)
-			out[i] = e;
+	static const char *const cls[] = {"08", "25", "40", "53", "55", "57", "58", NULL};
+	for (int i = 0; cls[i]; i++)
+		if (!strncmp(st, cls[i], 2))
+			return 1;
+	return 0;
+}
+
+/* One group of refs of one kind on one shard, sent as a transaction of
+ * its own while isolating. */
+typedef struct igroup {
+	int kind, shard, sent;
+	size_t *ix; /* indices into the kind's batch */
+	size_t n;
+	int base, end; /* its statements in the shard's pipeline */
+	sq_fenced_pending *p;
+	sq_job_ref *refs;
+	sq_fail_req *fails;
+	sq_status *o;
+} igroup;
+
+/* A shard refused the tick's write transaction (a statement failed for a
+ * reason about the rows, not the shard): every write of it is sent again
+ * in smaller transactions, first one per kind, then halves of what still
+ * fails, until the refused refs stand alone (marked WB_REFUSED); every
+ * other write commits. log2(n) round trips for one bad ref among n; a
+ * bounded number of rounds, so a shard that refuses everything costs a
+ * bounded time and its writes are sent again on a later tick. */
+#define ISO_PER_SHARD (SQ_PIPE_MAX / 3) /* three statements a group */
+#define ISO_ROUNDS    32
+
+static void iso_drop(igroup *g)
+{
+	free(g->refs);
+	free(g->fails);
+	free(g->o);
+	g->refs = NULL;
+	g->fails = NULL;
+	g->o = NULL;
+	g->p = NULL;
+	g->sent = 0;
+}
+
+static int iso_push(sq_worker *w, wbatch *b, igroup *g)
+{
+	sq_client *c = w->c;
+	wbatch *wb = &b[g->kind];
+	g->refs = malloc(g->n * sizeof(*g->refs));
+	g->o = malloc(g->n * sizeof(*g->o));
+	g->fails = g->kind == WB_FAIL ? malloc(g->n * sizeof(*g->fails)) : NULL;
+	if (!g->refs || !g->o || (g->kind == WB_FAIL && !g->fails)) {
+		iso_drop(g);
+		return -1;
 	}
+	for (size_t j = 0; j < g->n; j++) {
+		g->refs[j] = wb->refs[g->ix[j]];
+		if (g->fails)
+			g->fails[j] = wb->fails[g->ix[j]];
+	}
+	g->base = c->shards[g->shard].qn;
+	g->p = sq_fenced_push(c, wb_kind[g->kind], w->id, g->refs, g->fails, g->n);
+	g->end = c->shards[g->shard].qn;
+	if (!g->p) {
+		iso_drop(g);
+		return -1;
+	}
+	g->sent = 1;
+	return 0;
 }
 
-/* Results that the shards could not take in the pipeline (a moved
- * partition, a completion to look at again) go through the plain calls,
- * which refresh the map and retry. Returns how many were answered. */
-static void settle_complete(sq_worker *w, sq_task **ks, size_t n, sq_status *out)
+static void isolate(sq_worker *w, wbatch *b, const unsigned char *refused)
 {
-	sq_job_ref *refs = malloc(n * sizeof(*refs));
-	sq_status *o2 = malloc(n * sizeof(*o2));
-	size_t m = 0;
-	sq_error err;
-	if (!refs || !o2)
-		goto out;
-	for (size_t i = 0; i < n; i++)
-		if (out[i] == SQ_ENOTFOUND || out[i] == SQ_EMOVED || out[i] == SQ_EMOVING) {
-			refs[m].id = ks[i]->job.id;
-			refs[m].attempt = ks[i]->job.attempt;
-			m++;
+	sq_client *c = w->c;
+	size_t total = 0, ncur = 0, used = 0;
+	for (int k = 0; k < WB_N; k++)
+		total += b[k].n;
+	igroup *cur = calloc(total + 1, sizeof(*cur)), *nxt = calloc(total + 1, sizeof(*nxt));
+	size_t *ix = malloc((total + 1) * sizeof(*ix));
+	if (!cur || !nxt || !ix)
+		goto out; /* sent again next tick */
+	for (int s = 0; s < c->nshards; s++)
+		for (int k = 0; refused[s] && k < WB_N; k++) {
+			igroup *g = &cur[ncur];
+			g->kind = k;
+			g->shard = s;
+			g->ix = ix + used;
+			g->n = 0;
+			for (size_t i = 0; i < b[k].n; i++)
+				if (sq_shard_of_id(c, b[k].refs[i].id) == s)
+					g->ix[g->n++] = i;
+			used += g->n;
+			ncur += g->n > 0;
 		}
-	if (m && sq_complete(w->c, w->id, refs, m, o2, &err) == SQ_OK)
-		for (size_t i = 0, j = 0; i < n; i++)
-			if (out[i] == SQ_ENOTFOUND || out[i] == SQ_EMOVED || out[i] == SQ_EMOVING)
-				out[i] = o2[j++];
+	for (int round = 0; ncur && round < ISO_ROUNDS; round++) {
+		int per[SQ_MAX_SHARDS] = {0};
+		size_t nnext = 0;
+		sq_error err;
+		sq_client_reset(c);
+		for (size_t i = 0; i < ncur; i++)
+			if (per[cur[i].shard] < ISO_PER_SHARD && !iso_push(w, b, &cur[i]))
+				per[cur[i].shard]++;
+		if (sq_client_send(c, &err) != SQ_OK)
+			note_error(w, &err);
+		for (size_t i = 0; i < ncur; i++) {
+			igroup *g = &cur[i];
+			wbatch *wb = &b[g->kind];
+			sq_pgconn *pc = &c->shards[g->shard];
+			sq_error e;
+			if (!g->sent) { /* the shard's pipeline was full: next round */
+				nxt[nnext++] = *g;
+				continue;
+			}
+			sq_fenced_collect(c, g->p, g->o);
+			g->p = NULL;
+			const char *st = NULL;
+			if (sq_pgconn_range_error(pc, g->base, g->end, &e) == SQ_OK) {
+				for (size_t j = 0; j < g->n; j++)
+					wb->out[g->ix[j]] = g->o[j];
+			} else if (!(st = sq_pgconn_range_sqlstate(pc, g->base, g->end)) ||
+				   transient_state(st)) {
+				note_error(w, &e); /* about the shard: next tick */
+			} else if (g->n > 1) {
+				igroup *h = &nxt[nnext++], *h2 = &nxt[nnext++];
+				memset(h, 0, sizeof(*h));
+				h->kind = g->kind;
+				h->shard = g->shard;
+				h->ix = g->ix;
+				h->n = g->n / 2;
+				*h2 = *h;
+				h2->ix = g->ix + h->n;
+				h2->n = g->n - h->n;
+			} else {
+				sq_task *k = wb->tasks[g->ix[0]];
+				wb->out[g->ix[0]] = WB_REFUSED;
+				k->refused++;
+				note_errorf(w, "job %lld: shard %s refused its %s (%d of %d): %s",
+					    (long long)k->job.id, c->cfg->shards[g->shard].id,
+					    wb_name[g->kind], k->refused, MAX_REFUSALS, e.msg);
+			}
+			iso_drop(g);
+		}
+		igroup *swap = cur;
+		cur = nxt;
+		nxt = swap;
+		ncur = nnext;
+		sq_client_reset(c);
+	}
 out:
-	free(refs);
-	free(o2);
+	for (size_t i = 0; cur && i < ncur; i++)
+		iso_drop(&cur[i]);
+	free(cur);
+	free(nxt);
+	free(ix);
 }
 
-/* One tick of database work, in one pipeline per shard (each part its own
- * transaction): completions, failures, heartbeats, starts of buffered jobs
- * for free slots, and the claim. */
+/* A write answered "moving" (its partition is frozen for a move) or
+ * "moved": it waits, without holding the loop, and is sent again on a
+ * later tick (20 ms, doubling to 0.5 s; 1 s once moving_wait has passed,
+ * which is noted: a mover may be stuck). Other writes do not wait for it. */
+static void wait_moving(sq_worker *w, sq_task *k, double now)
+{
+	double waited, delay;
+	if (!k->moving_since)
+		k->moving_since = now;
+	waited = now - k->moving_since;
+	delay = 0.02 * (double)(1 << (k->moving_tries < 5 ? k->moving_tries : 5));
+	if (delay > 0.5)
+		delay = 0.5;
+	if (waited >= (double)w->cfg->moving_wait_ms / 1000.0) {
+		if (delay < 1.0)
+			note_errorf(w,
+				    "job %lld: its partition %u is still moving after %.0fs; is a "
+				    "mover stuck? see shardq moves",
+				    (long long)k->job.id,
+				    sq_partition_of_id(k->job.id) & (w->c->partitions - 1), waited);
+		delay = 1.0;
+	}
+	k->moving_tries++;
+	k->retry_at = now + delay;
+}
+
+static void not_moving(sq_task *k)
+{
+	k->moving_since = 0;
+	k->moving_tries = 0;
+}
+
+static int is_moving(sq_status st)
+{
+	return st == SQ_EMOVING || st == SQ_EMOVED;
+}
+
+/* One tick of database work, in one pipeline per shard: completions,
+ * failures, heartbeats and starts of buffered jobs for free slots in one
+ * transaction, the claim in a second. A write that a shard cannot take now
+ * (its partition moving, or moved: the map is reloaded) waits for a later
+ * tick on its own; a transaction a shard refuses is isolated, so the
+ * others' writes still commit. Nothing here waits on a move. */
 static void tick(sq_worker *w, double now, int claiming)
 {
-	size_t np = 0, nc = 0, nf = 0, nh = 0, ns = 0;
-	for (sq_task *k = w->pending; k; k = k->next)
-		np++;
-	for (sq_task *k = w->running; k; k = k->run_next)
-		nh += !k->lost && now >= k->hb_due;
+	sq_client *c = w->c;
+	wbatch b[WB_N];
+	size_t want[WB_N] = {0};
 	int promoting[SQ_WORKER_MAX_TYPES] = {0};
-	for (int t = 0; t < w->ntypes; t++) {
+	memset(b, 0, sizeof(b));
+	for (sq_task *k = w->pending; k; k = k->next)
+		if (k->retry_at <= now)
+			want[k->result == SQ_RESULT_DONE ? WB_COMPLETE : WB_FAIL]++;
+	for (sq_task *k = w->running; k; k = k->run_next)
+		want[WB_HEARTBEAT] += !k->lost && now >= k->hb_due;
+	for (int t = 0; claiming && t < w->ntypes; t++) {
 		wtype *wt = &w->types[t];
-		int f = wt->conc - wt->running;
-		promoting[t] = claiming ? (f < wt->buffered ? (f > 0 ? f : 0) : wt->buffered) : 0;
-		ns += (size_t)promoting[t];
+		int f = wt->conc - wt->running, ready = buf_ready(wt, now);
+		promoting[t] = f > 0 ? (f < ready ? f : ready) : 0;
+		want[WB_START] += (size_t)promoting[t];
 	}
 	sq_claim_req reqs[SQ_WORKER_MAX_TYPES];
 	int asking = claiming && now >= w->next_claim_at ? claim_limits(w, reqs, promoting) : 0;
-	if (!np && !nh && !ns && !asking)
+	if (!want[WB_COMPLETE] && !want[WB_FAIL] && !want[WB_HEARTBEAT] && !want[WB_START] &&
+	    !asking)
 		return;
+	for (int k = 0; k < WB_N; k++)
+		if (wbatch_alloc(&b[k], want[k]))
+			goto out;
 
-	size_t cap = np + nh + ns + 1;
-	sq_task **tc = malloc(cap * sizeof(*tc)), **tf = malloc(cap * sizeof(*tf));
-	sq_task **th = malloc(cap * sizeof(*th)), **ts = malloc(cap * sizeof(*ts));
-	sq_job_ref *rc = malloc(cap * sizeof(*rc)), *rh = malloc(cap * sizeof(*rh));
-	sq_job_ref *rs = malloc(cap * sizeof(*rs));
-	sq_fail_req *rf = malloc(cap * sizeof(*rf));
-	sq_status *oc = malloc(cap * sizeof(*oc)), *of = malloc(cap * sizeof(*of));
-	sq_status *oh = malloc(cap * sizeof(*oh)), *os = malloc(cap * sizeof(*os));
-	if (!tc || !tf || !th || !ts || !rc || !rh || !rs || !rf || !oc || !of || !oh || !os)
-		goto out;
-	for (sq_task *k = w->pending; k; k = k->next) {
-		if (k->result == SQ_RESULT_DONE) {
-			tc[nc] = k;
-			rc[nc].id = k->job.id;
-			rc[nc].attempt = k->job.attempt;
-			nc++;
+	/* results due now leave `pending`; the ones still waiting stay there */
+	sq_task *keep = NULL;
+	for (sq_task *k = w->pending, *next; k; k = next) {
+		next = k->next;
+		if (k->retry_at <= now) {
+			wbatch_add(&b[k->result == SQ_RESULT_DONE ? WB_COMPLETE : WB_FAIL],
+				   k->result == SQ_RESULT_DONE ? WB_COMPLETE : WB_FAIL, k);
 		} else {
-			tf[nf] = k;
-			rf[nf].ref.id = k->job.id;
-			rf[nf].ref.attempt = k->job.attempt;
-			rf[nf].error = k->err[0] ? k->err : "the handler failed";
-			rf[nf].permanent = k->result == SQ_RESULT_FAIL;
-			nf++;
+			k->next = keep;
+			keep = k;
 		}
 	}
-	nh = 0;
+	w->pending = NULL;
 	for (sq_task *k = w->running; k; k = k->run_next)
-		if (!k->lost && now >= k->hb_due) {
-			th[nh] = k;
-			rh[nh].id = k->job.id;
-			rh[nh].attempt = k->job.attempt;
-			nh++;
-		}
-
-	ns = 0;
+		if (!k->lost && now >= k->hb_due)
+			wbatch_add(&b[WB_HEARTBEAT], WB_HEARTBEAT, k);
 	for (int t = 0; t < w->ntypes; t++)
-		for (int i = 0; i < promoting[t]; i++) {
-			sq_task *k = buf_pop(&w->types[t]);
-			ts[ns] = k;
-			rs[ns].id = k->job.id;
-			rs[ns].attempt = k->job.attempt;
-			ns++;
-		}
+		for (int i = 0; i < promoting[t]; i++)
+			wbatch_add(&b[WB_START], WB_START, buf_take_ready(&w->types[t], now));
 
-	sq_client_reset(w->c);
-	sq_client_check_map(w->c);
+	sq_client_reset(c);
+	sq_client_check_map(c);
 	/* the writes share one transaction per shard (one commit), the claim
 	 * has its own: two commits a tick, however many jobs */
-	w->c->merge_txn = 1;
-	sq_fenced_pending *pc =
-		nc ? sq_fenced_push(w->c, SQ_FENCED_COMPLETE, w->id, rc, NULL, nc) : NULL;
-	sq_fenced_pending *pf =
-		nf ? sq_fenced_push(w->c, SQ_FENCED_FAIL, w->id, NULL, rf, nf) : NULL;
-	sq_fenced_pending *ph =
-		nh ? sq_fenced_push(w->c, SQ_FENCED_HEARTBEAT, w->id, rh, NULL, nh) : NULL;
-	sq_fenced_pending *ps =
-		ns ? sq_fenced_push(w->c, SQ_FENCED_START, w->id, rs, NULL, ns) : NULL;
-	w->c->merge_txn = 0;
+	sq_fenced_pending *p[WB_N] = {NULL};
+	c->merge_txn = 1;
+	for (int k = 0; k < WB_N; k++)
+		if (b[k].n)
+			p[k] = sq_fenced_push(c, wb_kind[k], w->id, b[k].refs,
+					      k == WB_FAIL ? b[k].fails : NULL, b[k].n);
+	c->merge_txn = 0;
 	int wend[SQ_MAX_SHARDS];
-	for (int s = 0; s < w->c->nshards; s++)
-		wend[s] = w->c->shards[s].qn;
-	sq_client_sync_all(w->c);
+	for (int s = 0; s < c->nshards; s++)
+		wend[s] = c->shards[s].qn;
+	sq_client_sync_all(c);
 	sq_error err;
 	sq_claim_pending *pk =
-		asking ? sq_claim_push(w->c, w->id, reqs, (size_t)w->ntypes, &err) : NULL;
+		asking ? sq_claim_push(c, w->id, reqs, (size_t)w->ntypes, &err) : NULL;
 	double t0 = sq_mono_s();
-	sq_status sent = sq_client_send(w->c, &err);
+	sq_status sent = sq_client_send(c, &err);
 	double t1 = sq_mono_s(), rtt = (t1 - t0) * 1000.0;
 	sq_worker_tick tk = {(int64_t)(t0 * 1e6), (int64_t)(t1 * 1e6), asking ? 0 : -1, 0, 0, 0, 0};
 	if (sent != SQ_OK)
 		note_error(w, &err);
-	/* the writes of a shard share one transaction: a statement that failed
-	 * (a partition found moving, say) rolled back the others on that shard,
-	 * whatever they answered; they count as not done */
-	sq_status terr[SQ_MAX_SHARDS];
-	for (int s = 0; s < w->c->nshards; s++)
-		terr[s] =
-			wend[s] ? sq_pgconn_range_error(&w->c->shards[s], 0, wend[s], NULL) : SQ_OK;
-
-	/* completions and failures: written, lost, or pending for a later tick */
-	for (size_t i = 0; i < nc; i++)
-		oc[i] = SQ_EDB;
-	if (pc)
-		sq_fenced_collect(w->c, pc, oc);
-	if (pf)
-		sq_fenced_collect(w->c, pf, of);
-	else
-		for (size_t i = 0; i < nf; i++)
-			of[i] = SQ_EDB;
-	if (ph)
-		sq_fenced_collect(w->c, ph, oh);
-	else
-		for (size_t i = 0; i < nh; i++)
-			oh[i] = SQ_EDB;
-	if (ps)
-		sq_fenced_collect(w->c, ps, os);
-	else
-		for (size_t i = 0; i < ns; i++)
-			os[i] = SQ_EDB;
-	undo_failed_txn(w->c, terr, rc, oc, nc);
-	undo_failed_txn_fail(w->c, terr, rf, of, nf);
-	undo_failed_txn(w->c, terr, rh, oh, nh);
-	undo_failed_txn(w->c, terr, rs, os, ns);
+	/* the writes of a shard share one transaction: if a statement failed,
+	 * the others on that shard rolled back, whatever they answered */
+	unsigned char bad[SQ_MAX_SHARDS] = {0}, refused[SQ_MAX_SHARDS] = {0};
+	int any_refused = 0;
+	for (int s = 0; s < c->nshards; s++) {
+		sq_error e;
+		if (!wend[s] || sq_pgconn_range_error(&c->shards[s], 0, wend[s], &e) == SQ_OK)
+			continue;
+		const char *st = sq_pgconn_range_sqlstate(&c->shards[s], 0, wend[s]);
+		bad[s] = 1;
+		if (st && !transient_state(st))
+			refused[s] = 1, any_refused = 1;
+		note_error(w, &e);
+	}
+	for (int k = 0; k < WB_N; k++) {
+		if (p[k])
+			sq_fenced_collect(c, p[k], b[k].out);
+		for (size_t i = 0; i < b[k].n; i++)
+			if (bad[sq_shard_of_id(c, b[k].refs[i].id)])
+				b[k].out[i] = SQ_EDB;
+	}
 	sq_job *jobs = NULL;
 	size_t nj = 0;
 	sq_status cst = SQ_OK;
 	if (pk) {
 		sq_error cerr;
-		cst = sq_claim_collect(w->c, pk, &jobs, &nj, &cerr);
+		cst = sq_claim_collect(c, pk, &jobs, &nj, &cerr);
 		if (cst != SQ_OK)
 			note_error(w, &cerr);
 	}
-	for (int s = 0; s < w->c->nshards; s++)
-		if (terr[s] != SQ_OK && terr[s] != SQ_EMOVED && terr[s] != SQ_EMOVING) {
-			sq_error e2;
-			(void)sq_pgconn_range_error(&w->c->shards[s], 0, wend[s], &e2);
-			note_error(w, &e2);
-			break;
-		}
-	sq_client_reset(w->c);
+	sq_client_reset(c);
+	if (any_refused)
+		isolate(w, b, refused);
 
-	/* the rare answers that need the plain calls (moved partitions, a
-	 * completion to look at again) */
-	settle_complete(w, tc, nc, oc);
-	for (size_t i = 0; i < nf; i++)
-		if (of[i] == SQ_EMOVED || of[i] == SQ_EMOVING) {
-			sq_status o1;
-			if (sq_fail(w->c, w->id, &rf[i], 1, &o1, &err) == SQ_OK)
-				of[i] = o1;
+	int moved = 0;
+	for (size_t i = 0; i < b[WB_COMPLETE].n; i++) {
+		sq_task *k = b[WB_COMPLETE].tasks[i];
+		sq_status st = b[WB_COMPLETE].out[i];
+		wtype *t = &w->types[k->type];
+		if (st == SQ_OK) {
+			t->st.done++, tk.completed++;
+			task_free(k);
+			continue;
 		}
-	for (size_t i = 0; i < ns; i++)
-		if (os[i] == SQ_EMOVED || os[i] == SQ_EMOVING) {
-			sq_status o1;
-			if (sq_start(w->c, w->id, &rs[i], 1, &o1, &err) == SQ_OK)
-				os[i] = o1;
+		if (st == SQ_ELOST || (st == SQ_ENOTFOUND && k->looked)) {
+			t->st.lost++, tk.lost++;
+			task_free(k);
+			continue;
 		}
-	for (size_t i = 0; i < nh; i++)
-		if (oh[i] == SQ_EMOVED || oh[i] == SQ_EMOVING) {
-			sq_status o1;
-			if (sq_heartbeat(w->c, w->id, &rh[i], 1, &o1, &err) == SQ_OK)
-				oh[i] = o1;
+		if (st == WB_REFUSED && k->refused >= MAX_REFUSALS) {
+			note_errorf(w,
+				    "job %lld: its completion was refused %d times and is dropped; "
+				    "the job comes back after its lease",
+				    (long long)k->job.id, k->refused);
+			task_free(k);
+			continue;
 		}
-
-	sq_task *keep = NULL;
-	for (size_t i = 0; i < nc; i++) {
-		wtype *t = &w->types[tc[i]->type];
-		if (oc[i] == SQ_OK || oc[i] == SQ_ELOST) {
-			if (oc[i] == SQ_OK)
-				t->st.done++, tk.completed++;
-			else
-				t->st.lost++, tk.lost++;
-			task_free(tc[i]);
+		if (st == SQ_ENOTFOUND) {
+			/* a rerun may have committed after the statement's snapshot:
+			 * look again at once, with a fresh one; then it is final */
+			k->looked = 1;
+			k->retry_at = now;
+		} else if (is_moving(st)) {
+			moved |= st == SQ_EMOVED;
+			wait_moving(w, k, now);
 		} else {
-			tc[i]->next = keep;
-			keep = tc[i];
+			not_moving(k);
+			k->retry_at = now + RETRY_S;
 		}
+		k->next = keep;
+		keep = k;
 	}
-	for (size_t i = 0; i < nf; i++) {
-		wtype *t = &w->types[tf[i]->type];
-		if (of[i] == SQ_OK || of[i] == SQ_ELOST) {
-			if (of[i] == SQ_ELOST) {
-				t->st.lost++;
-				tk.lost++;
-			} else {
-				tk.failed++;
-				if (rf[i].permanent || tf[i]->job.tries >= tf[i]->job.max_attempts)
-					t->st.failed++;
-				else
-					t->st.retried++;
-			}
-			task_free(tf[i]);
-		} else {
-			tf[i]->next = keep;
-			keep = tf[i];
+	for (size_t i = 0; i < b[WB_FAIL].n; i++) {
+		sq_task *k = b[WB_FAIL].tasks[i];
+		sq_status st = b[WB_FAIL].out[i];
+		wtype *t = &w->types[k->type];
+		if (st == SQ_OK) {
+			tk.failed++;
+			if (b[WB_FAIL].fails[i].permanent || k->job.tries >= k->job.max_attempts)
+				t->st.failed++;
+			else
+				t->st.retried++;
+			task_free(k);
+			continue;
 		}
+		if (st == SQ_ELOST) {
+			t->st.lost++, tk.lost++;
+			task_free(k);
+			continue;
+		}
+		if (st == WB_REFUSED && k->refused >= MAX_REFUSALS) {
+			note_errorf(
+				w,
+				"job %lld: its failure was refused %d times and is dropped; the "
+				"job comes back after its lease",
+				(long long)k->job.id, k->refused);
+			task_free(k);
+			continue;
+		}
+		if (st == WB_REFUSED) {
+			/* perhaps it is the text: send a plain one next time */
+			snprintf(k->err, sizeof(k->err),
+				 "the worker could not store this job's error message (the shard "
+				 "refused it)");
+		}
+		if (is_moving(st)) {
+			moved |= st == SQ_EMOVED;
+			wait_moving(w, k, now);
+		} else {
+			not_moving(k);
+			k->retry_at = now + RETRY_S;
+		}
+		k->next = keep;
+		keep = k;
 	}
 	w->pending = keep;
-	for (size_t i = 0; i < nh; i++) {
-		const sq_type_conf *tc2 = w->types[th[i]->type].conf;
-		if (oh[i] == SQ_OK)
-			th[i]->hb_due = now + (double)tc2->execution_timeout_ms / 2000.0;
-		else if (oh[i] == SQ_ELOST)
-			th[i]->lost = 1; /* its result will be discarded */
-	}
-	double at = sq_mono_s();
-	for (size_t i = ns; i-- > 0;) {
-		wtype *wt = &w->types[ts[i]->type];
-		if (os[i] == SQ_OK) {
-			run_task(w, ts[i], at);
-			tk.started++;
-		} else if (os[i] == SQ_ELOST) {
-			/* taken by another worker: its starting lease ran out here */
-			wt->st.lost++;
-			task_free(ts[i]);
+	for (size_t i = 0; i < b[WB_HEARTBEAT].n; i++) {
+		sq_task *k = b[WB_HEARTBEAT].tasks[i];
+		sq_status st = b[WB_HEARTBEAT].out[i];
+		if (st == SQ_OK) {
+			not_moving(k);
+			k->hb_due = exec_hb(&w->types[k->type], now);
+		} else if (st == SQ_ELOST) {
+			k->lost = 1; /* its result will be discarded */
+		} else if (is_moving(st)) {
+			moved |= st == SQ_EMOVED;
+			wait_moving(w, k, now);
+			k->hb_due = k->retry_at;
+		} else if (st == WB_REFUSED && k->refused >= MAX_REFUSALS) {
+			note_errorf(
+				w,
+				"job %lld: its heartbeat was refused %d times; no more are sent "
+				"(its lease runs out unless it finishes first)",
+				(long long)k->job.id, k->refused);
+			k->hb_due = INFINITY;
 		} else {
-			buf_unpop(wt, ts[i]); /* not answered: try again next tick */
+			not_moving(k);
+			k->hb_due = now + RETRY_S;
 		}
 	}
+	double at = sq_mono_s();
+	for (size_t i = b[WB_START].n; i-- > 0;) {
+		sq_task *k = b[WB_START].tasks[i];
+		sq_status st = b[WB_START].out[i];
+		wtype *wt = &w->types[k->type];
+		if (st == SQ_OK) {
+			run_task(w, k, at, exec_hb(wt, now));
+			tk.started++;
+		} else if (st == SQ_ELOST) {
+			/* taken by another worker: its starting lease ran out here */
+			wt->st.lost++;
+			task_free(k);
+		} else if (st == WB_REFUSED && k->refused >= MAX_REFUSALS) {
+			note_errorf(w,
+				    "job %lld: its start was refused %d times and is dropped; the "
+				    "job comes back after its starting lease",
+				    (long long)k->job.id, k->refused);
+			task_free(k);
+		} else {
+			if (is_moving(st)) {
+				moved |= st == SQ_EMOVED;
+				wait_moving(w, k, now);
+			} else {
+				not_moving(k);
+				k->retry_at = now + RETRY_S;
+			}
+			buf_unpop(wt, k); /* not taken: a later tick tries again */
+		}
+	}
+	/* "moved": the partition is on another shard now; the next tick sends
+	 * there */
+	if (moved && sq_client_refresh_map(c, NULL) != SQ_OK)
+		c->map_checked_at = 0;
 
 	/* the claim: running jobs go to free slots at once, the rest wait */
 	if (asking) {
@@ -760,8 +1069,14 @@ static void tick(sq_worker *w, double now, int claiming)
 			k->fn = w->types[t].fn;
 			k->arg = w->types[t].arg;
 			w->types[t].had_work = 1;
+			/* claimed running with the starting lease (counted from before
+			 * the claim was sent): the first heartbeat, at half of it,
+			 * turns it into the execution lease */
 			if (k->job.status == SQ_RUNNING)
-				run_task(w, k, at), tk.started++;
+				run_task(w, k, at,
+					 t0 + (double)w->types[t].conf->starting_timeout_ms /
+							 2000.0),
+					tk.started++;
 			else
 				buf_push(&w->types[t], k);
 			tk.claimed++;
@@ -783,22 +1098,14 @@ static void tick(sq_worker *w, double now, int claiming)
 						   ? now
 						   : now + (double)w->opts.poll_min_ms / 1000.0;
 		}
+	} else {
+		sq_jobs_free(jobs, nj);
 	}
 	if (w->opts.on_tick)
 		w->opts.on_tick(&tk, w->opts.tick_arg);
 out:
-	free(tc);
-	free(tf);
-	free(th);
-	free(ts);
-	free(rc);
-	free(rh);
-	free(rs);
-	free(rf);
-	free(oc);
-	free(of);
-	free(oh);
-	free(os);
+	for (int k = 0; k < WB_N; k++)
+		wbatch_free(&b[k]);
 }
 
 static void snapshot(sq_worker *w)
@@ -849,8 +1156,16 @@ static double next_wake(sq_worker *w, double now)
 	for (sq_task *k = w->running; k; k = k->run_next)
 		if (!k->lost && k->hb_due < at)
 			at = k->hb_due;
-	if (w->pending && now + 0.1 < at)
-		at = now + 0.1; /* results not yet written: try again soon */
+	/* results not yet written, and starts for free slots that wait (a
+	 * moving partition, a failed write): when each may be sent again */
+	for (sq_task *k = w->pending; k; k = k->next)
+		if (k->retry_at < at)
+			at = k->retry_at;
+	for (int t = 0; !w->stopping && t < w->ntypes; t++)
+		if (w->types[t].running < w->types[t].conc)
+			for (sq_task *k = w->types[t].buf_head; k; k = k->next)
+				if (k->retry_at < at)
+					at = k->retry_at;
 	if (w->stopping && w->grace_deadline < at)
 		at = w->grace_deadline;
 	if (w->opts.report_ms > 0 && w->next_report < at)
