@@ -56,19 +56,54 @@ static void build_type_arrays(sq_client *c)
 	c->ta.history = type_array(c->cfg, 7);
 }
 
-static char *conn_options(const sq_config *cfg)
+/* The server-side settings of a connection, as libpq's `options`. */
+static char *conn_options(const sq_config *cfg, int64_t statement_timeout_ms, const char *role)
 {
 	sq_buf b;
 	sq_buf_init(&b);
 	sq_buf_printf(&b, "-c statement_timeout=%lld -c idle_in_transaction_session_timeout=%lld",
-		      (long long)cfg->statement_timeout_ms, (long long)cfg->idle_in_tx_timeout_ms);
+		      (long long)statement_timeout_ms, (long long)cfg->idle_in_tx_timeout_ms);
 	sq_buf_puts(&b, " -c application_name=");
 	for (const char *p = cfg->application_name; p && *p; p++) {
 		if (*p == ' ' || *p == '\\')
 			sq_buf_putc(&b, '\\');
 		sq_buf_putc(&b, *p);
 	}
+	if (role)
+		sq_buf_printf(&b, "-%s", role);
 	return sq_buf_steal(&b);
+}
+
+static int connect_timeout_s(const sq_config *cfg)
+{
+	return (int)((cfg->connect_timeout_ms + 999) / 1000);
+}
+
+PGconn *sq_connect_plain(const sq_config *cfg, const char *dsn, const char *role,
+			 int64_t statement_timeout_ms, char *errbuf, size_t errlen)
+{
+	char timeout[16];
+	char *opts = conn_options(
+		cfg, statement_timeout_ms >= 0 ? statement_timeout_ms : cfg->statement_timeout_ms,
+		role);
+	const char *kw[] = {"dbname", "options", "connect_timeout", NULL};
+	const char *vals[] = {dsn, opts, timeout, NULL};
+	PGconn *c;
+	snprintf(timeout, sizeof(timeout), "%d", connect_timeout_s(cfg));
+	c = opts ? PQconnectdbParams(kw, vals, 1) : NULL;
+	free(opts);
+	if (!c) {
+		snprintf(errbuf, errlen, "out of memory");
+		return NULL;
+	}
+	if (PQstatus(c) != CONNECTION_OK) {
+		snprintf(errbuf, errlen, "%s", PQerrorMessage(c));
+		errbuf[strcspn(errbuf, "\n")] = '\0';
+		PQfinish(c);
+		return NULL;
+	}
+	sq_conn_hook_call(role, c);
+	return c;
 }
 
 static double mono_s(void)
@@ -174,7 +209,7 @@ sq_status sq_client_open(const sq_config *cfg, int for_init, sq_client **out, sq
 	sq_client *c = calloc(1, sizeof(*c));
 	char *opts;
 	sq_status st = SQ_OK;
-	int timeout_s = (int)((cfg->connect_timeout_ms + 999) / 1000);
+	int timeout_s = connect_timeout_s(cfg);
 	*out = NULL;
 	if (!c)
 		return sq_err(err, SQ_ENOMEM, "out of memory");
@@ -186,7 +221,7 @@ sq_status sq_client_open(const sq_config *cfg, int for_init, sq_client **out, sq
 	c->map = calloc(cfg->partitions, sizeof(int));
 	c->yield =
 		malloc(sizeof(double) * (size_t)(cfg->nshards * (cfg->ntypes ? cfg->ntypes : 1)));
-	opts = conn_options(cfg);
+	opts = conn_options(cfg, cfg->statement_timeout_ms, NULL);
 	if (!c->base || !c->shards || !c->map || !c->yield || !opts) {
 		free(opts);
 		sq_client_close(c);
@@ -223,13 +258,12 @@ sq_status sq_client_open(const sq_config *cfg, int for_init, sq_client **out, sq
 		st = sq_client_refresh_map(c, err);
 	if (st == SQ_OK && !for_init) {
 		/* map changes arrive by NOTIFY; the version poll covers a lost one */
-		c->map_listen = PQconnectdb(sq_config_meta_dsn(cfg));
-		if (PQstatus(c->map_listen) == CONNECTION_OK) {
+		char ignore[256];
+		c->map_listen = sq_connect_plain(cfg, sq_config_meta_dsn(cfg), "map-listen", -1,
+						 ignore, sizeof(ignore));
+		if (c->map_listen) {
 			PQclear(PQexec(c->map_listen, "LISTEN shardq_map"));
 			PQsetnonblocking(c->map_listen, 1);
-		} else {
-			PQfinish(c->map_listen);
-			c->map_listen = NULL;
 		}
 	}
 	if (st != SQ_OK) {

@@ -36,6 +36,18 @@ struct sq_client {
 	uint64_t map_refreshes;
 };
 
+/*
+ * A plain connection (blocking, outside the pipelines): the mover's, the
+ * vacuum after a move, the LISTEN ones. Like every shard connection it
+ * takes the [connection] settings: connect_timeout,
+ * idle_in_transaction_session_timeout, statement_timeout (the config's, or
+ * statement_timeout_ms when >= 0: an explicit, documented override), and
+ * application_name with "-role" added (shardq-mover, shardq-listen, ...).
+ * NULL and a message in errbuf on failure.
+ */
+PGconn *sq_connect_plain(const sq_config *cfg, const char *dsn, const char *role,
+			 int64_t statement_timeout_ms, char *errbuf, size_t errlen);
+
 /* Takes `n` fresh id numbers (not yet shifted/combined with a partition);
  * the first is *first. Fetches blocks from the meta database as needed. */
 SQ_MUST_CHECK sq_status sq_client_take_ids(sq_client *c, size_t n, int64_t *first, sq_error *err);

@@ -47,6 +47,8 @@ struct sq_config {
 	char *application_name;
 	int64_t map_poll_ms;    /* how often a client checks the map version */
 	int64_t moving_wait_ms; /* how long a write waits on a moving partition */
+	/* statement_timeout of the mover's bulk statements (copy, deletes) */
+	int64_t move_statement_timeout_ms;
 	int nshards;
 	sq_shard_conf shards[SQ_MAX_SHARDS];
 	int ntypes;

@@ -52,19 +52,17 @@ void sq_move_opts_init(sq_move_opts *o)
 	o->set_size = 256;
 }
 
-static PGconn *connect_to(const char *what, const char *dsn, sq_error *err)
+/* The mover's connections take the [connection] settings like every other
+ * (statement_timeout, idle_in_transaction_session_timeout, connect_timeout):
+ * a mover that stalls cannot hold a shard's gate, or anything else, for
+ * longer. Its bulk statements get move_statement_timeout (bulk_timeout). */
+static PGconn *connect_to(sq_client *c, const char *what, const char *dsn, sq_error *err)
 {
-	const char *kw[] = {"dbname", "options", "application_name", NULL};
-	const char *vals[] = {dsn,
-			      "-c statement_timeout=0 -c idle_in_transaction_session_timeout=0",
-			      "shardq-mover", NULL};
-	PGconn *c = PQconnectdbParams(kw, vals, 1);
-	if (PQstatus(c) != CONNECTION_OK) {
-		sq_err(err, SQ_ECONN, "%s: %s", what, PQerrorMessage(c));
-		PQfinish(c);
-		return NULL;
-	}
-	return c;
+	char msg[512];
+	PGconn *pc = sq_connect_plain(c->cfg, dsn, "mover", -1, msg, sizeof(msg));
+	if (!pc)
+		sq_err(err, SQ_ECONN, "%s: %s", what, msg);
+	return pc;
 }
 
 /* Runs one statement; NULL and err on failure (the transaction, if any,
@@ -100,6 +98,22 @@ static sq_status run_ok(PGconn *c, const char *who, const char *sql, int n, cons
 	return SQ_OK;
 }
 
+/* The bulk statements (a destination's leftovers deleted, a set's rows
+ * counted and copied, the moved rows deleted) may run longer than
+ * [connection] statement_timeout on a big set: they run under
+ * [connection] move_statement_timeout, set just around them (LOCAL inside
+ * a transaction). None of them runs under the gate: the freeze and the
+ * drain keep the normal timeouts. */
+static sq_status bulk_timeout(sq_client *c, PGconn *pc, const char *who, int local, int on,
+			      sq_error *err)
+{
+	char sql[96];
+	snprintf(
+		sql, sizeof(sql), "SET %sstatement_timeout = %lld", local ? "LOCAL " : "",
+		(long long)(on ? c->cfg->move_statement_timeout_ms : c->cfg->statement_timeout_ms));
+	return run_ok(pc, who, sql, 0, NULL, err);
+}
+
 static const char *sid(sq_client *c, int s)
 {
 	return c->cfg->shards[s].id;
@@ -121,13 +135,13 @@ static void move_close(move *m)
 static sq_status move_connect(sq_client *c, move *m, sq_error *err)
 {
 	char who[96];
-	if (!m->meta && !(m->meta = connect_to("meta", sq_config_meta_dsn(c->cfg), err)))
+	if (!m->meta && !(m->meta = connect_to(c, "meta", sq_config_meta_dsn(c->cfg), err)))
 		return err->code;
 	snprintf(who, sizeof(who), "shard %s (source)", sid(c, m->from));
-	if (!m->src && !(m->src = connect_to(who, c->cfg->shards[m->from].dsn, err)))
+	if (!m->src && !(m->src = connect_to(c, who, c->cfg->shards[m->from].dsn, err)))
 		return err->code;
 	snprintf(who, sizeof(who), "shard %s (destination)", sid(c, m->to));
-	if (!m->dst && !(m->dst = connect_to(who, c->cfg->shards[m->to].dsn, err)))
+	if (!m->dst && !(m->dst = connect_to(c, who, c->cfg->shards[m->to].dsn, err)))
 		return err->code;
 	return SQ_OK;
 }
@@ -161,9 +175,11 @@ static sq_status record(move *m, const char *step, const char *extra_sql, sq_err
 
 static void record_error(move *m, const sq_error *e)
 {
-	char id[24];
-	const char *v[2] = {id, e->msg};
+	char id[24], msg[sizeof(e->msg)];
+	const char *v[2] = {id, msg};
 	sq_error ignore;
+	/* a message cut to fit may end inside a character: the column is text */
+	sq_utf8_clean(msg, sizeof(msg), e->msg, strlen(e->msg));
 	snprintf(id, sizeof(id), "%lld", (long long)m->id);
 	if (m->meta)
 		(void)run_ok(
@@ -180,7 +196,7 @@ static sq_status load(sq_client *c, move *m, int64_t id, sq_error *err)
 	const char *v[1] = {ids};
 	PGresult *r;
 	snprintf(ids, sizeof(ids), "%lld", (long long)id);
-	if (!m->meta && !(m->meta = connect_to("meta", sq_config_meta_dsn(c->cfg), err)))
+	if (!m->meta && !(m->meta = connect_to(c, "meta", sq_config_meta_dsn(c->cfg), err)))
 		return err->code;
 	r = run(m->meta, "meta",
 		"SELECT array_to_string(partitions, ','), from_shard, to_shard, step, "
@@ -316,7 +332,7 @@ static sq_status prepare(sq_client *c, move *m, sq_error *err)
 	PGresult *r;
 	snprintf(ids, sizeof(ids), "%lld", (long long)m->id);
 	snprintf(who, sizeof(who), "shard %s (destination)", sid(c, m->to));
-	if (run_ok(m->dst, who, "BEGIN", 0, NULL, err))
+	if (run_ok(m->dst, who, "BEGIN", 0, NULL, err) || bulk_timeout(c, m->dst, who, 1, 1, err))
 		return err->code;
 	r = run(m->dst, who,
 		"SELECT count(*) FILTER (WHERE state IN ('owned', 'moving_out')) FROM (SELECT "
@@ -353,11 +369,22 @@ static sq_status prepare(sq_client *c, move *m, sq_error *err)
  * queued exclusive request holds every new writer of the shard behind it,
  * so the wait is bounded. *t0 (if not NULL) is when the successful try
  * began. On failure nothing is held. */
-static sq_status gate_exclusive(move *m, const char *who, const sq_move_opts *o, const char *step,
-				double *t0, sq_error *err)
+static sq_status gate_exclusive(sq_client *c, move *m, const char *who, const sq_move_opts *o,
+				const char *step, double *t0, sq_error *err)
 {
-	char lt[64];
-	snprintf(lt, sizeof(lt), "SET LOCAL lock_timeout = %lld", (long long)o->lock_timeout_ms);
+	char lt[160];
+	/* the gate is never held idle longer than the lock timeout (at least
+	 * 1 s, at most the configured idle timeout): the mover runs a few quick
+	 * statements under it, and every writer of the shard queues behind it,
+	 * so a mover that stalls there (stopped, cut off) is ended by the
+	 * server, which lets the writers go; the move is resumed later */
+	int64_t idle = o->lock_timeout_ms > 1000 ? o->lock_timeout_ms : 1000;
+	if (c->cfg->idle_in_tx_timeout_ms > 0 && c->cfg->idle_in_tx_timeout_ms < idle)
+		idle = c->cfg->idle_in_tx_timeout_ms;
+	snprintf(lt, sizeof(lt),
+		 "SET LOCAL lock_timeout = %lld; SET LOCAL idle_in_transaction_session_timeout = "
+		 "%lld",
+		 (long long)o->lock_timeout_ms, (long long)idle);
 	for (int attempt = 1;; attempt++) {
 		if (t0)
 			*t0 = now_ms();
@@ -389,7 +416,7 @@ static sq_status freeze(sq_client *c, move *m, const sq_move_opts *o, sq_error *
 	for (;;) {
 		double t0;
 		PGresult *r;
-		if (gate_exclusive(m, who, o, "freeze", &t0, err))
+		if (gate_exclusive(c, m, who, o, "freeze", &t0, err))
 			return err->code;
 		r = run(m->src, who,
 			"SELECT count(*) FILTER (WHERE state = 'owned' OR (state = 'moving_out' "
@@ -432,7 +459,7 @@ static sq_status drain(sq_client *c, move *m, const sq_move_opts *o, sq_error *e
 {
 	char who[96];
 	snprintf(who, sizeof(who), "shard %s (source)", sid(c, m->from));
-	if (gate_exclusive(m, who, o, "drain", NULL, err))
+	if (gate_exclusive(c, m, who, o, "drain", NULL, err))
 		return err->code;
 	sq_failpoint("during_drain");
 	if (run_ok(m->src, who, "COMMIT", 0, NULL, err))
@@ -463,6 +490,8 @@ static sq_status copy_and_own(sq_client *c, move *m, sq_error *err)
 	int done = (size_t)atoll(PQgetvalue(r, 0, 0)) == m->n;
 	PQclear(r);
 	if (!done) {
+		if (bulk_timeout(c, m->src, sw, 0, 1, err))
+			return err->code;
 		r = run(m->src, sw,
 			"SELECT count(*) FROM shardq.jobs WHERE partition = ANY($1::int[])", 1, v,
 			err);
@@ -470,7 +499,8 @@ static sq_status copy_and_own(sq_client *c, move *m, sq_error *err)
 			return err->code;
 		int64_t want = atoll(PQgetvalue(r, 0, 0));
 		PQclear(r);
-		if (run_ok(m->dst, dw, "BEGIN", 0, NULL, err))
+		if (run_ok(m->dst, dw, "BEGIN", 0, NULL, err) ||
+		    bulk_timeout(c, m->dst, dw, 1, 1, err))
 			return err->code;
 		r = run(m->dst, dw,
 			"SELECT count(*) FROM (SELECT 1 FROM shardq.partition_state WHERE "
@@ -533,6 +563,13 @@ static sq_status copy_and_own(sq_client *c, move *m, sq_error *err)
 		}
 		while ((r = PQgetResult(m->src)) != NULL)
 			PQclear(r);
+		if (bulk_timeout(c, m->src, sw, 0, 0, err)) {
+			PQputCopyEnd(m->dst, "source failed");
+			while ((r = PQgetResult(m->dst)) != NULL)
+				PQclear(r);
+			run_ok(m->dst, dw, "ROLLBACK", 0, NULL, err);
+			return err->code;
+		}
 		if (!put_ok) {
 			sq_err(err, SQ_EDB, "%s: COPY: %s", dw, PQerrorMessage(m->dst));
 			PQputCopyEnd(m->dst, "destination failed");
@@ -658,6 +695,8 @@ static sq_status cleanup(sq_client *c, move *m, const sq_move_opts *o, sq_error 
 			      "%s shows %zu of the %zu partitions of move %lld gone; not deleting "
 			      "their rows (see shardq moves)",
 			      who, gone, m->n, (long long)m->id);
+	if (bulk_timeout(c, m->src, who, 0, 1, err))
+		return err->code;
 	for (int first = 1;; first = 0) {
 		PGresult *r = run(m->src, who,
 				  "DELETE FROM shardq.jobs WHERE ctid = ANY(ARRAY(SELECT ctid FROM "
@@ -672,6 +711,8 @@ static sq_status cleanup(sq_client *c, move *m, const sq_move_opts *o, sq_error 
 		if (n == 0)
 			break;
 	}
+	if (bulk_timeout(c, m->src, who, 0, 0, err))
+		return err->code;
 	const char *fv[1] = {ids};
 	if (run_ok(m->meta, "meta", "BEGIN", 0, NULL, err) ||
 	    run_ok(m->meta, "meta",
@@ -751,8 +792,11 @@ static void refresh_quietly(sq_client *c)
 
 static void vacuum(sq_client *c, int s)
 {
-	sq_error ignore;
-	PGconn *v = connect_to("vacuum", c->cfg->shards[s].dsn, &ignore);
+	char ignore[256];
+	/* a bulk statement: under move_statement_timeout (it takes no lock that
+	 * writers wait for) */
+	PGconn *v = sq_connect_plain(c->cfg, c->cfg->shards[s].dsn, "vacuum",
+				     c->cfg->move_statement_timeout_ms, ignore, sizeof(ignore));
 	if (!v)
 		return;
 	/* the mass delete leaves dead rows that seed 002 warns about */
@@ -776,7 +820,7 @@ static sq_status move_set(sq_client *c, const uint32_t *parts, size_t n, int fro
 		return sq_err(err, SQ_ENOMEM, "out of memory");
 	memcpy(m.parts, parts, n * sizeof(uint32_t));
 	set_lit(&m);
-	if (!(m.meta = connect_to("meta", sq_config_meta_dsn(c->cfg), err))) {
+	if (!(m.meta = connect_to(c, "meta", sq_config_meta_dsn(c->cfg), err))) {
 		move_close(&m);
 		return err->code;
 	}
@@ -891,7 +935,8 @@ sq_status sq_move_abort(sq_client *c, int64_t id, sq_error *err)
 	/* the destination may have committed without recording it: check under
 	 * the row locks, in the transaction that forgets the partitions */
 	snprintf(who, sizeof(who), "shard %s (destination)", sid(c, m.to));
-	if ((st = run_ok(m.dst, who, "BEGIN", 0, NULL, err)))
+	if ((st = run_ok(m.dst, who, "BEGIN", 0, NULL, err)) ||
+	    (st = bulk_timeout(c, m.dst, who, 1, 1, err)))
 		goto out;
 	PGresult *r =
 		run(m.dst, who,
@@ -951,7 +996,7 @@ sq_status sq_moves_list(sq_client *c, int all, sq_move_info **out, size_t *n, sq
 	sq_error local_err;
 	if (!err)
 		err = &local_err; /* the steps read err->code */
-	PGconn *meta = connect_to("meta", sq_config_meta_dsn(c->cfg), err);
+	PGconn *meta = connect_to(c, "meta", sq_config_meta_dsn(c->cfg), err);
 	PGresult *r;
 	*out = NULL;
 	*n = 0;

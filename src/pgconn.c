@@ -8,6 +8,21 @@
 #include <stdlib.h>
 #include <string.h>
 
+static sq_conn_hook conn_hook;
+static void *conn_hook_arg;
+
+void sq_set_conn_hook(sq_conn_hook fn, void *arg)
+{
+	conn_hook = fn;
+	conn_hook_arg = arg;
+}
+
+void sq_conn_hook_call(const char *role, PGconn *conn)
+{
+	if (conn_hook)
+		conn_hook(role, conn, conn_hook_arg);
+}
+
 static void ignore_notice(void *arg, const char *msg)
 {
 	(void)arg;
@@ -74,6 +89,7 @@ static sq_status connect_now(sq_pgconn *pc, sq_error *err)
 			      pc->shard_id, pc->addr, msg);
 	}
 	PQsetNoticeProcessor(pc->conn, ignore_notice, NULL);
+	sq_conn_hook_call("pipeline", pc->conn);
 	if (PQsetnonblocking(pc->conn, 1) || !PQenterPipelineMode(pc->conn)) {
 		short_pq_error(PQerrorMessage(pc->conn), msg, sizeof(msg));
 		PQfinish(pc->conn);

@@ -58,6 +58,15 @@ typedef struct sq_pgconn {
 	void *run; /* the run in progress */
 } sq_pgconn;
 
+/* For tests: called with each connection the library opens, once it is
+ * up and before anything runs on it; role is "pipeline" for a client's
+ * shard and meta connections, else what sq_connect_plain was given ("mover",
+ * "vacuum", "listen", "map-listen"). NULL: none. Set it while no client or
+ * worker is in use (it is not synchronised). */
+typedef void (*sq_conn_hook)(const char *role, PGconn *conn, void *arg);
+void sq_set_conn_hook(sq_conn_hook fn, void *arg);
+void sq_conn_hook_call(const char *role, PGconn *conn);
+
 /* Connects (blocking, with connect_timeout). On failure, err names the shard
  * and its address. Free with sq_pgconn_close(). */
 SQ_MUST_CHECK sq_status sq_pgconn_open(sq_pgconn *pc, const char *shard_id, const char *dsn,

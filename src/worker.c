@@ -153,14 +153,13 @@ void sq_worker_stop(sq_worker *w, int at_once)
 static sq_status open_listeners(sq_worker *w, sq_error *err)
 {
 	for (int s = 0; s < w->c->nshards; s++) {
-		PGconn *l = PQconnectdb(w->cfg->shards[s].dsn);
+		char msg[512];
+		PGconn *l = sq_connect_plain(w->cfg, w->cfg->shards[s].dsn, "listen", -1, msg,
+					     sizeof(msg));
 		PGresult *r;
-		if (PQstatus(l) != CONNECTION_OK) {
-			sq_err(err, SQ_ECONN, "shard %s (%s): listen connection: %s",
-			       w->cfg->shards[s].id, w->c->shards[s].addr, PQerrorMessage(l));
-			PQfinish(l);
-			return SQ_ECONN;
-		}
+		if (!l)
+			return sq_err(err, SQ_ECONN, "shard %s (%s): listen connection: %s",
+				      w->cfg->shards[s].id, w->c->shards[s].addr, msg);
 		r = PQexec(l, "LISTEN shardq_jobs");
 		PQclear(r);
 		PQsetnonblocking(l, 1);
