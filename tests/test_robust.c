@@ -1,0 +1,839 @@
+/* test_robust.c - no wedged worker (issue 9): error text that is not valid
+ * UTF-8, one write the database refuses, a partition frozen by a move, a
+ * claim whose answer is lost, the mover's and listeners' server-side
+ * timeouts, and failpoints that exist only in test builds. Every test runs
+ * against the real local shards and waits on progress, never on a deadline:
+ * a stall fails with what is left, per shard, type and status. */
+#include "buf.h"
+#include "client.h"
+#include "schema.h"
+#include "test_common.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static const char *types =
+	/* item 1: one try, so a failure is final and its last_error stays */
+	"[type p]\nmax_attempts = 1\nhistory = true\n"
+	/* item 1: completions; a refused one is retried by nobody for 1h */
+	"[type q]\nexecution_timeout = 1h\n"
+	/* item 3 */
+	"[type h]\nexecution_timeout = 1h\nmax_attempts = 1\nhistory = true\n"
+	/* item 4: a short starting lease, a long execution lease */
+	"[type lc]\nstarting_timeout = 1s\nexecution_timeout = 1h\nhistory = true\n";
+
+static testdb t;
+
+static double mono(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* Seconds without progress after which a wait fails: $SHARDQ_TEST_STALL,
+ * else 30 (every lease these tests wait for is 1s; the ones they must not
+ * wait for are 1h). */
+static double stall_s(void)
+{
+	const char *e = getenv("SHARDQ_TEST_STALL");
+	double v = e ? atof(e) : 0;
+	return v > 0 ? (v < 600 ? v : 600) : 30;
+}
+
+static void setup(void)
+{
+	testdb_open(&t, "sqt_robust", 2, 64, types);
+}
+
+static void teardown(void)
+{
+	testdb_close(&t);
+}
+
+/* ---- helpers ------------------------------------------------------------ */
+
+/* Rows per shard, type and status, for a failure message. */
+static const char *left_report(char *buf, size_t len)
+{
+	size_t k = 0;
+	buf[0] = '\0';
+	for (int s = 0; s < t.nshards; s++) {
+		PGconn *c = testdb_pg(&t, s);
+		PGresult *r = PQexec(c, "SELECT task, status, count(*) FROM shardq.jobs "
+					"GROUP BY 1, 2 ORDER BY 1, 2");
+		for (int i = 0; PQresultStatus(r) == PGRES_TUPLES_OK && i < PQntuples(r); i++)
+			if (k < len)
+				k += (size_t)snprintf(buf + k, len - k, "  s%d %s %s %s\n", s + 1,
+						      PQgetvalue(r, i, 0), PQgetvalue(r, i, 1),
+						      PQgetvalue(r, i, 2));
+		PQclear(r);
+		PQfinish(c);
+	}
+	if (!buf[0])
+		snprintf(buf, len, "  (no rows)\n");
+	return buf;
+}
+
+/* Waits until the sum of `sql` over the shards is `want`. Fails when the
+ * value has not moved for stall_s() seconds, printing what is left and
+ * `why` (a worker's figures, say). */
+static void wait_sum(const char *sql, long long want, const char *what,
+		     void (*why)(char *buf, size_t len))
+{
+	long long last = testdb_sum(&t, sql);
+	double moved = mono();
+	while (last != want) {
+		usleep(50000);
+		long long v = testdb_sum(&t, sql);
+		if (v != last) {
+			last = v;
+			moved = mono();
+		} else if (mono() - moved > stall_s()) {
+			char rows[4096], w[1024] = "";
+			if (why)
+				why(w, sizeof(w));
+			ck_abort_msg("%s: stalled at %lld (want %lld) for %.0fs\nrows:\n%s%s", what,
+				     last, want, stall_s(), left_report(rows, sizeof(rows)), w);
+		}
+	}
+}
+
+/* n keys (prefix-0, prefix-1, ...) whose partitions live on shard s. */
+static void keys_on_shard(int s, const char *prefix, int n, char (*keys)[32])
+{
+	int got = 0;
+	for (int i = 0; got < n; i++) {
+		char k[32];
+		snprintf(k, sizeof(k), "%s-%d", prefix, i);
+		uint32_t p = sq_partition_of_key(k, strlen(k), t.partitions);
+		if (sq_client_shard_of_partition(t.client, p) == s)
+			memcpy(keys[got++], k, sizeof(k));
+	}
+}
+
+static uint32_t part_of(const char *key)
+{
+	return sq_partition_of_key(key, strlen(key), t.partitions);
+}
+
+static int64_t enq(const char *type, const char *key)
+{
+	return enqueue_one(t.client, type, key, NULL, NULL);
+}
+
+/* A library worker on a thread of its own. */
+typedef struct tworker {
+	sq_worker *w;
+	pthread_t th;
+	sq_status st;
+	char err[1024];
+} tworker;
+
+static void *tworker_main(void *arg)
+{
+	tworker *tw = arg;
+	sq_error err;
+	tw->st = sq_worker_run(tw->w, &err);
+	if (tw->st != SQ_OK)
+		snprintf(tw->err, sizeof(tw->err), "%s", err.msg);
+	return NULL;
+}
+
+static void tworker_create(tworker *tw, const char *id, int listen)
+{
+	sq_worker_opts o;
+	sq_error err;
+	memset(tw, 0, sizeof(*tw));
+	sq_worker_opts_init(&o);
+	o.worker_id = id;
+	o.poll_max_ms = 100;
+	o.listen = listen;
+	OKE(sq_worker_create(t.cfg, &o, &tw->w, &err));
+}
+
+static void tworker_add(tworker *tw, const char *type, int conc, sq_handler fn, void *arg)
+{
+	sq_error err;
+	OKE(sq_worker_add(tw->w, type, conc, fn, arg, &err));
+}
+
+static void tworker_start(tworker *tw)
+{
+	ck_assert_int_eq(pthread_create(&tw->th, NULL, tworker_main, tw), 0);
+}
+
+static void tworker_stop(tworker *tw)
+{
+	sq_worker_stop(tw->w, 0);
+	pthread_join(tw->th, NULL);
+	ck_assert_msg(tw->st == SQ_OK, "worker: %s", tw->err);
+}
+
+static tworker *shown; /* whose figures a stall prints */
+
+static void show_worker(char *buf, size_t len)
+{
+	sq_worker_stats st;
+	size_t k;
+	if (!shown)
+		return;
+	sq_worker_get_stats(shown->w, &st);
+	k = (size_t)snprintf(
+		buf, len, "worker: running %d buffered %d db errors %llu last error: %s\n",
+		st.running, st.buffered, (unsigned long long)st.db_errors, st.last_error);
+	for (int i = 0; i < st.ntypes && k < len; i++)
+		k += (size_t)snprintf(buf + k, len - k,
+				      "  %s: done %llu retried %llu failed %llu lost %llu\n",
+				      st.types[i].type, (unsigned long long)st.types[i].done,
+				      (unsigned long long)st.types[i].retried,
+				      (unsigned long long)st.types[i].failed,
+				      (unsigned long long)st.types[i].lost);
+}
+
+static const sq_worker_type_stats *type_stats(const sq_worker_stats *st, const char *type)
+{
+	for (int i = 0; i < st->ntypes; i++)
+		if (!strcmp(st->types[i].type, type))
+			return &st->types[i];
+	ck_abort_msg("no figures for type %s", type);
+	return NULL;
+}
+
+static char *shard_text(int s, const char *sql)
+{
+	PGconn *c = testdb_pg(&t, s);
+	PGresult *r = PQexec(c, sql);
+	char *v = NULL;
+	ck_assert_msg(PQresultStatus(r) == PGRES_TUPLES_OK, "%s: %s", sql, PQerrorMessage(c));
+	if (PQntuples(r) && !PQgetisnull(r, 0, 0))
+		v = strdup(PQgetvalue(r, 0, 0));
+	PQclear(r);
+	PQfinish(c);
+	return v;
+}
+
+static void shard_exec(int s, const char *sql)
+{
+	PGconn *c = testdb_pg(&t, s);
+	PGresult *r = PQexec(c, sql);
+	ck_assert_msg(PQresultStatus(r) == PGRES_COMMAND_OK || PQresultStatus(r) == PGRES_TUPLES_OK,
+		      "%s: %s", sql, PQerrorMessage(c));
+	PQclear(r);
+	PQfinish(c);
+}
+
+/* ---- item 1: text that is not UTF-8; one write that is refused ---------- */
+
+#define U_FFFD "\xEF\xBF\xBD"
+
+/* Bytes a handler or command might leave: invalid UTF-8, a NUL inside. */
+static const char poison_text[] = "poison \xff\xfe mid\0after nul \xc3( \xed\xa0\x80.";
+static const char poison_clean[] =
+	"poison " U_FFFD U_FFFD " midafter nul " U_FFFD "( " U_FFFD U_FFFD U_FFFD ".";
+
+START_TEST(fail_text_is_stored_as_valid_utf8)
+{
+	int64_t id = enq("p", "one");
+	sq_job *js;
+	size_t n;
+	sq_claim_req rq = {"p", 1, 1};
+	sq_error err;
+	sq_status st;
+	char sql[160];
+	OKE(sq_claim(t.client, "w1", &rq, 1, &js, &n, &err));
+	ck_assert_uint_eq(n, 1);
+	ck_assert_int_eq(js[0].status, SQ_RUNNING);
+	sq_fail_req f = {{id, js[0].attempt}, "bad \xff\xfe end \xe2\x82", 1};
+	sq_jobs_free(js, n);
+	OKE(sq_fail(t.client, "w1", &f, 1, &st, &err));
+	ck_assert_int_eq(st, SQ_OK);
+	snprintf(sql, sizeof(sql), "SELECT last_error FROM shardq.jobs WHERE id = %lld",
+		 (long long)id);
+	char *le = shard_text(sq_client_shard_of_partition(t.client, sq_partition_of_id(id)), sql);
+	ck_assert_ptr_nonnull(le);
+	ck_assert_str_eq(le, "bad " U_FFFD U_FFFD " end " U_FFFD U_FFFD);
+	free(le);
+}
+END_TEST
+
+/* The cleaner itself: what becomes U+FFFD, what is kept, where it cuts. */
+START_TEST(utf8_clean_cases)
+{
+	static const struct {
+		const char *in;
+		size_t n;
+		const char *out;
+	} cases[] = {
+		{"plain ascii", 11, "plain ascii"},
+		{"\xc3\xa9t\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80", 14,
+		 "\xc3\xa9t\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80"},
+		{"a\0b", 3, "ab"},
+		{"\xc0\x80", 2, U_FFFD U_FFFD},                       /* overlong NUL */
+		{"\xe0\x80\xaf", 3, U_FFFD U_FFFD U_FFFD},            /* overlong '/' */
+		{"\xed\xa0\x80", 3, U_FFFD U_FFFD U_FFFD},            /* a surrogate */
+		{"\xf4\x90\x80\x80", 4, U_FFFD U_FFFD U_FFFD U_FFFD}, /* beyond U+10FFFF */
+		{"x\xe2\x82", 3, "x" U_FFFD U_FFFD},                  /* cut short */
+		{"\x80\xbf", 2, U_FFFD U_FFFD},                       /* stray continuations */
+		{"\xff\xfe", 2, U_FFFD U_FFFD},
+	};
+	char out[64];
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		sq_utf8_clean(out, sizeof(out), cases[i].in, cases[i].n);
+		ck_assert_msg(!strcmp(out, cases[i].out), "case %zu: got '%s'", i, out);
+		ck_assert(sq_utf8_valid(out));
+	}
+	ck_assert(!sq_utf8_valid("a\xff"
+				 "b"));
+	/* a cut never splits a character: 5 bytes of room, then a 3-byte one */
+	ck_assert_uint_eq(sq_utf8_clean(out, 6, "abcd\xe2\x82\xac", 7), 4);
+	ck_assert_str_eq(out, "abcd");
+	ck_assert_uint_eq(sq_utf8_clean(out, 8, "abcd\xff", 5), 7);
+	ck_assert_str_eq(out, "abcd" U_FFFD);
+}
+END_TEST
+
+static sq_job_result poison_handler(const sq_job *job, void *arg, char *e, size_t elen)
+{
+	(void)arg;
+	if (job->key && !strncmp(job->key, "poison", 6)) {
+		ck_assert_uint_ge(elen, sizeof(poison_text));
+		memcpy(e, poison_text, sizeof(poison_text) - 1); /* no terminator of ours */
+		return SQ_RESULT_RETRY;
+	}
+	return SQ_RESULT_DONE;
+}
+
+START_TEST(poison_error_text_does_not_wedge_the_worker)
+{
+	enum { N = 60, NP = 3 };
+	char keys[N][32];
+	tworker tw;
+	/* every job on one shard, so the poison shares its write transaction */
+	keys_on_shard(0, "job", N - NP, keys);
+	keys_on_shard(0, "poison", NP, keys + N - NP);
+	tworker_create(&tw, "wp", 0);
+	tworker_add(&tw, "p", 8, poison_handler, NULL);
+	for (int i = 0; i < N; i++)
+		enq("p", keys[i]);
+	shown = &tw;
+	tworker_start(&tw);
+	wait_sum("SELECT count(*) FROM shardq.jobs WHERE status IN ('ready','starting','running')",
+		 0, "jobs of the poison's shard", show_worker);
+	sq_worker_stats st;
+	sq_worker_get_stats(tw.w, &st);
+	tworker_stop(&tw);
+	sq_worker_destroy(tw.w);
+	shown = NULL;
+	ck_assert_uint_eq(type_stats(&st, "p")->done, N - NP);
+	ck_assert_uint_eq(type_stats(&st, "p")->failed, NP);
+	ck_assert_int_eq(testdb_scalar(&t, 0, "SELECT count(*) FROM shardq.jobs_history"), N - NP);
+	/* the stored text: valid (the shard took it), bad bytes replaced, the NUL
+	 * dropped and what followed it kept */
+	PGconn *c = testdb_pg(&t, 0);
+	PGresult *r = PQexec(c, "SELECT last_error FROM shardq.jobs WHERE status = 'failed'");
+	ck_assert_int_eq(PQntuples(r), NP);
+	for (int i = 0; i < NP; i++)
+		ck_assert_str_eq(PQgetvalue(r, i, 0), poison_clean);
+	PQclear(r);
+	PQfinish(c);
+}
+END_TEST
+
+static sq_job_result done_handler(const sq_job *job, void *arg, char *e, size_t elen)
+{
+	(void)job;
+	(void)arg;
+	(void)e;
+	(void)elen;
+	return SQ_RESULT_DONE;
+}
+
+START_TEST(one_refused_write_does_not_block_the_shard)
+{
+	enum { N = 40 };
+	char keys[N][32], more[10][32], poison[1][32];
+	char sql[512];
+	tworker tw;
+	keys_on_shard(0, "q", N, keys);
+	keys_on_shard(0, "poison", 1, poison);
+	keys_on_shard(0, "more", 10, more);
+	int64_t pid = enq("q", poison[0]);
+	/* the shard refuses to complete that one job, whatever the worker does */
+	shard_exec(0, "CREATE FUNCTION public.refuse() RETURNS trigger LANGUAGE plpgsql AS "
+		      "$$BEGIN RAISE EXCEPTION 'job % may not complete', OLD.id; END$$");
+	snprintf(sql, sizeof(sql),
+		 "CREATE TRIGGER refuse BEFORE DELETE ON shardq.jobs FOR EACH ROW "
+		 "WHEN (OLD.id = %lld) EXECUTE FUNCTION public.refuse()",
+		 (long long)pid);
+	shard_exec(0, sql);
+	for (int i = 0; i < N; i++)
+		enq("q", keys[i]);
+	tworker_create(&tw, "wq", 0);
+	tworker_add(&tw, "q", 8, done_handler, NULL);
+	shown = &tw;
+	tworker_start(&tw);
+	/* everything but the refused one completes */
+	wait_sum("SELECT count(*) FROM shardq.jobs", 1, "jobs beside the refused one", show_worker);
+	/* the refused completion is answered (dropped, with its reason), not
+	 * retried forever: more work on the same shard adds no error */
+	sq_worker_stats st;
+	double moved = mono();
+	for (;;) {
+		sq_worker_get_stats(tw.w, &st);
+		if (strstr(st.last_error, "dropped"))
+			break;
+		ck_assert_msg(mono() - moved < stall_s(),
+			      "the refused completion was never given up; last error: %s",
+			      st.last_error);
+		usleep(50000);
+	}
+	char idtext[32];
+	snprintf(idtext, sizeof(idtext), "%lld", (long long)pid);
+	ck_assert_msg(strstr(st.last_error, idtext), "the reason names the job: %s", st.last_error);
+	uint64_t errors = st.db_errors;
+	for (int i = 0; i < 10; i++)
+		enq("q", more[i]);
+	wait_sum("SELECT count(*) FROM shardq.jobs", 1, "more jobs on the same shard", show_worker);
+	sq_worker_get_stats(tw.w, &st);
+	ck_assert_msg(st.db_errors == errors, "still retrying: %llu errors, was %llu; last: %s",
+		      (unsigned long long)st.db_errors, (unsigned long long)errors, st.last_error);
+	ck_assert_uint_eq(type_stats(&st, "q")->done, N + 10);
+	tworker_stop(&tw);
+	sq_worker_destroy(tw.w);
+	shown = NULL;
+	/* nothing else was written for it: still running, its lease untouched */
+	snprintf(sql, sizeof(sql), "SELECT status FROM shardq.jobs WHERE id = %lld",
+		 (long long)pid);
+	char *status = shard_text(0, sql);
+	ck_assert_str_eq(status, "running");
+	free(status);
+}
+END_TEST
+
+/* ---- item 3: one partition frozen by a move ----------------------------- */
+
+static atomic_int hold_release;
+static atomic_int held_now;
+
+static sq_job_result hold_handler(const sq_job *job, void *arg, char *e, size_t elen)
+{
+	(void)arg;
+	atomic_fetch_add(&held_now, 1);
+	while (!atomic_load(&hold_release))
+		usleep(1000);
+	atomic_fetch_sub(&held_now, 1);
+	if (job->key && !strncmp(job->key, "fail", 4)) {
+		snprintf(e, elen, "failed on purpose");
+		return SQ_RESULT_FAIL;
+	}
+	return SQ_RESULT_DONE;
+}
+
+START_TEST(frozen_partition_waits_alone)
+{
+	enum { N = 24 };
+	char keys[N][32], others[12][32], sql[256];
+	tworker tw;
+	keys_on_shard(0, "h", N, keys);
+	for (int j = 0;; j++) { /* a failure on shard 0, off the frozen partition */
+		snprintf(keys[1], sizeof(keys[1]), "fail-%d", j);
+		if (sq_client_shard_of_partition(t.client, part_of(keys[1])) == 0 &&
+		    part_of(keys[1]) != part_of(keys[0]))
+			break;
+	}
+	uint32_t frozen = part_of(keys[0]);
+	int in_frozen = 0;
+	for (int i = 0; i < N; i++) {
+		enq("h", keys[i]);
+		in_frozen += part_of(keys[i]) == frozen;
+	}
+	ck_assert_int_lt(in_frozen, N - 2);
+	atomic_store(&hold_release, 0);
+	atomic_store(&held_now, 0);
+	tworker_create(&tw, "wh", 0);
+	tworker_add(&tw, "h", 64, hold_handler, NULL);
+	shown = &tw;
+	tworker_start(&tw);
+	/* all running, then the partition freezes under them, as a move's
+	 * freeze does (the mover would wait for the gate; here nothing holds it) */
+	wait_sum("SELECT count(*) FROM shardq.jobs WHERE status = 'running'", N, "claims",
+		 show_worker);
+	snprintf(sql, sizeof(sql),
+		 "UPDATE shardq.partition_state SET state = 'moving_out' WHERE partition = %u",
+		 frozen);
+	shard_exec(0, sql);
+	atomic_store(&hold_release, 1);
+	/* the others' completions and the failure commit while it is frozen */
+	snprintf(sql, sizeof(sql),
+		 "SELECT count(*) FROM shardq.jobs WHERE partition <> %u AND status <> 'failed'",
+		 frozen);
+	wait_sum(sql, 0, "completions beside the frozen partition", show_worker);
+	/* and the loop is not held: new work elsewhere is claimed and done */
+	keys_on_shard(1, "other", 6, others);
+	keys_on_shard(0, "other0", 6, others + 6);
+	int n_others = 0;
+	for (int i = 0; i < 12; i++)
+		if (part_of(others[i]) != frozen) {
+			enq("h", others[i]);
+			n_others++;
+		}
+	ck_assert_int_gt(n_others, 0);
+	wait_sum(sql, 0, "new jobs while a partition is frozen", show_worker);
+	snprintf(sql, sizeof(sql),
+		 "SELECT count(*) FROM shardq.jobs WHERE partition = %u AND status = 'running'",
+		 frozen);
+	ck_assert_int_eq(testdb_scalar(&t, 0, sql), in_frozen);
+	/* the move ends (here: is called off); the waiting ones complete */
+	snprintf(sql, sizeof(sql),
+		 "UPDATE shardq.partition_state SET state = 'owned' WHERE partition = %u", frozen);
+	shard_exec(0, sql);
+	wait_sum("SELECT count(*) FROM shardq.jobs WHERE status <> 'failed'", 0,
+		 "the frozen partition's completions", show_worker);
+	sq_worker_stats st;
+	sq_worker_get_stats(tw.w, &st);
+	tworker_stop(&tw);
+	sq_worker_destroy(tw.w);
+	shown = NULL;
+	ck_assert_uint_eq(type_stats(&st, "h")->done, N - 1 + n_others);
+	ck_assert_uint_eq(type_stats(&st, "h")->failed, 1);
+	ck_assert_uint_eq(type_stats(&st, "h")->lost, 0);
+}
+END_TEST
+
+/* ---- item 4: a claim whose answer is lost ------------------------------- */
+
+START_TEST(lost_claim_answer_comes_back_after_the_starting_lease)
+{
+	enum { N = 30 };
+	char keys[N][32];
+	sq_job *js;
+	size_t n;
+	sq_claim_req rq = {"lc", N, N};
+	sq_error err;
+	tworker tw;
+	for (int i = 0; i < N; i++) {
+		snprintf(keys[i], sizeof(keys[i]), "lc-%d", i);
+		enq("lc", keys[i]);
+	}
+	/* a worker claims them straight to running, and the answer is lost:
+	 * dropped with the connection before anyone saw it */
+	sq_client *c = testdb_client(&t);
+	OKE(sq_claim(c, "gone", &rq, 1, &js, &n, &err));
+	ck_assert_uint_eq(n, N);
+	for (size_t i = 0; i < n; i++)
+		ck_assert_int_eq(js[i].status, SQ_RUNNING);
+	sq_jobs_free(js, n);
+	sq_client_close(c);
+	/* another worker gets them once the starting lease (1s) has passed, not
+	 * the execution lease (1h) */
+	tworker_create(&tw, "w2", 0);
+	tworker_add(&tw, "lc", 8, done_handler, NULL);
+	shown = &tw;
+	tworker_start(&tw);
+	wait_sum("SELECT count(*) FROM shardq.jobs", 0, "jobs of a lost claim", show_worker);
+	tworker_stop(&tw);
+	sq_worker_destroy(tw.w);
+	shown = NULL;
+	ck_assert_int_eq(testdb_sum(&t, "SELECT count(*) FROM shardq.jobs_history "
+					"WHERE worker = 'w2' AND attempt = 2"),
+			 N);
+}
+END_TEST
+
+typedef struct runlog {
+	pthread_mutex_t mu;
+	int64_t ids[64];
+	int n;
+} runlog;
+
+static sq_job_result slow_handler(const sq_job *job, void *arg, char *e, size_t elen)
+{
+	runlog *rl = arg;
+	(void)e;
+	(void)elen;
+	pthread_mutex_lock(&rl->mu);
+	if (rl->n < 64)
+		rl->ids[rl->n++] = job->id;
+	pthread_mutex_unlock(&rl->mu);
+	usleep(2500000); /* longer than the starting lease (1s) */
+	return SQ_RESULT_DONE;
+}
+
+/* Claimed straight to running with the starting lease, a job running longer
+ * than that lease keeps it (the worker extends it): no second worker runs it. */
+START_TEST(long_job_claimed_running_keeps_its_lease)
+{
+	enum { N = 8 };
+	runlog rl = {PTHREAD_MUTEX_INITIALIZER, {0}, 0};
+	tworker a, b;
+	char k[32];
+	for (int i = 0; i < N; i++) {
+		snprintf(k, sizeof(k), "long-%d", i);
+		enq("lc", k);
+	}
+	tworker_create(&a, "wa", 0);
+	tworker_add(&a, "lc", 4, slow_handler, &rl);
+	tworker_create(&b, "wb", 0);
+	tworker_add(&b, "lc", 4, slow_handler, &rl);
+	shown = &a;
+	tworker_start(&a);
+	tworker_start(&b);
+	wait_sum("SELECT count(*) FROM shardq.jobs", 0, "long jobs", show_worker);
+	sq_worker_stats sa, sb;
+	sq_worker_get_stats(a.w, &sa);
+	sq_worker_get_stats(b.w, &sb);
+	tworker_stop(&a);
+	tworker_stop(&b);
+	sq_worker_destroy(a.w);
+	sq_worker_destroy(b.w);
+	shown = NULL;
+	ck_assert_int_eq(rl.n, N); /* each ran once */
+	ck_assert_uint_eq(type_stats(&sa, "lc")->lost + type_stats(&sb, "lc")->lost, 0);
+	ck_assert_uint_eq(type_stats(&sa, "lc")->done + type_stats(&sb, "lc")->done, N);
+}
+END_TEST
+
+/* ---- item 5: server-side timeouts on every connection ------------------- */
+
+typedef struct seen_conn {
+	char role[32];
+	char stmt[32], idle[32], app[64];
+} seen_conn;
+
+static seen_conn seen[32];
+static int nseen;
+
+static void show_settings(const char *role, PGconn *c, void *arg)
+{
+	(void)arg;
+	if (nseen == 32)
+		return;
+	seen_conn *s = &seen[nseen++];
+	snprintf(s->role, sizeof(s->role), "%s", role);
+	PGresult *r = PQexec(c, "SELECT current_setting('statement_timeout'), "
+				"current_setting('idle_in_transaction_session_timeout'), "
+				"current_setting('application_name')");
+	if (PQresultStatus(r) == PGRES_TUPLES_OK) {
+		snprintf(s->stmt, sizeof(s->stmt), "%s", PQgetvalue(r, 0, 0));
+		snprintf(s->idle, sizeof(s->idle), "%s", PQgetvalue(r, 0, 1));
+		snprintf(s->app, sizeof(s->app), "%s", PQgetvalue(r, 0, 2));
+	}
+	PQclear(r);
+}
+
+static int roles_seen(const char *role)
+{
+	int k = 0;
+	for (int i = 0; i < nseen; i++)
+		k += !strcmp(seen[i].role, role);
+	return k;
+}
+
+START_TEST(plain_connections_take_the_connection_settings)
+{
+	sq_config *cfg;
+	sq_client *c;
+	sq_worker *w;
+	sq_worker_opts o;
+	sq_error err;
+	char *ini = testdb_ini(&t, NULL, "");
+	char *text = malloc(strlen(ini) + 256);
+	/* the [connection] section, with values no default has */
+	sprintf(text,
+		"[connection]\nstatement_timeout = 7s\n"
+		"idle_in_transaction_session_timeout = 9s\n"
+		"move_statement_timeout = 11min\n"
+		"application_name = robust\n%s",
+		ini);
+	OKE(sq_config_parse(text, "robust", &cfg, &err));
+	nseen = 0;
+	sq_set_conn_hook(show_settings, NULL);
+	/* a worker that listens: LISTEN per shard, and its client's map LISTEN */
+	sq_worker_opts_init(&o);
+	o.worker_id = "w";
+	o.listen = 1;
+	OKE(sq_worker_create(cfg, &o, &w, &err));
+	sq_worker_destroy(w);
+	/* a move: meta, source, destination and the vacuum after it */
+	OKE(sq_client_open(cfg, 0, &c, &err));
+	uint32_t p = 0;
+	while (sq_client_shard_of_partition(c, p) != 0)
+		p++;
+	OKE(sq_move(c, &p, 1, "s2", NULL, NULL, &err));
+	sq_client_close(c);
+	sq_set_conn_hook(NULL, NULL);
+	ck_assert_int_eq(roles_seen("listen"), t.nshards);
+	ck_assert_int_ge(roles_seen("map-listen"), 2);
+	ck_assert_int_ge(roles_seen("mover"), 3);
+	ck_assert_int_ge(roles_seen("vacuum"), 1);
+	ck_assert_int_ge(roles_seen("pipeline"), 2 * (t.nshards + 1));
+	for (int i = 0; i < nseen; i++) {
+		/* the vacuum after a move: the documented longer override */
+		const char *want = strcmp(seen[i].role, "vacuum") ? "7s" : "11min";
+		ck_assert_msg(!strcmp(seen[i].stmt, want), "%s: statement_timeout %s, not %s",
+			      seen[i].role, seen[i].stmt, want);
+		ck_assert_msg(!strcmp(seen[i].idle, "9s"),
+			      "%s: idle_in_transaction_session_timeout %s", seen[i].role,
+			      seen[i].idle);
+		ck_assert_msg(!strncmp(seen[i].app, "robust", 6), "%s: application_name %s",
+			      seen[i].role, seen[i].app);
+	}
+	sq_config_free(cfg);
+	free(text);
+	free(ini);
+}
+END_TEST
+
+#ifdef SHARDQ_FAILPOINTS
+typedef struct mover_arg {
+	sq_config *cfg;
+	uint32_t part;
+	atomic_int done;
+} mover_arg;
+
+static void *mover_main(void *arg)
+{
+	mover_arg *m = arg;
+	sq_client *c;
+	sq_error err;
+	sq_move_opts o;
+	sq_move_opts_init(&o);
+	if (sq_client_open(m->cfg, 0, &c, &err) == SQ_OK) {
+		sq_status st = sq_move(c, &m->part, 1, "s2", &o, NULL, &err);
+		(void)st; /* the gate's holder is killed: this move fails */
+		sq_client_close(c);
+	}
+	atomic_store(&m->done, 1);
+	return NULL;
+}
+#endif
+
+/* A mover that stalls while it holds the exclusive gate (here: held at a
+ * failpoint sleep in its drain) holds the shard's writers no longer than
+ * the connection's idle_in_transaction_session_timeout. */
+START_TEST(stalled_mover_releases_the_gate)
+{
+#ifdef SHARDQ_FAILPOINTS
+	enum { SLEEP_MS = 20000 };
+	sq_error err;
+	char *ini = testdb_ini(&t, NULL, "");
+	char *text = malloc(strlen(ini) + 256);
+	mover_arg m;
+	pthread_t th;
+	char env[64], key[1][32];
+	sprintf(text, "[connection]\nidle_in_transaction_session_timeout = 1s\n%s", ini);
+	memset(&m, 0, sizeof(m));
+	OKE(sq_config_parse(text, "robust", &m.cfg, &err));
+	while (sq_client_shard_of_partition(t.client, m.part) != 0)
+		m.part++;
+	snprintf(env, sizeof(env), "during_drain:%d", SLEEP_MS);
+	setenv("SHARDQ_FAILPOINT_SLEEP", env, 1);
+	double t0 = mono();
+	pthread_create(&th, NULL, mover_main, &m);
+	/* the mover holds the gate exclusive in its drain (the freeze, recorded
+	 * before, held it only for a moment); the meta schema is on shard 0 */
+	while (testdb_scalar(&t, 0,
+			     "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND "
+			     "(classid::bigint, objid::bigint) = (" SQ_GATE_KEY ") AND "
+			     "mode = 'ExclusiveLock' AND granted AND EXISTS (SELECT 1 FROM "
+			     "shardq_meta.moves WHERE step = 'frozen')") < 1) {
+		ck_assert_msg(!atomic_load(&m.done), "the mover ended before taking the gate");
+		usleep(10000);
+	}
+	/* a writer of another partition of that shard gets through while the
+	 * mover still sleeps */
+	for (int i = 0;; i++) {
+		snprintf(key[0], sizeof(key[0]), "w-%d", i);
+		if (sq_client_shard_of_partition(t.client, part_of(key[0])) == 0 &&
+		    part_of(key[0]) != m.part)
+			break;
+	}
+	double w0 = mono();
+	enq("q", key[0]);
+	double waited = mono() - w0;
+	ck_assert_msg(waited < SLEEP_MS / 2000.0,
+		      "the writer waited %.1fs behind a mover stalled for %ds (since the "
+		      "move began: %.1fs)",
+		      waited, SLEEP_MS / 1000, mono() - t0);
+	pthread_join(th, NULL);
+	unsetenv("SHARDQ_FAILPOINT_SLEEP");
+	sq_config_free(m.cfg);
+	free(text);
+	free(ini);
+#else
+	printf("stalled_mover_releases_the_gate: failpoints are not built in; skipped\n");
+#endif
+}
+END_TEST
+
+/* ---- item 6: failpoints only in test builds ----------------------------- */
+
+/* A move in a child process with $SHARDQ_FAILPOINT naming its first step:
+ * a build with failpoints (-DSHARDQ_FAILPOINTS=ON, the test build) exits
+ * there with 99; any other build ignores the variable and moves. */
+START_TEST(failpoints_only_where_built_in)
+{
+	uint32_t p = 0;
+	while (sq_client_shard_of_partition(t.client, p) != 0)
+		p++;
+	fflush(NULL);
+	pid_t pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		sq_client *c;
+		sq_error err;
+		setenv("SHARDQ_FAILPOINT", "after_prepare", 1);
+		if (sq_client_open(t.cfg, 0, &c, &err) != SQ_OK)
+			_exit(2);
+		sq_status st = sq_move(c, &p, 1, "s2", NULL, NULL, &err);
+		sq_client_close(c);
+		_exit(st == SQ_OK ? 0 : 3);
+	}
+	int status;
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+	ck_assert(WIFEXITED(status));
+	sq_error err;
+	OKE(sq_client_refresh_map(t.client, &err));
+#ifdef SHARDQ_FAILPOINTS
+	ck_assert_msg(WEXITSTATUS(status) == 99, "with failpoints the mover exits at the point");
+	ck_assert_int_eq(sq_client_shard_of_partition(t.client, p), 0);
+#else
+	ck_assert_msg(WEXITSTATUS(status) == 0,
+		      "without failpoints $SHARDQ_FAILPOINT is ignored (exit %d)",
+		      WEXITSTATUS(status));
+	ck_assert_int_eq(sq_client_shard_of_partition(t.client, p), 1);
+#endif
+}
+END_TEST
+
+static Suite *suite(void)
+{
+	Suite *s = suite_create("robust");
+	TCase *unit = tcase_create("utf8");
+	tcase_add_test(unit, utf8_clean_cases);
+	suite_add_tcase(s, unit);
+	TCase *tc = tcase_create("robust");
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_set_timeout(tc, 600);
+	tcase_add_test(tc, fail_text_is_stored_as_valid_utf8);
+	tcase_add_test(tc, poison_error_text_does_not_wedge_the_worker);
+	tcase_add_test(tc, one_refused_write_does_not_block_the_shard);
+	tcase_add_test(tc, frozen_partition_waits_alone);
+	tcase_add_test(tc, lost_claim_answer_comes_back_after_the_starting_lease);
+	tcase_add_test(tc, long_job_claimed_running_keeps_its_lease);
+	tcase_add_test(tc, plain_connections_take_the_connection_settings);
+	tcase_add_test(tc, stalled_mover_releases_the_gate);
+	tcase_add_test(tc, failpoints_only_where_built_in);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	signal(SIGPIPE, SIG_IGN);
+	return run_suite(suite());
+}
