@@ -158,12 +158,12 @@ typedef enum sq_enqueue_outcome {
 	SQ_ENQ_RERUN,        /* policy rerun: the running job will run again */
 	SQ_ENQ_NOT_WRITTEN,  /* the call failed and this job was not written
 	                        (id -1): enqueue it again */
-	SQ_ENQ_UNKNOWN,      /* the call failed and whether this job was written
-	                        is not known (id -1): its shard's connection broke
-	                        after the batch was sent and the shard could not
-	                        tell afterwards. Only a job with a key can end up
-	                        here while the shard is reachable; such a job may
-	                        be enqueued again safely (dedup) */
+	SQ_ENQ_UNKNOWN,      /* the call failed and whether (or as which job) this
+	                        job was written is not known (id -1): its shard's
+	                        connection broke after the batch was sent and the
+	                        shard could not tell afterwards. While the shard
+	                        can be reached, only a job with a key ends up
+	                        here, and it may be enqueued again safely (dedup) */
 } sq_enqueue_outcome;
 
 /* "inserted", "duplicate", "replaced", "merged", "rerun", "not_written",

@@ -255,9 +255,10 @@ static int keyset_bump(keyset *ks, const char *type, const char *key, size_t idx
  * it can no longer commit; then the rows are looked up by the ids they were
  * sent with. One row found means the whole part committed; none found, with
  * a row without key among them, means it did not (only a worker finishing
- * every such row, or a move carrying it off, in between could hide one). A
- * part of keyed rows only, with none found, may have committed as
- * duplicates: those rows, and any the shard cannot be asked about, stay
+ * and deleting every such row, or a move carrying it off, in between could
+ * hide them all). Rows with a key that were not found (in a committed part
+ * they joined a live job; in a part of keyed rows only, none found, they
+ * may have), and every row when the shard cannot be asked, stay
  * SQ_ENQ_UNKNOWN.
  */
 static void settle_lost_part(sq_client *c, int s, shard_batch *b, const sq_job_spec *jobs,
@@ -311,8 +312,12 @@ static void settle_lost_part(sq_client *c, int s, shard_batch *b, const sq_job_s
 	size_t at = 0;
 	for (int k = 0; k < b->nrounds; k++)
 		for (size_t i = 0; i < b->r[k].n; i++, at++) {
-			sq_enqueue_result *o = &res[b->r[k].idx[i]];
-			if (found[at]) {
+			size_t in = b->r[k].idx[i];
+			sq_enqueue_result *o = &res[in];
+			/* a row without key always inserts, with the id it was sent
+			 * with: in a part that committed, it is written even if a
+			 * worker has finished it since */
+			if (found[at] || (committed && !jobs[in].key)) {
 				o->id = b->r[k].ids[i];
 				o->outcome = SQ_ENQ_INSERTED;
 			} else if (!committed && keyless) {

@@ -82,10 +82,12 @@ static long parse_list(const char *list, uint32_t partitions, uint32_t **out)
 		size_t len = strcspn(p, ",");
 		const char *dash = len > 1 ? memchr(p + 1, '-', len - 1) : NULL;
 		size_t alen = dash ? (size_t)(dash - p) : len;
-		int64_t a, b;
-		int ea = cli_int(p, alen, 0, (int64_t)partitions - 1, &a);
-		int eb = dash ? cli_int(dash + 1, len - alen - 1, 0, (int64_t)partitions - 1, &b)
-			      : (b = a, ea);
+		int64_t a = 0, b = 0;
+		int ea = cli_int(p, alen, 0, (int64_t)partitions - 1, &a), eb = ea;
+		if (dash)
+			eb = cli_int(dash + 1, len - alen - 1, 0, (int64_t)partitions - 1, &b);
+		else
+			b = a;
 		if (ea == -1 || eb == -1 || !len) {
 			fprintf(stderr,
 				"shardq move: --partitions: '%.*s' is not a partition or a range "

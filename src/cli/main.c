@@ -300,6 +300,17 @@ static const char *ref_of_line(const char *line, size_t len, sq_job_ref *ref, ch
 	return NULL;
 }
 
+/* Doubles the array; on failure frees it and returns NULL. */
+static sq_job_ref *grow_refs(sq_job_ref *refs, size_t *cap)
+{
+	sq_job_ref *more = realloc(refs, *cap * 2 * sizeof(*refs));
+	if (!more)
+		free(refs);
+	else
+		*cap *= 2;
+	return more;
+}
+
 long cli_read_refs(const char *cmd, int argc, char **argv, sq_job_ref **out, int *rc)
 {
 	size_t n = 0, cap = 16, lcap = 0;
@@ -309,7 +320,7 @@ long cli_read_refs(const char *cmd, int argc, char **argv, sq_job_ref **out, int
 	*rc = EX_OK;
 	for (int i = 0; i < argc && refs && !*rc; i++) {
 		if (strcmp(argv[i], "-")) {
-			if (n == cap && !(refs = realloc(refs, (cap *= 2) * sizeof(*refs))))
+			if (n == cap && !(refs = grow_refs(refs, &cap)))
 				break;
 			if (cli_parse_ref(argv[i], &refs[n])) {
 				fprintf(stderr,
@@ -330,7 +341,7 @@ long cli_read_refs(const char *cmd, int argc, char **argv, sq_job_ref **out, int
 			lineno++;
 			if (strspn(line, " \t\r\n") == (size_t)got)
 				continue;
-			if (n == cap && !(refs = realloc(refs, (cap *= 2) * sizeof(*refs))))
+			if (n == cap && !(refs = grow_refs(refs, &cap)))
 				break;
 			if ((bad = ref_of_line(line, (size_t)got, &refs[n], why, sizeof(why)))) {
 				fprintf(stderr, "shardq %s: stdin line %ld: %s\n", cmd, lineno,
