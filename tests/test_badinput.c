@@ -29,14 +29,11 @@ static const char *types = "[type t]\n"
 			   "[type big]\n";
 
 static testdb t;
-static char dir[64];   /* this run's directory, from mkdtemp */
-static char good[128]; /* the cluster's config */
-static PGconn *fp[2];  /* for fingerprints */
+static char good[1024]; /* the cluster's config */
+static PGconn *fp[2];   /* for fingerprints */
 
-static void path_in(char *out, size_t len, const char *name)
-{
-	snprintf(out, len, "%s/%s", dir, name);
-}
+/* Files live in this process's directory (testdb_tmpdir, from mkdtemp). */
+#define path_in testdb_path
 
 static void write_bytes(const char *path, const char *data, size_t len)
 {
@@ -81,7 +78,7 @@ static char *subst(const char *text)
 			sq_buf_puts(&b, dsn);
 			p += 4;
 		} else if (!strncmp(p, "@DIR@", 5)) {
-			sq_buf_puts(&b, dir);
+			sq_buf_puts(&b, testdb_tmpdir());
 			p += 5;
 		} else {
 			sq_buf_putc(&b, *p++);
@@ -96,7 +93,7 @@ static char *subst(const char *text)
 static int run_cli(const char *const *args, const char *in, size_t inlen, char **out, char **err)
 {
 	const char *cli = getenv("SHARDQ_CLI");
-	char pin[128], pout[128], perr[128];
+	char pin[1024], pout[1024], perr[1024];
 	const char *argv[64];
 	int n = 0, status;
 	ck_assert_msg(cli != NULL, "SHARDQ_CLI is not set (run through ctest)");
@@ -984,7 +981,7 @@ static const bad_case cases[] = {
 /* Runs one case in this run's directory. */
 static void run_case(size_t k, const bad_case *bc)
 {
-	char cfg[128], file[128], *ccfg = NULL;
+	char cfg[1024], file[1024], *ccfg = NULL;
 	const char *args[32];
 	char *argbuf[16] = {0};
 	int n = 0, nb = 0;
@@ -1057,9 +1054,6 @@ static void run_case(size_t k, const bad_case *bc)
 
 static void setup(void)
 {
-	snprintf(dir, sizeof(dir), "%s/sqt-badinput-XXXXXX",
-		 getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-	ck_assert_msg(mkdtemp(dir) != NULL, "mkdtemp: %s", strerror(errno));
 	testdb_open(&t, "sqt_badinput", 2, 64, types);
 	path_in(good, sizeof(good), "good.ini");
 	write_bytes(good, t.ini, strlen(t.ini));
@@ -1069,17 +1063,9 @@ static void setup(void)
 
 static void teardown(void)
 {
-	static const char *const names[] = {"good.ini", "case.ini", "jobs.jsonl", "stdin",
-					    "stdout",   "stderr",   "lost.ini",   "again.jsonl",
-					    "claimed",  "long.ini"};
-	char p[128];
 	PQfinish(fp[0]);
 	PQfinish(fp[1]);
-	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
-		path_in(p, sizeof(p), names[i]);
-		unlink(p);
-	}
-	rmdir(dir);
+	testdb_tmpdir_remove();
 	testdb_close(&t);
 }
 
@@ -1103,7 +1089,7 @@ END_TEST
 
 START_TEST(good_input_passes_whole)
 {
-	char *out, *err, cfg[128], file[128], claimed[128];
+	char *out, *err, cfg[1024], file[1024], claimed[1024];
 	int64_t id;
 	path_in(cfg, sizeof(cfg), "long.ini");
 	path_in(file, sizeof(file), "jobs.jsonl");
@@ -1425,7 +1411,7 @@ END_TEST
 START_TEST(cli_names_the_lines_written)
 {
 	proxy px;
-	char cfg[128], file[128], again[128];
+	char cfg[1024], file[1024], again[1024];
 	char *out, *err;
 	enum { N = 300, B = 100 };
 	proxy_start(&px, t.ports[1]);
@@ -1551,7 +1537,7 @@ START_TEST(zeroed_spec_takes_type_tolerance)
 	ck_assert_int_eq(testdb_sum(&t, "SELECT count(*) FROM shardq.jobs"), before);
 
 	/* the CLI: a type's default, --tolerance 0 for none, a file's 0 too */
-	char *out, *err2, file[128];
+	char *out, *err2, file[1024];
 	int64_t id;
 	const char *a1[] = {"-c", good, "enqueue", "--type", "tol", NULL};
 	ck_assert_int_eq(run_cli(a1, NULL, 0, &out, &err2), 0);

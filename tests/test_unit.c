@@ -4,12 +4,12 @@
 #include "hrw.h"
 #include "json.h"
 #include "shardq.h"
+#include "testdb.h"
 
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 /* XXH3_64bits output is frozen since xxHash 0.8.0: a change here would remap
  * every partition of every cluster. */
@@ -436,18 +436,17 @@ START_TEST(config_file_is_a_directory)
 {
 	sq_config *cfg;
 	sq_error err;
-	char dir[] = "/tmp/sqt-unit-XXXXXX", path[64];
-	ck_assert_ptr_nonnull(mkdtemp(dir));
+	char path[1024];
+	const char *dir = testdb_tmpdir();
 	ck_assert_int_eq(sq_config_load(dir, &cfg, &err), SQ_ECONFIG);
 	ck_assert_msg(strstr(err.msg, "is a directory"), "%s", err.msg);
-	snprintf(path, sizeof(path), "%s/nul.ini", dir);
+	testdb_path(path, sizeof(path), "nul.ini");
 	FILE *f = fopen(path, "w");
 	fwrite("[shard s1]\ndsn = a\0b\n", 1, 21, f);
 	fclose(f);
 	ck_assert_int_eq(sq_config_load(path, &cfg, &err), SQ_ECONFIG);
 	ck_assert_msg(strstr(err.msg, "nul.ini:2: a NUL byte"), "%s", err.msg);
-	unlink(path);
-	rmdir(dir);
+	testdb_tmpdir_remove();
 }
 END_TEST
 
