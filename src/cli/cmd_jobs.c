@@ -4,6 +4,7 @@
 #include "cli.h"
 #include "config.h"
 #include "json.h"
+#include "parse.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -19,150 +20,6 @@
 	}
 
 /* ---- enqueue ------------------------------------------------------------ */
-
-typedef struct line_job {
-	sq_job_spec spec;
-	char *type, *key, *params;
-	long line;
-} line_job;
-
-static void line_jobs_free(line_job *v, size_t n)
-{
-	for (size_t i = 0; i < n; i++) {
-		free(v[i].type);
-		free(v[i].key);
-		free(v[i].params);
-	}
-	free(v);
-}
-
-/* The members a job line may have. */
-enum {
-	F_TYPE,
-	F_KEY,
-	F_PARAMS,
-	F_PRIORITY,
-	F_DELAY,
-	F_RUN_AT,
-	F_TOLERANCE,
-	F_MAX_ATTEMPTS,
-	NFIELDS
-};
-static const char *const field_name[NFIELDS] = {
-	"type",        "key", "params", "priority", "delay_ms", "run_at_us", "delay_tolerance_ms",
-	"max_attempts"};
-/* the integers' bounds, checked before anything is narrowed */
-static const int64_t field_lo[NFIELDS] = {[F_PRIORITY] = SQ_MIN_PRIORITY, [F_MAX_ATTEMPTS] = 1};
-static const int64_t field_hi[NFIELDS] = {
-	[F_PRIORITY] = SQ_MAX_PRIORITY,     [F_DELAY] = SQ_MAX_DELAY_MS,
-	[F_RUN_AT] = SQ_MAX_RUN_AT_US,      [F_TOLERANCE] = SQ_MAX_DELAY_TOLERANCE_MS,
-	[F_MAX_ATTEMPTS] = SQ_MAX_ATTEMPTS,
-};
-
-/* A string member's value, decoded (valid UTF-8, no NUL: the validator saw
- * to both). */
-static char *member_string(const sq_json_member *m)
-{
-	char *s = malloc(m->val_len); /* the two quotes leave room for the NUL */
-	if (s)
-		sq_json_unescape(m->val + 1, m->val_len - 2, s);
-	return s;
-}
-
-/* Sets one integer member; returns NULL or what is wrong. */
-static const char *int_member(line_job *lj, int f, const sq_json_member *m, char *why, size_t wlen)
-{
-	int64_t v;
-	int e = m->kind == SQ_JSON_NUMBER
-			? cli_int(m->val, m->val_len, field_lo[f], field_hi[f], &v)
-			: -1;
-	if (e) {
-		snprintf(why, wlen,
-			 "\"%s\" %.*s%s %s; it takes an integer in %" PRId64 "..%" PRId64,
-			 field_name[f], (int)(m->val_len > 40 ? 40 : m->val_len), m->val,
-			 m->val_len > 40 ? "..." : "",
-			 e == -1 ? "is not an integer" : "is out of range", field_lo[f],
-			 field_hi[f]);
-		return why;
-	}
-	switch (f) {
-	case F_PRIORITY: lj->spec.has_priority = 1, lj->spec.priority = (int32_t)v; break;
-	case F_DELAY: lj->spec.delay_ms = v; break;
-	case F_RUN_AT: lj->spec.run_at_us = v; break;
-	/* in a file, 0 says "none"; leaving the field out takes the type's */
-	case F_TOLERANCE: lj->spec.delay_tolerance_ms = v ? v : SQ_NO_DELAY_TOLERANCE; break;
-	default: lj->spec.max_attempts = (int32_t)v; break;
-	}
-	return NULL;
-}
-
-/* One JSON-lines job: {"type", "key", "params", "priority", "delay_ms",
- * "run_at_us", "delay_tolerance_ms", "max_attempts"}, checked as sq_enqueue
- * will check it. params are kept as written, byte for byte. Returns NULL or
- * what is wrong. */
-static const char *parse_line(const sq_config *cfg, const char *text, size_t len, line_job *lj,
-			      char *why, size_t wlen)
-{
-	size_t pos = 0, where;
-	const char *what, *bad;
-	sq_json_member m;
-	unsigned seen = 0;
-	sq_error err;
-	if (sq_json_validate_object(text, len, &where, &what)) {
-		snprintf(why, wlen, "invalid JSON: %s (column %zu)", what, where + 1);
-		return why;
-	}
-	while (sq_json_next_member(text, len, &pos, &m)) {
-		char name[24];
-		int f = NFIELDS;
-		if (m.key_len < sizeof(name)) {
-			sq_json_unescape(m.key, m.key_len, name);
-			for (f = 0; f < NFIELDS && strcmp(name, field_name[f]); f++)
-				;
-		}
-		if (f == NFIELDS) {
-			snprintf(why, wlen,
-				 "unknown field \"%.*s\" (known: type, key, params, priority, "
-				 "delay_ms, run_at_us, delay_tolerance_ms, max_attempts)",
-				 (int)(m.key_len > 40 ? 40 : m.key_len), m.key);
-			return why;
-		}
-		if (seen & (1u << f)) {
-			snprintf(why, wlen, "field \"%s\" appears twice", field_name[f]);
-			return why;
-		}
-		seen |= 1u << f;
-		if (f == F_KEY && m.kind == SQ_JSON_NULL)
-			continue;
-		if (f == F_TYPE || f == F_KEY) {
-			char **dst = f == F_TYPE ? &lj->type : &lj->key;
-			if (m.kind != SQ_JSON_STRING) {
-				snprintf(why, wlen, "\"%s\" must be a string%s", field_name[f],
-					 f == F_KEY ? " or null" : "");
-				return why;
-			}
-			if (!(*dst = member_string(&m)))
-				return "out of memory";
-		} else if (f == F_PARAMS) {
-			if (m.kind != SQ_JSON_OBJECT)
-				return "\"params\" must be a JSON object ({...})";
-			if (!(lj->params = strndup(m.val, m.val_len)))
-				return "out of memory";
-		} else if ((bad = int_member(lj, f, &m, why, wlen))) {
-			return bad;
-		}
-	}
-	if (!lj->type)
-		return "\"type\" (a string) is required";
-	lj->spec.type = lj->type;
-	lj->spec.key = lj->key;
-	lj->spec.params = lj->params;
-	if (sq_job_spec_check(cfg, &lj->spec, &err) != SQ_OK) {
-		snprintf(why, wlen, "%s", err.msg);
-		return why;
-	}
-	return NULL;
-}
 
 /* Reads and checks the whole file before anything is sent, so a bad line
  * costs nothing. */
@@ -202,7 +59,7 @@ static int read_job_file(cli *x, const char *path, line_job **out, size_t *nout)
 		}
 		memset(&v[n], 0, sizeof(v[n]));
 		v[n].line = lineno;
-		bad = parse_line(x->cfg, line, (size_t)got, &v[n], why, sizeof(why));
+		bad = cli_parse_job_line(x->cfg, line, (size_t)got, &v[n], why, sizeof(why));
 		n++;
 		if (bad) {
 			fprintf(stderr, "shardq enqueue: %s:%ld: %s; nothing was enqueued\n", name,
@@ -228,7 +85,7 @@ out:
 	free(line);
 	if (!is_stdin)
 		fclose(f);
-	line_jobs_free(v, n);
+	cli_line_jobs_free(v, n);
 	return rc;
 }
 
@@ -457,7 +314,7 @@ int cmd_enqueue(cli *x, int argc, char **argv)
 			return rc;
 		specs = malloc(sizeof(*specs) * (n ? n : 1));
 		if (!specs) {
-			line_jobs_free(jobs, n);
+			cli_line_jobs_free(jobs, n);
 			fprintf(stderr, "shardq enqueue: out of memory\n");
 			return EX_FAIL;
 		}
@@ -473,7 +330,7 @@ int cmd_enqueue(cli *x, int argc, char **argv)
 		rc = send_jobs(x, specs, jobs, n, batch ? (size_t)batch : 1000, quiet);
 	if (file) {
 		free(specs);
-		line_jobs_free(jobs, n);
+		cli_line_jobs_free(jobs, n);
 	}
 	return rc;
 }

@@ -3,6 +3,7 @@
 #include "config.h"
 #include "buf.h"
 #include "json.h"
+#include "parse.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -118,35 +119,6 @@ void cli_close(cli *x)
 	x->cfg = NULL;
 }
 
-int cli_int(const char *s, size_t len, int64_t lo, int64_t hi, int64_t *out)
-{
-	size_t i = len && s[0] == '-';
-	uint64_t v = 0;
-	int over = 0;
-	int64_t r;
-	if (i == len)
-		return -1;
-	for (; i < len; i++) {
-		unsigned d = (unsigned char)s[i] - '0';
-		if (d > 9)
-			return -1;
-		if (v > (UINT64_MAX - d) / 10)
-			over = 1; /* keep reading: "99...9x" is not a number at all */
-		else
-			v = v * 10 + d;
-	}
-	if (over || v > (uint64_t)INT64_MAX + (s[0] == '-'))
-		return -2;
-	if (s[0] == '-')
-		r = v == (uint64_t)INT64_MAX + 1 ? INT64_MIN : -(int64_t)v;
-	else
-		r = (int64_t)v;
-	if (r < lo || r > hi)
-		return -2;
-	*out = r;
-	return 0;
-}
-
 int cli_opt_int(const char *cmd, const char *opt, const char *s, int64_t lo, int64_t hi,
 		int64_t *out)
 {
@@ -241,65 +213,6 @@ int cli_no_args(const char *cmd, int argc, char **argv, const char *hint)
 	return EX_USAGE;
 }
 
-int cli_parse_ref(const char *s, sq_job_ref *ref)
-{
-	const char *colon = strchr(s, ':');
-	int64_t id, att;
-	if (!colon || cli_int(s, (size_t)(colon - s), 1, INT64_MAX, &id) ||
-	    cli_int(colon + 1, strlen(colon + 1), 0, INT32_MAX, &att))
-		return -1;
-	ref->id = id;
-	ref->attempt = (int32_t)att;
-	return 0;
-}
-
-/* One line of `shardq claim` output: its "id" and "attempt"; other members
- * are ignored. Returns NULL or what is wrong. */
-static const char *ref_of_line(const char *line, size_t len, sq_job_ref *ref, char *why,
-			       size_t wlen)
-{
-	size_t pos = 0, where;
-	const char *what;
-	sq_json_member m;
-	int64_t v[2];
-	int have[2] = {0, 0};
-	if (sq_json_validate_object(line, len, &where, &what)) {
-		snprintf(why, wlen, "invalid JSON: %s at column %zu", what, where + 1);
-		return why;
-	}
-	while (sq_json_next_member(line, len, &pos, &m)) {
-		char key[16];
-		int k;
-		if (m.key_len >= sizeof(key))
-			continue;
-		sq_json_unescape(m.key, m.key_len, key);
-		k = !strcmp(key, "id") ? 0 : !strcmp(key, "attempt") ? 1 : -1;
-		if (k < 0)
-			continue;
-		if (have[k]) {
-			snprintf(why, wlen, "\"%s\" appears twice", key);
-			return why;
-		}
-		have[k] = 1;
-		int e = m.kind == SQ_JSON_NUMBER ? cli_int(m.val, m.val_len, k ? 0 : 1,
-							   k ? INT32_MAX : INT64_MAX, &v[k])
-						 : -1;
-		if (e) {
-			snprintf(why, wlen, "\"%s\" %.*s %s (%s)", key,
-				 (int)(m.val_len > 40 ? 40 : m.val_len), m.val,
-				 e == -1 ? "is not an integer" : "is out of range",
-				 k ? "0..2147483647" : "1..9223372036854775807");
-			return why;
-		}
-	}
-	if (!have[0] || !have[1])
-		return "expected a JSON object with integer \"id\" and \"attempt\" (as printed by "
-		       "shardq claim)";
-	ref->id = v[0];
-	ref->attempt = (int32_t)v[1];
-	return NULL;
-}
-
 /* Doubles the array; on failure frees it and returns NULL. */
 static sq_job_ref *grow_refs(sq_job_ref *refs, size_t *cap)
 {
@@ -343,7 +256,8 @@ long cli_read_refs(const char *cmd, int argc, char **argv, sq_job_ref **out, int
 				continue;
 			if (n == cap && !(refs = grow_refs(refs, &cap)))
 				break;
-			if ((bad = ref_of_line(line, (size_t)got, &refs[n], why, sizeof(why)))) {
+			if ((bad = cli_ref_of_line(line, (size_t)got, &refs[n], why,
+						   sizeof(why)))) {
 				fprintf(stderr, "shardq %s: stdin line %ld: %s\n", cmd, lineno,
 					bad);
 				*rc = EX_INPUT;
