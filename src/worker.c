@@ -761,6 +761,8 @@ out:
  * "moved": it waits, without holding the loop, and is sent again on a
  * later tick (20 ms, doubling to 0.5 s; 1 s once moving_wait has passed,
  * which is noted: a mover may be stuck). Other writes do not wait for it. */
+#define MOVING_NOTED (1 << 20) /* moving_tries once the long wait is noted */
+
 static void wait_moving(sq_worker *w, sq_task *k, double now)
 {
 	double waited, delay;
@@ -771,15 +773,17 @@ static void wait_moving(sq_worker *w, sq_task *k, double now)
 	if (delay > 0.5)
 		delay = 0.5;
 	if (waited >= (double)w->cfg->moving_wait_ms / 1000.0) {
-		if (delay < 1.0)
+		if (k->moving_tries < MOVING_NOTED) /* once per wait */
 			note_errorf(w,
 				    "job %lld: its partition %u is still moving after %.0fs; is a "
 				    "mover stuck? see shardq moves",
 				    (long long)k->job.id,
 				    sq_partition_of_id(k->job.id) & (w->c->partitions - 1), waited);
+		k->moving_tries = MOVING_NOTED;
 		delay = 1.0;
+	} else {
+		k->moving_tries++;
 	}
-	k->moving_tries++;
 	k->retry_at = now + delay;
 }
 

@@ -143,7 +143,7 @@ static void *tworker_main(void *arg)
 	return NULL;
 }
 
-static void tworker_create(tworker *tw, const char *id, int listen)
+static void tworker_create_cfg(tworker *tw, const sq_config *cfg, const char *id, int listen)
 {
 	sq_worker_opts o;
 	sq_error err;
@@ -152,7 +152,12 @@ static void tworker_create(tworker *tw, const char *id, int listen)
 	o.worker_id = id;
 	o.poll_max_ms = 100;
 	o.listen = listen;
-	OKE(sq_worker_create(t.cfg, &o, &tw->w, &err));
+	OKE(sq_worker_create(cfg, &o, &tw->w, &err));
+}
+
+static void tworker_create(tworker *tw, const char *id, int listen)
+{
+	tworker_create_cfg(tw, t.cfg, id, listen);
 }
 
 static void tworker_add(tworker *tw, const char *type, int conc, sq_handler fn, void *arg)
@@ -454,7 +459,13 @@ START_TEST(frozen_partition_waits_alone)
 	ck_assert_int_lt(in_frozen, N - 2);
 	atomic_store(&hold_release, 0);
 	atomic_store(&held_now, 0);
-	tworker_create(&tw, "wh", 0);
+	/* moving_wait 1s: the worker notes, once per job, a partition that stays
+	 * frozen longer (it goes on trying, it does not give up) */
+	sq_config *cfg;
+	sq_error err;
+	char *ini = testdb_ini(&t, NULL, "[connection]\nmoving_wait = 1s\n");
+	OKE(sq_config_parse(ini, "robust", &cfg, &err));
+	tworker_create_cfg(&tw, cfg, "wh", 0);
 	tworker_add(&tw, "h", 64, hold_handler, NULL);
 	shown = &tw;
 	tworker_start(&tw);
@@ -487,13 +498,27 @@ START_TEST(frozen_partition_waits_alone)
 		 "SELECT count(*) FROM shardq.jobs WHERE partition = %u AND status = 'running'",
 		 frozen);
 	ck_assert_int_eq(testdb_scalar(&t, 0, sql), in_frozen);
+	sq_worker_stats st;
+	double moved = mono();
+	for (;;) {
+		sq_worker_get_stats(tw.w, &st);
+		if (strstr(st.last_error, "still moving"))
+			break;
+		ck_assert_msg(mono() - moved < stall_s(),
+			      "no note of the long wait; last error: %s", st.last_error);
+		usleep(50000);
+	}
+	/* a window for more notes to show, if each retry noted one */
+	sleep(3);
+	sq_worker_get_stats(tw.w, &st);
+	ck_assert_msg(st.db_errors == (uint64_t)in_frozen, "%llu errors noted for %d jobs: %s",
+		      (unsigned long long)st.db_errors, in_frozen, st.last_error);
 	/* the move ends (here: is called off); the waiting ones complete */
 	snprintf(sql, sizeof(sql),
 		 "UPDATE shardq.partition_state SET state = 'owned' WHERE partition = %u", frozen);
 	shard_exec(0, sql);
 	wait_sum("SELECT count(*) FROM shardq.jobs WHERE status <> 'failed'", 0,
 		 "the frozen partition's completions", show_worker);
-	sq_worker_stats st;
 	sq_worker_get_stats(tw.w, &st);
 	tworker_stop(&tw);
 	sq_worker_destroy(tw.w);
@@ -501,6 +526,8 @@ START_TEST(frozen_partition_waits_alone)
 	ck_assert_uint_eq(type_stats(&st, "h")->done, N - 1 + n_others);
 	ck_assert_uint_eq(type_stats(&st, "h")->failed, 1);
 	ck_assert_uint_eq(type_stats(&st, "h")->lost, 0);
+	sq_config_free(cfg);
+	free(ini);
 }
 END_TEST
 
