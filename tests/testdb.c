@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <dirent.h>
+#include <pthread.h>
 #include <unistd.h>
 
 int testdb_ports(int *ports, int max)
@@ -41,6 +42,25 @@ static void exec_or_die(PGconn *c, const char *sql)
 	PQclear(r);
 }
 
+/* testdb_scalar's connections, one per shard of the open testdb, kept
+ * between calls: tests poll the shards often, and a new backend per poll
+ * (a fork on the server) loads a busy machine for nothing. */
+static struct {
+	pthread_mutex_t mu;
+	PGconn *c[16];
+	char db[64];
+} scalar_conns = {PTHREAD_MUTEX_INITIALIZER, {NULL}, ""};
+
+static void scalar_conns_close(void)
+{
+	for (int i = 0; i < 16; i++)
+		if (scalar_conns.c[i]) {
+			PQfinish(scalar_conns.c[i]);
+			scalar_conns.c[i] = NULL;
+		}
+	scalar_conns.db[0] = '\0';
+}
+
 char *testdb_ini(testdb *t, const double *weights, const char *extra_cluster)
 {
 	size_t cap = 4096 + strlen(t->extra) + (extra_cluster ? strlen(extra_cluster) : 0);
@@ -68,6 +88,9 @@ void testdb_open_w(testdb *t, const char *db, int nshards, unsigned partitions, 
 	t->nshards = nshards;
 	t->partitions = partitions;
 	t->extra = strdup(extra ? extra : "");
+	pthread_mutex_lock(&scalar_conns.mu);
+	scalar_conns_close();
+	pthread_mutex_unlock(&scalar_conns.mu);
 	for (int i = 0; i < nshards; i++) {
 		PGconn *c = connect_db(t->ports[i], "postgres");
 		snprintf(sql, sizeof(sql), "DROP DATABASE IF EXISTS %s WITH (FORCE)", db);
@@ -106,6 +129,9 @@ sq_client *testdb_client(testdb *t)
 
 void testdb_close(testdb *t)
 {
+	pthread_mutex_lock(&scalar_conns.mu);
+	scalar_conns_close();
+	pthread_mutex_unlock(&scalar_conns.mu);
 	sq_client_close(t->client);
 	sq_config_free(t->cfg);
 	free(t->ini);
@@ -120,15 +146,37 @@ PGconn *testdb_pg(testdb *t, int shard)
 
 long long testdb_scalar(testdb *t, int shard, const char *sql)
 {
-	PGconn *c = testdb_pg(t, shard);
-	PGresult *r = PQexec(c, sql);
 	long long v = -1;
-	if (PQresultStatus(r) != PGRES_TUPLES_OK)
-		ck_abort_msg("%s: %s", sql, PQerrorMessage(c));
+	pthread_mutex_lock(&scalar_conns.mu);
+	if (strcmp(scalar_conns.db, t->db)) {
+		scalar_conns_close();
+		snprintf(scalar_conns.db, sizeof(scalar_conns.db), "%s", t->db);
+	}
+	PGconn **c = &scalar_conns.c[shard];
+	PGresult *r = NULL;
+	for (int attempt = 0; attempt < 2; attempt++) {
+		if (!*c || PQstatus(*c) != CONNECTION_OK) {
+			if (*c)
+				PQfinish(*c);
+			*c = testdb_pg(t, shard);
+		}
+		r = PQexec(*c, sql);
+		if (PQresultStatus(r) == PGRES_TUPLES_OK || PQstatus(*c) == CONNECTION_OK)
+			break;
+		PQclear(r); /* the connection broke (a test ended its session): again */
+		r = NULL;
+	}
+	if (PQresultStatus(r) != PGRES_TUPLES_OK) {
+		char msg[512];
+		snprintf(msg, sizeof(msg), "%s", PQerrorMessage(*c));
+		PQclear(r);
+		pthread_mutex_unlock(&scalar_conns.mu);
+		ck_abort_msg("%s: %s", sql, msg);
+	}
 	if (PQntuples(r) > 0 && !PQgetisnull(r, 0, 0))
 		v = atoll(PQgetvalue(r, 0, 0));
 	PQclear(r);
-	PQfinish(c);
+	pthread_mutex_unlock(&scalar_conns.mu);
 	return v;
 }
 
