@@ -1,5 +1,8 @@
-/* test_exec.c - `shardq work --exec` and its helper shardq-exec, with real worker processes: nothing of a job outlives a killed worker or the job itself, signals, the contract, start-up refusals. */
+/* test_exec.c - shardq work --exec via shardq-exec: nothing of a job outlives it or its worker. */
 /*
+ * Real worker processes: kill -9, leftovers, SIGTERM and ^C, a batch, the
+ * contract through the helper, and the start-up refusals.
+ *
  * Every process of a job carries SHARDQ_WORKER=<this run's worker id> in its
  * environment: the helper, the shell, the command and all it starts. The
  * tests find them in /proc/PID/environ. Waits go on while something moves
