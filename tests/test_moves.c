@@ -747,11 +747,11 @@ END_TEST
 int main(void)
 {
 	Suite *s = suite_create("moves");
-	ADD_CASE(s, stale_router_still_routes, 1200);
-	ADD_CASE(s, same_key_before_during_after_move, 1200);
-	ADD_CASE(s, abort_refused_while_mover_runs, 1200);
-	ADD_CASE(s, add_fifth_shard_under_load, 1200);
-	ADD_CASE(s, drain_a_shard_under_load, 1200);
-	ADD_CASE(s, killed_mover_resumes_or_aborts, 1200);
+	ADD_CASE(s, stale_router_still_routes, 3600);
+	ADD_CASE(s, same_key_before_during_after_move, 3600);
+	ADD_CASE(s, abort_refused_while_mover_runs, 3600);
+	ADD_CASE(s, add_fifth_shard_under_load, 3600);
+	ADD_CASE(s, drain_a_shard_under_load, 3600);
+	ADD_CASE(s, killed_mover_resumes_or_aborts, 3600);
 	return run_suite(s);
 }
