@@ -174,8 +174,10 @@ static void add_row(sq_client *c, shard_rows *r, const op *o, const sq_job_ref *
 	r->idx[r->n++] = i;
 	sq_arr_i64(&r->ids, ref->id);
 	sq_arr_i64(&r->atts, ref->attempt);
-	if (r->seen_part && !(r->seen_part[part / 8] & (1u << (part % 8)))) {
-		r->seen_part[part / 8] |= (unsigned char)(1u << (part % 8));
+	/* without the bitmap (no memory) a partition may repeat: harmless */
+	if (!r->seen_part || !(r->seen_part[part / 8] & (1u << (part % 8)))) {
+		if (r->seen_part)
+			r->seen_part[part / 8] |= (unsigned char)(1u << (part % 8));
 		sq_arr_i64(&r->parts, part);
 	}
 	if (o->fail) {
