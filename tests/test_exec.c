@@ -148,80 +148,19 @@ static int wait_exit(pid_t pid, const char *id, double hang_s)
 }
 
 /* The live processes of this run's jobs: whose environment holds
- * SHARDQ_WORKER=ID-<mark> (zombies have none left to read). */
-typedef struct proc {
-	int pid, ppid;
-	char cmd[120];
-} proc;
+ * SHARDQ_WORKER=ID-<mark>. */
+typedef testdb_proc proc;
 
 static int job_procs(const char *id, proc *v, int max)
 {
-	static char env[1 << 18];
 	char want[160];
-	int found = 0;
 	snprintf(want, sizeof(want), "SHARDQ_WORKER=%s-%s", id, mark);
-	DIR *d = opendir("/proc");
-	struct dirent *e;
-	ck_assert_ptr_nonnull(d);
-	while ((e = readdir(d)) != NULL) {
-		char *end, path[300];
-		long pid = strtol(e->d_name, &end, 10);
-		if (*end || pid <= 0 || pid == getpid())
-			continue;
-		snprintf(path, sizeof(path), "/proc/%ld/environ", pid);
-		int fd = open(path, O_RDONLY | O_CLOEXEC);
-		if (fd < 0)
-			continue;
-		size_t len = 0;
-		ssize_t r;
-		while (len < sizeof(env) - 1 &&
-		       (r = read(fd, env + len, sizeof(env) - 1 - len)) > 0)
-			len += (size_t)r;
-		close(fd);
-		env[len] = '\0';
-		int hit = 0;
-		for (size_t i = 0; i < len; i += strlen(env + i) + 1)
-			hit |= !strcmp(env + i, want);
-		if (!hit)
-			continue;
-		if (found < max) {
-			proc *p = &v[found];
-			char stat[512];
-			p->pid = (int)pid;
-			p->ppid = 0;
-			p->cmd[0] = '\0';
-			snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
-			if ((fd = open(path, O_RDONLY | O_CLOEXEC)) >= 0) {
-				ssize_t k = read(fd, stat, sizeof(stat) - 1);
-				close(fd);
-				stat[k > 0 ? k : 0] = '\0';
-				char *paren = strrchr(stat, ')'), st;
-				if (paren)
-					sscanf(paren + 1, " %c %d", &st, &p->ppid);
-			}
-			snprintf(path, sizeof(path), "/proc/%ld/cmdline", pid);
-			if ((fd = open(path, O_RDONLY | O_CLOEXEC)) >= 0) {
-				ssize_t k = read(fd, p->cmd, sizeof(p->cmd) - 1);
-				close(fd);
-				for (ssize_t i = 0; i < k; i++)
-					if (!p->cmd[i])
-						p->cmd[i] = ' ';
-				p->cmd[k > 0 ? k : 0] = '\0';
-			}
-		}
-		found++;
-	}
-	closedir(d);
-	return found;
+	return testdb_procs(want, v, max);
 }
 
 static void describe(const proc *v, int n, char *out, size_t len)
 {
-	size_t at = 0;
-	out[0] = '\0';
-	for (int i = 0; i < n && at < len; i++)
-		at += (size_t)snprintf(out + at, len - at, "  pid %d (parent %d): %s\n", v[i].pid,
-				       v[i].ppid, v[i].cmd);
+	testdb_procs_describe(v, n, out, len);
 }
 
 /* Waits until no process of worker ID's jobs is left; on a stall, kills the

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <dirent.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <unistd.h>
 
@@ -259,4 +260,79 @@ double testdb_stall_s(void)
 	const char *e = getenv("SHARDQ_TEST_STALL");
 	double v = e ? atof(e) : 0;
 	return v > 0 ? v : 90;
+}
+
+static int env_has(const char *env, size_t len, const char *want)
+{
+	size_t wl = strlen(want);
+	int prefix = wl && want[wl - 1] == '*';
+	for (size_t i = 0; i < len; i += strlen(env + i) + 1)
+		if (prefix ? !strncmp(env + i, want, wl - 1) : !strcmp(env + i, want))
+			return 1;
+	return 0;
+}
+
+static void read_small(const char *path, char *out, size_t len)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	ssize_t k = fd < 0 ? -1 : read(fd, out, len - 1);
+	if (fd >= 0)
+		close(fd);
+	out[k > 0 ? k : 0] = '\0';
+	for (ssize_t i = 0; i < k - 1; i++)
+		if (!out[i])
+			out[i] = ' ';
+}
+
+int testdb_procs(const char *want, testdb_proc *v, int max)
+{
+	static char env[1 << 18];
+	int found = 0;
+	DIR *d = opendir("/proc");
+	struct dirent *e;
+	ck_assert_ptr_nonnull(d);
+	while ((e = readdir(d)) != NULL) {
+		char *end, path[300];
+		long pid = strtol(e->d_name, &end, 10);
+		if (*end || pid <= 0 || pid == getpid())
+			continue;
+		snprintf(path, sizeof(path), "/proc/%ld/environ", pid);
+		int fd = open(path, O_RDONLY | O_CLOEXEC);
+		if (fd < 0)
+			continue;
+		size_t len = 0;
+		ssize_t r;
+		while (len < sizeof(env) - 1 &&
+		       (r = read(fd, env + len, sizeof(env) - 1 - len)) > 0)
+			len += (size_t)r;
+		close(fd);
+		env[len] = '\0';
+		if (!env_has(env, len, want))
+			continue;
+		if (found < max) {
+			testdb_proc *p = &v[found];
+			char stat[512];
+			p->pid = (int)pid;
+			p->ppid = 0;
+			snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
+			read_small(path, stat, sizeof(stat));
+			char *paren = strrchr(stat, ')'), st;
+			if (paren)
+				sscanf(paren + 1, " %c %d", &st, &p->ppid);
+			snprintf(path, sizeof(path), "/proc/%ld/cmdline", pid);
+			read_small(path, p->cmd, sizeof(p->cmd));
+		}
+		found++;
+	}
+	closedir(d);
+	return found;
+}
+
+void testdb_procs_describe(const testdb_proc *v, int n, char *out, size_t len)
+{
+	size_t at = 0;
+	out[0] = '\0';
+	for (int i = 0; i < n && at < len; i++)
+		at += (size_t)snprintf(out + at, len - at, "  pid %d (parent %d): %s\n", v[i].pid,
+				       v[i].ppid, v[i].cmd);
 }

@@ -65,4 +65,18 @@ void testdb_tmpdir_remove(void);
  * that long, never because a machine is slow. */
 double testdb_stall_s(void);
 
+/*
+ * The live processes whose environment holds the entry `want` ("NAME=VALUE";
+ * ending in '*': any entry that begins with what precedes the '*'), this
+ * process left out; zombies have no environment left to read. Fills at
+ * most max entries of v and returns how many there are.
+ */
+typedef struct testdb_proc {
+	int pid, ppid;
+	char cmd[120];
+} testdb_proc;
+int testdb_procs(const char *want, testdb_proc *v, int max);
+/* "  pid P (parent Q): CMD" lines for a failure message. */
+void testdb_procs_describe(const testdb_proc *v, int n, char *out, size_t len);
+
 #endif

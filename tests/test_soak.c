@@ -1,0 +1,585 @@
+/* test_soak.c - the whole queue under faults: producers, `shardq work --exec` workers killed again and again, a shard restarted, a shard crashed, a mover killed. */
+/*
+ * Two producer threads enqueue (one with keys, which retries every job whose
+ * fate it was not told; one without) while three `shardq work --exec`
+ * workers of four slots run the jobs. Meanwhile the test kills a worker with
+ * SIGKILL KILLS times (and starts a new one in its place), restarts the meta
+ * shard (fast shutdown), starts a move and kills its mover with SIGKILL in
+ * the middle of the copy, resumes the move, and crashes the other shard
+ * (immediate shutdown: crash recovery on start). Then it lets the queue
+ * drain and checks what a user counts on:
+ *
+ *   - every job whose enqueue was acknowledged (an id came back) completed:
+ *     it is in the shards' history as completed, and nothing is left live;
+ *   - no two runs of one job overlapped: each run holds a lock on a file of
+ *     its job (flock, inherited by all it starts) for as long as any process
+ *     of it lives, and a run that finds the lock taken writes to `overlaps`;
+ *   - no process of a job outlives its worker: after each SIGKILL, every
+ *     process whose environment names that worker is gone (a stall of
+ *     testdb_stall_s() fails with their list), and at the end none of the
+ *     run's is left.
+ *
+ * It runs on shards of its own ($SHARDQ_SOAK_PORTS, the shards named by
+ * $SHARDQ_SOAK_SHARDS in scripts/shards' directory): scripts/test starts
+ * them beside the suites' shards, which are never restarted under another
+ * suite. Every wait is for progress and fails on a stall, saying what is
+ * left.
+ */
+#define _GNU_SOURCE
+#include "test_common.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define NWORKERS 3
+#define SLOTS    4
+#define KILLS    16
+#define MAX_JOBS 3000 /* the producers stop here if the faults last long */
+
+static testdb t;
+static char dir[512];
+static char ini[600];
+static char mark[32];
+static char shard_id[2][16]; /* scripts/shards' names of the two shards */
+
+typedef struct worker {
+	pid_t pid;
+	int gen;
+	char id[96];
+} worker;
+static worker workers[NWORKERS];
+
+/* Figures for the closing summary. */
+static struct {
+	int kills, kills_with_jobs, procs_killed, restarts;
+	double worst_proc_exit_s;
+} fig;
+
+__attribute__((format(printf, 2, 3))) static void write_file(const char *name, const char *fmt, ...)
+{
+	char path[600];
+	testdb_path(path, sizeof(path), name);
+	FILE *f = fopen(path, "w");
+	ck_assert_msg(f != NULL, "%s: %s", path, strerror(errno));
+	va_list ap;
+	va_start(ap, fmt);
+	vfprintf(f, fmt, ap);
+	va_end(ap);
+	fclose(f);
+	chmod(path, 0755);
+}
+
+/* The last `max` bytes of a file of the run ("" if none). */
+static const char *tail_of(const char *name, size_t max)
+{
+	static char text[8192];
+	char path[600];
+	if (max >= sizeof(text))
+		max = sizeof(text) - 1;
+	testdb_path(path, sizeof(path), name);
+	text[0] = '\0';
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return text;
+	fseek(f, 0, SEEK_END);
+	long size = ftell(f);
+	fseek(f, size > (long)max ? size - (long)max : 0, SEEK_SET);
+	size_t n = fread(text, 1, max, f);
+	text[n] = '\0';
+	fclose(f);
+	return text;
+}
+
+static long count_lines(const char *name)
+{
+	char path[600];
+	testdb_path(path, sizeof(path), name);
+	FILE *f = fopen(path, "r");
+	long n = 0;
+	int ch;
+	if (!f)
+		return 0;
+	while ((ch = getc(f)) != EOF)
+		n += ch == '\n';
+	fclose(f);
+	return n;
+}
+
+/* Runs `sh -c CMD` and returns its exit code (128+N: signal N). */
+static int run_sh(const char *cmd)
+{
+	pid_t pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+		_exit(127);
+	}
+	int status;
+	while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+		;
+	return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+/* `shardq -c INI ARGS`, its output appended to DIR/cli.out; returns the
+ * exit code. */
+static int cli(const char *env, const char *args)
+{
+	char cmd[2048], out[600];
+	snprintf(cmd, sizeof(cmd), "%s %s -c %s %s >> %s 2>&1", env ? env : "",
+		 getenv("SHARDQ_CLI"), ini, args, testdb_path(out, sizeof(out), "cli.out"));
+	return run_sh(cmd);
+}
+
+/* scripts/shards ACTION --only SHARD; fails the test if it fails. */
+static void shards(const char *action, int shard)
+{
+	char cmd[1024], out[600];
+	const char *script = getenv("SHARDQ_SHARDS_SCRIPT");
+	snprintf(cmd, sizeof(cmd), "%s %s --only %s >> %s 2>&1", script, action, shard_id[shard],
+		 testdb_path(out, sizeof(out), "shards.out"));
+	double t0 = test_now_s();
+	int rc = run_sh(cmd);
+	ck_assert_msg(rc == 0, "%s: exit %d:\n%s", cmd, rc, tail_of("shards.out", 2000));
+	printf("soak: scripts/shards %s --only %s took %.1fs\n", action, shard_id[shard],
+	       test_now_s() - t0);
+}
+
+static void spawn_worker(int i)
+{
+	worker *w = &workers[i];
+	char cmd[2048];
+	w->gen++;
+	snprintf(w->id, sizeof(w->id), "soak-%s-w%dg%d", mark, i, w->gen);
+	snprintf(cmd, sizeof(cmd),
+		 "exec %s -c %s work --worker %s --types soak:%d --exec '%s/job.sh' >> %s/w%d.out "
+		 "2>&1",
+		 getenv("SHARDQ_CLI"), ini, w->id, SLOTS, dir, dir, i);
+	pid_t pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		/* dies with the test, should the test die first */
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+		_exit(127);
+	}
+	w->pid = pid;
+}
+
+/* The processes of the jobs of worker id (id "*": of any worker of this
+ * run). */
+static int job_procs(const char *id, testdb_proc *v, int max)
+{
+	char want[160];
+	if (!strcmp(id, "*"))
+		snprintf(want, sizeof(want), "SHARDQ_WORKER=soak-%s-*", mark);
+	else
+		snprintf(want, sizeof(want), "SHARDQ_WORKER=%s", id);
+	return testdb_procs(want, v, max);
+}
+
+/* Waits until no process of worker id's jobs is left; on a stall, kills
+ * them (so a failed run leaves nothing behind) and fails with their list. */
+static double wait_no_job_procs(const char *id, const char *why)
+{
+	testdb_proc v[64];
+	double t0 = test_now_s(), since = t0;
+	int last = -1, n;
+	while ((n = job_procs(id, v, 64)) > 0) {
+		if (n != last) {
+			last = n;
+			since = test_now_s();
+		}
+		if (test_now_s() - since > testdb_stall_s()) {
+			char list[8192];
+			testdb_procs_describe(v, n < 64 ? n : 64, list, sizeof(list));
+			for (int i = 0; i < n && i < 64; i++)
+				kill(v[i].pid, SIGKILL);
+			ck_abort_msg("%s: %d process(es) of its jobs still alive %.0fs later:\n%s",
+				     why, n, test_now_s() - t0, list);
+		}
+		usleep(20000);
+	}
+	return test_now_s() - t0;
+}
+
+/* SIGKILL of worker i once one of its jobs runs (or after a few seconds
+ * without one: a worker may be idle), then checks that its jobs died with
+ * it, and starts a new worker in its place. */
+static void kill_worker(int i)
+{
+	worker *w = &workers[i];
+	testdb_proc v[64];
+	double t0 = test_now_s();
+	int n;
+	while ((n = job_procs(w->id, v, 64)) == 0 && test_now_s() - t0 < 5)
+		usleep(20000);
+	char out[32];
+	snprintf(out, sizeof(out), "w%d.out", i);
+	ck_assert_msg(waitpid(w->pid, NULL, WNOHANG) == 0,
+		      "worker %s exited before it was killed; its output:\n%s", w->id,
+		      tail_of(out, 3000));
+	kill(w->pid, SIGKILL);
+	waitpid(w->pid, NULL, 0);
+	char why[160];
+	snprintf(why, sizeof(why), "SIGKILL of worker %s (%d job process(es) before)", w->id, n);
+	double took = wait_no_job_procs(w->id, why);
+	fig.kills++;
+	fig.kills_with_jobs += n > 0;
+	fig.procs_killed += n;
+	if (took > fig.worst_proc_exit_s)
+		fig.worst_proc_exit_s = took;
+	spawn_worker(i);
+}
+
+/* ---- producers ---------------------------------------------------------- */
+
+typedef struct producer {
+	pthread_t th;
+	int keyed, batch;
+	useconds_t pause_us;
+	int64_t *acked;
+	size_t nacked;
+	long sent, retried, unknown, failed_calls;
+	char last_error[256];
+} producer;
+
+static volatile int producers_stop;
+static int produced_total; /* under produced_mu */
+static pthread_mutex_t produced_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static int take_new(int want)
+{
+	pthread_mutex_lock(&produced_mu);
+	int n = MAX_JOBS - produced_total < want ? MAX_JOBS - produced_total : want;
+	if (n < 0)
+		n = 0;
+	produced_total += n;
+	pthread_mutex_unlock(&produced_mu);
+	return n;
+}
+
+/*
+ * Enqueues batches until told to stop. A job counts as acknowledged when its
+ * result carries an id. The keyed producer sends every other job again with
+ * the same key until it is acknowledged (dedup makes that safe); the keyless
+ * one sends a job again only when it was surely not written.
+ */
+static void *produce(void *arg)
+{
+	producer *p = arg;
+	sq_client *c = testdb_client(&t);
+	char(*keys)[32] = calloc((size_t)p->batch, sizeof(*keys));
+	char(*retry)[32] = calloc((size_t)p->batch, sizeof(*retry));
+	sq_job_spec *jobs = calloc((size_t)p->batch, sizeof(*jobs));
+	sq_enqueue_result *res = calloc((size_t)p->batch, sizeof(*res));
+	size_t cap = MAX_JOBS;
+	int nretry = 0, seq = 0;
+	p->acked = calloc(cap, sizeof(int64_t));
+	ck_assert(keys && retry && jobs && res && p->acked);
+	while (!producers_stop || nretry > 0) {
+		int n = 0;
+		for (; n < nretry; n++)
+			memcpy(keys[n], retry[n], sizeof(keys[n]));
+		if (!producers_stop)
+			for (int k = take_new(p->batch - n); k > 0; k--, n++)
+				snprintf(keys[n], sizeof(keys[n]), "%s-%d", p->keyed ? "k" : "n",
+					 seq++);
+		if (n == 0)
+			break;
+		p->retried += nretry;
+		nretry = 0;
+		memset(jobs, 0, (size_t)n * sizeof(*jobs));
+		for (int i = 0; i < n; i++) {
+			jobs[i].type = "soak";
+			jobs[i].key = p->keyed ? keys[i] : NULL;
+			res[i].id = -1;
+			res[i].outcome = SQ_ENQ_NOT_WRITTEN;
+		}
+		sq_error err;
+		if (sq_enqueue(c, jobs, (size_t)n, res, &err) != SQ_OK) {
+			p->failed_calls++;
+			snprintf(p->last_error, sizeof(p->last_error), "%s", err.msg);
+		}
+		for (int i = 0; i < n; i++) {
+			if (res[i].id > 0) {
+				if (p->nacked < cap)
+					p->acked[p->nacked++] = res[i].id;
+			} else if (p->keyed || res[i].outcome == SQ_ENQ_NOT_WRITTEN) {
+				memcpy(retry[nretry++], keys[i], sizeof(keys[i]));
+			} else {
+				p->unknown++;
+			}
+		}
+		p->sent += n;
+		usleep(p->pause_us);
+	}
+	sq_client_close(c);
+	free(keys);
+	free(retry);
+	free(jobs);
+	free(res);
+	return NULL;
+}
+
+/* ---- checks ------------------------------------------------------------- */
+
+static long long live_jobs(void *arg)
+{
+	(void)arg;
+	return testdb_sum(&t, "SELECT count(*) FROM shardq.jobs WHERE status IN "
+			      "('ready', 'starting', 'running')");
+}
+
+static int cmp_id(const void *a, const void *b)
+{
+	int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+	return x < y ? -1 : x > y;
+}
+
+/* The ids of completed jobs in the history of both shards, sorted. */
+static int64_t *completed_ids(size_t *n)
+{
+	size_t cap = 1024, have = 0;
+	int64_t *v = malloc(cap * sizeof(*v));
+	ck_assert_ptr_nonnull(v);
+	for (int s = 0; s < t.nshards; s++) {
+		PGconn *c = testdb_pg(&t, s);
+		PGresult *r =
+			PQexec(c, "SELECT id FROM shardq.jobs_history WHERE status = 'completed'");
+		ck_assert_msg(PQresultStatus(r) == PGRES_TUPLES_OK, "history of shard %d: %s", s,
+			      PQerrorMessage(c));
+		for (int i = 0; i < PQntuples(r); i++) {
+			if (have == cap) {
+				cap *= 2;
+				v = realloc(v, cap * sizeof(*v));
+				ck_assert_ptr_nonnull(v);
+			}
+			v[have++] = strtoll(PQgetvalue(r, i, 0), NULL, 10);
+		}
+		PQclear(r);
+		PQfinish(c);
+	}
+	qsort(v, have, sizeof(*v), cmp_id);
+	*n = have;
+	return v;
+}
+
+static void drain_or_fail(void)
+{
+	long long left;
+	if (wait_progress(live_jobs, NULL, &left))
+		return;
+	char report[4096], outs[6000] = "";
+	testdb_live_report(&t, report, sizeof(report));
+	for (int i = 0; i < NWORKERS; i++) {
+		char name[32];
+		snprintf(name, sizeof(name), "w%d.out", i);
+		size_t at = strlen(outs);
+		snprintf(outs + at, sizeof(outs) - at, "--- worker %s, last output:\n%s\n",
+			 workers[i].id, tail_of(name, 1500));
+	}
+	ck_abort_msg("the queue did not drain: %lld jobs live, none finished for %.0fs\n%s%s", left,
+		     testdb_stall_s(), report, outs);
+}
+
+/* ---- the test ----------------------------------------------------------- */
+
+static const char types[] = "[type soak]\n"
+			    "starting_timeout = 5s\n"
+			    "execution_timeout = 20s\n"
+			    "max_attempts = 1000\n"
+			    "backoff = constant\n"
+			    "backoff_base = 100ms\n"
+			    "history = true\n";
+
+/* Parses $SHARDQ_SOAK_PORTS and $SHARDQ_SOAK_SHARDS; the suites' shards are
+ * never used here. */
+static void use_soak_shards(void)
+{
+	const char *ports = getenv("SHARDQ_SOAK_PORTS");
+	const char *names = getenv("SHARDQ_SOAK_SHARDS");
+	ck_assert_msg(ports && *ports && names && *names && getenv("SHARDQ_SHARDS_SCRIPT"),
+		      "the soak test needs shards of its own, which it restarts and crashes: run "
+		      "it through scripts/test (which sets SHARDQ_SOAK_PORTS, SHARDQ_SOAK_SHARDS "
+		      "and SHARDQ_SHARDS_SCRIPT)");
+	ck_assert_msg(sscanf(names, "%15[^,],%15s", shard_id[0], shard_id[1]) == 2,
+		      "SHARDQ_SOAK_SHARDS must name two shards (\"s6,s7\"), not '%s'", names);
+	setenv("SHARDQ_TEST_PORTS", ports, 1);
+}
+
+START_TEST(soak_kills_restarts_and_a_killed_mover)
+{
+	use_soak_shards();
+	snprintf(dir, sizeof(dir), "%s", testdb_tmpdir());
+	snprintf(mark, sizeof(mark), "%s", strrchr(dir, '-') + 1);
+	testdb_open(&t, "sqt_soak", 2, 64, types);
+	testdb_path(ini, sizeof(ini), "shardq.ini");
+	write_file("shardq.ini", "%s", t.ini);
+	char locks[600];
+	ck_assert_int_eq(mkdir(testdb_path(locks, sizeof(locks), "locks"), 0755), 0);
+	/* A run: holds its job's lock while any process of it lives; one in 40
+	 * runs 12 s (a heartbeat extends its lease), the rest 0.1-0.4 s, in a
+	 * child of the shell. */
+	write_file(
+		"job.sh",
+		"#!/bin/sh\n"
+		"d='%s'\n"
+		"exec 9>>\"$d/locks/$SHARDQ_JOB_ID\"\n"
+		"if ! flock -n 9; then\n"
+		"  echo \"$SHARDQ_JOB_ID $SHARDQ_JOB_ATTEMPT $SHARDQ_WORKER\" >> \"$d/overlaps\"\n"
+		"fi\n"
+		"echo \"$SHARDQ_JOB_ID $SHARDQ_JOB_ATTEMPT $SHARDQ_WORKER\" >> \"$d/starts\"\n"
+		"n=$((SHARDQ_JOB_ID %% 40))\n"
+		"if [ \"$n\" = 0 ]; then s=12; else s=0.$((n %% 4 + 1)); fi\n"
+		"sleep \"$s\" &\n"
+		"wait\n"
+		"echo \"$SHARDQ_JOB_ID\" >> \"$d/ends\"\n",
+		dir);
+	double t0 = test_now_s();
+
+	for (int i = 0; i < NWORKERS; i++)
+		spawn_worker(i);
+	producer prod[2] = {{.keyed = 1, .batch = 5, .pause_us = 400000},
+			    {.keyed = 0, .batch = 5, .pause_us = 800000}};
+	for (int i = 0; i < 2; i++)
+		ck_assert_int_eq(pthread_create(&prod[i].th, NULL, produce, &prod[i]), 0);
+
+	pid_t mover = -1;
+	int mover_killed_mid_move = 0;
+	for (int k = 0; k < KILLS; k++) {
+		kill_worker(k % NWORKERS);
+		printf("soak: kill %d of %d done (%.0fs in)\n", k + 1, KILLS, test_now_s() - t0);
+		usleep((useconds_t)(300000 + (k * 277) % 700 * 1000));
+		if (k == 3) {
+			/* the meta shard (map, moves, ids) restarted: fast shutdown */
+			shards("restart", 0);
+			fig.restarts++;
+		} else if (k == 6) {
+			/* a move held in its copy (for far longer than the test) */
+			mover = fork();
+			ck_assert_int_ge(mover, 0);
+			if (mover == 0) {
+				char cmd[2048], out[600];
+				prctl(PR_SET_PDEATHSIG, SIGKILL);
+				snprintf(
+					cmd, sizeof(cmd),
+					"SHARDQ_FAILPOINT_SLEEP=mid_copy:600000 exec %s -c %s move "
+					"--count 8 --from s1 --to s2 > %s 2>&1",
+					getenv("SHARDQ_CLI"), ini,
+					testdb_path(out, sizeof(out), "mover.out"));
+				execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+				_exit(127);
+			}
+		} else if (k == 8) {
+			/* killed in its copy: the move is left half done */
+			long long steps = testdb_scalar(
+				&t, 0,
+				"SELECT count(*) FROM shardq_meta.moves WHERE step <> 'done'");
+			mover_killed_mid_move = waitpid(mover, NULL, WNOHANG) == 0 && steps > 0;
+			kill(mover, SIGKILL);
+			waitpid(mover, NULL, 0);
+			printf("soak: mover killed with %lld move(s) unfinished\n", steps);
+		} else if (k == 10) {
+			int rc = cli(NULL, "moves --resume all");
+			ck_assert_msg(rc == 0, "moves --resume all exited %d:\n%s", rc,
+				      tail_of("cli.out", 3000));
+		} else if (k == 12) {
+			/* the other shard dies: immediate shutdown, crash recovery */
+			shards("crash", 1);
+			usleep(500000);
+			shards("start", 1);
+			fig.restarts++;
+		}
+	}
+	producers_stop = 1;
+	for (int i = 0; i < 2; i++)
+		pthread_join(prod[i].th, NULL);
+	printf("soak: producers stopped (%.0fs in); draining\n", test_now_s() - t0);
+	drain_or_fail();
+	double drained = test_now_s() - t0;
+
+	for (int i = 0; i < NWORKERS; i++)
+		kill(workers[i].pid, SIGTERM);
+	for (int i = 0; i < NWORKERS; i++)
+		waitpid(workers[i].pid, NULL, 0);
+	wait_no_job_procs("*", "the workers' SIGTERM at the end");
+
+	/* the mover was killed in the middle, and its move completed */
+#ifdef SHARDQ_FAILPOINTS
+	ck_assert_msg(mover_killed_mid_move,
+		      "the mover was not in the middle of its move when killed:\n%s",
+		      tail_of("mover.out", 2000));
+#endif
+	ck_assert_int_eq(
+		testdb_scalar(&t, 0, "SELECT count(*) FROM shardq_meta.moves WHERE step <> 'done'"),
+		0);
+	ck_assert_int_eq(
+		testdb_scalar(&t, 0, "SELECT count(*) FROM shardq_meta.moves WHERE step = 'done'"),
+		1);
+
+	/* no two runs of one job at once */
+	long overlaps = count_lines("overlaps");
+	ck_assert_msg(overlaps == 0, "%ld run(s) found their job still running elsewhere:\n%s",
+		      overlaps, tail_of("overlaps", 3000));
+
+	/* every acknowledged job completed; nothing failed or is left */
+	size_t ndone;
+	int64_t *done = completed_ids(&ndone);
+	long acked = 0, missing = 0;
+	char missing_list[1024] = "";
+	for (int p = 0; p < 2; p++)
+		for (size_t i = 0; i < prod[p].nacked; i++) {
+			acked++;
+			if (!bsearch(&prod[p].acked[i], done, ndone, sizeof(*done), cmp_id)) {
+				size_t at = strlen(missing_list);
+				if (missing++ < 20)
+					snprintf(missing_list + at, sizeof(missing_list) - at,
+						 " %lld", (long long)prod[p].acked[i]);
+			}
+		}
+	ck_assert_msg(missing == 0, "%ld of %ld acknowledged jobs never completed:%s", missing,
+		      acked, missing_list);
+	ck_assert_int_eq(testdb_sum(&t, "SELECT count(*) FROM shardq.jobs"), 0);
+	ck_assert_int_eq(testdb_sum(&t, "SELECT count(*) FROM shardq.jobs_history WHERE status <> "
+					"'completed'"),
+			 0);
+	ck_assert_msg(fig.kills_with_jobs >= KILLS / 2,
+		      "only %d of %d kills found a job running: the test did not test much",
+		      fig.kills_with_jobs, fig.kills);
+
+	long runs = count_lines("starts"), ends = count_lines("ends");
+	printf("soak: %.0fs (drained at %.0fs); %ld jobs acknowledged (keyed %zu, keyless %zu), "
+	       "all completed; %ld runs started, %ld ran to the end, %zd completed jobs in "
+	       "history; %d worker kills (%d with jobs running, %d job processes killed with "
+	       "their worker, the last gone %.2fs after the kill at worst); %d shard restarts; "
+	       "mover killed mid-move %s; producers: %ld+%ld resent, %ld+%ld failed calls, "
+	       "%ld keyless unknown; 0 overlapping runs\n",
+	       test_now_s() - t0, drained, acked, prod[0].nacked, prod[1].nacked, runs, ends,
+	       (ssize_t)ndone, fig.kills, fig.kills_with_jobs, fig.procs_killed,
+	       fig.worst_proc_exit_s, fig.restarts, mover_killed_mid_move ? "yes" : "no",
+	       prod[0].retried, prod[1].retried, prod[0].failed_calls, prod[1].failed_calls,
+	       prod[1].unknown);
+	if (prod[0].failed_calls + prod[1].failed_calls)
+		printf("soak: a failed enqueue said: %s\n",
+		       prod[0].last_error[0] ? prod[0].last_error : prod[1].last_error);
+	free(done);
+	free(prod[0].acked);
+	free(prod[1].acked);
+	testdb_close(&t);
+	testdb_tmpdir_remove();
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("soak");
+	ADD_CASE(s, soak_kills_restarts_and_a_killed_mover, 3600);
+	return run_suite(s);
+}
