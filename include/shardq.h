@@ -288,8 +288,11 @@ SQ_MUST_CHECK sq_status sq_start(sq_client *c, const char *worker, const sq_job_
 /* running -> running; extends the lease by the type's execution timeout. */
 SQ_MUST_CHECK sq_status sq_heartbeat(sq_client *c, const char *worker, const sq_job_ref *refs,
 				     size_t n, sq_status *out, sq_error *err);
-/* running -> completed (the row leaves the hot table; a pending rerun makes
- * it ready again with the rerun's params). */
+/* running (or still starting) -> completed (the row leaves the hot table;
+ * a pending rerun makes it ready again with the rerun's params). A job may
+ * be completed straight from `starting` by the worker that claimed it: the
+ * worker runtime starts a buffered job on a free slot at once, under its
+ * starting lease, and writes its start afterwards (docs/worker.md). */
 SQ_MUST_CHECK sq_status sq_complete(sq_client *c, const char *worker, const sq_job_ref *refs,
 				    size_t n, sq_status *out, sq_error *err);
 /* starting -> ready, no attempt counted (for a worker shutting down). */
@@ -302,7 +305,8 @@ typedef struct sq_fail_req {
 	int permanent;     /* non-zero: straight to failed */
 } sq_fail_req;
 
-/* running -> ready with backoff (attempt < max), or -> failed. */
+/* running (or still starting, as for sq_complete) -> ready with backoff
+ * (attempt < max), or -> failed. */
 SQ_MUST_CHECK sq_status sq_fail(sq_client *c, const char *worker, const sq_fail_req *reqs, size_t n,
 				sq_status *out, sq_error *err);
 

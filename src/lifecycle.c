@@ -43,6 +43,12 @@ static const sq_stmt stmt_heartbeat = {
 	"  FROM unnest($1::bigint[], $2::int[]) WITH ORDINALITY AS x(id, att, ord)"
 	" WHERE " FENCE("= 'running'") " RETURNING x.ord"};
 
+/* A completion or failure takes a job that is running, or still starting:
+ * a worker starts a buffered job on a free slot at once, under its starting
+ * lease, and writes `running` in its next round; a job that finished before
+ * that write is completed (or failed) straight from `starting`. The fence
+ * (id, attempt, worker) is what makes the run this worker's. */
+
 /* A completed job leaves the hot table (into history if its type keeps
  * it), unless a rerun is pending: then it is ready again with the rerun's
  * params and a fresh budget of attempts (the base moves up; the attempt,
@@ -56,10 +62,10 @@ static const sq_stmt stmt_complete = {
 	"          expected_status_change_time = NULL, schedule_time = now(),"
 	"          delay_tolerance_time = now() + (j.delay_tolerance_time - j.schedule_time),"
 	"          updated_at = now()"
-	"          FROM x WHERE " FENCE("= 'running'") " AND j.rerun_params IS NOT NULL"
+	"          FROM x WHERE " FENCE("IN ('starting', 'running')") " AND j.rerun_params IS NOT NULL"
 	"          RETURNING x.ord),"
 	" del AS (DELETE FROM shardq.jobs j USING x"
-	"          WHERE " FENCE("= 'running'") " AND j.rerun_params IS NULL RETURNING j.*, x.ord),"
+	"          WHERE " FENCE("IN ('starting', 'running')") " AND j.rerun_params IS NULL RETURNING j.*, x.ord),"
 	" hist AS (INSERT INTO shardq.jobs_history (id, partition, task, status, attempt, worker,"
 	"            active_uid, params, last_error, created_at)"
 	"          SELECT id, partition, task, 'completed', attempt - attempt_base, worker,"
@@ -97,7 +103,7 @@ static const sq_stmt stmt_fail = {
 	"  last_error = x.err, updated_at = now()"
 	"  FROM unnest($1::bigint[], $2::int[], $9::text[], $10::bool[])"
 	"       WITH ORDINALITY AS x(id, att, err, perm, ord)"
-	" WHERE " FENCE("= 'running'") " RETURNING x.ord"};
+	" WHERE " FENCE("IN ('starting', 'running')") " RETURNING x.ord"};
 
 /* starting -> ready, and the try does not count: the base moves up. */
 static const sq_stmt stmt_release = {

@@ -15,27 +15,46 @@ double sq_mono_s(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+/* The next handed task of a type whose deadline has not passed; the ones
+ * whose has go to `stale`. Under the mutex. */
+static sq_task *take_handed(sq_pool *p, int type, double now)
+{
+	sq_task *t;
+	while ((t = p->hand_head[type]) != NULL) {
+		p->hand_head[type] = t->next;
+		if (!p->hand_head[type])
+			p->hand_tail[type] = NULL;
+		if (now < t->local_until)
+			return t;
+		t->next = p->stale;
+		p->stale = t;
+	}
+	return NULL;
+}
+
 static void *pool_main(void *arg)
 {
 	sq_pool *p = arg;
+	sq_task *t = NULL;
 	sigset_t all;
 	/* signals are the loop's business */
 	sigfillset(&all);
 	pthread_sigmask(SIG_BLOCK, &all, NULL);
 	for (;;) {
-		sq_task *t;
-		pthread_mutex_lock(&p->mu);
-		while (!p->todo_head && !p->quit)
-			pthread_cond_wait(&p->cv, &p->mu);
-		if (!p->todo_head) {
+		if (!t) {
+			pthread_mutex_lock(&p->mu);
+			while (!p->todo_head && !p->quit)
+				pthread_cond_wait(&p->cv, &p->mu);
+			if (!p->todo_head) {
+				pthread_mutex_unlock(&p->mu);
+				return NULL;
+			}
+			t = p->todo_head;
+			p->todo_head = t->next;
+			if (!p->todo_head)
+				p->todo_tail = NULL;
 			pthread_mutex_unlock(&p->mu);
-			return NULL;
 		}
-		t = p->todo_head;
-		p->todo_head = t->next;
-		if (!p->todo_head)
-			p->todo_tail = NULL;
-		pthread_mutex_unlock(&p->mu);
 
 		/* zeroed, so the loop finds the message's end even if the handler
 		 * left no terminator or a NUL inside it */
@@ -47,22 +66,41 @@ static void *pool_main(void *arg)
 		pthread_mutex_lock(&p->mu);
 		t->next = p->done;
 		p->done = t;
+		/* the slot this task frees takes a handed task of its type */
+		sq_task *next = p->quit ? NULL : take_handed(p, t->type, t->finished);
+		if (next) {
+			/* the loop takes it from `started`; the pool owns the task (and
+			 * runs it) until it comes back from take_done */
+			t->swapped = 1;
+			next->run_next = p->started;
+			p->started = next;
+		}
 		pthread_mutex_unlock(&p->mu);
 		char b = 1;
 		ssize_t w = write(p->wake_fd, &b, 1); /* a full pipe already wakes */
 		(void)w;
+		t = next;
 	}
 }
 
-int sq_pool_start(sq_pool *p, int n, int wake_fd)
+int sq_pool_start(sq_pool *p, int n, int ntypes, int wake_fd)
 {
 	memset(p, 0, sizeof(*p));
 	p->wake_fd = wake_fd;
 	pthread_mutex_init(&p->mu, NULL);
 	pthread_cond_init(&p->cv, NULL);
+	p->ntypes = ntypes;
+	p->hand_head = calloc((size_t)ntypes, sizeof(*p->hand_head));
+	p->hand_tail = calloc((size_t)ntypes, sizeof(*p->hand_tail));
 	p->threads = calloc((size_t)n, sizeof(pthread_t));
-	if (!p->threads)
+	if (!p->threads || !p->hand_head || !p->hand_tail) {
+		free(p->threads);
+		free(p->hand_head);
+		free(p->hand_tail);
+		p->threads = NULL;
+		p->hand_head = p->hand_tail = NULL;
 		return -1;
+	}
 	for (int i = 0; i < n; i++) {
 		if (pthread_create(&p->threads[i], NULL, pool_main, p)) {
 			sq_pool_stop(p); /* the threads started so far must not outlive us */
@@ -86,14 +124,62 @@ void sq_pool_submit(sq_pool *p, sq_task *t)
 	pthread_mutex_unlock(&p->mu);
 }
 
-sq_task *sq_pool_take_done(sq_pool *p)
+sq_task *sq_pool_take_done(sq_pool *p, sq_task **started, sq_task **stale)
 {
 	sq_task *d;
 	pthread_mutex_lock(&p->mu);
 	d = p->done;
 	p->done = NULL;
+	if (started) {
+		*started = p->started;
+		p->started = NULL;
+	}
+	if (stale) {
+		*stale = p->stale;
+		p->stale = NULL;
+	}
 	pthread_mutex_unlock(&p->mu);
 	return d;
+}
+
+void sq_pool_hand(sq_pool *p, sq_task *t)
+{
+	t->next = NULL;
+	pthread_mutex_lock(&p->mu);
+	if (p->hand_tail[t->type])
+		p->hand_tail[t->type]->next = t;
+	else
+		p->hand_head[t->type] = t;
+	p->hand_tail[t->type] = t;
+	pthread_mutex_unlock(&p->mu);
+}
+
+sq_task *sq_pool_unhand_one(sq_pool *p, int type)
+{
+	pthread_mutex_lock(&p->mu);
+	sq_task *t = p->hand_head[type];
+	if (t) {
+		p->hand_head[type] = t->next;
+		if (!p->hand_head[type])
+			p->hand_tail[type] = NULL;
+		t->next = NULL;
+	}
+	pthread_mutex_unlock(&p->mu);
+	return t;
+}
+
+sq_task *sq_pool_unhand_all(sq_pool *p)
+{
+	sq_task *all = NULL, **end = &all;
+	pthread_mutex_lock(&p->mu);
+	for (int i = 0; i < p->ntypes; i++) {
+		*end = p->hand_head[i];
+		while (*end)
+			end = &(*end)->next;
+		p->hand_head[i] = p->hand_tail[i] = NULL;
+	}
+	pthread_mutex_unlock(&p->mu);
+	return all;
 }
 
 void sq_pool_stop(sq_pool *p)
@@ -107,7 +193,8 @@ void sq_pool_stop(sq_pool *p)
 	for (int i = 0; i < p->nthreads; i++)
 		pthread_join(p->threads[i], NULL);
 	free(p->threads);
+	free(p->hand_head);
+	free(p->hand_tail);
 	p->threads = NULL;
-	pthread_mutex_destroy(&p->mu);
-	pthread_cond_destroy(&p->cv);
+	p->hand_head = p->hand_tail = NULL;
 }

@@ -1,5 +1,13 @@
 /* pool.h - the worker's handler threads, a queue of tasks in and a list of
- * finished tasks out; a byte on wake_fd tells the loop something finished. */
+ * finished tasks out; a byte on wake_fd tells the loop something finished.
+ *
+ * Hand-off: the loop may also hand the pool buffered tasks of a type
+ * (sq_pool_hand). A thread that finishes a task of that type starts the
+ * next one at once, without waiting for the loop (which may be waiting on
+ * the shards), if the task's local deadline (`local_until`) has not
+ * passed; so a type never runs more tasks than the loop started, and a
+ * freed slot does not wait a round trip. The loop learns of those starts
+ * (and of handed tasks that went stale) when it takes the finished ones. */
 #ifndef SQ_POOL_H
 #define SQ_POOL_H
 
@@ -25,6 +33,12 @@ typedef struct sq_task {
 	int moving_tries;    /* "moving" answers in a row: the retry backoff */
 	int refused;         /* times a shard refused this job's write on its own */
 	int looked;          /* a completion found no row once: the next is final */
+	/* loop: started on a free slot before its `running` was written (its
+	 * start is sent like a heartbeat); local_until: when a buffered task
+	 * may no longer be started that way (half its starting lease) */
+	int unstarted;
+	double local_until;
+	int swapped; /* pool: a handed task took this one's slot as it finished */
 } sq_task;
 
 typedef struct sq_pool {
@@ -34,17 +48,33 @@ typedef struct sq_pool {
 	pthread_cond_t cv;
 	sq_task *todo_head, *todo_tail;
 	sq_task *done;
+	/* handed tasks per type (FIFO), the ones threads started from there,
+	 * and the ones found past their deadline */
+	sq_task **hand_head, **hand_tail;
+	int ntypes;
+	sq_task *started, *stale;
 	int quit;
 	int wake_fd;
 } sq_pool;
 
-/* Starts n threads; returns 0 or -1. */
-int sq_pool_start(sq_pool *p, int n, int wake_fd);
+/* Starts n threads for tasks of ntypes types; returns 0 or -1. */
+int sq_pool_start(sq_pool *p, int n, int ntypes, int wake_fd);
 /* Queues a task; the pool owns it until it comes back from take_done. */
 void sq_pool_submit(sq_pool *p, sq_task *t);
-/* Takes every finished task (a list through ->next), or NULL. */
-sq_task *sq_pool_take_done(sq_pool *p);
-/* Lets queued tasks run, then joins every thread. */
+/* Takes every finished task (a list through ->next), or NULL; with
+ * started and stale (if not NULL), at the same moment, the handed tasks
+ * threads started since the last call, and the handed ones they found past
+ * their deadline (given back to the loop, not run). */
+sq_task *sq_pool_take_done(sq_pool *p, sq_task **started, sq_task **stale);
+/* Hands a buffered task to the pool (see above). */
+void sq_pool_hand(sq_pool *p, sq_task *t);
+/* Takes back the first handed task of a type not yet started, or NULL. */
+sq_task *sq_pool_unhand_one(sq_pool *p, int type);
+/* Takes back every handed task not yet started (a list, in hand order per
+ * type). */
+sq_task *sq_pool_unhand_all(sq_pool *p);
+/* Lets queued tasks run, then joins every thread; sq_pool_take_done still
+ * works afterwards (the finished tasks are there). */
 void sq_pool_stop(sq_pool *p);
 
 double sq_mono_s(void);

@@ -36,6 +36,7 @@ typedef struct wtype {
 	int conc;
 	sq_task *buf_head, *buf_tail; /* claimed, `starting`, in claim order */
 	int buffered, running;
+	int handed; /* buffered jobs handed to the pool (sq_pool_hand) */
 	double exec_ms;
 	int have_exec;
 	int had_work;  /* the last claim gave jobs of this type */
@@ -67,8 +68,9 @@ struct sq_worker {
 	int woken;
 	double rtt_ms;
 	int have_rtt;
-	sq_task *running; /* list through run_next */
-	sq_task *pending; /* finished, whose result is not yet written */
+	sq_task *running;  /* list through run_next */
+	sq_task *pending;  /* finished, whose result is not yet written */
+	int local_started; /* jobs started on a free slot since the last tick */
 	double next_report;
 	uint64_t claims, db_errors;
 	char last_error[256];
@@ -351,9 +353,32 @@ static void clean_error(sq_task *k)
 /* Finished tasks come back from the pool: their slot frees, and their
  * result waits in `pending` until the shards have it. A task whose lease
  * was found lost while it ran is discarded: another worker owns the job. */
+static void begin_unstarted(sq_worker *w, sq_task *k, double now);
+static void buf_unpop(wtype *t, sq_task *k);
+
 static void take_finished(sq_worker *w)
 {
-	sq_task *done = sq_pool_take_done(&w->pool), *next;
+	sq_task *started, *stale;
+	sq_task *done = sq_pool_take_done(&w->pool, &started, &stale), *next;
+	double now = sq_mono_s();
+	/* handed jobs the pool started on the slot of a job of the same type
+	 * that finished (in `done` now, or in a later take): running, with
+	 * their start still to be written. First, so that a job both started
+	 * and finished since the last take leaves the running list below. */
+	for (sq_task *k = started; k; k = next) {
+		next = k->run_next;
+		w->types[k->type].handed--;
+		begin_unstarted(w, k, now);
+		k->run_next = w->running;
+		w->running = k;
+	}
+	/* handed jobs past their deadline: back to the buffer, to start with
+	 * a written start (which finds out whether the lease is still ours) */
+	for (sq_task *k = stale; k; k = next) {
+		next = k->next;
+		w->types[k->type].handed--;
+		buf_unpop(&w->types[k->type], k);
+	}
 	for (sq_task *k = done; k; k = next) {
 		wtype *t = &w->types[k->type];
 		double ms = (k->finished - k->started) * 1000.0;
@@ -363,7 +388,8 @@ static void take_finished(sq_worker *w)
 		t->exec_ms = t->have_exec ? (1 - EWMA) * t->exec_ms + EWMA * ms : ms;
 		t->have_exec = 1;
 		t->exec_s += k->finished - k->started;
-		if (t->nfreed < t->conc)
+		/* its slot frees, unless the pool gave it a handed job at once */
+		if (!k->swapped && t->nfreed < t->conc)
 			t->freed[(t->freed_head + t->nfreed++) % t->conc] = k->finished;
 		if (k->lost) {
 			t->st.lost++;
@@ -383,6 +409,11 @@ static void take_finished(sq_worker *w)
 static void release_buffered(sq_worker *w)
 {
 	size_t n = 0, i = 0;
+	for (sq_task *k = sq_pool_unhand_all(&w->pool), *next; k; k = next) {
+		next = k->next;
+		w->types[k->type].handed--;
+		buf_push(&w->types[k->type], k);
+	}
 	for (int t = 0; t < w->ntypes; t++)
 		n += (size_t)w->types[t].buffered;
 	if (!n)
@@ -438,6 +469,78 @@ static double exec_hb(const wtype *wt, double now)
 	return now + (double)wt->conf->execution_timeout_ms / 2000.0;
 }
 
+/* A buffered job starts on a free slot before its `running` is written:
+ * its start goes out with the next tick, as a heartbeat would (due now),
+ * and is answered like one (lost: the result is discarded). Until then the
+ * starting lease covers the run, which is why only a job with at least
+ * half of that lease left (local_until) starts this way; a completion or
+ * failure that comes first is written straight from `starting`. */
+static void begin_unstarted(sq_worker *w, sq_task *k, double now)
+{
+	wtype *wt = &w->types[k->type];
+	k->unstarted = 1;
+	k->hb_due = now;
+	k->retry_at = k->moving_since = 0;
+	k->moving_tries = k->refused = 0;
+	wt->running++;
+	w->local_started++;
+}
+
+/* The first buffered job of a type that may start without a written
+ * start (see begin_unstarted), or NULL. */
+static sq_task *buf_take_fresh(wtype *t, double now)
+{
+	sq_task *prev = NULL;
+	for (sq_task *k = t->buf_head; k; prev = k, k = k->next)
+		if (k->retry_at <= now && now < k->local_until) {
+			if (prev)
+				prev->next = k->next;
+			else
+				t->buf_head = k->next;
+			if (t->buf_tail == k)
+				t->buf_tail = prev;
+			t->buffered--;
+			return k;
+		}
+	return NULL;
+}
+
+/*
+ * Free slots take buffered jobs at once, without a round trip (the start
+ * is written afterwards; see begin_unstarted); the other buffered jobs
+ * that may start that way are handed to the pool, whose threads take them
+ * the moment a job of their type finishes, even while this loop waits on
+ * the shards. A handed job past its deadline comes back (take_finished)
+ * and starts the old way, by a written start first.
+ */
+static void start_fresh(sq_worker *w, double now)
+{
+	if (w->stopping)
+		return;
+	for (int t = 0; t < w->ntypes; t++) {
+		wtype *wt = &w->types[t];
+		while (wt->running < wt->conc) {
+			sq_task *k = buf_take_fresh(wt, now);
+			if (!k && wt->handed && (k = sq_pool_unhand_one(&w->pool, t)) != NULL) {
+				wt->handed--;
+				if (now >= k->local_until) {
+					buf_unpop(wt, k);
+					continue;
+				}
+			}
+			if (!k)
+				break;
+			run_task(w, k, now, now);
+			k->unstarted = 1;
+			w->local_started++;
+		}
+		for (sq_task *k; (k = buf_take_fresh(wt, now)) != NULL;) {
+			wt->handed++;
+			sq_pool_hand(&w->pool, k);
+		}
+	}
+}
+
 static void buf_unpop(wtype *t, sq_task *k)
 {
 	k->next = t->buf_head;
@@ -486,7 +589,7 @@ static int claim_limits(sq_worker *w, sq_claim_req *reqs, const int *promoting)
 	 * the capacity is never exceeded, even while results are in flight */
 	room -= npending;
 	for (int t = 0; t < w->ntypes; t++)
-		room -= w->types[t].running + w->types[t].buffered;
+		room -= w->types[t].running + w->types[t].buffered + w->types[t].handed;
 	/* first every type's free slots (jobs that start at once), then the
 	 * prefetch from what is left, beginning with a different type each
 	 * time: one type's prefetch never starves another type's free slots */
@@ -494,7 +597,7 @@ static int claim_limits(sq_worker *w, sq_claim_req *reqs, const int *promoting)
 		wtype *wt = &w->types[t];
 		int free_now = wt->conc - wt->running - promoting[t];
 		int pf = predicted_prefetch(w, wt);
-		int buffered = wt->buffered - promoting[t];
+		int buffered = wt->buffered + wt->handed - promoting[t];
 		wt->st.prefetch = pf;
 		slots[t] = free_now > 0 ? free_now : 0;
 		if (slots[t] > room)
@@ -804,6 +907,36 @@ static int is_moving(sq_status st)
  * (its partition moving, or moved: the map is reloaded) waits for a later
  * tick on its own; a transaction a shard refuses is isolated, so the
  * others' writes still commit. Nothing here waits on a move. */
+/* The answer to a running job's heartbeat, or to the start of a job that
+ * began on a free slot (unstarted): the lease is extended (or set), lost
+ * (the result will be discarded), or the write waits. Returns 1 if its
+ * partition was found moved. */
+static int running_written(sq_worker *w, sq_task *k, sq_status st, double now)
+{
+	const char *what = k->unstarted ? "start" : "heartbeat";
+	if (st == SQ_OK) {
+		not_moving(k);
+		k->unstarted = 0;
+		k->hb_due = exec_hb(&w->types[k->type], now);
+	} else if (st == SQ_ELOST) {
+		k->lost = 1; /* its result will be discarded */
+	} else if (is_moving(st)) {
+		wait_moving(w, k, now);
+		k->hb_due = k->retry_at;
+		return st == SQ_EMOVED;
+	} else if (st == WB_REFUSED && k->refused >= MAX_REFUSALS) {
+		note_errorf(w,
+			    "job %lld: its %s was refused %d times; no more are sent (its lease "
+			    "runs out unless it finishes first)",
+			    (long long)k->job.id, what, k->refused);
+		k->hb_due = INFINITY;
+	} else {
+		not_moving(k);
+		k->hb_due = now + RETRY_S;
+	}
+	return 0;
+}
+
 static void tick(sq_worker *w, double now, int claiming)
 {
 	sq_client *c = w->c;
@@ -815,7 +948,8 @@ static void tick(sq_worker *w, double now, int claiming)
 		if (k->retry_at <= now)
 			want[k->result == SQ_RESULT_DONE ? WB_COMPLETE : WB_FAIL]++;
 	for (sq_task *k = w->running; k; k = k->run_next)
-		want[WB_HEARTBEAT] += !k->lost && now >= k->hb_due;
+		if (!k->lost && now >= k->hb_due)
+			want[k->unstarted ? WB_START : WB_HEARTBEAT]++;
 	for (int t = 0; claiming && t < w->ntypes; t++) {
 		wtype *wt = &w->types[t];
 		int f = wt->conc - wt->running, ready = buf_ready(wt, now);
@@ -846,7 +980,8 @@ static void tick(sq_worker *w, double now, int claiming)
 	w->pending = NULL;
 	for (sq_task *k = w->running; k; k = k->run_next)
 		if (!k->lost && now >= k->hb_due)
-			wbatch_add(&b[WB_HEARTBEAT], WB_HEARTBEAT, k);
+			wbatch_add(&b[k->unstarted ? WB_START : WB_HEARTBEAT],
+				   k->unstarted ? WB_START : WB_HEARTBEAT, k);
 	for (int t = 0; t < w->ntypes; t++)
 		for (int i = 0; i < promoting[t]; i++)
 			wbatch_add(&b[WB_START], WB_START, buf_take_ready(&w->types[t], now));
@@ -873,6 +1008,8 @@ static void tick(sq_worker *w, double now, int claiming)
 	sq_status sent = sq_client_send(c, &err);
 	double t1 = sq_mono_s(), rtt = (t1 - t0) * 1000.0;
 	sq_worker_tick tk = {(int64_t)(t0 * 1e6), (int64_t)(t1 * 1e6), asking ? 0 : -1, 0, 0, 0, 0};
+	tk.started = w->local_started;
+	w->local_started = 0;
 	if (sent != SQ_OK)
 		note_error(w, &err);
 	/* the writes of a shard share one transaction: if a statement failed,
@@ -991,35 +1128,17 @@ static void tick(sq_worker *w, double now, int claiming)
 		keep = k;
 	}
 	w->pending = keep;
-	for (size_t i = 0; i < b[WB_HEARTBEAT].n; i++) {
-		sq_task *k = b[WB_HEARTBEAT].tasks[i];
-		sq_status st = b[WB_HEARTBEAT].out[i];
-		if (st == SQ_OK) {
-			not_moving(k);
-			k->hb_due = exec_hb(&w->types[k->type], now);
-		} else if (st == SQ_ELOST) {
-			k->lost = 1; /* its result will be discarded */
-		} else if (is_moving(st)) {
-			moved |= st == SQ_EMOVED;
-			wait_moving(w, k, now);
-			k->hb_due = k->retry_at;
-		} else if (st == WB_REFUSED && k->refused >= MAX_REFUSALS) {
-			note_errorf(
-				w,
-				"job %lld: its heartbeat was refused %d times; no more are sent "
-				"(its lease runs out unless it finishes first)",
-				(long long)k->job.id, k->refused);
-			k->hb_due = INFINITY;
-		} else {
-			not_moving(k);
-			k->hb_due = now + RETRY_S;
-		}
-	}
+	for (size_t i = 0; i < b[WB_HEARTBEAT].n; i++)
+		moved |= running_written(w, b[WB_HEARTBEAT].tasks[i], b[WB_HEARTBEAT].out[i], now);
 	double at = sq_mono_s();
 	for (size_t i = b[WB_START].n; i-- > 0;) {
 		sq_task *k = b[WB_START].tasks[i];
 		sq_status st = b[WB_START].out[i];
 		wtype *wt = &w->types[k->type];
+		if (k->unstarted) { /* running already: answered like a heartbeat */
+			moved |= running_written(w, k, st, now);
+			continue;
+		}
 		if (st == SQ_OK) {
 			run_task(w, k, at, exec_hb(wt, now));
 			tk.started++;
@@ -1080,14 +1199,19 @@ static void tick(sq_worker *w, double now, int claiming)
 					 t0 + (double)w->types[t].conf->starting_timeout_ms /
 							 2000.0),
 					tk.started++;
-			else
+			else {
+				/* starts on a free slot without a written start while at
+				 * least half its starting lease is left */
+				k->local_until =
+					t0 + (double)w->types[t].conf->starting_timeout_ms / 2000.0;
 				buf_push(&w->types[t], k);
+			}
 			tk.claimed++;
 		}
 		free(jobs);
 		/* a type with no work: its free slots are not waiting for anything */
 		for (int t = 0; t < w->ntypes; t++)
-			if (!w->types[t].had_work && !w->types[t].buffered)
+			if (!w->types[t].had_work && !w->types[t].buffered && !w->types[t].handed)
 				w->types[t].nfreed = 0;
 		if (cst != SQ_OK || nj == 0) {
 			w->poll_delay_ms = w->poll_delay_ms ? fmin(w->poll_delay_ms * 2,
@@ -1123,11 +1247,11 @@ static void snapshot(sq_worker *w)
 	for (int t = 0; t < w->ntypes; t++) {
 		wtype *wt = &w->types[t];
 		wt->st.running = wt->running;
-		wt->st.buffered = wt->buffered;
+		wt->st.buffered = wt->buffered + wt->handed;
 		wt->st.exec_ms = wt->exec_ms;
 		s.types[t] = wt->st;
 		s.running += wt->running;
-		s.buffered += wt->buffered;
+		s.buffered += wt->buffered + wt->handed;
 		idle += wt->idle_s;
 		busy += wt->idle_s + wt->exec_s;
 	}
@@ -1182,7 +1306,7 @@ sq_status sq_worker_run(sq_worker *w, sq_error *err)
 		return sq_err(err, SQ_EINVAL,
 			      "the worker has no handler; add one with sq_worker_add");
 	if (!w->pool_started) {
-		if (sq_pool_start(&w->pool, w->conc_total, w->wake[1]))
+		if (sq_pool_start(&w->pool, w->conc_total, w->ntypes, w->wake[1]))
 			return sq_err(err, SQ_ENOMEM, "cannot start %d handler threads",
 				      w->conc_total);
 		w->pool_started = 1;
@@ -1212,7 +1336,10 @@ sq_status sq_worker_run(sq_worker *w, sq_error *err)
 			w->next_claim_at = now;
 			w->poll_delay_ms = 0;
 		}
+		start_fresh(w, now);
 		tick(w, now, !w->stopping);
+		take_finished(w);
+		start_fresh(w, sq_mono_s());
 		snapshot(w);
 		if (w->opts.report_ms > 0 && now >= w->next_report) {
 			w->next_report = now + (double)w->opts.report_ms / 1000.0;
@@ -1251,8 +1378,20 @@ void sq_worker_destroy(sq_worker *w)
 	if (!w)
 		return;
 	if (w->pool_started) {
+		sq_task *started, *stale;
+		/* handed jobs never started: taken back first, so no thread
+		 * starts one while the pool stops */
+		for (sq_task *k = sq_pool_unhand_all(&w->pool), *n; k; k = n) {
+			n = k->next;
+			task_free(k);
+		}
 		sq_pool_stop(&w->pool);
-		for (sq_task *k = sq_pool_take_done(&w->pool), *n; k; k = n) {
+		/* every started job has finished: it is in `done` */
+		for (sq_task *k = sq_pool_take_done(&w->pool, &started, &stale), *n; k; k = n) {
+			n = k->next;
+			task_free(k);
+		}
+		for (sq_task *k = stale, *n; k; k = n) {
 			n = k->next;
 			task_free(k);
 		}
