@@ -409,7 +409,8 @@ typedef struct sq_worker_tick {
 
 typedef struct sq_worker_opts {
 	const char *worker_id; /* NULL: "<hostname>-<pid>" */
-	int buffer;            /* most jobs held in starting; -1: the total concurrency */
+	int buffer;            /* most jobs held in starting; -1: the total
+	                          concurrency, at least 1024 */
 	int min_prefetch;      /* jobs to hold per type beyond free slots at least (0) */
 	int64_t poll_min_ms;   /* first poll interval of an empty queue (default 20) */
 	int64_t poll_max_ms;   /* the backoff stops here (default 1000) */

@@ -266,14 +266,20 @@ sq_status sq_worker_add(sq_worker *w, const char *type, int concurrency, sq_hand
 	return SQ_OK;
 }
 
-static int capacity(const sq_worker *w)
-{
-	return w->conc_total + (w->opts.buffer >= 0 ? w->opts.buffer : w->conc_total);
-}
+/* The default buffer: what the prefetch may hold, never the amount held
+ * (long jobs are never held beyond free slots). */
+#define DEFAULT_BUFFER_MIN 1024
 
 static int buffer_max(const sq_worker *w)
 {
-	return w->opts.buffer >= 0 ? w->opts.buffer : w->conc_total;
+	if (w->opts.buffer >= 0)
+		return w->opts.buffer;
+	return w->conc_total > DEFAULT_BUFFER_MIN ? w->conc_total : DEFAULT_BUFFER_MIN;
+}
+
+static int capacity(const sq_worker *w)
+{
+	return w->conc_total + buffer_max(w);
 }
 
 /* Jobs to hold beyond free slots: enough to cover a claim round trip at

@@ -1570,7 +1570,7 @@ int main(void)
 {
 	Suite *s = suite_create("badinput");
 	TCase *tc = tcase_create("badinput");
-	tcase_set_timeout(tc, 600);
+	tcase_set_timeout(tc, 3600);
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_test(tc, bad_input_changes_nothing);
 	tcase_add_test(tc, good_input_passes_whole);

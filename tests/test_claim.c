@@ -218,7 +218,7 @@ int main(void)
 {
 	Suite *s = suite_create("claim");
 	TCase *tc = tcase_create("claim");
-	tcase_set_timeout(tc, 900);
+	tcase_set_timeout(tc, 3600);
 	tcase_add_test(tc, three_types_one_statement_per_shard);
 	tcase_add_test(tc, delay_tolerance_orders_and_schedule_waits);
 	tcase_add_test(tc, eight_claimers_each_job_once);

@@ -237,7 +237,7 @@ int main(void)
 {
 	Suite *s = suite_create("dedup");
 	TCase *tc = tcase_create("dedup");
-	tcase_set_timeout(tc, 600);
+	tcase_set_timeout(tc, 3600);
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_test(tc, ignore_keeps_existing);
 	tcase_add_test(tc, replace_while_ready_only);

@@ -273,7 +273,7 @@ int main(void)
 {
 	Suite *s = suite_create("errors");
 	TCase *tc = tcase_create("errors");
-	tcase_set_timeout(tc, 600);
+	tcase_set_timeout(tc, 3600);
 	tcase_add_test(tc, unreachable_shard_is_named);
 	tcase_add_test(tc, not_initialised);
 	tcase_add_test(tc, bad_jobs_write_nothing);

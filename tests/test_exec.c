@@ -660,12 +660,12 @@ END_TEST
 int main(void)
 {
 	Suite *s = suite_create("exec");
-	ADD_CASE(s, kill9_kills_the_job_tree, 900);
-	ADD_CASE(s, leftovers_die_with_the_job, 900);
-	ADD_CASE(s, sigterm_lets_running_job_finish, 900);
-	ADD_CASE(s, group_sigint_lets_running_job_finish, 900);
-	ADD_CASE(s, batch_completes_exactly_once, 900);
-	ADD_CASE(s, contract_through_the_helper, 900);
-	ADD_CASE(s, startup_refusals, 900);
+	ADD_CASE(s, kill9_kills_the_job_tree, 3600);
+	ADD_CASE(s, leftovers_die_with_the_job, 3600);
+	ADD_CASE(s, sigterm_lets_running_job_finish, 3600);
+	ADD_CASE(s, group_sigint_lets_running_job_finish, 3600);
+	ADD_CASE(s, batch_completes_exactly_once, 3600);
+	ADD_CASE(s, contract_through_the_helper, 3600);
+	ADD_CASE(s, startup_refusals, 3600);
 	return run_suite(s);
 }

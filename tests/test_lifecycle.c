@@ -386,7 +386,7 @@ int main(void)
 {
 	Suite *s = suite_create("lifecycle");
 	TCase *tc = tcase_create("lifecycle");
-	tcase_set_timeout(tc, 600);
+	tcase_set_timeout(tc, 3600);
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_test(tc, expired_starting_lease_goes_to_another_worker);
 	tcase_add_test(tc, expired_running_lease_complete_is_lost);

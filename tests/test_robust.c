@@ -328,9 +328,11 @@ START_TEST(poison_error_text_does_not_wedge_the_worker)
 	tworker_start(&tw);
 	wait_sum("SELECT count(*) FROM shardq.jobs WHERE status IN ('ready','starting','running')",
 		 0, "jobs of the poison's shard", show_worker);
+	/* the figures once the worker has stopped: a completion is visible on
+	 * the shard before the worker has read its answer */
 	sq_worker_stats st;
-	sq_worker_get_stats(tw.w, &st);
 	tworker_stop(&tw);
+	sq_worker_get_stats(tw.w, &st);
 	sq_worker_destroy(tw.w);
 	shown = NULL;
 	ck_assert_uint_eq(type_stats(&st, "p")->done, N - NP);
@@ -403,7 +405,15 @@ START_TEST(one_refused_write_does_not_block_the_shard)
 	for (int i = 0; i < 10; i++)
 		enq("q", more[i]);
 	wait_sum("SELECT count(*) FROM shardq.jobs", 1, "more jobs on the same shard", show_worker);
-	sq_worker_get_stats(tw.w, &st);
+	/* the shard has the completions before the worker has read their
+	 * answers: wait for its figures to catch up */
+	moved = mono();
+	for (sq_worker_get_stats(tw.w, &st); type_stats(&st, "q")->done < (uint64_t)N + 10;
+	     sq_worker_get_stats(tw.w, &st)) {
+		ck_assert_msg(mono() - moved < stall_s(), "the worker counts %llu done of %d",
+			      (unsigned long long)type_stats(&st, "q")->done, N + 10);
+		usleep(20000);
+	}
 	ck_assert_msg(st.db_errors == errors, "still retrying: %llu errors, was %llu; last: %s",
 		      (unsigned long long)st.db_errors, (unsigned long long)errors, st.last_error);
 	ck_assert_uint_eq(type_stats(&st, "q")->done, N + 10);
@@ -519,8 +529,8 @@ START_TEST(frozen_partition_waits_alone)
 	shard_exec(0, sql);
 	wait_sum("SELECT count(*) FROM shardq.jobs WHERE status <> 'failed'", 0,
 		 "the frozen partition's completions", show_worker);
+	tworker_stop(&tw); /* then its figures: they follow the shard's commit */
 	sq_worker_get_stats(tw.w, &st);
-	tworker_stop(&tw);
 	sq_worker_destroy(tw.w);
 	shown = NULL;
 	ck_assert_uint_eq(type_stats(&st, "h")->done, N - 1 + n_others);
@@ -610,11 +620,14 @@ START_TEST(long_job_claimed_running_keeps_its_lease)
 	tworker_start(&a);
 	tworker_start(&b);
 	wait_sum("SELECT count(*) FROM shardq.jobs", 0, "long jobs", show_worker);
+	/* the figures once the workers have stopped: a completion is visible on
+	 * the shard before its worker has read the answer (seen with two
+	 * clones' suites at once: 5 of 8 counted) */
 	sq_worker_stats sa, sb;
-	sq_worker_get_stats(a.w, &sa);
-	sq_worker_get_stats(b.w, &sb);
 	tworker_stop(&a);
 	tworker_stop(&b);
+	sq_worker_get_stats(a.w, &sa);
+	sq_worker_get_stats(b.w, &sb);
 	sq_worker_destroy(a.w);
 	sq_worker_destroy(b.w);
 	shown = NULL;
@@ -866,7 +879,7 @@ static Suite *suite(void)
 	suite_add_tcase(s, unit);
 	TCase *tc = tcase_create("robust");
 	tcase_add_checked_fixture(tc, setup, teardown);
-	tcase_set_timeout(tc, 600);
+	tcase_set_timeout(tc, 3600);
 	tcase_add_test(tc, fail_text_is_stored_as_valid_utf8);
 	tcase_add_test(tc, poison_error_text_does_not_wedge_the_worker);
 	tcase_add_test(tc, one_refused_write_does_not_block_the_shard);

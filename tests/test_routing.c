@@ -168,7 +168,7 @@ int main(void)
 {
 	Suite *s = suite_create("routing");
 	TCase *tc = tcase_create("routing");
-	tcase_set_timeout(tc, 900);
+	tcase_set_timeout(tc, 3600);
 	tcase_add_test(tc, random_keys_follow_map_shares);
 	tcase_add_test(tc, same_key_same_place);
 	tcase_add_test(tc, init_is_idempotent_and_refuses_other_partition_count);

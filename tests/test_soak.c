@@ -478,8 +478,26 @@ START_TEST(soak_kills_restarts_and_a_killed_mover)
 				_exit(127);
 			}
 		} else if (k == 8) {
-			/* killed in its copy: the move is left half done */
-			long long steps = testdb_scalar(
+			/* killed in its copy: the move is left half done. First the
+			 * mover must have got there (it is slow to start on a loaded
+			 * machine): its move drained, the mover still alive. */
+			long long steps;
+			double since = test_now_s();
+#ifdef SHARDQ_FAILPOINTS
+			while (testdb_scalar(&t, 0,
+					     "SELECT count(*) FROM shardq_meta.moves "
+					     "WHERE step = 'drained'") == 0) {
+				ck_assert_msg(waitpid(mover, NULL, WNOHANG) == 0,
+					      "the mover exited before its copy:\n%s",
+					      tail_of("mover.out", 2000));
+				ck_assert_msg(test_now_s() - since < testdb_stall_s(),
+					      "the mover did not reach its copy in %.0fs:\n%s",
+					      testdb_stall_s(), tail_of("mover.out", 2000));
+				usleep(50000);
+			}
+#endif
+			(void)since;
+			steps = testdb_scalar(
 				&t, 0,
 				"SELECT count(*) FROM shardq_meta.moves WHERE step <> 'done'");
 			mover_killed_mid_move = waitpid(mover, NULL, WNOHANG) == 0 && steps > 0;
