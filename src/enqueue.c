@@ -64,24 +64,6 @@ static const sq_stmt stmt_enqueue = {
 	"                        AND x.active_uid = i.uid"
 	"                        AND x.status IN ('ready', 'starting', 'running')) d ON true"};
 
-/* A round without a key (so without a conflict: every row is a new job,
- * with the id the client gave it): a plain insert, with nothing to return
- * and no result to join. Same parameters as stmt_enqueue. */
-static const sq_stmt stmt_enqueue_plain = {
-	"sq_enqueue_plain",
-	"INSERT INTO shardq.jobs (id, partition, task, params, priority, schedule_time,"
-	"       delay_tolerance_time, max_attempts, dedup_policy)"
-	"SELECT id, part, task, params::jsonb, prio, st,"
-	"       CASE WHEN tol_ms > 0 THEN st + tol_ms * interval '1 millisecond' END, maxa,"
-	"       pol::\"char\""
-	"  FROM (SELECT u.*, CASE WHEN u.at_us <> 0 THEN to_timestamp(u.at_us / 1000000.0)"
-	"                    ELSE now() + u.delay_ms * interval '1 millisecond' END AS st"
-	"          FROM unnest($1::bigint[], $2::int[], $3::text[], $4::text[], $5::text[],"
-	"                      $6::int[], $7::bigint[], $8::bigint[], $9::bigint[], $10::int[],"
-	"                      $11::text[])"
-	"               AS u(id, part, task, uid, params, prio, at_us, delay_ms, tol_ms, maxa,"
-	"                    pol)) input"};
-
 /* Wakes idle workers that LISTEN; once per batch per shard. */
 static const sq_stmt stmt_notify = {"sq_enqueue_notify", "SELECT pg_notify('shardq_jobs', '')"};
 
@@ -106,7 +88,6 @@ typedef struct round {
 	size_t *idx;  /* input index of each row */
 	int64_t *ids; /* the id each row was sent with */
 	size_t n, cap;
-	int keyed; /* a row has a key (else: stmt_enqueue_plain) */
 } round;
 
 /* gate + check + rounds + notify must fit one pipeline */
@@ -213,7 +194,6 @@ static void round_add(round *r, const sq_client *c, const sq_job_spec *j, int64_
 	}
 	r->ids[r->n] = id;
 	r->idx[r->n++] = input_idx;
-	r->keyed |= j->key != NULL;
 	sq_arr_i64(&r->col[0], id);
 	sq_arr_i64(&r->col[1], part);
 	sq_arr_str(&r->col[2], j->type);
@@ -373,9 +353,7 @@ static sq_status send_all(sq_client *c, shard_batch *sb, const sq_job_spec *jobs
 		pid[s] = c->shards[s].conn ? PQbackendPID(c->shards[s].conn) : 0;
 		sq_client_push_guard(c, s, b->parts_val);
 		for (int k = 0; k < b->nrounds; k++)
-			sq_pgconn_push(&c->shards[s],
-				       b->r[k].keyed ? &stmt_enqueue : &stmt_enqueue_plain, NCOLS,
-				       b->r[k].vals);
+			sq_pgconn_push(&c->shards[s], &stmt_enqueue, NCOLS, b->r[k].vals);
 		if (c->cfg->notify)
 			sq_pgconn_push(&c->shards[s], &stmt_notify, 0, NULL);
 	}
@@ -409,14 +387,6 @@ static sq_status send_all(sq_client *c, shard_batch *sb, const sq_job_spec *jobs
 		for (int q = 2; q < 2 + sb[s].nrounds && q < pc->nres; q++) {
 			PGresult *r = pc->res[q];
 			round *rd = &sb[s].r[q - 2];
-			if (!rd->keyed) { /* every row inserted, with the id it was sent with */
-				for (size_t j = 0; j < rd->n; j++) {
-					res[rd->idx[j]].shard = s;
-					res[rd->idx[j]].id = rd->ids[j];
-					res[rd->idx[j]].outcome = SQ_ENQ_INSERTED;
-				}
-				continue;
-			}
 			for (int row = 0; row < PQntuples(r); row++) {
 				size_t ord = (size_t)atol(PQgetvalue(r, row, 0)) - 1;
 				size_t in = rd->idx[ord];
