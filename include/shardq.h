@@ -247,8 +247,10 @@ typedef struct sq_claim_req {
 	const char *type;
 	int32_t limit;
 	/* Of the limit, how many to start at once: they come back `running`
-	 * with the execution lease (for slots that are free now), the rest
-	 * `starting`. 0 (the default): all starting. */
+	 * (for slots that are free now), the rest `starting`; all with the
+	 * starting lease, so that jobs whose claim answer is lost come back
+	 * soon (the first heartbeat sets the execution lease). 0 (the
+	 * default): all starting. */
 	int32_t start;
 } sq_claim_req;
 
