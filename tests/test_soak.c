@@ -146,6 +146,14 @@ static void shards(const char *action, int shard)
 		 testdb_path(out, sizeof(out), "shards.out"));
 	double t0 = test_now_s();
 	int rc = run_sh(cmd);
+	/* a start that failed (its port held for a moment by another process,
+	 * say) is tried again until the stall time has passed */
+	while (rc != 0 && strcmp(action, "crash") && test_now_s() - t0 < testdb_stall_s()) {
+		usleep(500000);
+		snprintf(cmd, sizeof(cmd), "%s start --only %s >> %s 2>&1", script, shard_id[shard],
+			 testdb_path(out, sizeof(out), "shards.out"));
+		rc = run_sh(cmd);
+	}
 	ck_assert_msg(rc == 0, "%s: exit %d:\n%s", cmd, rc, tail_of("shards.out", 2000));
 	printf("soak: scripts/shards %s --only %s took %.1fs\n", action, shard_id[shard],
 	       test_now_s() - t0);
