@@ -475,6 +475,26 @@ static double exec_hb(const wtype *wt, double now)
 	return now + (double)wt->conf->execution_timeout_ms / 2000.0;
 }
 
+/* The first buffered job of a type whose start may be sent now (not
+ * waiting on a moving partition or a retry); fresh: one that may also start
+ * without a written start (see begin_unstarted). NULL if none. */
+static sq_task *buf_take(wtype *t, double now, int fresh)
+{
+	sq_task *prev = NULL;
+	for (sq_task *k = t->buf_head; k; prev = k, k = k->next)
+		if (k->retry_at <= now && (!fresh || now < k->local_until)) {
+			if (prev)
+				prev->next = k->next;
+			else
+				t->buf_head = k->next;
+			if (t->buf_tail == k)
+				t->buf_tail = prev;
+			t->buffered--;
+			return k;
+		}
+	return NULL;
+}
+
 /* A buffered job starts on a free slot before its `running` is written:
  * its start goes out with the next tick, as a heartbeat would (due now),
  * and is answered like one (lost: the result is discarded). Until then the
@@ -492,25 +512,6 @@ static void begin_unstarted(sq_worker *w, sq_task *k, double now)
 	w->local_started++;
 }
 
-/* The first buffered job of a type that may start without a written
- * start (see begin_unstarted), or NULL. */
-static sq_task *buf_take_fresh(wtype *t, double now)
-{
-	sq_task *prev = NULL;
-	for (sq_task *k = t->buf_head; k; prev = k, k = k->next)
-		if (k->retry_at <= now && now < k->local_until) {
-			if (prev)
-				prev->next = k->next;
-			else
-				t->buf_head = k->next;
-			if (t->buf_tail == k)
-				t->buf_tail = prev;
-			t->buffered--;
-			return k;
-		}
-	return NULL;
-}
-
 /*
  * Free slots take buffered jobs at once, without a round trip (the start
  * is written afterwards; see begin_unstarted); the other buffered jobs
@@ -526,7 +527,7 @@ static void start_fresh(sq_worker *w, double now)
 	for (int t = 0; t < w->ntypes; t++) {
 		wtype *wt = &w->types[t];
 		while (wt->running < wt->conc) {
-			sq_task *k = buf_take_fresh(wt, now);
+			sq_task *k = buf_take(wt, now, 1);
 			if (!k && wt->handed && (k = sq_pool_unhand_one(&w->pool, t)) != NULL) {
 				wt->handed--;
 				if (now >= k->local_until) {
@@ -540,7 +541,7 @@ static void start_fresh(sq_worker *w, double now)
 			k->unstarted = 1;
 			w->local_started++;
 		}
-		for (sq_task *k; (k = buf_take_fresh(wt, now)) != NULL;) {
+		for (sq_task *k; (k = buf_take(wt, now, 1)) != NULL;) {
 			wt->handed++;
 			sq_pool_hand(&w->pool, k);
 		}
@@ -564,23 +565,6 @@ static int buf_ready(const wtype *t, double now)
 	for (const sq_task *k = t->buf_head; k; k = k->next)
 		n += k->retry_at <= now;
 	return n;
-}
-
-static sq_task *buf_take_ready(wtype *t, double now)
-{
-	sq_task *prev = NULL;
-	for (sq_task *k = t->buf_head; k; prev = k, k = k->next)
-		if (k->retry_at <= now) {
-			if (prev)
-				prev->next = k->next;
-			else
-				t->buf_head = k->next;
-			if (t->buf_tail == k)
-				t->buf_tail = prev;
-			t->buffered--;
-			return k;
-		}
-	return NULL;
 }
 
 /* Jobs to hold beyond free slots, within the capacity left: see
@@ -990,7 +974,7 @@ static void tick(sq_worker *w, double now, int claiming)
 				   k->unstarted ? WB_START : WB_HEARTBEAT, k);
 	for (int t = 0; t < w->ntypes; t++)
 		for (int i = 0; i < promoting[t]; i++)
-			wbatch_add(&b[WB_START], WB_START, buf_take_ready(&w->types[t], now));
+			wbatch_add(&b[WB_START], WB_START, buf_take(&w->types[t], now, 0));
 
 	sq_client_reset(c);
 	sq_client_check_map(c);
