@@ -102,6 +102,45 @@ static void wait_sum(const char *sql, long long want, const char *what,
 	}
 }
 
+/* One partition's rows on every shard, live and in history, and its state,
+ * for a failure message. */
+static const char *part_report(uint32_t part, char *buf, size_t len)
+{
+	char sql[768];
+	size_t k = 0;
+	buf[0] = '\0';
+	snprintf(sql, sizeof(sql),
+		 "SELECT 'live', id, status::text, attempt, coalesce(worker, '-'),"
+		 "       coalesce(round(extract(epoch FROM expected_status_change_time - now()))::text,"
+		 "                '-'), coalesce(last_error, '-')"
+		 "  FROM shardq.jobs WHERE partition = %u"
+		 " UNION ALL SELECT 'history', id, status::text, attempt, coalesce(worker, '-'), "
+		 "       finished_at::text, coalesce(last_error, '-')"
+		 "  FROM shardq.jobs_history WHERE partition = %u"
+		 " UNION ALL SELECT 'state', partition, state::text, 0, '-', '-', '-'"
+		 "  FROM shardq.partition_state WHERE partition = %u",
+		 part, part, part);
+	for (int s = 0; s < t.nshards; s++) {
+		PGconn *c = testdb_pg(&t, s);
+		PGresult *r = PQexec(c, sql);
+		if (PQresultStatus(r) != PGRES_TUPLES_OK && k < len)
+			k += (size_t)snprintf(buf + k, len - k, "  s%d: %s", s + 1,
+					      PQerrorMessage(c));
+		for (int i = 0; PQresultStatus(r) == PGRES_TUPLES_OK && i < PQntuples(r); i++)
+			if (k < len)
+				k += (size_t)snprintf(
+					buf + k, len - k,
+					"  s%d %s id %s %s attempt %s worker %s lease/finished %s "
+					"error %s\n",
+					s + 1, PQgetvalue(r, i, 0), PQgetvalue(r, i, 1),
+					PQgetvalue(r, i, 2), PQgetvalue(r, i, 3), PQgetvalue(r, i, 4),
+					PQgetvalue(r, i, 5), PQgetvalue(r, i, 6));
+		PQclear(r);
+		PQfinish(c);
+	}
+	return buf;
+}
+
 /* n keys (prefix-0, prefix-1, ...) whose partitions live on shard s. */
 static void keys_on_shard(int s, const char *prefix, int n, char (*keys)[32])
 {
@@ -507,7 +546,13 @@ START_TEST(frozen_partition_waits_alone)
 	snprintf(sql, sizeof(sql),
 		 "SELECT count(*) FROM shardq.jobs WHERE partition = %u AND status = 'running'",
 		 frozen);
-	ck_assert_int_eq(testdb_scalar(&t, 0, sql), in_frozen);
+	long long still = testdb_scalar(&t, 0, sql);
+	if (still != in_frozen) {
+		char rows[4096], w[1024] = "";
+		show_worker(w, sizeof(w));
+		ck_abort_msg("%lld of the frozen partition's %d jobs are running; its rows:\n%s%s",
+			     still, in_frozen, part_report(frozen, rows, sizeof(rows)), w);
+	}
 	sq_worker_stats st;
 	double moved = mono();
 	for (;;) {
