@@ -111,7 +111,8 @@ static const char *part_report(uint32_t part, char *buf, size_t len)
 	buf[0] = '\0';
 	snprintf(sql, sizeof(sql),
 		 "SELECT 'live', id, status::text, attempt, coalesce(worker, '-'),"
-		 "       coalesce(round(extract(epoch FROM expected_status_change_time - now()))::text,"
+		 "       coalesce(round(extract(epoch FROM expected_status_change_time - "
+		 "now()))::text,"
 		 "                '-'), coalesce(last_error, '-')"
 		 "  FROM shardq.jobs WHERE partition = %u"
 		 " UNION ALL SELECT 'history', id, status::text, attempt, coalesce(worker, '-'), "
@@ -133,8 +134,9 @@ static const char *part_report(uint32_t part, char *buf, size_t len)
 					"  s%d %s id %s %s attempt %s worker %s lease/finished %s "
 					"error %s\n",
 					s + 1, PQgetvalue(r, i, 0), PQgetvalue(r, i, 1),
-					PQgetvalue(r, i, 2), PQgetvalue(r, i, 3), PQgetvalue(r, i, 4),
-					PQgetvalue(r, i, 5), PQgetvalue(r, i, 6));
+					PQgetvalue(r, i, 2), PQgetvalue(r, i, 3),
+					PQgetvalue(r, i, 4), PQgetvalue(r, i, 5),
+					PQgetvalue(r, i, 6));
 		PQclear(r);
 		PQfinish(c);
 	}
