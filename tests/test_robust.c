@@ -20,8 +20,12 @@ static const char *types =
 	"[type p]\nmax_attempts = 1\nhistory = true\n"
 	/* item 1: completions; a refused one is retried by nobody for 1h */
 	"[type q]\nexecution_timeout = 1h\n"
-	/* item 3 */
-	"[type h]\nexecution_timeout = 1h\nmax_attempts = 1\nhistory = true\n"
+	/* item 3: jobs are claimed straight to running under the starting lease,
+	 * and a frozen partition's heartbeats wait (as in a move): a lease
+	 * shorter than the test, on a loaded machine, would run out while
+	 * frozen, and the jobs would rightly come back after the thaw */
+	"[type h]\nexecution_timeout = 1h\nstarting_timeout = 1h\nmax_attempts = 1\nhistory = "
+	"true\n"
 	/* item 4: a short starting lease, a long execution lease */
 	"[type lc]\nstarting_timeout = 1s\nexecution_timeout = 1h\nhistory = true\n";
 
