@@ -374,6 +374,9 @@ int main(int argc, char **argv)
 		step *st = &res.steps[i];
 		res.nsteps = i + 1;
 		st->backlog = sc.backlog[i];
+		if (sc.nrates > 1)
+			sc.rate = sc.rates[i]; /* the producers read it when they start */
+		st->rate = sc.rate;
 		if (run_phase(&env, st, PH_SHARDQ, 0, 0, retries)) {
 			fprintf(stderr, "shardq-bench: shardq phase failed: %s\n",
 				st->ph[PH_SHARDQ].error);

@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-const double report_pcts[4] = {50, 90, 99, 99.9};
-static const char *const pct_names[4] = {"p50", "p90", "p99", "p99.9"};
+const double report_pcts[REPORT_NPCT] = {50, 90, 95, 99, 99.9};
+static const char *const pct_names[REPORT_NPCT] = {"p50", "p90", "p95", "p99", "p99.9"};
 static const char *const phase_names[PH_N] = {"shardq", "(a)", "(b)", "(c)"};
 
 static double per1000(double cpu, uint64_t jobs)
@@ -18,6 +18,58 @@ static double per1000(double cpu, uint64_t jobs)
 static double pct_ms(const hist *h, double p)
 {
 	return h && hist_count(h) ? (double)hist_percentile(h, p) / 1000.0 : -1;
+}
+
+/* The queue's depth (backlog + enqueued - completed) over the samples
+ * while the producers ran (all samples of a run without producers): the
+ * first and last values and the least-squares slope in jobs/s, over *n
+ * samples. Returns 0 when there are fewer than 2. */
+int report_depth_trend(const phase *ph, double *first, double *last, double *slope, int *n)
+{
+	size_t end = ph->nseries;
+	if (ph->enqueued) /* up to the first sample that saw every enqueue */
+		for (size_t i = 0; i < ph->nseries; i++)
+			if (ph->series[i].enqueued >= ph->enqueued) {
+				end = i + 1;
+				break;
+			}
+	double st = 0, sd = 0, stt = 0, std = 0;
+	for (size_t i = 0; i < end; i++) {
+		const sample *s = &ph->series[i];
+		double d = (double)ph->backlog + (double)s->enqueued - (double)s->done;
+		st += s->t, sd += d, stt += s->t * s->t, std += s->t * d;
+		if (i == 0)
+			*first = d;
+		*last = d;
+	}
+	*n = (int)end;
+	double den = (double)end * stt - st * st;
+	if (end < 2 || den <= 0)
+		return 0;
+	*slope = ((double)end * std - st * sd) / den;
+	return 1;
+}
+
+/* Completions per second in each quarter of the phase's samples (while the
+ * producers ran, as report_depth_trend): whether the rate holds as the
+ * queue grows. Returns 0 with fewer than 8 samples. */
+static int quarter_rates(const phase *ph, double q[4])
+{
+	size_t end = ph->nseries;
+	if (ph->enqueued)
+		for (size_t i = 0; i < ph->nseries; i++)
+			if (ph->series[i].enqueued >= ph->enqueued) {
+				end = i + 1;
+				break;
+			}
+	if (end < 8)
+		return 0;
+	for (int k = 0; k < 4; k++) {
+		size_t a = end * (size_t)k / 4, b = end * (size_t)(k + 1) / 4 - 1;
+		double dt = ph->series[b].t - ph->series[a].t;
+		q[k] = dt > 0 ? (double)(ph->series[b].done - ph->series[a].done) / dt : 0;
+	}
+	return 1;
 }
 
 /* ---- the table ----------------------------------------------------------- */
@@ -80,7 +132,7 @@ static void rates_rows(FILE *f, const step *st)
 static void latency_rows(FILE *f, const step *st, const char *what, int which)
 {
 	row rw;
-	for (int k = 0; k < 4; k++) {
+	for (int k = 0; k < REPORT_NPCT; k++) {
 		memset(&rw, 0, sizeof(rw));
 		snprintf(rw.label, sizeof(rw.label), "%s %s ms", k ? "" : what, pct_names[k]);
 		if (k)
@@ -106,6 +158,8 @@ static void step_table(FILE *f, const run_result *r, const step *st)
 	fprintf(f, "\n");
 	if (st->backlog)
 		fprintf(f, "step: %lld ready jobs preloaded\n", (long long)st->backlog);
+	if (r->sc->nrates > 1)
+		fprintf(f, "step: producers offering %.0f jobs/s\n", st->rate);
 	for (int p = 0; p < PH_N; p++) {
 		const phase *ph = &st->ph[p];
 		if (!ph->ran)
@@ -207,6 +261,22 @@ static void step_table(FILE *f, const run_result *r, const step *st)
 			(unsigned long long)q->claims,
 			q->claims ? (double)q->started / (double)q->claims : 0,
 			q->claims ? (double)q->completed / (double)q->claims : 0, q->slot_idle);
+		double d0, d1, slope;
+		int ns;
+		if (report_depth_trend(q, &d0, &d1, &slope, &ns))
+			fprintf(f,
+				"  shardq queue depth (ready and held): %.0f at the first sample, "
+				"%.0f "
+				"at the last %s; trend %+.0f jobs/s (least squares over %d "
+				"samples)\n",
+				d0, d1, q->enqueued ? "while producing" : "", slope, ns);
+		double qr[4];
+		if (quarter_rates(q, qr))
+			fprintf(f,
+				"  shardq completions/s by quarter of that time: %.0f %.0f %.0f "
+				"%.0f "
+				"(last / first %.2f)\n",
+				qr[0], qr[1], qr[2], qr[3], qr[0] > 0 ? qr[3] / qr[0] : 0);
 		if (st->ph[PH_C].ran && st->ph[PH_C].e2e_rate > 0 && q->e2e_rate > 0)
 			fprintf(f, "  shardq end-to-end is %.2f of the raw limit (c)\n",
 				q->e2e_rate / st->ph[PH_C].e2e_rate);
@@ -283,7 +353,7 @@ static json_t *num(double v)
 static json_t *pcts(const hist *h)
 {
 	json_t *o = json_object();
-	for (int k = 0; k < 4; k++)
+	for (int k = 0; k < REPORT_NPCT; k++)
 		json_object_set_new(o, pct_names[k], num(pct_ms(h, report_pcts[k])));
 	json_object_set_new(o, "max", num(h && hist_count(h) ? (double)h->max / 1000.0 : -1));
 	json_object_set_new(o, "mean", num(h && hist_count(h) ? hist_mean(h) / 1000.0 : -1));
@@ -303,6 +373,16 @@ static json_t *phase_json(const phase *ph, const phase *base)
 	json_object_set_new(o, "backlog", json_integer(ph->backlog));
 	json_object_set_new(o, "preload_s", json_real(ph->preload_s));
 	json_object_set_new(o, "vacuum_s", json_real(ph->vacuum_s));
+	double d0, d1, slope;
+	int ns;
+	if (report_depth_trend(ph, &d0, &d1, &slope, &ns)) {
+		json_t *qd = json_object();
+		json_object_set_new(qd, "first", json_real(d0));
+		json_object_set_new(qd, "last", json_real(d1));
+		json_object_set_new(qd, "trend_per_s", json_real(slope));
+		json_object_set_new(qd, "samples", json_integer(ns));
+		json_object_set_new(o, "queue_depth", qd);
+	}
 	json_t *c = json_object();
 	json_object_set_new(c, "enqueued", json_integer((json_int_t)ph->enqueued));
 	json_object_set_new(c, "claimed", json_integer((json_int_t)ph->claimed));
@@ -426,6 +506,7 @@ int report_json(FILE *f, const run_result *r)
 		const step *st = &r->steps[i];
 		json_t *js = json_object();
 		json_object_set_new(js, "backlog", json_integer(st->backlog));
+		json_object_set_new(js, "offered_rate", json_real(st->rate));
 		json_t *phs = json_array();
 		for (int p = 0; p < PH_N; p++) {
 			if (!st->ph[p].ran)
@@ -460,7 +541,7 @@ int report_csv(FILE *f, const run_result *r)
 		   "end_to_end_per_s");
 	const char *hs[] = {"e2s", "claim"};
 	for (int h = 0; h < 2; h++)
-		for (int k = 0; k < 4; k++)
+		for (int k = 0; k < REPORT_NPCT; k++)
 			fprintf(f, ",%s_%s_ms", hs[h], pct_names[k]);
 	fprintf(f, ",bench_cpu_s_per_1000,postgres_cpu_s_per_1000,e2e_vs_a,e2e_vs_b,e2e_vs_c,"
 		   "preload_s,vacuum_s\n");
@@ -476,9 +557,9 @@ int report_csv(FILE *f, const run_result *r)
 			csv_num(f, ph->claim_rate, 1);
 			csv_num(f, ph->complete_rate, 1);
 			csv_num(f, ph->e2e_rate, 1);
-			for (int k = 0; k < 4; k++)
+			for (int k = 0; k < REPORT_NPCT; k++)
 				csv_num(f, pct_ms(ph->e2s, report_pcts[k]), 3);
-			for (int k = 0; k < 4; k++)
+			for (int k = 0; k < REPORT_NPCT; k++)
 				csv_num(f, pct_ms(ph->claim_rtt, report_pcts[k]), 3);
 			csv_num(f, per1000(ph->cpu_bench_s, ph->completed), 4);
 			csv_num(f, per1000(ph->cpu_pg_s, ph->completed), 4);

@@ -61,6 +61,7 @@ enum { PH_SHARDQ, PH_A, PH_B, PH_C, PH_N };
 
 typedef struct step {
 	int64_t backlog;
+	double rate; /* offered jobs/s (0: unbounded) */
 	phase ph[PH_N];
 } step;
 

@@ -267,6 +267,37 @@ static int parse_backlog(ctx *x, const char *sec, const char *key, const char *v
 	return 1;
 }
 
+/* `rate = 2000` or `rate = 500, 2000, 8000`: offered rates, one step each
+ * (the steps scenario). */
+static int parse_rates(ctx *x, const char *sec, const char *key, const char *v)
+{
+	scenario *sc = x->sc;
+	char buf[512];
+	int n = 0;
+	snprintf(buf, sizeof(buf), "%s", v);
+	for (char *save = NULL, *t = strtok_r(buf, ", \t", &save); t;
+	     t = strtok_r(NULL, ", \t", &save)) {
+		char *end;
+		double d = strtod(t, &end);
+		if (end == t || *end || d < 0 || d > 1e9) {
+			bad(x, sec, key, "'%s' is not a rate in jobs/s (0: unbounded)", t);
+			return 0;
+		}
+		if (n == SC_MAX_STEPS) {
+			bad(x, sec, key, "at most %d rate steps", SC_MAX_STEPS);
+			return 0;
+		}
+		sc->rates[n++] = d;
+	}
+	if (!n) {
+		bad(x, sec, key, "give a rate in jobs/s, or a list of them (one run each)");
+		return 0;
+	}
+	sc->nrates = n;
+	sc->rate = sc->rates[0];
+	return 1;
+}
+
 static void copy_name(ctx *x, const char *sec, const char *key, const char *v, char *out,
 		      size_t outlen)
 {
@@ -326,12 +357,7 @@ static int on_key(void *user, const char *sec, const char *key, const char *v)
 			if (int_in(x, sec, key, v, 1, 100000, &n))
 				sc->batch = (int)n;
 		} else if (!strcmp(key, "rate")) {
-			char *end;
-			double d = strtod(v, &end);
-			if (end == v || *end || d < 0 || d > 1e9)
-				bad(x, sec, key, "'%s' is not a rate in jobs/s (0: unbounded)", v);
-			else
-				sc->rate = d;
+			parse_rates(x, sec, key, v);
 		} else if (!strcmp(key, "keys")) {
 			if ((b = parse_bool(v)) < 0)
 				bad(x, sec, key, "'%s' is not true or false", v);
@@ -485,6 +511,20 @@ static void check(ctx *x)
 	}
 	if (sc->duration_ms && !sc->producers)
 		bad(x, "run", "duration", "a run by duration needs producers ([producers] count)");
+	if (sc->nrates > 1) {
+		/* one step per offered rate, each with the same backlog */
+		if (sc->nsteps > 1 && sc->nsteps != sc->nrates)
+			bad(x, "producers", "rate",
+			    "%d rates and %d backlog steps: give as many of each, or a list of "
+			    "only one of them",
+			    sc->nrates, sc->nsteps);
+		else if (!sc->producers)
+			bad(x, "producers", "rate",
+			    "rate steps need producers ([producers] count)");
+		for (int i = sc->nsteps; i < sc->nrates; i++)
+			sc->backlog[i] = sc->backlog[0];
+		sc->nsteps = sc->nrates;
+	}
 	if (!sc->ntypes)
 		bad(x, "type NAME", NULL, "no task type; add a [type NAME] section");
 	if (!sc->processes)

@@ -37,8 +37,11 @@ typedef struct scenario {
 	/* [producers] */
 	int producers;
 	int batch;
-	double rate; /* jobs/s over all producers; 0: as fast as they go */
-	int keys;    /* jobs carry unique dedup keys */
+	double rate; /* jobs/s over all producers; 0: as fast as they go (the
+		      * current step's, of rates[]) */
+	int nrates;
+	double rates[SC_MAX_STEPS]; /* `rate = A, B, ...`: one step each */
+	int keys;                   /* jobs carry unique dedup keys */
 	/* [workers] */
 	int processes;
 	int min_prefetch;
