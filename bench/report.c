@@ -267,9 +267,9 @@ static void step_table(FILE *f, const run_result *r, const step *st)
 			fprintf(f,
 				"  shardq queue depth (ready and held): %.0f at the first sample, "
 				"%.0f "
-				"at the last %s; trend %+.0f jobs/s (least squares over %d "
+				"at the last%s; trend %+.0f jobs/s (least squares over %d "
 				"samples)\n",
-				d0, d1, q->enqueued ? "while producing" : "", slope, ns);
+				d0, d1, q->enqueued ? " while producing" : "", slope, ns);
 		double qr[4];
 		if (quarter_rates(q, qr))
 			fprintf(f,
