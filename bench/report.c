@@ -24,15 +24,20 @@ static double pct_ms(const hist *h, double p)
  * while the producers ran (all samples of a run without producers): the
  * first and last values and the least-squares slope in jobs/s, over *n
  * samples. Returns 0 when there are fewer than 2. */
+/* The samples while the producers ran: up to the first one that saw every
+ * enqueue (all of them in a run without producers). */
+static size_t producing_samples(const phase *ph)
+{
+	if (ph->enqueued)
+		for (size_t i = 0; i < ph->nseries; i++)
+			if (ph->series[i].enqueued >= ph->enqueued)
+				return i + 1;
+	return ph->nseries;
+}
+
 int report_depth_trend(const phase *ph, double *first, double *last, double *slope, int *n)
 {
-	size_t end = ph->nseries;
-	if (ph->enqueued) /* up to the first sample that saw every enqueue */
-		for (size_t i = 0; i < ph->nseries; i++)
-			if (ph->series[i].enqueued >= ph->enqueued) {
-				end = i + 1;
-				break;
-			}
+	size_t end = producing_samples(ph);
 	double st = 0, sd = 0, stt = 0, std = 0;
 	for (size_t i = 0; i < end; i++) {
 		const sample *s = &ph->series[i];
@@ -55,13 +60,7 @@ int report_depth_trend(const phase *ph, double *first, double *last, double *slo
  * queue grows. Returns 0 with fewer than 8 samples. */
 static int quarter_rates(const phase *ph, double q[4])
 {
-	size_t end = ph->nseries;
-	if (ph->enqueued)
-		for (size_t i = 0; i < ph->nseries; i++)
-			if (ph->series[i].enqueued >= ph->enqueued) {
-				end = i + 1;
-				break;
-			}
+	size_t end = producing_samples(ph);
 	if (end < 8)
 		return 0;
 	for (int k = 0; k < 4; k++) {
