@@ -240,31 +240,58 @@ static int parse_baselines(ctx *x, const char *sec, const char *key, const char 
 	return 1;
 }
 
-static int parse_backlog(ctx *x, const char *sec, const char *key, const char *v)
+static int count_item(const char *t, double *out)
 {
-	scenario *sc = x->sc;
+	int64_t b = parse_count(t);
+	*out = (double)b;
+	return b >= 0 && b <= 1000000000;
+}
+
+static int rate_item(const char *t, double *out)
+{
+	char *end;
+	*out = strtod(t, &end);
+	return end != t && !*end && *out >= 0 && *out <= 1e9;
+}
+
+/* A comma-separated list of values, one step each: `backlog = 1e5, 1e6` or
+ * `rate = 500, 2000`. `item` parses one (0: not valid, said as "'T' is not
+ * <is_not>"); `what` names one value. Returns how many, 0 on error. */
+static int parse_steps(ctx *x, const char *sec, const char *key, const char *v,
+		       int (*item)(const char *, double *), const char *is_not, const char *what,
+		       double *out)
+{
 	char buf[512];
 	int n = 0;
 	snprintf(buf, sizeof(buf), "%s", v);
 	for (char *save = NULL, *t = strtok_r(buf, ", \t", &save); t;
 	     t = strtok_r(NULL, ", \t", &save)) {
-		int64_t b = parse_count(t);
-		if (b < 0 || b > 1000000000) {
-			bad(x, sec, key, "'%s' is not a job count in 0..1e9", t);
+		double d;
+		if (!item(t, &d)) {
+			bad(x, sec, key, "'%s' is not %s", t, is_not);
 			return 0;
 		}
 		if (n == SC_MAX_STEPS) {
-			bad(x, sec, key, "at most %d backlog steps", SC_MAX_STEPS);
+			bad(x, sec, key, "at most %d %s steps", SC_MAX_STEPS, key);
 			return 0;
 		}
-		sc->backlog[n++] = b;
+		out[n++] = d;
 	}
-	if (!n) {
-		bad(x, sec, key, "give a job count, or a list of them (one run each)");
-		return 0;
-	}
-	sc->nsteps = n;
-	return 1;
+	if (!n)
+		bad(x, sec, key, "give %s, or a list of them (one run each)", what);
+	return n;
+}
+
+static int parse_backlog(ctx *x, const char *sec, const char *key, const char *v)
+{
+	scenario *sc = x->sc;
+	double d[SC_MAX_STEPS];
+	int n = parse_steps(x, sec, key, v, count_item, "a job count in 0..1e9", "a job count", d);
+	for (int i = 0; i < n; i++)
+		sc->backlog[i] = (int64_t)d[i];
+	if (n)
+		sc->nsteps = n;
+	return n > 0;
 }
 
 /* `rate = 2000` or `rate = 500, 2000, 8000`: offered rates, one step each
@@ -272,30 +299,13 @@ static int parse_backlog(ctx *x, const char *sec, const char *key, const char *v
 static int parse_rates(ctx *x, const char *sec, const char *key, const char *v)
 {
 	scenario *sc = x->sc;
-	char buf[512];
-	int n = 0;
-	snprintf(buf, sizeof(buf), "%s", v);
-	for (char *save = NULL, *t = strtok_r(buf, ", \t", &save); t;
-	     t = strtok_r(NULL, ", \t", &save)) {
-		char *end;
-		double d = strtod(t, &end);
-		if (end == t || *end || d < 0 || d > 1e9) {
-			bad(x, sec, key, "'%s' is not a rate in jobs/s (0: unbounded)", t);
-			return 0;
-		}
-		if (n == SC_MAX_STEPS) {
-			bad(x, sec, key, "at most %d rate steps", SC_MAX_STEPS);
-			return 0;
-		}
-		sc->rates[n++] = d;
+	int n = parse_steps(x, sec, key, v, rate_item, "a rate in jobs/s (0: unbounded)",
+			    "a rate in jobs/s", sc->rates);
+	if (n) {
+		sc->nrates = n;
+		sc->rate = sc->rates[0];
 	}
-	if (!n) {
-		bad(x, sec, key, "give a rate in jobs/s, or a list of them (one run each)");
-		return 0;
-	}
-	sc->nrates = n;
-	sc->rate = sc->rates[0];
-	return 1;
+	return n > 0;
 }
 
 static void copy_name(ctx *x, const char *sec, const char *key, const char *v, char *out,
