@@ -24,6 +24,10 @@
  * within the starting timeout, not the execution timeout. The worker that
  * has them extends the lease to the execution lease by heartbeat before the
  * starting lease runs out (docs/worker.md). */
+/* The update finds the picked rows by `j.id = ANY (ARRAY(...))`, which
+ * only jobs_pkey serves: planned once for all values (client.c), a bare
+ * join on the ids became a merge join that read jobs_pkey from its lowest
+ * id, slower with every job the queue had ever held. */
 #define SPENT "(p.expired AND j.attempt - j.attempt_base >= j.max_attempts)"
 #define RERUN "j.rerun_params IS NOT NULL"
 static const sq_stmt stmt_claim = {
@@ -73,7 +77,7 @@ static const sq_stmt stmt_claim = {
 	"                    j.attempt - j.attempt_base, j.max_attempts, j.worker)"
 	"        ELSE j.last_error END,"
 	"    updated_at = now()"
-	"  FROM picked p WHERE j.id = p.id"
+	"  FROM picked p WHERE j.id = ANY (ARRAY(SELECT pp.id FROM picked pp)) AND j.id = p.id"
 	"  RETURNING j.*"
 	")"
 	"SELECT " SQ_JOB_COLUMNS " FROM upd j WHERE j.status IN ('starting', 'running')"};
