@@ -56,24 +56,13 @@ static void build_type_arrays(sq_client *c)
 	c->ta.history = type_array(c->cfg, 7);
 }
 
-/* The server-side settings of a connection, as libpq's `options`.
- *
- * generic: the client's own connections, which run shardq's prepared
- * statements, plan each of them once (plan_cache_mode =
- * force_generic_plan). Left to choose, PostgreSQL planned the claim again on
- * every call: 0.5 ms of planning for a claim of 3 jobs that runs in 0.3 ms.
- * Each statement is written so that its one plan is driven by an index on
- * the ids, the type or the key whatever values it gets (claim.c,
- * lifecycle.c; docs/benchmarks.md has the figures). */
-static char *conn_options(const sq_config *cfg, int64_t statement_timeout_ms, const char *role,
-			  int generic)
+/* The server-side settings of a connection, as libpq's `options`. */
+static char *conn_options(const sq_config *cfg, int64_t statement_timeout_ms, const char *role)
 {
 	sq_buf b;
 	sq_buf_init(&b);
 	sq_buf_printf(&b, "-c statement_timeout=%lld -c idle_in_transaction_session_timeout=%lld",
 		      (long long)statement_timeout_ms, (long long)cfg->idle_in_tx_timeout_ms);
-	if (generic)
-		sq_buf_puts(&b, " -c plan_cache_mode=force_generic_plan");
 	sq_buf_puts(&b, " -c application_name=");
 	for (const char *p = cfg->application_name; p && *p; p++) {
 		if (*p == ' ' || *p == '\\')
@@ -96,7 +85,7 @@ PGconn *sq_connect_plain(const sq_config *cfg, const char *dsn, const char *role
 	char timeout[16];
 	char *opts = conn_options(
 		cfg, statement_timeout_ms >= 0 ? statement_timeout_ms : cfg->statement_timeout_ms,
-		role, 0);
+		role);
 	const char *kw[] = {"dbname", "options", "connect_timeout", NULL};
 	const char *vals[] = {dsn, opts, timeout, NULL};
 	PGconn *c;
@@ -232,7 +221,7 @@ sq_status sq_client_open(const sq_config *cfg, int for_init, sq_client **out, sq
 	c->map = calloc(cfg->partitions, sizeof(int));
 	c->yield =
 		malloc(sizeof(double) * (size_t)(cfg->nshards * (cfg->ntypes ? cfg->ntypes : 1)));
-	opts = conn_options(cfg, cfg->statement_timeout_ms, NULL, 1);
+	opts = conn_options(cfg, cfg->statement_timeout_ms, NULL);
 	if (!c->base || !c->shards || !c->map || !c->yield || !opts) {
 		free(opts);
 		sq_client_close(c);
