@@ -25,9 +25,10 @@
  * has them extends the lease to the execution lease by heartbeat before the
  * starting lease runs out (docs/worker.md). */
 /* The update finds the picked rows by `j.id = ANY (ARRAY(...))`, which
- * only jobs_pkey serves: planned once for all values (client.c), a bare
- * join on the ids became a merge join that read jobs_pkey from its lowest
- * id, slower with every job the queue had ever held. */
+ * only jobs_pkey serves, whatever the plan: in a plan made once for all
+ * values (a generic plan, which PostgreSQL may choose for a prepared
+ * statement), a bare join on the ids was a merge join that read jobs_pkey
+ * from its lowest id, slower with every job the queue had ever held. */
 #define SPENT "(p.expired AND j.attempt - j.attempt_base >= j.max_attempts)"
 #define RERUN "j.rerun_params IS NOT NULL"
 static const sq_stmt stmt_claim = {

@@ -23,8 +23,8 @@
 	"         WHERE ps.partition = j.partition AND ps.state = 'owned')"
 /* The plan must look each id up in jobs_pkey, one probe per ref, whatever
  * the statistics say and whether it is planned for these values or once for
- * all (the client's connections plan once: see conn_options in client.c).
- * So the status is compared as text: written as the enum, it matches the
+ * all (a generic plan, docs/benchmarks.md "Tried and not kept"). So the
+ * status is compared as text: written as the enum, it matches the
  * predicate of the partial index jobs_lease, and with the statistics of an
  * idle queue (few jobs running) the planner scanned all of jobs_lease, dead
  * entries included (EXPLAIN of a 90-job completion with 2,090 running: 2.4
