@@ -20,10 +20,6 @@ static double pct_ms(const hist *h, double p)
 	return h && hist_count(h) ? (double)hist_percentile(h, p) / 1000.0 : -1;
 }
 
-/* The queue's depth (backlog + enqueued - completed) over the samples
- * while the producers ran (all samples of a run without producers): the
- * first and last values and the least-squares slope in jobs/s, over *n
- * samples. Returns 0 when there are fewer than 2. */
 /* The samples while the producers ran: up to the first one that saw every
  * enqueue (all of them in a run without producers). */
 static size_t producing_samples(const phase *ph)
@@ -35,7 +31,10 @@ static size_t producing_samples(const phase *ph)
 	return ph->nseries;
 }
 
-int report_depth_trend(const phase *ph, double *first, double *last, double *slope, int *n)
+/* The queue's depth (backlog + enqueued - completed) over the producing
+ * samples: the first and last values and the least-squares slope in jobs/s,
+ * over *n samples. Returns 0 when there are fewer than 2. */
+static int depth_trend(const phase *ph, double *first, double *last, double *slope, int *n)
 {
 	size_t end = producing_samples(ph);
 	double st = 0, sd = 0, stt = 0, std = 0;
@@ -56,7 +55,7 @@ int report_depth_trend(const phase *ph, double *first, double *last, double *slo
 }
 
 /* Completions per second in each quarter of the phase's samples (while the
- * producers ran, as report_depth_trend): whether the rate holds as the
+ * producers ran, as depth_trend): whether the rate holds as the
  * queue grows. Returns 0 with fewer than 8 samples. */
 static int quarter_rates(const phase *ph, double q[4])
 {
@@ -262,7 +261,7 @@ static void step_table(FILE *f, const run_result *r, const step *st)
 			q->claims ? (double)q->completed / (double)q->claims : 0, q->slot_idle);
 		double d0, d1, slope;
 		int ns;
-		if (report_depth_trend(q, &d0, &d1, &slope, &ns))
+		if (depth_trend(q, &d0, &d1, &slope, &ns))
 			fprintf(f,
 				"  shardq queue depth (ready and held): %.0f at the first sample, "
 				"%.0f "
@@ -374,7 +373,7 @@ static json_t *phase_json(const phase *ph, const phase *base)
 	json_object_set_new(o, "vacuum_s", json_real(ph->vacuum_s));
 	double d0, d1, slope;
 	int ns;
-	if (report_depth_trend(ph, &d0, &d1, &slope, &ns)) {
+	if (depth_trend(ph, &d0, &d1, &slope, &ns)) {
 		json_t *qd = json_object();
 		json_object_set_new(qd, "first", json_real(d0));
 		json_object_set_new(qd, "last", json_real(d1));

@@ -12,10 +12,6 @@
 #define REPORT_NPCT 5
 extern const double report_pcts[REPORT_NPCT];
 
-/* The queue depth's first and last sample and its least-squares trend
- * (jobs/s) while the producers ran; 0 with fewer than 2 samples. */
-int report_depth_trend(const phase *ph, double *first, double *last, double *slope, int *n);
-
 /* The human table of every step. */
 void report_table(FILE *f, const run_result *r);
 /* The whole run as JSON; 0, or -1 when it cannot be written. */
