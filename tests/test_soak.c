@@ -148,7 +148,8 @@ static void shards(const char *action, int shard)
 	int rc = run_sh(cmd);
 	/* a start that failed (its port held for a moment by another process,
 	 * say) is tried again until the stall time has passed */
-	while (rc != 0 && strcmp(action, "crash") && test_now_s() - t0 < testdb_stall_s()) {
+	int starts = !strcmp(action, "start") || !strcmp(action, "restart");
+	while (rc != 0 && starts && test_now_s() - t0 < testdb_stall_s()) {
 		usleep(500000);
 		snprintf(cmd, sizeof(cmd), "%s start --only %s >> %s 2>&1", script, shard_id[shard],
 			 testdb_path(out, sizeof(out), "shards.out"));
