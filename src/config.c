@@ -16,9 +16,11 @@
 #include <string.h>
 #include <sys/stat.h>
 
-typedef enum { K_INT, K_DURATION, K_DOUBLE, K_STRING, K_BOOL, K_ENUM } key_kind;
+typedef enum { K_INT, K_DURATION, K_DOUBLE, K_STRING, K_BOOL, K_ENUM, K_SIZE } key_kind;
 
-typedef enum { SEC_CLUSTER, SEC_CONNECTION, SEC_SHARD, SEC_TYPE } sec_kind;
+/* [cluster], [connection] and [daemon] are single sections (their keys share
+ * parse_ctx.key_line); [shard ID], [type NAME] and [token NAME] repeat. */
+typedef enum { SEC_CLUSTER, SEC_CONNECTION, SEC_DAEMON, SEC_SHARD, SEC_TYPE, SEC_TOKEN } sec_kind;
 
 typedef struct key_def {
 	sec_kind sec;
@@ -47,6 +49,17 @@ static const key_def keys[] = {
 	{SEC_CONNECTION, "map_poll", K_DURATION, "1s", 0, 3600000, NULL},
 	{SEC_CONNECTION, "moving_wait", K_DURATION, "30s", 0, 3600000, NULL},
 	{SEC_CONNECTION, "move_statement_timeout", K_DURATION, "1h", 0, DAY_MS, NULL},
+	{SEC_DAEMON, "listen", K_STRING, "127.0.0.1:8080", 0, 0, NULL},
+	{SEC_DAEMON, "threads", K_INT, "4", 1, 64, NULL},
+	{SEC_DAEMON, "max_body", K_SIZE, "8MB", 1024, 1024.0 * 1024 * 1024, NULL},
+	{SEC_DAEMON, "max_headers", K_SIZE, "16KB", 1024, 1024.0 * 1024, NULL},
+	{SEC_DAEMON, "request_timeout", K_DURATION, "30s", 1000, 3600000, NULL},
+	{SEC_DAEMON, "claim_wait_max", K_DURATION, "20s", 0, 600000, NULL},
+	{SEC_DAEMON, "claim_poll", K_DURATION, "200ms", 10, 10000, NULL},
+	{SEC_DAEMON, "max_connections", K_INT, "1024", 1, 100000, NULL},
+	{SEC_DAEMON, "worker_id", K_STRING, NULL, 0, 0, NULL},
+	{SEC_TOKEN, "hash", K_STRING, NULL, 0, 0, NULL},
+	{SEC_TOKEN, "scopes", K_STRING, NULL, 0, 0, NULL},
 	{SEC_SHARD, "dsn", K_STRING, NULL, 0, 0, NULL},
 	{SEC_SHARD, "weight", K_DOUBLE, "1", 0, 1e6, NULL},
 	{SEC_TYPE, "starting_timeout", K_DURATION, "30s", 100, DAY_MS, NULL},
@@ -80,9 +93,10 @@ typedef struct parse_ctx {
 	/* the line each key was set on (0: not set), to refuse a second one:
 	 * [cluster] and [connection] share key_line; [shard]/[type] by index */
 	int key_line[NKEYS];
-	int *shard_key_line;               /* SQ_MAX_SHARDS * NKEYS */
-	int *type_key_line;                /* SQ_MAX_TYPES * NKEYS */
-	int cluster_line, connection_line; /* where those sections began */
+	int *shard_key_line;                            /* SQ_MAX_SHARDS * NKEYS */
+	int *type_key_line;                             /* SQ_MAX_TYPES * NKEYS */
+	int *token_key_line;                            /* SQ_MAX_TOKENS * NKEYS */
+	int cluster_line, connection_line, daemon_line; /* where those sections began */
 	/* the section being read */
 	char *section; /* its name, for messages; NULL before the first */
 	sec_kind sec;
@@ -155,11 +169,35 @@ static int valid_ident(const char *s, size_t max)
 	return 1;
 }
 
+int64_t sq_parse_size(const char *s)
+{
+	static const struct {
+		const char *unit;
+		int64_t mult;
+	} units[] = {{"", 1},
+		     {"B", 1},
+		     {"KB", 1024},
+		     {"MB", 1024 * 1024},
+		     {"GB", INT64_C(1024) * 1024 * 1024}};
+	char *end;
+	errno = 0;
+	long long n = strtoll(s, &end, 10);
+	if (end == s || errno || n < 0 || !isdigit((unsigned char)*s))
+		return -1;
+	while (*end == ' ')
+		end++;
+	for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++)
+		if (!strcmp(end, units[i].unit))
+			return n > INT64_MAX / units[i].mult ? -1 : n * units[i].mult;
+	return -1;
+}
+
 /* Where a key's value is stored, by section and key name. */
 static void *slot(sq_config *cfg, sec_kind sec, int idx, const char *name)
 {
 	sq_shard_conf *sh = sec == SEC_SHARD ? &cfg->shards[idx] : NULL;
 	sq_type_conf *t = sec == SEC_TYPE ? &cfg->types[idx] : NULL;
+	sq_token_conf *tok = sec == SEC_TOKEN ? &cfg->tokens[idx] : NULL;
 	static const struct {
 		sec_kind sec;
 		const char *name;
@@ -179,6 +217,17 @@ static void *slot(sq_config *cfg, sec_kind sec, int idx, const char *name)
 		F(SEC_CONNECTION, "map_poll", sq_config, map_poll_ms),
 		F(SEC_CONNECTION, "moving_wait", sq_config, moving_wait_ms),
 		F(SEC_CONNECTION, "move_statement_timeout", sq_config, move_statement_timeout_ms),
+		F(SEC_DAEMON, "listen", sq_config, daemon.listen),
+		F(SEC_DAEMON, "threads", sq_config, daemon.threads),
+		F(SEC_DAEMON, "max_body", sq_config, daemon.max_body),
+		F(SEC_DAEMON, "max_headers", sq_config, daemon.max_headers),
+		F(SEC_DAEMON, "request_timeout", sq_config, daemon.request_timeout_ms),
+		F(SEC_DAEMON, "claim_wait_max", sq_config, daemon.claim_wait_max_ms),
+		F(SEC_DAEMON, "claim_poll", sq_config, daemon.claim_poll_ms),
+		F(SEC_DAEMON, "max_connections", sq_config, daemon.max_connections),
+		F(SEC_DAEMON, "worker_id", sq_config, daemon.worker_id),
+		F(SEC_TOKEN, "hash", sq_token_conf, hash),
+		F(SEC_TOKEN, "scopes", sq_token_conf, scopes_text),
 		F(SEC_SHARD, "dsn", sq_shard_conf, dsn),
 		F(SEC_SHARD, "weight", sq_shard_conf, weight),
 		F(SEC_TYPE, "starting_timeout", sq_type_conf, starting_timeout_ms),
@@ -194,7 +243,7 @@ static void *slot(sq_config *cfg, sec_kind sec, int idx, const char *name)
 		F(SEC_TYPE, "history", sq_type_conf, history),
 #undef F
 	};
-	char *base = sh ? (char *)sh : t ? (char *)t : (char *)cfg;
+	char *base = sh ? (char *)sh : t ? (char *)t : tok ? (char *)tok : (char *)cfg;
 	for (size_t i = 0; i < sizeof(map) / sizeof(map[0]); i++)
 		if (map[i].sec == sec && !strcmp(map[i].name, name))
 			return base + map[i].off;
@@ -234,6 +283,18 @@ static const char *store(const key_def *k, void *dst, const char *v, char *why, 
 			return why;
 		}
 		*(int64_t *)dst = ms;
+		return NULL;
+	}
+	case K_SIZE: {
+		int64_t n = sq_parse_size(v);
+		if (n < 0)
+			return "expected a size such as 65536, 64KB or 8MB";
+		if (n < k->min || n > k->max) {
+			snprintf(why, whylen, "%s is out of range [%.0f, %.0f] bytes", v, k->min,
+				 k->max);
+			return why;
+		}
+		*(int64_t *)dst = n;
 		return NULL;
 	}
 	case K_DOUBLE: {
@@ -298,10 +359,40 @@ static void end_section(parse_ctx *x)
 {
 	if (x->unknown && x->unknown_quiet) {
 		bad(x, x->section, NULL,
-		    "unknown section; expected [cluster], [connection], [shard ID] or "
-		    "[type NAME]");
+		    "unknown section; expected [cluster], [connection], [daemon], [shard ID], "
+		    "[type NAME] or [token NAME]");
 	}
 	x->unknown = x->unknown_quiet = 0;
+}
+
+/* A "[token NAME]" header. */
+static void token_begin(parse_ctx *x, const char *name)
+{
+	sq_config *cfg = x->cfg;
+	const char *arg = name + 6;
+	while (*arg == ' ')
+		arg++;
+	x->sec = SEC_TOKEN;
+	if (!valid_ident(arg, 64)) {
+		bad(x, name, NULL, "token name must be 1-64 letters, digits, '_', '-', '.' or ':'");
+		return;
+	}
+	for (int i = 0; i < cfg->ntokens; i++)
+		if (!strcmp(cfg->tokens[i].name, arg)) {
+			bad(x, name, NULL,
+			    "token %s appears a second time (first at line %d); put all its keys "
+			    "in one section",
+			    arg, cfg->tokens[i].line);
+			return;
+		}
+	if (cfg->ntokens == SQ_MAX_TOKENS) {
+		bad(x, name, NULL, "too many tokens (at most %d)", SQ_MAX_TOKENS);
+		return;
+	}
+	sq_token_conf *t = &cfg->tokens[cfg->ntokens];
+	t->name = strdup(arg);
+	t->line = x->line;
+	x->idx = cfg->ntokens++;
 }
 
 /* A "[name]" header: [cluster], [connection], [shard ID] or [type NAME],
@@ -314,9 +405,13 @@ static void section_begin(parse_ctx *x, const char *name)
 	x->idx = -1;
 	if (!x->section)
 		return;
-	if (!strcmp(name, "cluster") || !strcmp(name, "connection")) {
-		int *first = name[1] == 'l' ? &x->cluster_line : &x->connection_line;
-		x->sec = name[1] == 'l' ? SEC_CLUSTER : SEC_CONNECTION;
+	if (!strcmp(name, "cluster") || !strcmp(name, "connection") || !strcmp(name, "daemon")) {
+		int *first = name[0] == 'd'   ? &x->daemon_line
+			     : name[1] == 'l' ? &x->cluster_line
+					      : &x->connection_line;
+		x->sec = name[0] == 'd'   ? SEC_DAEMON
+			 : name[1] == 'l' ? SEC_CLUSTER
+					  : SEC_CONNECTION;
 		if (*first) {
 			bad(x, name, NULL,
 			    "the section appears a second time (first at line %d); put its keys "
@@ -326,6 +421,10 @@ static void section_begin(parse_ctx *x, const char *name)
 		}
 		*first = x->line;
 		x->idx = 0;
+		return;
+	}
+	if (!strncmp(name, "token ", 6)) {
+		token_begin(x, name);
 		return;
 	}
 	if (strncmp(name, "shard ", 6) && strncmp(name, "type ", 5)) {
@@ -399,15 +498,16 @@ static void on_key(parse_ctx *x, const char *name, const char *value)
 	if (x->unknown) {
 		x->unknown_quiet = 0;
 		bad(x, x->section, name,
-		    "unknown section; expected [cluster], [connection], [shard ID] or "
-		    "[type NAME]");
+		    "unknown section; expected [cluster], [connection], [daemon], [shard ID], "
+		    "[type NAME] or [token NAME]");
 		return;
 	}
 	if (x->idx < 0)
 		return; /* its header was reported */
-	lines = x->sec == SEC_SHARD  ? x->shard_key_line + (size_t)x->idx * NKEYS
-		: x->sec == SEC_TYPE ? x->type_key_line + (size_t)x->idx * NKEYS
-				     : x->key_line;
+	lines = x->sec == SEC_SHARD   ? x->shard_key_line + (size_t)x->idx * NKEYS
+		: x->sec == SEC_TYPE  ? x->type_key_line + (size_t)x->idx * NKEYS
+		: x->sec == SEC_TOKEN ? x->token_key_line + (size_t)x->idx * NKEYS
+				      : x->key_line;
 	for (size_t i = 0; i < NKEYS; i++) {
 		if (keys[i].sec != x->sec || strcmp(keys[i].name, name))
 			continue;
@@ -518,7 +618,7 @@ static int is_pow2(uint32_t v)
 static int line_of(parse_ctx *x, const char *name)
 {
 	for (size_t i = 0; i < NKEYS; i++)
-		if (keys[i].sec <= SEC_CONNECTION && !strcmp(keys[i].name, name))
+		if (keys[i].sec <= SEC_DAEMON && !strcmp(keys[i].name, name))
 			return x->key_line[i];
 	return 0;
 }
@@ -536,6 +636,71 @@ static void check_dsn(parse_ctx *x, const char *sec, const char *key, const char
 		msg[strcspn(msg, "\n")] = '\0';
 	bad(x, sec, key, "not a libpq connection string: %s", msg ? msg : "out of memory");
 	PQfreemem(msg);
+}
+
+/* "sha256:" and 64 hex digits */
+static int valid_token_hash(const char *h)
+{
+	if (strncmp(h, "sha256:", 7) || strlen(h) != 7 + 64)
+		return 0;
+	for (h += 7; *h; h++)
+		if (!isxdigit((unsigned char)*h))
+			return 0;
+	return 1;
+}
+
+static void validate_daemon(parse_ctx *x)
+{
+	sq_config *cfg = x->cfg;
+	const char *l = cfg->daemon.listen;
+	const char *colon = strrchr(l, ':');
+	char *end;
+	long port = colon ? strtol(colon + 1, &end, 10) : -1;
+	if (!colon || colon == l || !colon[1] || *end || port < 0 || port > 65535) {
+		x->line = line_of(x, "listen");
+		bad(x, "daemon", "listen", "'%s' is not HOST:PORT (for example 127.0.0.1:8080)", l);
+	}
+	if (cfg->daemon.claim_wait_max_ms >= cfg->daemon.request_timeout_ms) {
+		x->line = line_of(x, "claim_wait_max");
+		bad(x, "daemon", "claim_wait_max",
+		    "must be below request_timeout, or a long poll would be cut off");
+	}
+	for (int i = 0; i < cfg->ntokens; i++) {
+		sq_token_conf *t = &cfg->tokens[i];
+		char sec[96];
+		snprintf(sec, sizeof(sec), "token %s", t->name);
+		x->line = t->line;
+		if (!t->hash)
+			bad(x, sec, "hash",
+			    "missing; set hash = sha256:HEX (shardqd --hash-token prints it)");
+		else if (!valid_token_hash(t->hash))
+			bad(x, sec, "hash",
+			    "expected sha256: and 64 hex digits (shardqd --hash-token prints it), "
+			    "never the token itself");
+		if (!t->scopes_text) {
+			bad(x, sec, "scopes",
+			    "missing; set one or more of worker, producer, admin");
+			continue;
+		}
+		char *copy = strdup(t->scopes_text), *save = NULL;
+		if (!copy)
+			continue;
+		for (char *w = strtok_r(copy, ", \t", &save); w;
+		     w = strtok_r(NULL, ", \t", &save)) {
+			if (!strcmp(w, "worker"))
+				t->scopes |= SQ_SCOPE_WORKER;
+			else if (!strcmp(w, "producer"))
+				t->scopes |= SQ_SCOPE_PRODUCER;
+			else if (!strcmp(w, "admin"))
+				t->scopes |= SQ_SCOPE_ADMIN;
+			else
+				bad(x, sec, "scopes", "'%s' is not one of worker, producer, admin",
+				    w);
+		}
+		free(copy);
+		if (!t->scopes)
+			bad(x, sec, "scopes", "empty; set one or more of worker, producer, admin");
+	}
 }
 
 static void validate(parse_ctx *x)
@@ -571,6 +736,7 @@ static void validate(parse_ctx *x)
 		x->line = line_of(x, "meta_shard");
 		bad(x, "cluster", "meta_shard", "'%s' is not a configured shard", cfg->meta_shard);
 	}
+	validate_daemon(x);
 	for (int i = 0; i < cfg->ntypes; i++) {
 		sq_type_conf *t = &cfg->types[i];
 		char sec[96];
@@ -590,13 +756,16 @@ sq_status sq_config_parse(const char *text, const char *name, sq_config **out, s
 	x.cfg = calloc(1, sizeof(sq_config));
 	x.shard_key_line = calloc((size_t)SQ_MAX_SHARDS * NKEYS, sizeof(int));
 	x.type_key_line = calloc((size_t)SQ_MAX_TYPES * NKEYS, sizeof(int));
-	if (!x.cfg || !x.shard_key_line || !x.type_key_line || !(x.cfg->path = strdup(name))) {
+	x.token_key_line = calloc((size_t)SQ_MAX_TOKENS * NKEYS, sizeof(int));
+	if (!x.cfg || !x.shard_key_line || !x.type_key_line || !x.token_key_line ||
+	    !(x.cfg->path = strdup(name))) {
 		st = sq_err(err, SQ_ENOMEM, "out of memory");
 		goto out;
 	}
 	x.name = name;
 	apply_defaults(x.cfg, SEC_CLUSTER, 0);
 	apply_defaults(x.cfg, SEC_CONNECTION, 0);
+	apply_defaults(x.cfg, SEC_DAEMON, 0);
 	parse_text(&x, text);
 	for (int i = 0; i < x.cfg->nshards; i++)
 		x.cfg->shards[i].dsn_line =
@@ -610,6 +779,7 @@ out:
 	free(x.section);
 	free(x.shard_key_line);
 	free(x.type_key_line);
+	free(x.token_key_line);
 	if (st != SQ_OK) {
 		sq_config_free(x.cfg);
 		return st;
@@ -677,6 +847,13 @@ void sq_config_free(sq_config *cfg)
 	}
 	for (int i = 0; i < cfg->ntypes; i++)
 		free(cfg->types[i].name);
+	for (int i = 0; i < cfg->ntokens; i++) {
+		free(cfg->tokens[i].name);
+		free(cfg->tokens[i].hash);
+		free(cfg->tokens[i].scopes_text);
+	}
+	free(cfg->daemon.listen);
+	free(cfg->daemon.worker_id);
 	free(cfg);
 }
 

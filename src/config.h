@@ -34,6 +34,32 @@ typedef struct sq_type_conf {
 	int line;
 } sq_type_conf;
 
+#define SQ_MAX_TOKENS     64
+#define SQ_SCOPE_WORKER   1
+#define SQ_SCOPE_PRODUCER 2
+#define SQ_SCOPE_ADMIN    4
+
+/* [token NAME]: a bearer token of shardqd, kept as its hash. */
+typedef struct sq_token_conf {
+	char *name;
+	char *hash;        /* "sha256:" and 64 hex digits */
+	char *scopes_text; /* as written */
+	int scopes;        /* SQ_SCOPE_* bits */
+	int line;
+} sq_token_conf;
+
+/* [daemon]: shardqd's own settings (docs/http.md). */
+typedef struct sq_daemon_conf {
+	char *listen;                  /* HOST:PORT */
+	int threads;                   /* request threads, each one connection per shard */
+	int64_t max_body, max_headers; /* bytes */
+	int64_t request_timeout_ms;
+	int64_t claim_wait_max_ms;
+	int64_t claim_poll_ms;
+	int max_connections;
+	char *worker_id; /* NULL: shardqd-HOST-PID */
+} sq_daemon_conf;
+
 struct sq_config {
 	char *path;
 	uint32_t partitions;
@@ -53,6 +79,9 @@ struct sq_config {
 	sq_shard_conf shards[SQ_MAX_SHARDS];
 	int ntypes;
 	sq_type_conf types[SQ_MAX_TYPES];
+	sq_daemon_conf daemon;
+	int ntokens;
+	sq_token_conf tokens[SQ_MAX_TOKENS];
 };
 
 /* The type's config, or NULL if the type is not configured. */
@@ -70,5 +99,8 @@ const char *sq_config_meta_dsn(const sq_config *cfg);
  * Returns -1 when s is not a duration, -2 when it is longer than
  * SQ_MAX_DURATION_MS. */
 int64_t sq_parse_duration_ms(const char *s);
+/* Parses "65536", "64KB", "8MB" or "1GB" (powers of 1024) into bytes; -1 if
+ * s is not a size. */
+int64_t sq_parse_size(const char *s);
 
 #endif

@@ -336,6 +336,37 @@ int sq_json_next_member(const char *s, size_t len, size_t *pos, sq_json_member *
 	return 1;
 }
 
+int sq_json_next_element(const char *s, size_t len, size_t *pos, sq_json_member *m)
+{
+	scan x = {(const unsigned char *)s, len, *pos, NULL, 1};
+	size_t at;
+	ws(&x);
+	if (x.pos < len && (x.s[x.pos] == (*pos ? ',' : '['))) {
+		x.pos++;
+		ws(&x);
+	}
+	if (x.pos >= len || x.s[x.pos] == ']')
+		return 0;
+	at = x.pos;
+	if (value(&x))
+		return 0;
+	m->key = NULL;
+	m->key_len = 0;
+	m->val = s + at;
+	m->val_len = x.pos - at;
+	switch (s[at]) {
+	case '{': m->kind = SQ_JSON_OBJECT; break;
+	case '[': m->kind = SQ_JSON_ARRAY; break;
+	case '"': m->kind = SQ_JSON_STRING; break;
+	case 't': m->kind = SQ_JSON_TRUE; break;
+	case 'f': m->kind = SQ_JSON_FALSE; break;
+	case 'n': m->kind = SQ_JSON_NULL; break;
+	default: m->kind = SQ_JSON_NUMBER; break;
+	}
+	*pos = x.pos;
+	return 1;
+}
+
 static unsigned hexval(const char *p)
 {
 	unsigned v = 0;

@@ -44,6 +44,10 @@ typedef struct sq_json_member {
  */
 int sq_json_next_member(const char *s, size_t len, size_t *pos, sq_json_member *m);
 
+/* Same for the elements of an array (s[0..len) is the array's text, as a
+ * member's val); m->key is NULL. */
+int sq_json_next_element(const char *s, size_t len, size_t *pos, sq_json_member *m);
+
 /*
  * Decodes the raw text of a validated string (between its quotes) into out,
  * which must have room for len + 1 bytes: decoding never makes it longer.

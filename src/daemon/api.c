@@ -1,0 +1,814 @@
+/* api.c - shardqd's endpoints: JSON in, library calls, JSON out
+ * (docs/http.md). Runs on the request threads, except sqd_claim_parse.
+ *
+ * Requests are read with jansson, except the enqueue body: its params go to
+ * the shards as the client wrote them (jansson would turn 0.1 into
+ * 0.10000000000000001 and refuse integers beyond 64 bits, which jsonb
+ * keeps), so it is walked with the library's own validating scanner.
+ * Replies are written straight into a buffer: a job's params are spliced in
+ * as PostgreSQL returned them, never parsed again. */
+#include "daemon.h"
+#include "json.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_BATCH 10000
+
+void sqd_error(sqd_task *t, int status, const char *code, const char *fmt, ...)
+{
+	char msg[1200];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	t->status = status;
+	sq_buf_reset(&t->resp);
+	sq_buf_puts(&t->resp, "{\"error\":{\"code\":");
+	sq_json_put_string(&t->resp, code);
+	sq_buf_puts(&t->resp, ",\"message\":");
+	sq_json_put_string(&t->resp, msg);
+	sq_buf_puts(&t->resp, "}}");
+}
+
+void sqd_task_add_ref(sqd_task *t, int64_t id, int32_t attempt)
+{
+	if (t->nrefs == t->refcap) {
+		size_t cap = t->refcap ? t->refcap * 2 : 16;
+		sq_job_ref *v = realloc(t->refs, cap * sizeof(*v));
+		if (!v)
+			return;
+		t->refs = v;
+		t->refcap = cap;
+	}
+	t->refs[t->nrefs].id = id;
+	t->refs[t->nrefs].attempt = attempt;
+	t->nrefs++;
+}
+
+static void put_ms(sq_buf *b, const char *name, int64_t us)
+{
+	if (us)
+		sq_buf_printf(b, ",\"%s\":%lld", name, (long long)(us / 1000));
+	else
+		sq_buf_printf(b, ",\"%s\":null", name);
+}
+
+void sqd_put_job(sq_buf *b, const sq_config *cfg, const sq_job *j)
+{
+	sq_buf_printf(b, "{\"id\":%lld,\"attempt\":%d,\"worker\":", (long long)j->id, j->attempt);
+	if (j->worker)
+		sq_json_put_string(b, j->worker);
+	else
+		sq_buf_puts(b, "null");
+	sq_buf_puts(b, ",\"type\":");
+	sq_json_put_string(b, j->type ? j->type : "");
+	sq_buf_puts(b, ",\"key\":");
+	if (j->key)
+		sq_json_put_string(b, j->key);
+	else
+		sq_buf_puts(b, "null");
+	sq_buf_puts(b, ",\"params\":");
+	sq_buf_puts(b, j->params && *j->params ? j->params : "{}");
+	sq_buf_printf(b, ",\"status\":\"%s\",\"priority\":%d,\"tries\":%d,\"max_attempts\":%d",
+		      sq_job_status_name(j->status), j->priority, j->tries, j->max_attempts);
+	sq_buf_puts(b, ",\"shard\":");
+	const char *sid = sq_config_shard_id(cfg, j->shard);
+	sq_json_put_string(b, sid ? sid : "");
+	put_ms(b, "schedule_ms", j->schedule_time_us);
+	put_ms(b, "delay_tolerance_ms", j->delay_tolerance_time_us);
+	put_ms(b, "lease_until_ms", j->lease_until_us);
+	put_ms(b, "created_ms", j->created_us);
+	sq_buf_putc(b, '}');
+}
+
+/* 503 for what a shard's failure means to a client; else 500. */
+static void fail_status(sqd_task *t, sq_status st, const sq_error *err)
+{
+	if (st == SQ_EMOVING || st == SQ_EMOVED) {
+		t->retry_after = 1;
+		sqd_error(t, 503, "moving", "%s; try again in a moment", err->msg);
+	} else if (st == SQ_ECONN || st == SQ_EDB) {
+		t->retry_after = 1;
+		sqd_error(t, 503, "unavailable", "%s; try again in a moment", err->msg);
+	} else if (st == SQ_EINVAL) {
+		sqd_error(t, 400, "bad_request", "%s", err->msg);
+	} else if (st == SQ_ENOTFOUND) {
+		sqd_error(t, 404, "not_found", "%s", err->msg);
+	} else {
+		sqd_error(t, 500, "internal", "%s", err->msg);
+	}
+}
+
+/* ---- enqueue ---------------------------------------------------------------- */
+
+static int member_is(const sq_json_member *m, const char *name)
+{
+	return m->key_len == strlen(name) && !memcmp(m->key, name, m->key_len);
+}
+
+/* A JSON integer member into *out; -1 when it is not one. */
+static int int_of(const sq_json_member *m, int64_t *out)
+{
+	char num[32];
+	char *end;
+	if (m->kind != SQ_JSON_NUMBER || m->val_len >= sizeof(num))
+		return -1;
+	memcpy(num, m->val, m->val_len);
+	num[m->val_len] = '\0';
+	errno = 0;
+	long long v = strtoll(num, &end, 10);
+	if (*end || errno)
+		return -1;
+	*out = v;
+	return 0;
+}
+
+/* A string member decoded into a new string (NULL on null). */
+static char *str_of(const sq_json_member *m)
+{
+	char *s = malloc(m->val_len + 1);
+	if (!s)
+		return NULL;
+	sq_json_unescape(m->val + 1, m->val_len - 2, s);
+	return s;
+}
+
+typedef struct enq_job {
+	char *type, *key;
+} enq_job;
+
+static void do_enqueue(sqd *d, sq_client *c, sqd_task *t)
+{
+	size_t where;
+	const char *what;
+	if (sq_json_validate_object(t->body, t->len, &where, &what)) {
+		sqd_error(t, 400, "bad_json",
+			  "the body is not one JSON object: %s at byte %zu; send "
+			  "{\"jobs\":[{\"type\":...}]}",
+			  what, where);
+		return;
+	}
+	sq_json_member m, e, f;
+	size_t pos = 0;
+	const char *arr = NULL;
+	size_t arr_len = 0;
+	while (sq_json_next_member(t->body, t->len, &pos, &m))
+		if (member_is(&m, "jobs") && m.kind == SQ_JSON_ARRAY) {
+			arr = m.val;
+			arr_len = m.val_len;
+		}
+	if (!arr) {
+		sqd_error(t, 400, "bad_request",
+			  "no \"jobs\" array; send {\"jobs\":[{\"type\":...}]}");
+		return;
+	}
+	size_t n = 0;
+	pos = 0;
+	while (sq_json_next_element(arr, arr_len, &pos, &e))
+		n++;
+	if (n == 0 || n > MAX_BATCH) {
+		sqd_error(t, 400, "bad_request",
+			  "\"jobs\" holds %zu jobs; send 1 to %d per request", n, MAX_BATCH);
+		return;
+	}
+	sq_job_spec *specs = calloc(n, sizeof(*specs));
+	enq_job *own = calloc(n, sizeof(*own));
+	sq_enqueue_result *res = calloc(n, sizeof(*res));
+	char **params = calloc(n, sizeof(*params));
+	if (!specs || !own || !res || !params) {
+		sqd_error(t, 500, "internal", "out of memory");
+		goto out;
+	}
+	pos = 0;
+	for (size_t i = 0; sq_json_next_element(arr, arr_len, &pos, &e); i++) {
+		sq_job_spec *s = &specs[i];
+		if (e.kind != SQ_JSON_OBJECT) {
+			sqd_error(t, 400, "bad_job", "job %zu: not a JSON object", i);
+			goto out;
+		}
+		size_t fp = 0;
+		while (sq_json_next_member(e.val, e.val_len, &fp, &f)) {
+			int64_t v;
+			if (member_is(&f, "type") && f.kind == SQ_JSON_STRING) {
+				s->type = own[i].type = str_of(&f);
+			} else if (member_is(&f, "key") && f.kind == SQ_JSON_STRING) {
+				s->key = own[i].key = str_of(&f);
+			} else if (member_is(&f, "key") && f.kind == SQ_JSON_NULL) {
+			} else if (member_is(&f, "params") && f.kind == SQ_JSON_OBJECT) {
+				params[i] = malloc(f.val_len + 1);
+				if (params[i]) {
+					memcpy(params[i], f.val, f.val_len);
+					params[i][f.val_len] = '\0';
+				}
+				s->params = params[i];
+			} else if (member_is(&f, "params") && f.kind == SQ_JSON_NULL) {
+			} else if (member_is(&f, "priority") && !int_of(&f, &v) &&
+				   v >= SQ_MIN_PRIORITY && v <= SQ_MAX_PRIORITY) {
+				s->has_priority = 1;
+				s->priority = (int32_t)v;
+			} else if (member_is(&f, "run_at_ms") && !int_of(&f, &v) && v > 0 &&
+				   v <= SQ_MAX_RUN_AT_US / 1000) {
+				s->run_at_us = v * 1000;
+			} else if (member_is(&f, "delay_ms") && !int_of(&f, &v) && v >= 0 &&
+				   v <= SQ_MAX_DELAY_MS) {
+				s->delay_ms = v;
+			} else if (member_is(&f, "delay_tolerance_ms") && f.kind == SQ_JSON_NULL) {
+				s->delay_tolerance_ms = SQ_NO_DELAY_TOLERANCE;
+			} else if (member_is(&f, "delay_tolerance_ms") && !int_of(&f, &v) &&
+				   v > 0 && v <= SQ_MAX_DELAY_TOLERANCE_MS) {
+				s->delay_tolerance_ms = v;
+			} else if (member_is(&f, "max_attempts") && !int_of(&f, &v) && v >= 1 &&
+				   v <= SQ_MAX_ATTEMPTS) {
+				s->max_attempts = (int32_t)v;
+			} else {
+				sqd_error(
+					t, 400, "bad_job",
+					"job %zu: field \"%.*s\" is unknown or its value is not "
+					"accepted (type: a string; key: a string or null; params: "
+					"an object; priority, run_at_ms, delay_ms, "
+					"delay_tolerance_ms, max_attempts: integers in range)",
+					i, (int)(f.key_len > 64 ? 64 : f.key_len), f.key);
+				goto out;
+			}
+		}
+		if (!s->type) {
+			sqd_error(t, 400, "bad_job", "job %zu: no \"type\"", i);
+			goto out;
+		}
+	}
+	sq_error err;
+	for (size_t i = 0; i < n; i++)
+		if (sq_job_spec_check(d->cfg, &specs[i], &err) != SQ_OK) {
+			sqd_error(t, 400, "bad_job", "job %zu: %s", i, err.msg);
+			goto out;
+		}
+	sq_status st = sq_enqueue(c, specs, n, res, &err);
+	if (st == SQ_EINVAL) {
+		sqd_error(t, 400, "bad_job", "%s", err.msg);
+		goto out;
+	}
+	size_t written = 0;
+	sq_buf out;
+	sq_buf_init(&out);
+	sq_buf_puts(&out, "{\"results\":[");
+	for (size_t i = 0; i < n; i++) {
+		written += res[i].id > 0 && res[i].outcome == SQ_ENQ_INSERTED;
+		const char *sid = sq_config_shard_id(d->cfg, res[i].shard);
+		sq_buf_printf(&out, "%s{\"id\":%lld,\"outcome\":\"%s\",\"shard\":", i ? "," : "",
+			      (long long)res[i].id, sq_enqueue_outcome_name(res[i].outcome));
+		sq_json_put_string(&out, sid ? sid : "");
+		sq_buf_putc(&out, '}');
+	}
+	sq_buf_puts(&out, "]");
+	atomic_fetch_add(&d->m.jobs_enqueued, written);
+	if (st != SQ_OK) {
+		sqd_log("enqueue: %s", err.msg);
+		fail_status(t, st, &err);
+		/* keep the error and add the per-job fates */
+		if (t->resp.len && t->resp.data[t->resp.len - 1] == '}') {
+			t->resp.len--;
+			t->resp.data[t->resp.len] = '\0';
+			sq_buf_putc(&t->resp, ',');
+			sq_buf_append(&t->resp, out.data + 1, out.len - 1);
+			sq_buf_putc(&t->resp, '}');
+		}
+	} else {
+		sq_buf_reset(&t->resp);
+		sq_buf_append(&t->resp, out.data, out.len);
+		sq_buf_putc(&t->resp, '}');
+	}
+	sq_buf_free(&out);
+out:
+	if (own)
+		for (size_t i = 0; i < n; i++) {
+			free(own[i].type);
+			free(own[i].key);
+			free(params ? params[i] : NULL);
+		}
+	free(own);
+	free(specs);
+	free(res);
+	free(params);
+}
+
+/* ---- results: start, heartbeat, complete, fail, release ------------------------- */
+
+static json_t *load_body(sqd_task *t, const char *example)
+{
+	json_error_t je;
+	json_t *root = json_loadb(t->body, t->len, JSON_REJECT_DUPLICATES, &je);
+	if (!root || !json_is_object(root)) {
+		sqd_error(t, 400, "bad_json",
+			  "the body is not one JSON object%s%s (line %d, column %d); send %s",
+			  root ? "" : ": ", root ? "" : je.text, je.line, je.column, example);
+		json_decref(root);
+		return NULL;
+	}
+	return root;
+}
+
+static const char *result_name(sq_status s)
+{
+	switch (s) {
+	case SQ_OK: return "ok";
+	case SQ_ELOST: return "lost";
+	case SQ_ENOTFOUND: return "not_found";
+	case SQ_EMOVED:
+	case SQ_EMOVING: return "moving";
+	default: return "unavailable";
+	}
+}
+
+static void do_results(sqd *d, sq_client *c, sqd_task *t)
+{
+	const char *ex = "{\"jobs\":[{\"id\":1,\"attempt\":1,\"worker\":\"...\"}]}";
+	json_t *root = load_body(t, ex);
+	if (!root)
+		return;
+	json_t *jobs = json_object_get(root, "jobs");
+	size_t n = json_is_array(jobs) ? json_array_size(jobs) : 0;
+	sq_job_ref *refs = NULL;
+	sq_fail_req *fails = NULL;
+	sq_status *out = NULL;
+	const char **workers = NULL;
+	char *done = NULL;
+	if (n == 0 || n > MAX_BATCH) {
+		sqd_error(t, 400, "bad_request",
+			  "\"jobs\" must be an array of 1 to %d jobs, each {\"id\",\"attempt\","
+			  "\"worker\"} as the claim returned them",
+			  MAX_BATCH);
+		goto out;
+	}
+	refs = calloc(n, sizeof(*refs));
+	fails = calloc(n, sizeof(*fails));
+	out = calloc(n, sizeof(*out));
+	workers = calloc(n, sizeof(*workers));
+	done = calloc(n, 1);
+	if (!refs || !fails || !out || !workers || !done) {
+		sqd_error(t, 500, "internal", "out of memory");
+		goto out;
+	}
+	for (size_t i = 0; i < n; i++) {
+		json_t *j = json_array_get(jobs, i);
+		json_t *id = json_object_get(j, "id"), *at = json_object_get(j, "attempt"),
+		       *w = json_object_get(j, "worker");
+		if (!json_is_integer(id) || json_integer_value(id) <= 0 || !json_is_integer(at) ||
+		    json_integer_value(at) < 0 || json_integer_value(at) > INT32_MAX ||
+		    !json_is_string(w)) {
+			sqd_error(t, 400, "bad_request",
+				  "job %zu: needs \"id\" (a positive integer), \"attempt\" (an "
+				  "integer) and \"worker\" (a string), as the claim returned them",
+				  i);
+			goto out;
+		}
+		refs[i].id = json_integer_value(id);
+		refs[i].attempt = (int32_t)json_integer_value(at);
+		workers[i] = json_string_value(w);
+		if (t->route == R_FAIL) {
+			json_t *e = json_object_get(j, "error"),
+			       *p = json_object_get(j, "permanent");
+			if ((e && !json_is_string(e) && !json_is_null(e)) ||
+			    (p && !json_is_boolean(p))) {
+				sqd_error(t, 400, "bad_request",
+					  "job %zu: \"error\" must be a string and \"permanent\" "
+					  "true or false",
+					  i);
+				goto out;
+			}
+			fails[i].ref = refs[i];
+			fails[i].error = json_is_string(e) ? json_string_value(e) : NULL;
+			fails[i].permanent = json_is_true(p);
+		}
+	}
+	/* one call per worker name (normally one: the daemon's) */
+	sq_status first_err = SQ_OK;
+	sq_error err = {0};
+	sq_job_ref *sub = calloc(n, sizeof(*sub));
+	sq_fail_req *subf = calloc(n, sizeof(*subf));
+	sq_status *subo = calloc(n, sizeof(*subo));
+	size_t *idx = calloc(n, sizeof(*idx));
+	if (!sub || !subf || !subo || !idx) {
+		free(sub);
+		free(subf);
+		free(subo);
+		free(idx);
+		sqd_error(t, 500, "internal", "out of memory");
+		goto out;
+	}
+	for (size_t i = 0; i < n; i++) {
+		if (done[i])
+			continue;
+		size_t k = 0;
+		for (size_t j = i; j < n; j++)
+			if (!done[j] && !strcmp(workers[j], workers[i])) {
+				sub[k] = refs[j];
+				subf[k] = fails[j];
+				idx[k++] = j;
+				done[j] = 1;
+			}
+		for (size_t j = 0; j < k; j++)
+			subo[j] = SQ_ECONN;
+		sq_status st;
+		switch (t->route) {
+		case R_START: st = sq_start(c, workers[i], sub, k, subo, &err); break;
+		case R_HEARTBEAT: st = sq_heartbeat(c, workers[i], sub, k, subo, &err); break;
+		case R_COMPLETE: st = sq_complete(c, workers[i], sub, k, subo, &err); break;
+		case R_RELEASE: st = sq_release(c, workers[i], sub, k, subo, &err); break;
+		default: st = sq_fail(c, workers[i], subf, k, subo, &err); break;
+		}
+		if (st != SQ_OK && first_err == SQ_OK) {
+			first_err = st;
+			sqd_log("%s: %s", t->route == R_COMPLETE ? "complete" : "results", err.msg);
+		}
+		for (size_t j = 0; j < k; j++)
+			out[idx[j]] = subo[j];
+	}
+	free(sub);
+	free(subf);
+	free(subo);
+	free(idx);
+	/* a job that is not ours any more: lost, or gone altogether */
+	int lost = 0, unavailable = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (out[i] == SQ_ELOST) {
+			sq_job j;
+			sq_error e2;
+			if (sq_get_job(c, refs[i].id, &j, &e2) == SQ_ENOTFOUND)
+				out[i] = SQ_ENOTFOUND;
+			else
+				sq_job_clear(&j);
+		}
+		if (out[i] == SQ_OK)
+			atomic_fetch_add(&d->m.results_ok, 1);
+		else if (out[i] == SQ_ELOST || out[i] == SQ_ENOTFOUND) {
+			atomic_fetch_add(&d->m.results_lost, 1);
+			lost++;
+		} else {
+			atomic_fetch_add(&d->m.results_other, 1);
+			unavailable++;
+		}
+	}
+	sq_buf_reset(&t->resp);
+	if (unavailable) {
+		t->status = 503;
+		t->retry_after = 1;
+		sq_buf_puts(&t->resp, "{\"error\":{\"code\":");
+		sq_json_put_string(&t->resp, first_err == SQ_EMOVING || first_err == SQ_EMOVED
+						     ? "moving"
+						     : "unavailable");
+		sq_buf_puts(&t->resp, ",\"message\":");
+		char msg[1200];
+		snprintf(msg, sizeof(msg),
+			 "%d of %zu jobs could not be written: %s; send those again in a moment",
+			 unavailable, n, first_err != SQ_OK ? err.msg : "a partition is moving");
+		sq_json_put_string(&t->resp, msg);
+		sq_buf_puts(&t->resp, "},");
+	} else if (lost) {
+		t->status = 409;
+		sq_buf_puts(&t->resp, "{\"error\":{\"code\":\"lost\",\"message\":");
+		char msg[256];
+		snprintf(msg, sizeof(msg),
+			 "%d of %zu jobs are no longer held under this fence (their lease ran "
+			 "out, or they finished or moved on); the ok ones were applied",
+			 lost, n);
+		sq_json_put_string(&t->resp, msg);
+		sq_buf_puts(&t->resp, "},");
+	} else {
+		t->status = 200;
+		sq_buf_putc(&t->resp, '{');
+	}
+	sq_buf_puts(&t->resp, "\"results\":[");
+	for (size_t i = 0; i < n; i++)
+		sq_buf_printf(&t->resp, "%s{\"id\":%lld,\"result\":\"%s\"}", i ? "," : "",
+			      (long long)refs[i].id, result_name(out[i]));
+	sq_buf_puts(&t->resp, "]}");
+out:
+	free(refs);
+	free(fails);
+	free(out);
+	free(workers);
+	free(done);
+	json_decref(root);
+}
+
+static void do_release_gone(sqd *d, sq_client *c, sqd_task *t)
+{
+	sq_status *out = calloc(t->nrefs, sizeof(*out));
+	sq_error err;
+	if (!out)
+		return;
+	if (sq_release(c, d->worker_id, t->refs, t->nrefs, out, &err) != SQ_OK)
+		sqd_log("releasing %zu jobs of a client that went away: %s (their lease brings "
+			"them back)",
+			t->nrefs, err.msg);
+	size_t ok = 0;
+	for (size_t i = 0; i < t->nrefs; i++)
+		ok += out[i] == SQ_OK;
+	atomic_fetch_add(&d->m.jobs_released_gone, ok);
+	free(out);
+}
+
+/* ---- cancel, get, stats, map, moves ------------------------------------------ */
+
+static void do_cancel(sqd *d, sq_client *c, sqd_task *t)
+{
+	json_t *root = load_body(t, "{\"ids\":[1,2]} or {\"type\":\"T\",\"key\":\"K\"}");
+	if (!root)
+		return;
+	json_t *ids = json_object_get(root, "ids");
+	json_t *type = json_object_get(root, "type"), *key = json_object_get(root, "key");
+	sq_error err;
+	if (json_is_string(type) && json_is_string(key) && !ids) {
+		int64_t id = 0;
+		sq_status st = sq_cancel_key(c, json_string_value(type), json_string_value(key),
+					     &id, &err);
+		if (st == SQ_OK) {
+			sq_buf_reset(&t->resp);
+			sq_buf_printf(&t->resp, "{\"results\":[{\"id\":%lld,\"result\":\"ok\"}]}",
+				      (long long)id);
+		} else if (st == SQ_ENOTFOUND) {
+			sqd_error(t, 404, "not_found", "no live job of type '%s' with this key",
+				  json_string_value(type));
+		} else {
+			fail_status(t, st, &err);
+		}
+		json_decref(root);
+		return;
+	}
+	size_t n = json_is_array(ids) ? json_array_size(ids) : 0;
+	if (n == 0 || n > MAX_BATCH) {
+		sqd_error(t, 400, "bad_request",
+			  "send {\"ids\":[...]} with 1 to %d job ids, or {\"type\":\"T\",\"key\":"
+			  "\"K\"}",
+			  MAX_BATCH);
+		json_decref(root);
+		return;
+	}
+	int64_t *v = calloc(n, sizeof(*v));
+	sq_status *out = calloc(n, sizeof(*out));
+	if (!v || !out) {
+		sqd_error(t, 500, "internal", "out of memory");
+		goto out;
+	}
+	for (size_t i = 0; i < n; i++) {
+		json_t *x = json_array_get(ids, i);
+		if (!json_is_integer(x) || json_integer_value(x) <= 0) {
+			sqd_error(t, 400, "bad_request",
+				  "ids[%zu] is not a job id (a positive integer)", i);
+			goto out;
+		}
+		v[i] = json_integer_value(x);
+	}
+	sq_status st = sq_cancel(c, v, n, out, &err);
+	if (st != SQ_OK) {
+		fail_status(t, st, &err);
+		goto out;
+	}
+	sq_buf_reset(&t->resp);
+	sq_buf_puts(&t->resp, "{\"results\":[");
+	for (size_t i = 0; i < n; i++)
+		sq_buf_printf(&t->resp, "%s{\"id\":%lld,\"result\":\"%s\"}", i ? "," : "",
+			      (long long)v[i], out[i] == SQ_OK ? "ok" : "not_found");
+	sq_buf_puts(&t->resp, "]}");
+out:
+	free(v);
+	free(out);
+	json_decref(root);
+}
+
+static void do_get_job(sqd *d, sq_client *c, sqd_task *t)
+{
+	sq_job j;
+	sq_error err;
+	sq_status st = sq_get_job(c, t->id, &j, &err);
+	if (st == SQ_ENOTFOUND) {
+		sqd_error(t, 404, "not_found",
+			  "no job %lld (never enqueued, or completed without history)",
+			  (long long)t->id);
+		return;
+	}
+	if (st != SQ_OK) {
+		fail_status(t, st, &err);
+		return;
+	}
+	sq_buf_reset(&t->resp);
+	sqd_put_job(&t->resp, d->cfg, &j);
+	sq_job_clear(&j);
+}
+
+static void do_stats(sqd *d, sq_client *c, sqd_task *t)
+{
+	sq_stats *s;
+	sq_error err;
+	sq_status st = sq_stats_get(c, &s, &err);
+	if (st != SQ_OK) {
+		fail_status(t, st, &err);
+		return;
+	}
+	sq_buf *b = &t->resp;
+	sq_buf_reset(b);
+	sq_buf_printf(b, "{\"map_version\":%lld,\"shards\":[", (long long)s->map_version);
+	for (int i = 0; i < s->nshards; i++) {
+		sq_buf_printf(b, "%s{\"id\":", i ? "," : "");
+		sq_json_put_string(b, sq_config_shard_id(d->cfg, i));
+		sq_buf_printf(b, ",\"partitions_owned\":%lld,\"partitions_moving\":%lld}",
+			      (long long)s->partitions_owned[i],
+			      (long long)s->partitions_moving[i]);
+	}
+	sq_buf_puts(b, "],\"types\":[");
+	for (size_t i = 0; i < s->nrows; i++) {
+		const sq_stats_row *r = &s->rows[i];
+		sq_buf_printf(b, "%s{\"shard\":", i ? "," : "");
+		sq_json_put_string(b, sq_config_shard_id(d->cfg, r->shard));
+		sq_buf_puts(b, ",\"type\":");
+		sq_json_put_string(b, r->type);
+		sq_buf_printf(
+			b,
+			",\"ready\":%lld,\"starting\":%lld,\"running\":%lld,\"completed\":%lld,"
+			"\"failed\":%lld,\"cancelled\":%lld,\"oldest_ready_age_ms\":%lld,"
+			"\"expired_leases\":%lld}",
+			(long long)r->count[SQ_READY], (long long)r->count[SQ_STARTING],
+			(long long)r->count[SQ_RUNNING], (long long)r->count[SQ_COMPLETED],
+			(long long)r->count[SQ_FAILED], (long long)r->count[SQ_CANCELLED],
+			(long long)r->oldest_ready_age_ms, (long long)r->expired_leases);
+	}
+	sq_buf_puts(b, "]}");
+	sq_stats_free(s);
+}
+
+static void do_map(sqd *d, sq_client *c, sqd_task *t)
+{
+	sq_error err;
+	sq_status st = sq_client_refresh_map(c, &err);
+	if (st != SQ_OK) {
+		fail_status(t, st, &err);
+		return;
+	}
+	uint32_t np = sq_config_partitions(d->cfg);
+	int ns = d->cfg->nshards;
+	int64_t *count = calloc((size_t)ns, sizeof(*count));
+	if (!count) {
+		sqd_error(t, 500, "internal", "out of memory");
+		return;
+	}
+	for (uint32_t p = 0; p < np; p++) {
+		int s = sq_client_shard_of_partition(c, p);
+		if (s >= 0 && s < ns)
+			count[s]++;
+	}
+	sq_buf *b = &t->resp;
+	sq_buf_reset(b);
+	sq_buf_printf(b, "{\"version\":%lld,\"partitions\":%u,\"shards\":[",
+		      (long long)sq_client_map_version(c), np);
+	for (int s = 0; s < ns; s++) {
+		sq_buf_printf(b, "%s{\"id\":", s ? "," : "");
+		sq_json_put_string(b, d->cfg->shards[s].id);
+		sq_buf_printf(b, ",\"weight\":%g,\"partitions\":%lld}", d->cfg->shards[s].weight,
+			      (long long)count[s]);
+	}
+	sq_buf_puts(b, "]}");
+	free(count);
+}
+
+static void do_moves(sqd *d, sq_client *c, sqd_task *t)
+{
+	sq_move_info *v = NULL;
+	size_t n = 0;
+	sq_error err;
+	sq_status st = sq_moves_list(c, t->all, &v, &n, &err);
+	if (st != SQ_OK) {
+		fail_status(t, st, &err);
+		return;
+	}
+	sq_buf *b = &t->resp;
+	sq_buf_reset(b);
+	sq_buf_puts(b, "{\"moves\":[");
+	for (size_t i = 0; i < n; i++) {
+		sq_buf_printf(b, "%s{\"id\":%lld,\"from\":", i ? "," : "", (long long)v[i].move_id);
+		sq_json_put_string(b, v[i].from);
+		sq_buf_puts(b, ",\"to\":");
+		sq_json_put_string(b, v[i].to);
+		sq_buf_printf(b, ",\"partitions\":%d,\"step\":", v[i].npartitions);
+		sq_json_put_string(b, v[i].step);
+		sq_buf_printf(b, ",\"rows\":%lld,\"stall_ms\":%.1f,\"elapsed_ms\":%.1f,\"error\":",
+			      (long long)v[i].rows, v[i].stall_ms, v[i].elapsed_ms);
+		sq_json_put_string(b, v[i].error);
+		sq_buf_putc(b, '}');
+	}
+	sq_buf_puts(b, "]}");
+	free(v);
+}
+
+void sqd_run(sqd *d, sq_client *c, sqd_task *t)
+{
+	switch (t->route) {
+	case R_ENQUEUE: do_enqueue(d, c, t); break;
+	case R_START:
+	case R_HEARTBEAT:
+	case R_COMPLETE:
+	case R_FAIL:
+	case R_RELEASE: do_results(d, c, t); break;
+	case R_RELEASE_GONE: do_release_gone(d, c, t); break;
+	case R_CANCEL: do_cancel(d, c, t); break;
+	case R_GET_JOB: do_get_job(d, c, t); break;
+	case R_STATS: do_stats(d, c, t); break;
+	case R_MAP: do_map(d, c, t); break;
+	case R_MOVES: do_moves(d, c, t); break;
+	default: sqd_error(t, 500, "internal", "no handler for this route");
+	}
+}
+
+/* ---- claim: parsed on the main thread, run by the claimer ---------------------- */
+
+int sqd_claim_parse(sqd *d, sqd_task *t)
+{
+	const char *ex = "{\"worker\":\"w1\",\"types\":[{\"type\":\"T\",\"limit\":10}],"
+			 "\"wait_ms\":5000}";
+	json_t *root = load_body(t, ex);
+	if (!root)
+		return -1;
+	sqd_claim *cl = calloc(1, sizeof(*cl));
+	if (!cl) {
+		sqd_error(t, 500, "internal", "out of memory");
+		json_decref(root);
+		return -1;
+	}
+	t->claim = cl;
+	cl->start = 1;
+	json_t *w = json_object_get(root, "worker"), *types = json_object_get(root, "types"),
+	       *wait = json_object_get(root, "wait_ms"), *start = json_object_get(root, "start");
+	int rc = -1;
+	if (!json_is_string(w) || !json_string_length(w) || json_string_length(w) > 128) {
+		sqd_error(t, 400, "bad_request",
+			  "\"worker\" must name the client (1 to 128 characters); send %s", ex);
+		goto out;
+	}
+	snprintf(cl->worker, sizeof(cl->worker), "%s", json_string_value(w));
+	size_t n = json_is_array(types) ? json_array_size(types) : 0;
+	if (n == 0 || n > SQ_WORKER_MAX_TYPES) {
+		sqd_error(t, 400, "bad_request",
+			  "\"types\" must be an array of 1 to %d {\"type\",\"limit\"}; send %s",
+			  SQ_WORKER_MAX_TYPES, ex);
+		goto out;
+	}
+	for (size_t i = 0; i < n; i++) {
+		json_t *e = json_array_get(types, i);
+		json_t *ty = json_object_get(e, "type"), *lim = json_object_get(e, "limit");
+		const sq_type_conf *tc =
+			json_is_string(ty) ? sq_config_type(d->cfg, json_string_value(ty)) : NULL;
+		if (!tc) {
+			sqd_error(t, 400, "bad_request",
+				  "types[%zu]: %s; the types are the [type NAME] sections of the "
+				  "daemon's config",
+				  i, json_is_string(ty) ? "not a configured type" : "no \"type\"");
+			goto out;
+		}
+		if (!json_is_integer(lim) || json_integer_value(lim) < 1 ||
+		    json_integer_value(lim) > MAX_BATCH) {
+			sqd_error(t, 400, "bad_request",
+				  "types[%zu]: \"limit\" must be an integer from 1 to %d", i,
+				  MAX_BATCH);
+			goto out;
+		}
+		for (int k = 0; k < cl->ntypes; k++)
+			if (cl->types[k].t == tc) {
+				sqd_error(
+					t, 400, "bad_request",
+					"types[%zu]: type '%s' is listed twice; give it once with "
+					"the sum of the limits",
+					i, tc->name);
+				goto out;
+			}
+		cl->types[cl->ntypes].t = tc;
+		cl->types[cl->ntypes].limit = (int32_t)json_integer_value(lim);
+		cl->ntypes++;
+	}
+	int64_t wait_ms = 0;
+	if (wait) {
+		if (!json_is_integer(wait) || json_integer_value(wait) < 0) {
+			sqd_error(t, 400, "bad_request",
+				  "\"wait_ms\" must be an integer of milliseconds, 0 or more");
+			goto out;
+		}
+		wait_ms = json_integer_value(wait);
+		if (wait_ms > d->cfg->daemon.claim_wait_max_ms)
+			wait_ms = d->cfg->daemon.claim_wait_max_ms;
+	}
+	if (start) {
+		if (!json_is_boolean(start)) {
+			sqd_error(t, 400, "bad_request", "\"start\" must be true or false");
+			goto out;
+		}
+		cl->start = json_is_true(start);
+	}
+	cl->deadline = t->t0 + wait_ms / 1000.0;
+	rc = 0;
+out:
+	json_decref(root);
+	return rc;
+}

@@ -1,0 +1,172 @@
+/* daemon.h - shardqd, the router as an HTTP service (docs/http.md).
+ *
+ * Threads: the main thread runs libevent's HTTP server (parsing, auth,
+ * replies, connection limits); `threads` request threads each hold one
+ * sq_client (one connection per shard) and run enqueue, results, reads;
+ * one claimer thread holds its own sq_client and LISTEN connections and
+ * merges every waiting claim into one sq_claim (one statement per shard)
+ * per tick. Finished tasks go back to the main thread, which replies. */
+#ifndef SQD_DAEMON_H
+#define SQD_DAEMON_H
+
+#include "buf.h"
+#include "config.h"
+#include "shardq.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+struct evhttp_request;
+struct event;
+struct sqd_conn;
+
+typedef enum sqd_route {
+	R_NONE = 0,
+	R_HEALTH,
+	R_ENQUEUE,
+	R_CLAIM,
+	R_START,
+	R_HEARTBEAT,
+	R_COMPLETE,
+	R_FAIL,
+	R_RELEASE,
+	R_CANCEL,
+	R_GET_JOB,
+	R_STATS,
+	R_MAP,
+	R_MOVES,
+	R_METRICS,
+	R_RELEASE_GONE, /* internal: hand back what a client that went away was given */
+	R_COUNT
+} sqd_route;
+
+/* One claim request, owned by the claimer thread while it waits. */
+typedef struct sqd_claim {
+	char worker[129];
+	int ntypes;
+	struct {
+		const sq_type_conf *t;
+		int32_t limit, got;
+	} types[SQ_WORKER_MAX_TYPES];
+	int start;       /* jobs come back running */
+	double deadline; /* monotonic seconds: answer by then even if empty */
+	int njobs;
+	sq_buf jobs; /* the JSON of the jobs given, comma-separated */
+} sqd_claim;
+
+typedef struct sqd_task {
+	struct sqd_task *next;
+	struct evhttp_request *req; /* NULL for internal tasks */
+	struct sqd_conn *conn;      /* its connection's tracker (main thread only) */
+	sqd_route route;
+	char *body;
+	size_t len;
+	int64_t id;          /* GET /v1/jobs/ID */
+	int all;             /* ?all=1 */
+	atomic_int gone;     /* the client's connection closed */
+	struct event *watch; /* main thread: sees the client hang up while it waits */
+	int fd;              /* its socket, while the connection lives */
+	sqd_claim *claim;
+	sq_job_ref *refs; /* jobs handed to this task's client (claims), or to release */
+	size_t nrefs, refcap;
+	/* the reply */
+	int status;
+	int retry_after; /* seconds; 0: no header */
+	int text;        /* text/plain (metrics) rather than JSON */
+	sq_buf resp;
+	double t0; /* when the request arrived (monotonic seconds) */
+} sqd_task;
+
+typedef struct sqd_queue {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	sqd_task *head, *tail;
+	int n;
+} sqd_queue;
+
+/* Latency histogram: le buckets in seconds. */
+#define SQD_NBUCKETS 14
+extern const double sqd_buckets[SQD_NBUCKETS];
+
+typedef struct sqd_hist {
+	atomic_ullong count;
+	atomic_ullong bucket[SQD_NBUCKETS]; /* not cumulative; summed when written */
+	atomic_ullong sum_us;
+} sqd_hist;
+
+typedef struct sqd_metrics {
+	atomic_ullong requests[R_COUNT];
+	atomic_ullong errors[R_COUNT]; /* answered >= 400 */
+	sqd_hist latency[R_COUNT];
+	atomic_ullong jobs_enqueued, jobs_claimed, jobs_released_gone, jobs_released_extra;
+	atomic_ullong results_ok, results_lost, results_other;
+	atomic_ullong claim_statements; /* sq_claim calls (each one statement per shard) */
+	atomic_ullong claim_requests;   /* claim requests those calls served */
+	atomic_ullong claim_errors;
+	atomic_ullong auth_refused;
+	atomic_ullong conns_dropped; /* slow or over the limit */
+	atomic_int threads_busy;
+	atomic_int claims_waiting;
+	atomic_int connections;
+	atomic_int queue_len;
+} sqd_metrics;
+
+typedef struct sqd_token {
+	char name[65];
+	unsigned char hash[32];
+	int scopes;
+} sqd_token;
+
+typedef struct sqd {
+	const char *config_path;
+	sq_config *cfg;
+	char worker_id[160];
+	int nthreads;
+	pthread_t *threads;
+	sq_client **clients;
+	sqd_queue work;
+	/* finished tasks, for the main thread */
+	pthread_mutex_t done_mu;
+	sqd_task *done_head, *done_tail;
+	struct event *done_ev;
+	/* the claimer */
+	pthread_t claimer;
+	int wake[2]; /* a pipe: new claims or stop */
+	pthread_mutex_t claim_mu;
+	sqd_task *claim_head, *claim_tail;
+	sq_client *claim_client;
+	atomic_int stopping;
+	atomic_int inflight; /* tasks not yet answered */
+	sqd_metrics m;
+} sqd;
+
+/* server.c: hands a finished task back to the main thread. */
+void sqd_done(sqd *d, sqd_task *t);
+/* server.c: queues a task for the request threads. */
+void sqd_submit(sqd *d, sqd_task *t);
+double sqd_now(void);
+void sqd_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* api.c: writes {"error":{...}} as the task's reply. */
+void sqd_error(sqd_task *t, int status, const char *code, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+/* api.c: runs a task on a request thread with its client. */
+void sqd_run(sqd *d, sq_client *c, sqd_task *t);
+/* api.c: parses a claim's body into t->claim; 0, or -1 with the error set. */
+int sqd_claim_parse(sqd *d, sqd_task *t);
+/* api.c: appends one job's JSON. */
+void sqd_put_job(sq_buf *b, const sq_config *cfg, const sq_job *j);
+/* api.c: the task's jobs given, as a ref to release later */
+void sqd_task_add_ref(sqd_task *t, int64_t id, int32_t attempt);
+
+/* claimer.c */
+int sqd_claimer_start(sqd *d, sq_error *err);
+void sqd_claimer_submit(sqd *d, sqd_task *t);
+void sqd_claimer_wake(sqd *d);
+
+/* metrics.c */
+void sqd_observe(sqd *d, sqd_route r, int status, double seconds);
+void sqd_metrics_write(sqd *d, sq_buf *out);
+
+#endif

@@ -1,0 +1,132 @@
+/* metrics.c - GET /metrics in Prometheus' text format: the daemon's own
+ * counters, kept in atomics as requests pass; nothing here reads a shard,
+ * so a scrape costs no query however many jobs there are. */
+#include "daemon.h"
+
+#include <stdio.h>
+
+const double sqd_buckets[SQD_NBUCKETS] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+					  0.1,    0.25,  0.5,    1,     2.5,  5,     10};
+
+static const char *route_names[R_COUNT] = {
+	[R_NONE] = "other",        [R_HEALTH] = "healthz",
+	[R_ENQUEUE] = "enqueue",   [R_CLAIM] = "claim",
+	[R_START] = "start",       [R_HEARTBEAT] = "heartbeat",
+	[R_COMPLETE] = "complete", [R_FAIL] = "fail",
+	[R_RELEASE] = "release",   [R_CANCEL] = "cancel",
+	[R_GET_JOB] = "get_job",   [R_STATS] = "stats",
+	[R_MAP] = "map",           [R_MOVES] = "moves",
+	[R_METRICS] = "metrics",   [R_RELEASE_GONE] = "release_gone",
+};
+
+void sqd_observe(sqd *d, sqd_route r, int status, double seconds)
+{
+	sqd_hist *h = &d->m.latency[r];
+	int b = 0;
+	while (b < SQD_NBUCKETS && seconds > sqd_buckets[b])
+		b++;
+	if (b < SQD_NBUCKETS)
+		atomic_fetch_add(&h->bucket[b], 1);
+	atomic_fetch_add(&h->count, 1);
+	atomic_fetch_add(&h->sum_us, (unsigned long long)(seconds * 1e6));
+	if (status >= 400)
+		atomic_fetch_add(&d->m.errors[r], 1);
+}
+
+static void counter(sq_buf *b, const char *name, const char *help, unsigned long long v)
+{
+	sq_buf_printf(b, "# HELP %s %s\n# TYPE %s counter\n%s %llu\n", name, help, name, name, v);
+}
+
+static void gauge(sq_buf *b, const char *name, const char *help, long long v)
+{
+	sq_buf_printf(b, "# HELP %s %s\n# TYPE %s gauge\n%s %lld\n", name, help, name, name, v);
+}
+
+void sqd_metrics_write(sqd *d, sq_buf *b)
+{
+	sqd_metrics *m = &d->m;
+	sq_buf_puts(b, "# HELP shardqd_requests_total HTTP requests by endpoint.\n"
+		       "# TYPE shardqd_requests_total counter\n");
+	for (int r = 1; r < R_COUNT; r++)
+		if (r != R_RELEASE_GONE)
+			sq_buf_printf(b, "shardqd_requests_total{endpoint=\"%s\"} %llu\n",
+				      route_names[r],
+				      (unsigned long long)atomic_load(&m->requests[r]));
+	sq_buf_puts(b, "# HELP shardqd_request_errors_total Requests answered with a status of "
+		       "400 or more, by endpoint.\n"
+		       "# TYPE shardqd_request_errors_total counter\n");
+	for (int r = 0; r < R_COUNT; r++)
+		if (r != R_RELEASE_GONE)
+			sq_buf_printf(b, "shardqd_request_errors_total{endpoint=\"%s\"} %llu\n",
+				      route_names[r],
+				      (unsigned long long)atomic_load(&m->errors[r]));
+	sq_buf_puts(b, "# HELP shardqd_request_seconds Time from a request's arrival to its "
+		       "reply, by endpoint (a claim's includes its long poll).\n"
+		       "# TYPE shardqd_request_seconds histogram\n");
+	for (int r = 1; r < R_COUNT; r++) {
+		sqd_hist *h = &m->latency[r];
+		unsigned long long cum = 0, n = atomic_load(&h->count);
+		if (!n && r != R_CLAIM && r != R_ENQUEUE && r != R_COMPLETE)
+			continue;
+		for (int k = 0; k < SQD_NBUCKETS; k++) {
+			cum += atomic_load(&h->bucket[k]);
+			sq_buf_printf(
+				b,
+				"shardqd_request_seconds_bucket{endpoint=\"%s\",le=\"%g\"} %llu\n",
+				route_names[r], sqd_buckets[k], cum);
+		}
+		sq_buf_printf(b,
+			      "shardqd_request_seconds_bucket{endpoint=\"%s\",le=\"+Inf\"} %llu\n",
+			      route_names[r], n);
+		sq_buf_printf(b, "shardqd_request_seconds_sum{endpoint=\"%s\"} %.6f\n",
+			      route_names[r], atomic_load(&h->sum_us) / 1e6);
+		sq_buf_printf(b, "shardqd_request_seconds_count{endpoint=\"%s\"} %llu\n",
+			      route_names[r], n);
+	}
+	counter(b, "shardqd_jobs_enqueued_total", "Jobs written by enqueue (new jobs).",
+		atomic_load(&m->jobs_enqueued));
+	counter(b, "shardqd_jobs_claimed_total", "Jobs the claim statements took.",
+		atomic_load(&m->jobs_claimed));
+	counter(b, "shardqd_jobs_released_gone_total",
+		"Jobs handed back at once because their client went away.",
+		atomic_load(&m->jobs_released_gone));
+	counter(b, "shardqd_jobs_released_extra_total",
+		"Jobs a claim took that no waiting client could take (released at once).",
+		atomic_load(&m->jobs_released_extra));
+	sq_buf_puts(b, "# HELP shardqd_results_total Per-job results of start, heartbeat, "
+		       "complete, fail and release.\n# TYPE shardqd_results_total counter\n");
+	sq_buf_printf(b, "shardqd_results_total{result=\"ok\"} %llu\n",
+		      (unsigned long long)atomic_load(&m->results_ok));
+	sq_buf_printf(b, "shardqd_results_total{result=\"lost\"} %llu\n",
+		      (unsigned long long)atomic_load(&m->results_lost));
+	sq_buf_printf(b, "shardqd_results_total{result=\"unavailable\"} %llu\n",
+		      (unsigned long long)atomic_load(&m->results_other));
+	counter(b, "shardqd_claim_statements_total",
+		"Coalesced claims sent (each is one statement per shard).",
+		atomic_load(&m->claim_statements));
+	counter(b, "shardqd_claim_requests_total",
+		"Client claim requests those statements served; divided by the statements: "
+		"requests per statement.",
+		atomic_load(&m->claim_requests));
+	counter(b, "shardqd_claim_errors_total", "Coalesced claims that failed on a shard.",
+		atomic_load(&m->claim_errors));
+	counter(b, "shardqd_auth_refused_total", "Requests refused with 401 or 403.",
+		atomic_load(&m->auth_refused));
+	counter(b, "shardqd_connections_dropped_total",
+		"Connections closed for being too slow or over max_connections.",
+		atomic_load(&m->conns_dropped));
+	gauge(b, "shardqd_connections", "Open client connections.", atomic_load(&m->connections));
+	gauge(b, "shardqd_claims_waiting", "Claim requests waiting (long polls included).",
+	      atomic_load(&m->claims_waiting));
+	gauge(b, "shardqd_request_threads", "Request threads (each one connection per shard).",
+	      d->nthreads);
+	gauge(b, "shardqd_request_threads_busy", "Request threads running a request now.",
+	      atomic_load(&m->threads_busy));
+	gauge(b, "shardqd_request_queue", "Requests waiting for a request thread.",
+	      atomic_load(&m->queue_len));
+	gauge(b, "shardqd_shard_connections",
+	      "Connections the daemon holds per shard: one per request thread, the "
+	      "claimer's and its LISTEN connection.",
+	      d->nthreads + 2);
+}

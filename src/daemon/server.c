@@ -1,0 +1,913 @@
+/* server.c - shardqd's main thread: the HTTP server, connection limits,
+ * auth, routing, the request threads and the process (docs/http.md). */
+#include "daemon.h"
+#include "error.h"
+
+#include <errno.h>
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
+#include <event2/thread.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ---- small things ------------------------------------------------------- */
+
+double sqd_now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+void sqd_log(const char *fmt, ...)
+{
+	char line[1200];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	/* one line per problem: a library message may hold newlines */
+	for (char *p = line; *p; p++)
+		if (*p == '\n')
+			*p = ' ';
+	fprintf(stderr, "shardqd: %s\n", line);
+}
+
+static void sha256(const void *data, size_t len, unsigned char out[32])
+{
+	unsigned int n = 32;
+	EVP_Digest(data, len, out, &n, EVP_sha256(), NULL);
+}
+
+/* ---- connections: a deadline for every request -------------------------- */
+
+/*
+ * libevent's own timeouts are inactivity timeouts: a client that sends one
+ * byte every few seconds would hold a connection for ever. So every
+ * connection also gets a deadline: a whole request must arrive within
+ * request_timeout of the accept or of the previous reply. A sweep shuts the
+ * socket of a connection past it; libevent then sees the end of the stream
+ * and frees the connection.
+ *
+ * libevent does not say when it frees a connection that never delivered a
+ * request, so a connection is known by its socket number and its peer's
+ * address, both read once just after the accept: a sweep shuts a socket
+ * only while it still has that peer, never a number the kernel gave to
+ * another connection since (a shard's, say).
+ */
+typedef struct sqd_conn {
+	struct sqd_conn *prev, *next;
+	struct bufferevent *bev; /* until the socket is known */
+	int fd;                  /* -1: not known yet */
+	struct sockaddr_storage peer;
+	socklen_t peer_len;
+	struct evhttp_connection *evcon; /* once a request came */
+	sqd_task *task;                  /* the request being answered */
+	double deadline;                 /* while idle */
+	int closed;                      /* libevent freed the connection */
+	int shut;                        /* we shut its socket */
+} sqd_conn;
+
+static struct {
+	sqd *d;
+	struct event_base *base;
+	struct evhttp *http;
+	sqd_conn *conns;
+	int nconns;
+	sqd_conn **by_fd; /* the live tracker of each socket number */
+	int by_fd_len;
+	sqd_token *tokens;
+	int ntokens;
+	struct event *sweep_ev, *sig_term, *sig_int, *sig_hup;
+	int stop_asked;
+} S;
+
+static void conn_unlink(sqd_conn *c)
+{
+	if (c->prev)
+		c->prev->next = c->next;
+	else
+		S.conns = c->next;
+	if (c->next)
+		c->next->prev = c->prev;
+	S.nconns--;
+	if (c->fd >= 0 && c->fd < S.by_fd_len && S.by_fd[c->fd] == c)
+		S.by_fd[c->fd] = NULL;
+	if (c->task) {
+		c->task->conn = NULL;
+		c->task = NULL;
+	}
+	if (c->evcon && !c->closed)
+		evhttp_connection_set_closecb(c->evcon, NULL, NULL);
+	if (c->bev)
+		bufferevent_decref(c->bev);
+	free(c);
+}
+
+/* Just after the accept (libevent sets the socket after asking us for the
+ * bufferevent): the socket number and the peer. */
+static void on_conn_known(evutil_socket_t unused, short what, void *arg)
+{
+	sqd_conn *c = arg;
+	int fd = (int)bufferevent_getfd(c->bev);
+	bufferevent_decref(c->bev);
+	c->bev = NULL;
+	c->peer_len = sizeof(c->peer);
+	if (fd < 0 || getpeername(fd, (struct sockaddr *)&c->peer, &c->peer_len)) {
+		c->closed = 1; /* gone already */
+		return;
+	}
+	if (fd >= S.by_fd_len) {
+		int n = fd * 2 + 64;
+		sqd_conn **v = realloc(S.by_fd, (size_t)n * sizeof(*v));
+		if (!v)
+			return;
+		memset(v + S.by_fd_len, 0, (size_t)(n - S.by_fd_len) * sizeof(*v));
+		S.by_fd = v;
+		S.by_fd_len = n;
+	}
+	sqd_conn *old = S.by_fd[fd];
+	if (old && old != c)
+		conn_unlink(old); /* the kernel reused its number: it is gone */
+	S.by_fd[fd] = c;
+	c->fd = fd;
+}
+
+static struct bufferevent *on_new_conn(struct event_base *base, void *arg)
+{
+	sqd *d = arg;
+	struct bufferevent *bev = bufferevent_socket_new(base, -1, BEV_OPT_CLOSE_ON_FREE);
+	sqd_conn *c = calloc(1, sizeof(*c));
+	if (!bev || !c) {
+		free(c);
+		return bev;
+	}
+	/* held until on_conn_known, in the next turn of the loop */
+	bufferevent_incref(bev);
+	c->bev = bev;
+	c->fd = -1;
+	c->deadline = sqd_now() + d->cfg->daemon.request_timeout_ms / 1000.0;
+	if (S.nconns >= d->cfg->daemon.max_connections || atomic_load(&d->stopping))
+		c->deadline = 0; /* over the limit: dropped at the next sweep */
+	c->next = S.conns;
+	if (S.conns)
+		S.conns->prev = c;
+	S.conns = c;
+	S.nconns++;
+	atomic_store(&d->m.connections, S.nconns);
+	struct timeval now = {0, 0};
+	event_base_once(base, -1, EV_TIMEOUT, on_conn_known, c, &now);
+	return bev;
+}
+
+static void on_conn_closed(struct evhttp_connection *evcon, void *arg)
+{
+	sqd_conn *c = arg;
+	c->closed = 1;
+	if (c->task) {
+		atomic_store(&c->task->gone, 1);
+		if (c->task->watch) {
+			event_free(c->task->watch);
+			c->task->watch = NULL;
+		}
+		c->task->fd = -1;
+		c->task->conn = NULL;
+		c->task = NULL;
+	}
+}
+
+static sqd_conn *conn_of(struct evhttp_request *req)
+{
+	struct evhttp_connection *evcon = evhttp_request_get_connection(req);
+	struct bufferevent *bev = evcon ? evhttp_connection_get_bufferevent(evcon) : NULL;
+	int fd = bev ? (int)bufferevent_getfd(bev) : -1;
+	sqd_conn *c = fd >= 0 && fd < S.by_fd_len ? S.by_fd[fd] : NULL;
+	if (!c || c->closed)
+		return NULL;
+	if (!c->evcon) {
+		c->evcon = evcon;
+		evhttp_connection_set_closecb(evcon, on_conn_closed, c);
+	}
+	return c;
+}
+
+/* Whether socket fd is still the connection c was accepted as. */
+static int same_peer(const sqd_conn *c)
+{
+	struct sockaddr_storage ss;
+	socklen_t len = sizeof(ss);
+	if (c->fd < 0 || getpeername(c->fd, (struct sockaddr *)&ss, &len))
+		return 0;
+	return len == c->peer_len && !memcmp(&ss, &c->peer, len);
+}
+
+static void on_sweep(evutil_socket_t fd, short what, void *arg)
+{
+	sqd *d = arg;
+	double now = sqd_now();
+	sqd_conn *next;
+	for (sqd_conn *c = S.conns; c; c = next) {
+		next = c->next;
+		if (c->closed) {
+			conn_unlink(c);
+			continue;
+		}
+		if (c->task || c->fd < 0 || now < c->deadline)
+			continue;
+		if (c->shut || !same_peer(c)) {
+			/* libevent has let it go (a connection that had a request
+			 * says so by its close callback) */
+			if (!c->evcon || !same_peer(c))
+				conn_unlink(c);
+			continue;
+		}
+		shutdown(c->fd, SHUT_RDWR);
+		c->shut = 1;
+		atomic_fetch_add(&d->m.conns_dropped, 1);
+	}
+	atomic_store(&d->m.connections, S.nconns);
+}
+
+/* ---- replies -------------------------------------------------------------- */
+
+static const char *reason_of(int status)
+{
+	switch (status) {
+	case 200: return "OK";
+	case 400: return "Bad Request";
+	case 401: return "Unauthorized";
+	case 403: return "Forbidden";
+	case 404: return "Not Found";
+	case 405: return "Method Not Allowed";
+	case 409: return "Conflict";
+	case 413: return "Payload Too Large";
+	case 500: return "Internal Server Error";
+	case 503: return "Service Unavailable";
+	default: return "";
+	}
+}
+
+static void task_free(sqd_task *t)
+{
+	if (t->claim) {
+		sq_buf_free(&t->claim->jobs);
+		free(t->claim);
+	}
+	free(t->body);
+	free(t->refs);
+	sq_buf_free(&t->resp);
+	free(t);
+}
+
+/* libevent reads nothing from a connection while its request is being
+ * answered, so it cannot tell that the client hung up. A waiting claim's
+ * socket is watched here: the end of the stream marks the claim gone, so
+ * the claimer skips it and what it was already given goes back. */
+static int peer_gone(int fd)
+{
+	char b;
+	if (fd < 0)
+		return 1;
+	ssize_t r = recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+	return r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
+static void on_client_readable(evutil_socket_t fd, short what, void *arg)
+{
+	sqd_task *t = arg;
+	if (peer_gone((int)fd)) {
+		atomic_store(&t->gone, 1);
+		sqd_claimer_wake(S.d);
+	}
+	/* else: the client sent its next request early; it is read after
+	 * this reply, and the watch ends here */
+}
+
+static void watch_client(sqd_task *t)
+{
+	struct evhttp_connection *evcon = evhttp_request_get_connection(t->req);
+	struct bufferevent *bev = evcon ? evhttp_connection_get_bufferevent(evcon) : NULL;
+	t->fd = bev ? (int)bufferevent_getfd(bev) : -1;
+	if (t->fd < 0)
+		return;
+	t->watch = event_new(S.base, t->fd, EV_READ, on_client_readable, t);
+	if (t->watch)
+		event_add(t->watch, NULL);
+}
+
+/* Sends the task's reply (main thread) and frees it. */
+static void reply(sqd *d, sqd_task *t)
+{
+	struct evhttp_request *req = t->req;
+	sqd_conn *c = t->conn;
+	if (t->watch) {
+		event_free(t->watch);
+		t->watch = NULL;
+	}
+	if (c) {
+		c->task = NULL;
+		c->deadline = sqd_now() + d->cfg->daemon.request_timeout_ms / 1000.0;
+	}
+	sqd_observe(d, t->route, t->status, sqd_now() - t->t0);
+	struct evkeyvalq *h = evhttp_request_get_output_headers(req);
+	evhttp_add_header(h, "Content-Type",
+			  t->text ? "text/plain; version=0.0.4; charset=utf-8"
+				  : (t->route == R_NONE && t->status == 200
+					     ? "text/html; charset=utf-8"
+					     : "application/json"));
+	if (t->status == 401)
+		evhttp_add_header(h, "WWW-Authenticate", "Bearer realm=\"shardqd\"");
+	if (t->retry_after > 0) {
+		char v[16];
+		snprintf(v, sizeof(v), "%d", t->retry_after);
+		evhttp_add_header(h, "Retry-After", v);
+	}
+	if (atomic_load(&d->stopping))
+		evhttp_add_header(h, "Connection", "close");
+	struct evbuffer *out = evbuffer_new();
+	if (out && t->resp.len)
+		evbuffer_add(out, t->resp.data, t->resp.len);
+	evhttp_send_reply(req, t->status, reason_of(t->status), out);
+	if (out)
+		evbuffer_free(out);
+	task_free(t);
+	atomic_fetch_sub(&d->inflight, 1);
+}
+
+void sqd_done(sqd *d, sqd_task *t)
+{
+	pthread_mutex_lock(&d->done_mu);
+	t->next = NULL;
+	if (d->done_tail)
+		d->done_tail->next = t;
+	else
+		d->done_head = t;
+	d->done_tail = t;
+	pthread_mutex_unlock(&d->done_mu);
+	event_active(d->done_ev, EV_READ, 0);
+}
+
+static void maybe_exit(sqd *d);
+
+static void on_done(evutil_socket_t fd, short what, void *arg)
+{
+	sqd *d = arg;
+	pthread_mutex_lock(&d->done_mu);
+	sqd_task *t = d->done_head;
+	d->done_head = d->done_tail = NULL;
+	pthread_mutex_unlock(&d->done_mu);
+	while (t) {
+		sqd_task *next = t->next;
+		if (!t->req) { /* internal */
+			task_free(t);
+			atomic_fetch_sub(&d->inflight, 1);
+		} else {
+			int gone = atomic_load(&t->gone) ||
+				   !evhttp_request_get_connection(t->req) ||
+				   (t->nrefs && peer_gone(t->fd));
+			if (gone && t->nrefs) {
+				/* the client went away: what it was given goes back now,
+				 * not after its lease */
+				sqd_task *r = calloc(1, sizeof(*r));
+				if (r) {
+					r->route = R_RELEASE_GONE;
+					r->refs = t->refs;
+					r->nrefs = t->nrefs;
+					t->refs = NULL;
+					t->nrefs = 0;
+					r->t0 = sqd_now();
+					atomic_fetch_add(&d->inflight, 1);
+					sqd_submit(d, r);
+				}
+			}
+			reply(d, t);
+		}
+		t = next;
+	}
+	maybe_exit(d);
+}
+
+/* ---- request threads ---------------------------------------------------- */
+
+void sqd_submit(sqd *d, sqd_task *t)
+{
+	pthread_mutex_lock(&d->work.mu);
+	t->next = NULL;
+	if (d->work.tail)
+		d->work.tail->next = t;
+	else
+		d->work.head = t;
+	d->work.tail = t;
+	d->work.n++;
+	atomic_store(&d->m.queue_len, d->work.n);
+	pthread_cond_signal(&d->work.cv);
+	pthread_mutex_unlock(&d->work.mu);
+}
+
+typedef struct thread_arg {
+	sqd *d;
+	int i;
+} thread_arg;
+
+static thread_arg targs[64];
+
+static void *request_thread(void *arg)
+{
+	thread_arg *a = arg;
+	sqd *d = a->d;
+	for (;;) {
+		pthread_mutex_lock(&d->work.mu);
+		while (!d->work.head && !(atomic_load(&d->stopping) == 2))
+			pthread_cond_wait(&d->work.cv, &d->work.mu);
+		sqd_task *t = d->work.head;
+		if (!t) {
+			pthread_mutex_unlock(&d->work.mu);
+			return NULL;
+		}
+		d->work.head = t->next;
+		if (!d->work.head)
+			d->work.tail = NULL;
+		d->work.n--;
+		atomic_store(&d->m.queue_len, d->work.n);
+		pthread_mutex_unlock(&d->work.mu);
+		atomic_fetch_add(&d->m.threads_busy, 1);
+		sqd_run(d, d->clients[a->i], t);
+		atomic_fetch_sub(&d->m.threads_busy, 1);
+		sqd_done(d, t);
+	}
+}
+
+/* ---- routing and auth ----------------------------------------------------- */
+
+typedef struct route_def {
+	const char *path;
+	enum evhttp_cmd_type method;
+	sqd_route route;
+	int scopes; /* any of these; 0: no token needed */
+} route_def;
+
+#define W SQ_SCOPE_WORKER
+#define P SQ_SCOPE_PRODUCER
+#define A SQ_SCOPE_ADMIN
+static const route_def routes[] = {
+	{"/healthz", EVHTTP_REQ_GET, R_HEALTH, 0},
+	{"/v1/jobs", EVHTTP_REQ_POST, R_ENQUEUE, P},
+	{"/v1/claim", EVHTTP_REQ_POST, R_CLAIM, W},
+	{"/v1/jobs/start", EVHTTP_REQ_POST, R_START, W},
+	{"/v1/jobs/heartbeat", EVHTTP_REQ_POST, R_HEARTBEAT, W},
+	{"/v1/jobs/complete", EVHTTP_REQ_POST, R_COMPLETE, W},
+	{"/v1/jobs/fail", EVHTTP_REQ_POST, R_FAIL, W},
+	{"/v1/jobs/release", EVHTTP_REQ_POST, R_RELEASE, W},
+	{"/v1/jobs/cancel", EVHTTP_REQ_POST, R_CANCEL, P},
+	{"/v1/stats", EVHTTP_REQ_GET, R_STATS, A},
+	{"/v1/map", EVHTTP_REQ_GET, R_MAP, A},
+	{"/v1/moves", EVHTTP_REQ_GET, R_MOVES, A},
+	{"/metrics", EVHTTP_REQ_GET, R_METRICS, A},
+};
+#undef W
+#undef P
+#undef A
+
+static const char *scope_names(int scopes, char *buf, size_t len)
+{
+	buf[0] = '\0';
+	const char *names[] = {"worker", "producer", "admin"};
+	for (int i = 0; i < 3; i++)
+		if (scopes & (1 << i))
+			snprintf(buf + strlen(buf), len - strlen(buf), "%s%s", buf[0] ? " or " : "",
+				 names[i]);
+	return buf;
+}
+
+/* 0 when the request's token has one of `scopes`; else the error is set. */
+static int authorize(sqd *d, struct evhttp_request *req, sqd_task *t, int scopes)
+{
+	const char *h = evhttp_find_header(evhttp_request_get_input_headers(req), "Authorization");
+	char want[64];
+	if (!h || strncasecmp(h, "Bearer ", 7) || !h[7]) {
+		atomic_fetch_add(&d->m.auth_refused, 1);
+		sqd_error(t, 401, "unauthorized",
+			  "%s; send the header Authorization: Bearer TOKEN with a token of "
+			  "scope %s",
+			  h ? "the Authorization header is not 'Bearer TOKEN'"
+			    : "no Authorization header",
+			  scope_names(scopes, want, sizeof(want)));
+		return -1;
+	}
+	const char *tok = h + 7;
+	while (*tok == ' ')
+		tok++;
+	unsigned char hash[32];
+	sha256(tok, strlen(tok), hash);
+	const sqd_token *found = NULL;
+	for (int i = 0; i < S.ntokens; i++)
+		if (!CRYPTO_memcmp(hash, S.tokens[i].hash, 32))
+			found = &S.tokens[i];
+	if (!found) {
+		atomic_fetch_add(&d->m.auth_refused, 1);
+		sqd_error(t, 401, "unauthorized",
+			  "the bearer token is not known to this daemon (tokens are the [token "
+			  "NAME] sections of its config)");
+		return -1;
+	}
+	if (!(found->scopes & scopes)) {
+		atomic_fetch_add(&d->m.auth_refused, 1);
+		sqd_error(t, 403, "forbidden", "token '%s' lacks the scope this needs: %s",
+			  found->name, scope_names(scopes, want, sizeof(want)));
+		return -1;
+	}
+	return 0;
+}
+
+/* Loads the tokens of cfg; their hashes are all the daemon keeps. */
+static int load_tokens(const sq_config *cfg)
+{
+	sqd_token *v = calloc((size_t)cfg->ntokens + 1, sizeof(*v));
+	if (!v)
+		return -1;
+	for (int i = 0; i < cfg->ntokens; i++) {
+		const sq_token_conf *tc = &cfg->tokens[i];
+		snprintf(v[i].name, sizeof(v[i].name), "%s", tc->name);
+		for (int k = 0; k < 32; k++)
+			sscanf(tc->hash + 7 + 2 * k, "%2hhx", &v[i].hash[k]);
+		v[i].scopes = tc->scopes;
+	}
+	free(S.tokens);
+	S.tokens = v;
+	S.ntokens = cfg->ntokens;
+	return 0;
+}
+
+static void on_request(struct evhttp_request *req, void *arg)
+{
+	sqd *d = arg;
+	sqd_task *t = calloc(1, sizeof(*t));
+	if (!t) {
+		evhttp_send_error(req, 500, "out of memory");
+		return;
+	}
+	t->req = req;
+	t->fd = -1;
+	t->t0 = sqd_now();
+	t->status = 200;
+	atomic_fetch_add(&d->inflight, 1);
+	const char *uri = evhttp_request_get_uri(req);
+	if (!uri) {
+		/* libevent calls us without a URI when it refused the request
+		 * itself, with the status set: 413 for a body or headers over
+		 * the limit (the body is not read) */
+		int code = evhttp_request_get_response_code(req);
+		if (code == 413)
+			sqd_error(t, 413, "too_large",
+				  "the request is larger than the daemon accepts (max_body = "
+				  "%lld bytes, max_headers = %lld bytes); send smaller batches",
+				  (long long)d->cfg->daemon.max_body,
+				  (long long)d->cfg->daemon.max_headers);
+		else
+			sqd_error(t, 400, "bad_request", "a malformed HTTP request");
+		t->conn = NULL;
+		reply(d, t);
+		return;
+	}
+	t->conn = conn_of(req);
+	if (t->conn)
+		t->conn->task = t;
+	const struct evhttp_uri *u = evhttp_request_get_evhttp_uri(req);
+	const char *path = evhttp_uri_get_path(u);
+	const char *query = evhttp_uri_get_query(u);
+	enum evhttp_cmd_type cmd = evhttp_request_get_command(req);
+	const route_def *rd = NULL;
+	int path_known = 0;
+	if (!path)
+		path = "/";
+	for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++)
+		if (!strcmp(path, routes[i].path)) {
+			path_known = 1;
+			if (routes[i].method == cmd)
+				rd = &routes[i];
+		}
+	if (!rd && !path_known && !strncmp(path, "/v1/jobs/", 9) && cmd == EVHTTP_REQ_GET) {
+		static const route_def get_job = {"/v1/jobs/{id}", EVHTTP_REQ_GET, R_GET_JOB,
+						  SQ_SCOPE_WORKER | SQ_SCOPE_PRODUCER |
+							  SQ_SCOPE_ADMIN};
+		char *end;
+		errno = 0;
+		long long id = strtoll(path + 9, &end, 10);
+		if (*end || end == path + 9 || errno || id <= 0) {
+			sqd_error(t, 404, "not_found",
+				  "'%s' is not a job; GET /v1/jobs/ID takes a job id (a positive "
+				  "integer)",
+				  path + 9);
+			reply(d, t);
+			return;
+		}
+		t->id = id;
+		rd = &get_job;
+		path_known = 1;
+	}
+	if (!rd) {
+		if (path_known)
+			sqd_error(t, 405, "method_not_allowed", "%s does not take this method",
+				  path);
+		else
+			sqd_error(t, 404, "not_found",
+				  "no endpoint %s; the API is under /v1 (docs/http.md)", path);
+		reply(d, t);
+		return;
+	}
+	t->route = rd->route;
+	atomic_fetch_add(&d->m.requests[t->route], 1);
+	if (rd->scopes && authorize(d, req, t, rd->scopes)) {
+		reply(d, t);
+		return;
+	}
+	if (atomic_load(&d->stopping) && t->route != R_HEALTH) {
+		t->retry_after = 1;
+		sqd_error(t, 503, "unavailable", "the daemon is shutting down; try another one");
+		reply(d, t);
+		return;
+	}
+	if (query && strstr(query, "all=1"))
+		t->all = 1;
+	struct evbuffer *in = evhttp_request_get_input_buffer(req);
+	size_t n = evbuffer_get_length(in);
+	t->body = malloc(n + 1);
+	if (!t->body) {
+		sqd_error(t, 500, "internal", "out of memory");
+		reply(d, t);
+		return;
+	}
+	evbuffer_remove(in, t->body, n);
+	t->body[n] = '\0';
+	t->len = n;
+	switch (t->route) {
+	case R_HEALTH:
+		sq_buf_puts(&t->resp, "{\"ok\":true}");
+		reply(d, t);
+		return;
+	case R_METRICS:
+		t->text = 1;
+		sqd_metrics_write(d, &t->resp);
+		reply(d, t);
+		return;
+	case R_CLAIM:
+		if (sqd_claim_parse(d, t)) {
+			reply(d, t);
+			return;
+		}
+		watch_client(t);
+		sqd_claimer_submit(d, t);
+		return;
+	default: sqd_submit(d, t);
+	}
+}
+
+/* ---- the process ---------------------------------------------------------- */
+
+static void maybe_exit(sqd *d)
+{
+	if (S.stop_asked && atomic_load(&d->inflight) == 0)
+		event_base_loopexit(S.base, NULL);
+}
+
+static void on_signal(evutil_socket_t sig, short what, void *arg)
+{
+	sqd *d = arg;
+	if (sig == SIGHUP) {
+		sq_config *nc;
+		sq_error err;
+		if (sq_config_load(d->config_path, &nc, &err) != SQ_OK) {
+			sqd_log("SIGHUP: tokens not reloaded, the config has errors: %s", err.msg);
+			return;
+		}
+		if (load_tokens(nc))
+			sqd_log("SIGHUP: tokens not reloaded: out of memory");
+		else
+			sqd_log("SIGHUP: %d tokens loaded from %s", nc->ntokens, d->config_path);
+		sq_config_free(nc);
+		return;
+	}
+	if (S.stop_asked) {
+		sqd_log("second signal: exiting at once");
+		exit(1);
+	}
+	S.stop_asked = 1;
+	atomic_store(&d->stopping, 1);
+	sqd_log("stopping: answering the requests in hand, then exiting");
+	sqd_claimer_wake(d);
+	maybe_exit(d);
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f, "Usage: shardqd -c FILE\n"
+		   "       shardqd --hash-token < TOKEN_FILE\n"
+		   "\n"
+		   "Serves the shardq cluster of FILE over HTTP (docs/http.md): enqueue, claim\n"
+		   "(many clients' claims merged into one statement per shard), results,\n"
+		   "stats and /metrics. Runs in the foreground; logs one line per problem on\n"
+		   "stderr. SIGHUP reloads the [token NAME] sections; SIGTERM or SIGINT stop\n"
+		   "gracefully (a second one: at once).\n"
+		   "\n"
+		   "  -c, --config FILE  the cluster's config, with its [daemon] and [token]\n"
+		   "                     sections (conf/shardq.ini documents every key)\n"
+		   "  --hash-token       read a token on stdin, print the line to put in a\n"
+		   "                     [token NAME] section: hash = sha256:HEX\n"
+		   "  -h, --help         this text\n");
+}
+
+static int hash_token(void)
+{
+	char buf[4096];
+	size_t n = fread(buf, 1, sizeof(buf) - 1, stdin);
+	while (n && (buf[n - 1] == '\n' || buf[n - 1] == '\r'))
+		n--;
+	if (n == 0) {
+		fprintf(stderr, "shardqd: --hash-token: no token on stdin\n");
+		return 2;
+	}
+	if (n < 16)
+		fprintf(stderr,
+			"shardqd: warning: a token of %zu bytes is easy to guess; use 32 "
+			"random bytes (for example: openssl rand -hex 32)\n",
+			n);
+	unsigned char h[32];
+	sha256(buf, n, h);
+	printf("hash = sha256:");
+	for (int i = 0; i < 32; i++)
+		printf("%02x", h[i]);
+	printf("\n");
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	static sqd D;
+	sqd *d = &D;
+	const char *config = NULL;
+	sq_error err;
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+			usage(stdout);
+			return 0;
+		} else if (!strcmp(argv[i], "--hash-token")) {
+			return hash_token();
+		} else if ((!strcmp(argv[i], "-c") || !strcmp(argv[i], "--config")) &&
+			   i + 1 < argc) {
+			config = argv[++i];
+		} else if (!strncmp(argv[i], "--config=", 9)) {
+			config = argv[i] + 9;
+		} else {
+			fprintf(stderr, "shardqd: unknown argument '%s' (see --help)\n", argv[i]);
+			return 2;
+		}
+	}
+	if (!config) {
+		fprintf(stderr, "shardqd: no config; run shardqd -c FILE (see --help)\n");
+		return 2;
+	}
+	signal(SIGPIPE, SIG_IGN);
+	d->config_path = config;
+	if (sq_config_load(config, &d->cfg, &err) != SQ_OK) {
+		fprintf(stderr, "shardqd: %s\n", err.msg);
+		return 2;
+	}
+	const sq_daemon_conf *dc = &d->cfg->daemon;
+	if (d->cfg->ntokens == 0)
+		sqd_log("warning: no [token NAME] section in %s: every request but /healthz will "
+			"be refused (401)",
+			config);
+	if (dc->worker_id) {
+		snprintf(d->worker_id, sizeof(d->worker_id), "%s", dc->worker_id);
+	} else {
+		char host[128] = "host";
+		gethostname(host, sizeof(host) - 1);
+		snprintf(d->worker_id, sizeof(d->worker_id), "shardqd-%s-%d", host, (int)getpid());
+	}
+	evthread_use_pthreads();
+	S.d = d;
+	S.base = event_base_new();
+	S.http = evhttp_new(S.base);
+	if (!S.base || !S.http || load_tokens(d->cfg)) {
+		fprintf(stderr, "shardqd: out of memory\n");
+		return 1;
+	}
+	/* the request threads and their clients */
+	d->nthreads = dc->threads;
+	d->threads = calloc((size_t)d->nthreads, sizeof(pthread_t));
+	d->clients = calloc((size_t)d->nthreads, sizeof(sq_client *));
+	pthread_mutex_init(&d->work.mu, NULL);
+	pthread_cond_init(&d->work.cv, NULL);
+	pthread_mutex_init(&d->done_mu, NULL);
+	pthread_mutex_init(&d->claim_mu, NULL);
+	for (int i = 0; i < d->nthreads; i++)
+		if (sq_client_open(d->cfg, 0, &d->clients[i], &err) != SQ_OK) {
+			fprintf(stderr, "shardqd: %s\n", err.msg);
+			return 1;
+		}
+	if (sqd_claimer_start(d, &err) != 0) {
+		fprintf(stderr, "shardqd: %s\n", err.msg);
+		return 1;
+	}
+	d->done_ev = event_new(S.base, -1, EV_PERSIST, on_done, d);
+	for (int i = 0; i < d->nthreads; i++) {
+		targs[i].d = d;
+		targs[i].i = i;
+		pthread_create(&d->threads[i], NULL, request_thread, &targs[i]);
+	}
+	/* the server */
+	evhttp_set_bevcb(S.http, on_new_conn, d);
+	evhttp_set_gencb(S.http, on_request, d);
+	evhttp_set_allowed_methods(S.http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_PUT |
+						   EVHTTP_REQ_DELETE | EVHTTP_REQ_HEAD |
+						   EVHTTP_REQ_PATCH);
+	evhttp_set_max_body_size(S.http, dc->max_body);
+	evhttp_set_max_headers_size(S.http, dc->max_headers);
+	evhttp_set_timeout(S.http, (int)((dc->request_timeout_ms + 999) / 1000));
+	char host[256];
+	snprintf(host, sizeof(host), "%s", dc->listen);
+	char *colon = strrchr(host, ':');
+	*colon = '\0';
+	int port = atoi(colon + 1);
+	const char *bind_host = host;
+	if (host[0] == '[' && host[strlen(host) - 1] == ']') { /* [::1]:8080 */
+		host[strlen(host) - 1] = '\0';
+		bind_host = host + 1;
+	}
+	struct evhttp_bound_socket *bs =
+		evhttp_bind_socket_with_handle(S.http, bind_host, (ev_uint16_t)port);
+	if (!bs) {
+		fprintf(stderr,
+			"shardqd: cannot listen on %s: %s; set [daemon] listen to a free "
+			"HOST:PORT\n",
+			dc->listen, strerror(errno));
+		return 1;
+	}
+	{
+		struct sockaddr_storage ss;
+		socklen_t sl = sizeof(ss);
+		evutil_socket_t fd = evhttp_bound_socket_get_fd(bs);
+		if (getsockname(fd, (struct sockaddr *)&ss, &sl) == 0) {
+			int p = ss.ss_family == AF_INET6
+					? ntohs(((struct sockaddr_in6 *)&ss)->sin6_port)
+					: ntohs(((struct sockaddr_in *)&ss)->sin_port);
+			printf("shardqd: listening on http://%s:%d (%d shards, %d request threads, "
+			       "worker id %s)\n",
+			       bind_host, p, d->cfg->nshards, d->nthreads, d->worker_id);
+			fflush(stdout);
+		}
+	}
+	struct timeval tv = {0, 250000};
+	S.sweep_ev = event_new(S.base, -1, EV_PERSIST, on_sweep, d);
+	event_add(S.sweep_ev, &tv);
+	S.sig_term = evsignal_new(S.base, SIGTERM, on_signal, d);
+	S.sig_int = evsignal_new(S.base, SIGINT, on_signal, d);
+	S.sig_hup = evsignal_new(S.base, SIGHUP, on_signal, d);
+	event_add(S.sig_term, NULL);
+	event_add(S.sig_int, NULL);
+	event_add(S.sig_hup, NULL);
+
+	event_base_dispatch(S.base);
+
+	/* stopped: the threads end, the connections close */
+	atomic_store(&d->stopping, 2);
+	pthread_mutex_lock(&d->work.mu);
+	pthread_cond_broadcast(&d->work.cv);
+	pthread_mutex_unlock(&d->work.mu);
+	for (int i = 0; i < d->nthreads; i++)
+		pthread_join(d->threads[i], NULL);
+	sqd_claimer_wake(d);
+	pthread_join(d->claimer, NULL);
+	while (S.conns)
+		conn_unlink(S.conns);
+	evhttp_free(S.http);
+	free(S.by_fd);
+	for (int i = 0; i < d->nthreads; i++)
+		sq_client_close(d->clients[i]);
+	sq_client_close(d->claim_client);
+	event_free(d->done_ev);
+	event_free(S.sweep_ev);
+	event_free(S.sig_term);
+	event_free(S.sig_int);
+	event_free(S.sig_hup);
+	event_base_free(S.base);
+	free(d->threads);
+	free(d->clients);
+	free(S.tokens);
+	close(d->wake[0]);
+	close(d->wake[1]);
+	sq_config_free(d->cfg);
+	sqd_log("stopped");
+	return 0;
+}
