@@ -300,6 +300,12 @@ SQ_MUST_CHECK sq_status sq_complete(sq_client *c, const char *worker, const sq_j
 /* starting -> ready, no attempt counted (for a worker shutting down). */
 SQ_MUST_CHECK sq_status sq_release(sq_client *c, const char *worker, const sq_job_ref *refs,
 				   size_t n, sq_status *out, sq_error *err);
+/* starting or running -> ready, no attempt counted: for jobs whose claim
+ * answer never reached a handler, also those claimed straight to running
+ * (sq_claim_req.start). shardqd hands back this way what it claimed for a
+ * client that went away. Never for a job whose handler has begun. */
+SQ_MUST_CHECK sq_status sq_unclaim(sq_client *c, const char *worker, const sq_job_ref *refs,
+				   size_t n, sq_status *out, sq_error *err);
 
 typedef struct sq_fail_req {
 	sq_job_ref ref;

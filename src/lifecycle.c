@@ -122,6 +122,15 @@ static const sq_stmt stmt_release = {
 	"       worker = NULL, expected_status_change_time = NULL, updated_at = now()"
 	"  FROM unnest($1::bigint[], $2::int[]) WITH ORDINALITY AS x(id, att, ord)"
 	" WHERE " FENCE("= 'starting'") " RETURNING x.ord"};
+
+/* The same for a claim whose answer never reached a handler, also when it
+ * was claimed straight to `running` (sq_unclaim). */
+static const sq_stmt stmt_unclaim = {
+	"sq_unclaim",
+	"UPDATE shardq.jobs j SET status = 'ready', attempt_base = j.attempt_base + 1,"
+	"       worker = NULL, expected_status_change_time = NULL, updated_at = now()"
+	"  FROM unnest($1::bigint[], $2::int[]) WITH ORDINALITY AS x(id, att, ord)"
+	" WHERE " FENCE("IN ('starting', 'running')") " RETURNING x.ord"};
 /* clang-format on */
 
 /* The partitions of a batch that this shard does not own (moving, gone, or
@@ -462,6 +471,13 @@ sq_status sq_release(sq_client *c, const char *worker, const sq_job_ref *refs, s
 		     sq_status *out, sq_error *err)
 {
 	op o = {&stmt_release, 3, {0}, 0, NULL};
+	return fenced(c, &o, worker, refs, n, out, 0, err);
+}
+
+sq_status sq_unclaim(sq_client *c, const char *worker, const sq_job_ref *refs, size_t n,
+		     sq_status *out, sq_error *err)
+{
+	op o = {&stmt_unclaim, 3, {0}, 0, NULL};
 	return fenced(c, &o, worker, refs, n, out, 0, err);
 }
 

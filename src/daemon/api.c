@@ -418,7 +418,7 @@ static void do_results(sqd *d, sq_client *c, sqd_task *t)
 		case R_START: st = sq_start(c, workers[i], sub, k, subo, &err); break;
 		case R_HEARTBEAT: st = sq_heartbeat(c, workers[i], sub, k, subo, &err); break;
 		case R_COMPLETE: st = sq_complete(c, workers[i], sub, k, subo, &err); break;
-		case R_RELEASE: st = sq_release(c, workers[i], sub, k, subo, &err); break;
+		case R_RELEASE: st = sq_unclaim(c, workers[i], sub, k, subo, &err); break;
 		default: st = sq_fail(c, workers[i], subf, k, subo, &err); break;
 		}
 		if (st != SQ_OK && first_err == SQ_OK) {
@@ -502,7 +502,7 @@ static void do_release_gone(sqd *d, sq_client *c, sqd_task *t)
 	sq_error err;
 	if (!out)
 		return;
-	if (sq_release(c, d->worker_id, t->refs, t->nrefs, out, &err) != SQ_OK)
+	if (sq_unclaim(c, d->worker_id, t->refs, t->nrefs, out, &err) != SQ_OK)
 		sqd_log("releasing %zu jobs of a client that went away: %s (their lease brings "
 			"them back)",
 			t->nrefs, err.msg);

@@ -203,7 +203,7 @@ static void tick(sqd *d, sq_client *c)
 	if (nextra) {
 		sq_status *out = calloc(nextra, sizeof(*out));
 		sq_error e2;
-		if (out && sq_release(c, d->worker_id, extra, nextra, out, &e2) != SQ_OK)
+		if (out && sq_unclaim(c, d->worker_id, extra, nextra, out, &e2) != SQ_OK)
 			sqd_log("releasing %zu jobs no client could take: %s (their lease brings "
 				"them back)",
 				nextra, e2.msg);

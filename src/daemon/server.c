@@ -677,8 +677,11 @@ static void on_request(struct evhttp_request *req, void *arg)
 
 static void maybe_exit(sqd *d)
 {
+	/* the last replies are still in their connections' buffers: the loop
+	 * writes them in its next turns */
+	struct timeval flush = {0, 200000};
 	if (S.stop_asked && atomic_load(&d->inflight) == 0)
-		event_base_loopexit(S.base, NULL);
+		event_base_loopexit(S.base, &flush);
 }
 
 static void on_signal(evutil_socket_t sig, short what, void *arg)

@@ -1,0 +1,1243 @@
+/* test_http.c - shardqd through real HTTP, in front of real shards. */
+/*
+ * Every test starts its own cluster (fresh databases on 2 shards) and its
+ * own shardqd process (listen port 0; the port is read from its first
+ * line), and talks to it over plain sockets with a small HTTP/1.1 client of
+ * its own, so what is tested is what a client in any language sees. Replies
+ * are parsed with jansson. Waits go on while something moves and fail on a
+ * stall (testdb_stall_s), saying what is left.
+ */
+#define _GNU_SOURCE
+#include "buf.h"
+#include "test_common.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#define STALL_S testdb_stall_s()
+
+static testdb t;
+static char ini_path[512];
+static const char *tok_worker = "worker-token-0123456789abcdef";
+static const char *tok_producer = "producer-token-0123456789abcdef";
+static const char *tok_admin = "admin-token-0123456789abcdef";
+
+typedef struct daemon_proc {
+	pid_t pid;
+	int port;
+	char out[512]; /* its stdout and stderr */
+	char worker_id[160];
+} daemon_proc;
+
+static double now_s(void)
+{
+	return test_now_s();
+}
+
+static char *slurp(const char *path)
+{
+	FILE *f = fopen(path, "r");
+	static char buf[65536];
+	buf[0] = '\0';
+	if (!f)
+		return buf;
+	size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+	buf[n] = '\0';
+	fclose(f);
+	return buf;
+}
+
+static void hash_line(const char *token, char *out, size_t len)
+{
+	char cmd[1024];
+	snprintf(cmd, sizeof(cmd), "printf '%%s' '%s' | %s --hash-token", token,
+		 getenv("SHARDQ_DAEMON"));
+	FILE *p = popen(cmd, "r");
+	ck_assert_msg(p != NULL, "popen: %s", strerror(errno));
+	ck_assert_msg(fgets(out, (int)len, p) != NULL, "shardqd --hash-token printed nothing");
+	out[strcspn(out, "\n")] = '\0';
+	ck_assert_int_eq(pclose(p), 0);
+}
+
+/* The daemon's config: the cluster's, with [daemon], the tokens and
+ * application_name = sqd (so its connections can be counted). */
+static void write_ini(const char *daemon_keys, const char *extra_tokens)
+{
+	char hw[160], hp[160], ha[160];
+	hash_line(tok_worker, hw, sizeof(hw));
+	hash_line(tok_producer, hp, sizeof(hp));
+	hash_line(tok_admin, ha, sizeof(ha));
+	char *ini = testdb_ini(&t, NULL, "\n[connection]\napplication_name = sqd\n");
+	testdb_path(ini_path, sizeof(ini_path), "shardqd.ini");
+	FILE *f = fopen(ini_path, "w");
+	ck_assert_msg(f != NULL, "%s: %s", ini_path, strerror(errno));
+	fprintf(f,
+		"%s\n[daemon]\nlisten = 127.0.0.1:0\nthreads = 2\nclaim_poll = 100ms\n%s\n"
+		"[token w]\n%s\nscopes = worker\n\n[token p]\n%s\nscopes = producer\n\n"
+		"[token a]\n%s\nscopes = admin\n\n%s",
+		ini, daemon_keys ? daemon_keys : "", hw, hp, ha, extra_tokens ? extra_tokens : "");
+	fclose(f);
+	free(ini);
+}
+
+/* Starts shardqd -c the config; waits for its "listening on" line. */
+static void daemon_start(daemon_proc *dp, const char *name)
+{
+	const char *bin = getenv("SHARDQ_DAEMON");
+	ck_assert_msg(bin != NULL, "SHARDQ_DAEMON is not set (run through ctest)");
+	testdb_path(dp->out, sizeof(dp->out), name);
+	unlink(dp->out);
+	pid_t pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		int fd = open(dp->out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+		dup2(fd, 1);
+		dup2(fd, 2);
+		execl(bin, bin, "-c", ini_path, (char *)NULL);
+		_exit(127);
+	}
+	dp->pid = pid;
+	double since = now_s();
+	for (;;) {
+		const char *out = slurp(dp->out);
+		const char *l = strstr(out, "listening on http://127.0.0.1:");
+		if (l) {
+			dp->port = atoi(l + strlen("listening on http://127.0.0.1:"));
+			const char *w = strstr(out, "worker id ");
+			ck_assert(w != NULL);
+			snprintf(dp->worker_id, sizeof(dp->worker_id), "%.*s",
+				 (int)strcspn(w + 10, ")"), w + 10);
+			return;
+		}
+		int st;
+		if (waitpid(pid, &st, WNOHANG) == pid)
+			ck_abort_msg("shardqd exited before listening; its output:\n%s", out);
+		ck_assert_msg(now_s() - since < STALL_S,
+			      "shardqd printed no 'listening on' line in %.0fs; its output:\n%s",
+			      STALL_S, out);
+		usleep(20000);
+	}
+}
+
+/* Stops it with a signal; returns its exit status (128+N for a signal). */
+static int daemon_stop(daemon_proc *dp, int sig)
+{
+	int st;
+	kill(dp->pid, sig);
+	double since = now_s();
+	while (waitpid(dp->pid, &st, WNOHANG) != dp->pid) {
+		if (now_s() - since > STALL_S) {
+			kill(dp->pid, SIGKILL);
+			waitpid(dp->pid, &st, 0);
+			ck_abort_msg("shardqd did not exit %.0fs after signal %d; its output:\n%s",
+				     STALL_S, sig, slurp(dp->out));
+		}
+		usleep(20000);
+	}
+	dp->pid = 0;
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+static const char *types_ini = "[type a]\n"
+			       "[type b]\n"
+			       "[type q]\nstarting_timeout = 2s\nexecution_timeout = 2s\n";
+
+static daemon_proc D;
+static void free_bodies(void);
+
+static void start_all(const char *db, const char *daemon_keys)
+{
+	testdb_open(&t, db, 2, 64, types_ini);
+	write_ini(daemon_keys, NULL);
+	daemon_start(&D, "shardqd.out");
+}
+
+static void stop_all(void)
+{
+	if (D.pid)
+		daemon_stop(&D, SIGKILL);
+	testdb_close(&t);
+	testdb_tmpdir_remove();
+	free_bodies();
+}
+
+/* ---- a small HTTP/1.1 client ---------------------------------------------- */
+
+typedef struct hresp {
+	int status;
+	char head[4096];
+	char *body;
+	size_t len;
+} hresp;
+
+static int hc_connect(int port)
+{
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in a = {0};
+	a.sin_family = AF_INET;
+	a.sin_port = htons((uint16_t)port);
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	ck_assert_msg(connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0, "connect to :%d: %s",
+		      port, strerror(errno));
+	int one = 1;
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	return fd;
+}
+
+static int send_all(int fd, const char *p, size_t n)
+{
+	while (n) {
+		ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
+		if (w <= 0)
+			return -1;
+		p += w;
+		n -= (size_t)w;
+	}
+	return 0;
+}
+
+static int hc_send(int fd, const char *method, const char *path, const char *token,
+		   const char *body)
+{
+	char head[1024];
+	size_t blen = body ? strlen(body) : 0;
+	int n = snprintf(head, sizeof(head),
+			 "%s %s HTTP/1.1\r\nHost: test\r\n%s%s%sContent-Type: application/json\r\n"
+			 "Content-Length: %zu\r\n\r\n",
+			 method, path, token ? "Authorization: Bearer " : "", token ? token : "",
+			 token ? "\r\n" : "", blen);
+	if (send_all(fd, head, (size_t)n))
+		return -1;
+	return blen ? send_all(fd, body, blen) : 0;
+}
+
+/* Reads one response; -1 if the connection ended first. */
+static int hc_recv(int fd, hresp *r)
+{
+	size_t cap = 8192, have = 0, body_at = 0; /* body_at: 0 until the head is in */
+	char *buf = malloc(cap);
+	memset(r, 0, sizeof(*r));
+	for (;;) {
+		if (have + 1 >= cap)
+			buf = realloc(buf, cap *= 2);
+		ssize_t n = recv(fd, buf + have, cap - have - 1, 0);
+		if (n <= 0) {
+			free(buf);
+			return -1;
+		}
+		have += (size_t)n;
+		buf[have] = '\0';
+		char *eoh;
+		if (!body_at && (eoh = strstr(buf, "\r\n\r\n")) != NULL) {
+			size_t hl = (size_t)(eoh - buf);
+			snprintf(r->head, sizeof(r->head), "%.*s", (int)hl, buf);
+			r->status = atoi(strchr(buf, ' ') + 1);
+			const char *cl = strcasestr(r->head, "\r\nContent-Length:");
+			r->len = cl ? strtoul(cl + 17, NULL, 10) : 0;
+			body_at = hl + 4;
+		}
+		if (body_at && have - body_at >= r->len) {
+			r->body = malloc(r->len + 1);
+			memcpy(r->body, buf + body_at, r->len);
+			r->body[r->len] = '\0';
+			free(buf);
+			return 0;
+		}
+	}
+}
+
+/* The bodies call() returned, freed by stop_all. */
+static char **bodies;
+static size_t nbodies;
+
+static void free_bodies(void)
+{
+	for (size_t i = 0; i < nbodies; i++)
+		free(bodies[i]);
+	free(bodies);
+	bodies = NULL;
+	nbodies = 0;
+}
+
+static void keep(const hresp *r)
+{
+	bodies = realloc(bodies, (nbodies + 1) * sizeof(*bodies));
+	bodies[nbodies++] = r->body;
+}
+
+/* One request on a fresh connection. */
+static hresp call(const char *method, const char *path, const char *token, const char *body)
+{
+	hresp r;
+	int fd = hc_connect(D.port);
+	ck_assert_msg(hc_send(fd, method, path, token, body) == 0, "send %s %s", method, path);
+	ck_assert_msg(hc_recv(fd, &r) == 0, "%s %s: the connection ended without a reply", method,
+		      path);
+	close(fd);
+	keep(&r);
+	return r;
+}
+
+/* The 30-digit number of every_endpoint's params, which jansson cannot
+ * hold: read as 0 (it is checked as text). */
+#define BIG "123456789012345678901234567890"
+
+static json_t *js(const hresp *r)
+{
+	json_error_t e;
+	char *big;
+	while ((big = strstr(r->body, BIG)) != NULL)
+		memcpy(big, "0                             ", strlen(BIG));
+	json_t *j = json_loads(r->body, 0, &e);
+	ck_assert_msg(j != NULL, "not JSON (%s): %s", e.text, r->body);
+	return j;
+}
+
+static const char *err_code(const hresp *r)
+{
+	static char code[64];
+	json_t *j = js(r);
+	snprintf(code, sizeof(code), "%s",
+		 json_string_value(json_object_get(json_object_get(j, "error"), "code"))
+			 ?: "(none)");
+	json_decref(j);
+	return code;
+}
+
+static void expect(const hresp *r, int st, const char *code, int line)
+{
+	ck_assert_msg(r->status == st, "line %d: status %d, want %d: %s", line, r->status, st,
+		      r->body);
+	if (code)
+		ck_assert_msg(!strcmp(err_code(r), code), "line %d: code %s, want %s: %s", line,
+			      err_code(r), code, r->body);
+}
+
+#define EXPECT(r, st, code) expect(&(r), (st), (code), __LINE__)
+
+static long long live(const char *where)
+{
+	char sql[512];
+	snprintf(sql, sizeof(sql), "SELECT count(*) FROM shardq.jobs WHERE %s", where);
+	return testdb_sum(&t, sql);
+}
+
+/* Enqueues n jobs of type through the daemon; returns their ids in order. */
+static void enqueue(const char *type, int n, const char *keyprefix, int64_t *ids)
+{
+	sq_buf b;
+	sq_buf_init(&b);
+	sq_buf_puts(&b, "{\"jobs\":[");
+	for (int i = 0; i < n; i++) {
+		if (keyprefix)
+			sq_buf_printf(&b,
+				      "%s{\"type\":\"%s\",\"key\":\"%s%d\",\"params\":{\"i\":%d}}",
+				      i ? "," : "", type, keyprefix, i, i);
+		else
+			sq_buf_printf(&b, "%s{\"type\":\"%s\",\"params\":{\"i\":%d}}", i ? "," : "",
+				      type, i);
+	}
+	sq_buf_puts(&b, "]}");
+	hresp r = call("POST", "/v1/jobs", tok_producer, b.data);
+	sq_buf_free(&b);
+	EXPECT(r, 200, NULL);
+	json_t *j = js(&r);
+	json_t *res = json_object_get(j, "results");
+	ck_assert_int_eq((int)json_array_size(res), n);
+	for (int i = 0; i < n; i++) {
+		json_t *x = json_array_get(res, (size_t)i);
+		ck_assert_str_eq(json_string_value(json_object_get(x, "outcome")), "inserted");
+		if (ids)
+			ids[i] = json_integer_value(json_object_get(x, "id"));
+	}
+	json_decref(j);
+}
+
+/* The body of a result call for the jobs of a claim reply. */
+static char *fence_body(json_t *jobs, const char *extra)
+{
+	sq_buf b;
+	sq_buf_init(&b);
+	sq_buf_puts(&b, "{\"jobs\":[");
+	for (size_t i = 0; i < json_array_size(jobs); i++) {
+		json_t *x = json_array_get(jobs, i);
+		sq_buf_printf(&b, "%s{\"id\":%lld,\"attempt\":%lld,\"worker\":\"%s\"%s}",
+			      i ? "," : "", (long long)json_integer_value(json_object_get(x, "id")),
+			      (long long)json_integer_value(json_object_get(x, "attempt")),
+			      json_string_value(json_object_get(x, "worker")), extra ? extra : "");
+	}
+	sq_buf_puts(&b, "]}");
+	return b.data;
+}
+
+static long long metric(const char *name)
+{
+	hresp r = call("GET", "/metrics", tok_admin, NULL);
+	ck_assert_int_eq(r.status, 200);
+	char want[128];
+	snprintf(want, sizeof(want), "\n%s ", name);
+	const char *p = strstr(r.body, want);
+	ck_assert_msg(p != NULL, "no metric %s in /metrics", name);
+	long long v = atoll(p + strlen(want));
+	return v;
+}
+
+/* ---- the tests ---------------------------------------------------------- */
+
+/* Every endpoint once, with its error statuses. */
+START_TEST(every_endpoint)
+{
+	start_all("sq_http_api", NULL);
+	hresp r;
+
+	r = call("GET", "/healthz", NULL, NULL);
+	EXPECT(r, 200, NULL);
+	r = call("GET", "/nowhere", tok_admin, NULL);
+	EXPECT(r, 404, "not_found");
+	r = call("GET", "/v1/claim", tok_worker, NULL);
+	EXPECT(r, 405, "method_not_allowed");
+
+	/* enqueue: bad input is refused whole, nothing written */
+	r = call("POST", "/v1/jobs", tok_producer, "{\"jobs\":[{\"type\":\"a\"},");
+	EXPECT(r, 400, "bad_json");
+	r = call("POST", "/v1/jobs", tok_producer,
+		 "{\"jobs\":[{\"type\":\"a\"},{\"type\":\"nope\"}]}");
+	EXPECT(r, 400, "bad_job");
+	ck_assert_msg(strstr(r.body, "job 1") != NULL, "the message names the job: %s", r.body);
+	r = call("POST", "/v1/jobs", tok_producer,
+		 "{\"jobs\":[{\"type\":\"a\",\"priority\":\"x\"}]}");
+	EXPECT(r, 400, "bad_job");
+	r = call("POST", "/v1/jobs", tok_producer, "{\"jobs\":[]}");
+	EXPECT(r, 400, "bad_request");
+	ck_assert_int_eq(live("true"), 0);
+
+	/* enqueue with every dedup outcome this type has: inserted, duplicate;
+	 * params keep their exact numbers */
+	r = call("POST", "/v1/jobs", tok_producer,
+		 "{\"jobs\":[{\"type\":\"a\",\"key\":\"k1\",\"params\":{\"x\":0.1,"
+		 "\"big\":" BIG "}},{\"type\":\"a\",\"key\":\"k1\"},"
+		 "{\"type\":\"b\",\"priority\":5,\"max_attempts\":1}]}");
+	EXPECT(r, 200, NULL);
+	json_t *j = js(&r);
+	json_t *res = json_object_get(j, "results");
+	ck_assert_str_eq(json_string_value(json_object_get(json_array_get(res, 0), "outcome")),
+			 "inserted");
+	ck_assert_str_eq(json_string_value(json_object_get(json_array_get(res, 1), "outcome")),
+			 "duplicate");
+	int64_t id_a = json_integer_value(json_object_get(json_array_get(res, 0), "id"));
+	int64_t id_b = json_integer_value(json_object_get(json_array_get(res, 2), "id"));
+	ck_assert_int_eq(json_integer_value(json_object_get(json_array_get(res, 1), "id")), id_a);
+	json_decref(j);
+	ck_assert_int_eq(live("status = 'ready'"), 2);
+	char sql[256];
+	snprintf(sql, sizeof(sql),
+		 "SELECT count(*) FROM shardq.jobs WHERE id = %lld AND params->>'big' = "
+		 "'" BIG "' AND params->>'x' = '0.1'",
+		 (long long)id_a);
+	ck_assert_int_eq(testdb_sum(&t, sql), 1);
+
+	/* get a job */
+	char path[64];
+	snprintf(path, sizeof(path), "/v1/jobs/%lld", (long long)id_a);
+	r = call("GET", path, tok_producer, NULL);
+	EXPECT(r, 200, NULL);
+	/* (jansson cannot hold the 30-digit number: looked at as text) */
+	ck_assert_msg(strstr(r.body, "\"status\":\"ready\"") && strstr(r.body, "\"key\":\"k1\"") &&
+			      strstr(r.body, BIG),
+		      "%s", r.body);
+	r = call("GET", "/v1/jobs/99999999", tok_producer, NULL);
+	EXPECT(r, 404, "not_found");
+	r = call("GET", "/v1/jobs/abc", tok_producer, NULL);
+	EXPECT(r, 404, "not_found");
+
+	/* claim: bad requests */
+	r = call("POST", "/v1/claim", tok_worker, "{\"types\":[{\"type\":\"a\",\"limit\":1}]}");
+	EXPECT(r, 400, "bad_request");
+	r = call("POST", "/v1/claim", tok_worker,
+		 "{\"worker\":\"w\",\"types\":[{\"type\":\"zzz\",\"limit\":1}]}");
+	EXPECT(r, 400, "bad_request");
+	r = call("POST", "/v1/claim", tok_worker,
+		 "{\"worker\":\"w\",\"types\":[{\"type\":\"a\",\"limit\":0}]}");
+	EXPECT(r, 400, "bad_request");
+
+	/* claim without start, then start, heartbeat, complete */
+	r = call("POST", "/v1/claim", tok_worker,
+		 "{\"worker\":\"w1\",\"types\":[{\"type\":\"a\",\"limit\":5}],\"start\":false}");
+	EXPECT(r, 200, NULL);
+	j = js(&r);
+	json_t *jobs = json_object_get(j, "jobs");
+	ck_assert_int_eq((int)json_array_size(jobs), 1);
+	ck_assert_str_eq(json_string_value(json_object_get(json_array_get(jobs, 0), "status")),
+			 "starting");
+	ck_assert_str_eq(json_string_value(json_object_get(json_array_get(jobs, 0), "worker")),
+			 D.worker_id);
+	ck_assert_int_eq(live("status = 'starting'"), 1);
+	char *fb = fence_body(jobs, NULL);
+	r = call("POST", "/v1/jobs/start", tok_worker, fb);
+	EXPECT(r, 200, NULL);
+	ck_assert_int_eq(live("status = 'running'"), 1);
+	r = call("POST", "/v1/jobs/heartbeat", tok_worker, fb);
+	EXPECT(r, 200, NULL);
+	r = call("POST", "/v1/jobs/complete", tok_worker, fb);
+	EXPECT(r, 200, NULL);
+	ck_assert_int_eq(live("task = 'a'"), 0);
+	/* a second complete: the job is gone */
+	r = call("POST", "/v1/jobs/complete", tok_worker, fb);
+	EXPECT(r, 409, "lost");
+	ck_assert_msg(strstr(r.body, "\"not_found\"") != NULL, "%s", r.body);
+	free(fb);
+	json_decref(j);
+
+	/* a wrong attempt is lost, and changes nothing */
+	r = call("POST", "/v1/claim", tok_worker,
+		 "{\"worker\":\"w1\",\"types\":[{\"type\":\"b\",\"limit\":5}]}");
+	EXPECT(r, 200, NULL);
+	j = js(&r);
+	jobs = json_object_get(j, "jobs");
+	ck_assert_int_eq((int)json_array_size(jobs), 1);
+	ck_assert_int_eq(json_integer_value(json_object_get(json_array_get(jobs, 0), "id")), id_b);
+	ck_assert_str_eq(json_string_value(json_object_get(json_array_get(jobs, 0), "status")),
+			 "running");
+	char bad[256];
+	snprintf(bad, sizeof(bad), "{\"jobs\":[{\"id\":%lld,\"attempt\":99,\"worker\":\"%s\"}]}",
+		 (long long)id_b, D.worker_id);
+	r = call("POST", "/v1/jobs/complete", tok_worker, bad);
+	EXPECT(r, 409, "lost");
+	ck_assert_int_eq(live("status = 'running'"), 1);
+	r = call("POST", "/v1/jobs/complete", tok_worker, "{\"jobs\":[{\"id\":1}]}");
+	EXPECT(r, 400, "bad_request");
+	/* fail for good (max_attempts 1): failed, with its error kept */
+	fb = fence_body(jobs, ",\"error\":\"disk full\"");
+	r = call("POST", "/v1/jobs/fail", tok_worker, fb);
+	EXPECT(r, 200, NULL);
+	free(fb);
+	json_decref(j);
+	snprintf(path, sizeof(path), "/v1/jobs/%lld", (long long)id_b);
+	r = call("GET", path, tok_worker, NULL);
+	EXPECT(r, 200, NULL);
+	j = js(&r);
+	ck_assert_str_eq(json_string_value(json_object_get(j, "status")), "failed");
+	json_decref(j);
+
+	/* release: back to ready, no try counted */
+	int64_t ids[3];
+	enqueue("b", 3, "rel", ids);
+	r = call("POST", "/v1/claim", tok_worker,
+		 "{\"worker\":\"w1\",\"types\":[{\"type\":\"b\",\"limit\":3}],\"start\":false}");
+	EXPECT(r, 200, NULL);
+	j = js(&r);
+	jobs = json_object_get(j, "jobs");
+	ck_assert_int_eq((int)json_array_size(jobs), 3);
+	fb = fence_body(jobs, NULL);
+	r = call("POST", "/v1/jobs/release", tok_worker, fb);
+	EXPECT(r, 200, NULL);
+	free(fb);
+	json_decref(j);
+	ck_assert_int_eq(live("task = 'b' AND status = 'ready'"), 3);
+
+	/* cancel by ids and by key */
+	char body[256];
+	snprintf(body, sizeof(body), "{\"ids\":[%lld,%lld,77777777]}", (long long)ids[0],
+		 (long long)ids[1]);
+	r = call("POST", "/v1/jobs/cancel", tok_producer, body);
+	EXPECT(r, 200, NULL);
+	ck_assert_msg(strstr(r.body, "\"not_found\"") != NULL, "%s", r.body);
+	r = call("POST", "/v1/jobs/cancel", tok_producer, "{\"type\":\"b\",\"key\":\"rel2\"}");
+	EXPECT(r, 200, NULL);
+	r = call("POST", "/v1/jobs/cancel", tok_producer, "{\"type\":\"b\",\"key\":\"rel2\"}");
+	EXPECT(r, 404, "not_found");
+	ck_assert_int_eq(live("task = 'b' AND status IN ('ready', 'starting', 'running')"), 0);
+
+	/* stats agree with the shards; the map covers every partition */
+	enqueue("a", 7, NULL, NULL);
+	r = call("GET", "/v1/stats", tok_admin, NULL);
+	EXPECT(r, 200, NULL);
+	j = js(&r);
+	long long ready = 0;
+	json_t *rows = json_object_get(j, "types");
+	for (size_t i = 0; i < json_array_size(rows); i++)
+		if (!strcmp(json_string_value(json_object_get(json_array_get(rows, i), "type")),
+			    "a"))
+			ready += json_integer_value(
+				json_object_get(json_array_get(rows, i), "ready"));
+	ck_assert_int_eq(ready, live("task = 'a' AND status = 'ready'"));
+	ck_assert_int_eq(ready, 7);
+	json_decref(j);
+	r = call("GET", "/v1/map", tok_admin, NULL);
+	EXPECT(r, 200, NULL);
+	j = js(&r);
+	long long parts = 0;
+	json_t *sh = json_object_get(j, "shards");
+	for (size_t i = 0; i < json_array_size(sh); i++)
+		parts += json_integer_value(json_object_get(json_array_get(sh, i), "partitions"));
+	ck_assert_int_eq(parts, 64);
+	ck_assert_int_eq((int)json_array_size(sh), 2);
+	json_decref(j);
+	r = call("GET", "/v1/moves", tok_admin, NULL);
+	EXPECT(r, 200, NULL);
+	ck_assert_str_eq(r.body, "{\"moves\":[]}");
+	r = call("GET", "/metrics", tok_admin, NULL);
+	EXPECT(r, 200, NULL);
+	ck_assert_msg(strstr(r.body, "# TYPE shardqd_claim_statements_total counter") != NULL, "%s",
+		      r.body);
+	ck_assert_msg(strstr(r.head, "text/plain") != NULL, "%s", r.head);
+	stop_all();
+}
+END_TEST
+
+/* Each scope only where it belongs; a missing or unknown token is 401. */
+START_TEST(auth_and_scopes)
+{
+	start_all("sq_http_auth", NULL);
+	static const struct {
+		const char *method, *path;
+		const char *allowed; /* w, p, a */
+	} eps[] = {
+		{"POST", "/v1/jobs", "p"},
+		{"POST", "/v1/claim", "w"},
+		{"POST", "/v1/jobs/start", "w"},
+		{"POST", "/v1/jobs/heartbeat", "w"},
+		{"POST", "/v1/jobs/complete", "w"},
+		{"POST", "/v1/jobs/fail", "w"},
+		{"POST", "/v1/jobs/release", "w"},
+		{"POST", "/v1/jobs/cancel", "p"},
+		{"GET", "/v1/jobs/1", "wpa"},
+		{"GET", "/v1/stats", "a"},
+		{"GET", "/v1/map", "a"},
+		{"GET", "/v1/moves", "a"},
+		{"GET", "/metrics", "a"},
+	};
+	const char *toks[3] = {tok_worker, tok_producer, tok_admin};
+	const char scope[3] = {'w', 'p', 'a'};
+	for (size_t i = 0; i < sizeof(eps) / sizeof(eps[0]); i++) {
+		hresp r = call(eps[i].method, eps[i].path, NULL, "{}");
+		ck_assert_msg(r.status == 401, "%s %s without a token: %d", eps[i].method,
+			      eps[i].path, r.status);
+		ck_assert_str_eq(err_code(&r), "unauthorized");
+		ck_assert_msg(strcasestr(r.head, "WWW-Authenticate: Bearer") != NULL, "%s", r.head);
+		r = call(eps[i].method, eps[i].path, "not-a-known-token", "{}");
+		ck_assert_msg(r.status == 401, "%s %s with a bad token: %d", eps[i].method,
+			      eps[i].path, r.status);
+		for (int k = 0; k < 3; k++) {
+			r = call(eps[i].method, eps[i].path, toks[k], "{}");
+			int allowed = strchr(eps[i].allowed, scope[k]) != NULL;
+			if (allowed)
+				ck_assert_msg(r.status != 401 && r.status != 403,
+					      "%s %s with scope %c: %d %s", eps[i].method,
+					      eps[i].path, scope[k], r.status, r.body);
+			else
+				ck_assert_msg(r.status == 403 && !strcmp(err_code(&r), "forbidden"),
+					      "%s %s with scope %c: %d %s (want 403)",
+					      eps[i].method, eps[i].path, scope[k], r.status,
+					      r.body);
+			/* no token text in any answer */
+			ck_assert(strstr(r.body, toks[k]) == NULL);
+		}
+	}
+	/* a malformed header */
+	int fd = hc_connect(D.port);
+	const char *req =
+		"GET /v1/stats HTTP/1.1\r\nHost: x\r\nAuthorization: Basic Zm9vOmJhcg==\r\n\r\n";
+	ck_assert_int_eq(send_all(fd, req, strlen(req)), 0);
+	hresp r;
+	ck_assert_int_eq(hc_recv(fd, &r), 0);
+	keep(&r);
+	close(fd);
+	EXPECT(r, 401, "unauthorized");
+	/* the log holds no token and no DSN */
+	const char *out = slurp(D.out);
+	ck_assert(strstr(out, tok_admin) == NULL && strstr(out, "not-a-known-token") == NULL);
+	ck_assert(strstr(out, "dbname=") == NULL);
+
+	/* SIGHUP reloads the tokens: a new one works, a removed one is refused */
+	char hn[160], hw[160];
+	hash_line("new-token-0123456789abcdef", hn, sizeof(hn));
+	hash_line(tok_worker, hw, sizeof(hw));
+	char *ini = testdb_ini(&t, NULL, "\n[connection]\napplication_name = sqd\n");
+	FILE *f = fopen(ini_path, "w");
+	fprintf(f, "%s\n[daemon]\nlisten = 127.0.0.1:0\n[token n]\n%s\nscopes = admin\n", ini, hn);
+	fclose(f);
+	free(ini);
+	kill(D.pid, SIGHUP);
+	double since = now_s();
+	for (;;) {
+		r = call("GET", "/v1/stats", "new-token-0123456789abcdef", NULL);
+		if (r.status == 200)
+			break;
+		ck_assert_msg(now_s() - since < STALL_S,
+			      "the new token is still refused %.0fs after SIGHUP: %d; log:\n%s",
+			      STALL_S, r.status, slurp(D.out));
+		usleep(50000);
+	}
+	r = call("GET", "/v1/stats", tok_admin, NULL);
+	EXPECT(r, 401, "unauthorized");
+	stop_all();
+}
+END_TEST
+
+/* A 100 MB body is refused with 413 before it is read; headers over the
+ * limit too; a client that trickles its request is dropped. */
+START_TEST(limits_and_slow_clients)
+{
+	start_all("sq_http_limits", "max_body = 64KB\nrequest_timeout = 2s\nclaim_wait_max = 1s\n");
+	int fd = hc_connect(D.port);
+	char head[512];
+	int n = snprintf(head, sizeof(head),
+			 "POST /v1/jobs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"
+			 "Content-Length: 104857600\r\n\r\n",
+			 tok_producer);
+	ck_assert_int_eq(send_all(fd, head, (size_t)n), 0);
+	/* send the body while the daemon lets us; it answers 413 and closes
+	 * long before 100 MB */
+	static char chunk[65536];
+	memset(chunk, 'x', sizeof(chunk));
+	size_t sent = 0;
+	fcntl(fd, F_SETFL, O_NONBLOCK);
+	double since = now_s();
+	while (sent < 104857600) {
+		ssize_t w = send(fd, chunk, sizeof(chunk), MSG_NOSIGNAL);
+		if (w > 0) {
+			sent += (size_t)w;
+			since = now_s();
+			continue;
+		}
+		if (w < 0 && errno != EAGAIN)
+			break; /* closed on us */
+		struct pollfd p = {fd, POLLOUT | POLLIN, 0};
+		poll(&p, 1, 200);
+		if (p.revents & (POLLIN | POLLHUP | POLLERR))
+			break;
+		ck_assert_msg(now_s() - since < STALL_S, "the daemon neither read nor refused");
+	}
+	fcntl(fd, F_SETFL, 0);
+	ck_assert_msg(sent < 104857600 / 4, "the daemon read %zu bytes of a 100 MB body", sent);
+	hresp r;
+	ck_assert_msg(hc_recv(fd, &r) == 0, "no reply to a 100 MB body (sent %zu bytes)", sent);
+	keep(&r);
+	close(fd);
+	ck_assert_int_eq(r.status, 413);
+	printf("100 MB body: 413 after %zu bytes sent\n", sent);
+
+	/* headers over max_headers (16KB) */
+	fd = hc_connect(D.port);
+	sq_buf hb;
+	sq_buf_init(&hb);
+	sq_buf_puts(&hb, "GET /healthz HTTP/1.1\r\nHost: x\r\n");
+	for (int i = 0; i < 400; i++)
+		sq_buf_printf(&hb, "X-Pad-%d: %0100d\r\n", i, 0);
+	sq_buf_puts(&hb, "\r\n");
+	send_all(fd, hb.data, hb.len);
+	sq_buf_free(&hb);
+	if (hc_recv(fd, &r) == 0 && (keep(&r), 1))
+		ck_assert_msg(r.status == 413 || r.status == 400, "oversized headers: %d",
+			      r.status);
+	close(fd);
+
+	/* slow loris: a header line every 300 ms, never the end */
+	fd = hc_connect(D.port);
+	double t0 = now_s();
+	int dropped = 0;
+	send_all(fd, "GET /healthz HTTP/1.1\r\n", 23);
+	while (now_s() - t0 < 2 + STALL_S) {
+		if (send_all(fd, "X-Slow: 1\r\n", 11)) {
+			dropped = 1;
+			break;
+		}
+		struct pollfd p = {fd, POLLIN, 0};
+		if (poll(&p, 1, 300) > 0) {
+			char c;
+			if (recv(fd, &c, 1, MSG_DONTWAIT) <= 0) {
+				dropped = 1;
+				break;
+			}
+		}
+	}
+	close(fd);
+	ck_assert_msg(dropped, "a client trickling its headers was not dropped in %.0fs",
+		      now_s() - t0);
+	printf("slow client dropped after %.1fs (request_timeout 2s)\n", now_s() - t0);
+	ck_assert_int_ge(metric("shardqd_connections_dropped_total"), 1);
+	/* the daemon still serves */
+	r = call("GET", "/healthz", NULL, NULL);
+	EXPECT(r, 200, NULL);
+	stop_all();
+}
+END_TEST
+
+/* Connections the daemon holds on a shard, counted by the shard. */
+static long long daemon_conns(int shard)
+{
+	return testdb_scalar(
+		&t, shard,
+		"SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+		"AND application_name LIKE 'sqd%'");
+}
+
+/* 200 long-polling clients: the shards see the same few connections as
+ * with none; enqueued jobs reach them, each at most its limit, none
+ * twice; their claims share statements. */
+START_TEST(many_long_polls_few_connections)
+{
+	start_all("sq_http_many", "claim_wait_max = 20s\n");
+	enum { N = 200 };
+	long long base[2] = {daemon_conns(0), daemon_conns(1)};
+	int fds[N];
+	char body[256];
+	for (int i = 0; i < N; i++) {
+		fds[i] = hc_connect(D.port);
+		snprintf(body, sizeof(body),
+			 "{\"worker\":\"lp%d\",\"types\":[{\"type\":\"a\",\"limit\":%d}],"
+			 "\"wait_ms\":15000}",
+			 i, 1 + i % 3);
+		ck_assert_int_eq(hc_send(fds[i], "POST", "/v1/claim", tok_worker, body), 0);
+	}
+	/* all 200 are waiting */
+	double since = now_s();
+	long long waiting;
+	while ((waiting = metric("shardqd_claims_waiting")) < N) {
+		ck_assert_msg(now_s() - since < STALL_S, "only %lld of %d claims waiting", waiting,
+			      N);
+		usleep(50000);
+	}
+	long long during[2] = {daemon_conns(0), daemon_conns(1)};
+	printf("daemon connections per shard: %lld/%lld idle, %lld/%lld with %d clients waiting\n",
+	       base[0], base[1], during[0], during[1], N);
+	for (int s = 0; s < 2; s++) {
+		ck_assert_msg(during[s] <= base[s],
+			      "shard %d: %lld connections with %d clients, %lld "
+			      "without",
+			      s, during[s], N, base[s]);
+		/* threads (2) + the claimer, each a shard connection (and, on
+		 * the meta shard, a meta one and its map listener), plus one
+		 * LISTEN */
+		ck_assert_msg(during[s] <= 3 * 3 + 1, "shard %d: %lld connections", s, during[s]);
+	}
+	long long stmts0 = metric("shardqd_claim_statements_total");
+	/* as many jobs as the clients asked for in all: 67 x 1 + 67 x 2 + 66 x 3 */
+	enum { NJ = 399 };
+	int64_t ids[NJ];
+	enqueue("a", NJ, NULL, ids);
+	int got_total = 0;
+	char *seen = calloc(NJ, 1);
+	for (int i = 0; i < N; i++) {
+		hresp r;
+		ck_assert_msg(hc_recv(fds[i], &r) == 0, "client %d: no reply", i);
+		close(fds[i]);
+		EXPECT(r, 200, NULL);
+		json_t *j = js(&r);
+		json_t *jobs = json_object_get(j, "jobs");
+		int got = (int)json_array_size(jobs);
+		ck_assert_msg(got <= 1 + i % 3, "client %d asked for %d and got %d", i, 1 + i % 3,
+			      got);
+		for (int k = 0; k < got; k++) {
+			int64_t id = json_integer_value(
+				json_object_get(json_array_get(jobs, (size_t)k), "id"));
+			int idx = -1;
+			for (int q = 0; q < NJ; q++)
+				if (ids[q] == id)
+					idx = q;
+			ck_assert_msg(idx >= 0, "client %d got job %lld, never enqueued", i,
+				      (long long)id);
+			ck_assert_msg(!seen[idx], "job %lld handed to two clients", (long long)id);
+			seen[idx] = 1;
+		}
+		got_total += got;
+		json_decref(j);
+		free(r.body);
+	}
+	free(seen);
+	long long stmts = metric("shardqd_claim_statements_total") - stmts0;
+	printf("%d clients got %d jobs; %lld claim statements after the enqueue\n", N, got_total,
+	       stmts);
+	/* every job reached a client; none is left behind or held twice */
+	ck_assert_int_eq(got_total, NJ);
+	ck_assert_int_eq(live("status = 'running'"), NJ);
+	long long reqs = metric("shardqd_claim_requests_total");
+	long long all_stmts = metric("shardqd_claim_statements_total");
+	ck_assert_msg(reqs > all_stmts, "%lld requests in %lld statements: nothing coalesced", reqs,
+		      all_stmts);
+	stop_all();
+}
+END_TEST
+
+/* Clients claim and complete until all is done: nothing handed out twice
+ * while held, no client above its limit, every job completed once. */
+typedef struct loop_arg {
+	int port, limit, idx;
+	long long got, completed, over_limit;
+	int64_t *seen; /* ids this client got */
+	size_t nseen, cap;
+} loop_arg;
+
+static atomic_int loop_stop;
+
+static void *claim_loop(void *p)
+{
+	loop_arg *a = p;
+	int fd = hc_connect(a->port);
+	char body[256];
+	snprintf(body, sizeof(body),
+		 "{\"worker\":\"c%d\",\"types\":[{\"type\":\"a\",\"limit\":%d},{\"type\":\"b\","
+		 "\"limit\":%d}],\"wait_ms\":200}",
+		 a->idx, a->limit, a->limit);
+	while (!atomic_load(&loop_stop)) {
+		hresp r;
+		if (hc_send(fd, "POST", "/v1/claim", tok_worker, body) || hc_recv(fd, &r)) {
+			close(fd);
+			fd = hc_connect(a->port);
+			continue;
+		}
+		json_t *j = json_loads(r.body, 0, NULL);
+		free(r.body);
+		json_t *jobs = json_object_get(j, "jobs");
+		size_t n = json_array_size(jobs);
+		int na = 0, nb = 0;
+		for (size_t i = 0; i < n; i++) {
+			json_t *x = json_array_get(jobs, i);
+			const char *ty = json_string_value(json_object_get(x, "type"));
+			na += !strcmp(ty, "a");
+			nb += !strcmp(ty, "b");
+			if (a->nseen == a->cap) {
+				a->cap = a->cap ? a->cap * 2 : 256;
+				a->seen = realloc(a->seen, a->cap * sizeof(int64_t));
+			}
+			a->seen[a->nseen++] = json_integer_value(json_object_get(x, "id"));
+		}
+		if (na > a->limit || nb > a->limit)
+			a->over_limit++;
+		a->got += (long long)n;
+		if (n) {
+			char *fb = fence_body(jobs, NULL);
+			if (hc_send(fd, "POST", "/v1/jobs/complete", tok_worker, fb) == 0 &&
+			    hc_recv(fd, &r) == 0) {
+				if (r.status == 200)
+					a->completed += (long long)n;
+				free(r.body);
+			}
+			free(fb);
+		}
+		json_decref(j);
+	}
+	close(fd);
+	return NULL;
+}
+
+static long long remaining_live(void *arg)
+{
+	return live("true");
+}
+
+START_TEST(no_double_handout_and_limits)
+{
+	start_all("sq_http_loop", NULL);
+	enum { NC = 16, NJ = 2000 };
+	int64_t ids_a[NJ / 2], ids_b[NJ / 2];
+	enqueue("a", NJ / 2, NULL, ids_a);
+	enqueue("b", NJ / 2, "kb", ids_b);
+	loop_arg args[NC];
+	pthread_t th[NC];
+	atomic_store(&loop_stop, 0);
+	for (int i = 0; i < NC; i++) {
+		memset(&args[i], 0, sizeof(args[i]));
+		args[i].port = D.port;
+		args[i].limit = 1 + i % 7;
+		args[i].idx = i;
+		pthread_create(&th[i], NULL, claim_loop, &args[i]);
+	}
+	long long left;
+	int done = wait_progress(remaining_live, NULL, &left);
+	atomic_store(&loop_stop, 1);
+	for (int i = 0; i < NC; i++)
+		pthread_join(th[i], NULL);
+	char rep[2048];
+	ck_assert_msg(done, "%lld jobs left after a stall of %.0fs:\n%s", left, STALL_S,
+		      testdb_live_report(&t, rep, sizeof(rep)));
+	long long got = 0, completed = 0;
+	size_t total = 0;
+	for (int i = 0; i < NC; i++) {
+		ck_assert_msg(args[i].over_limit == 0, "client %d got more than its limit %d", i,
+			      args[i].limit);
+		got += args[i].got;
+		completed += args[i].completed;
+		total += args[i].nseen;
+	}
+	int64_t *all = malloc(total * sizeof(int64_t));
+	size_t k = 0;
+	for (int i = 0; i < NC; i++) {
+		memcpy(all + k, args[i].seen, args[i].nseen * sizeof(int64_t));
+		k += args[i].nseen;
+		free(args[i].seen);
+	}
+	/* no lease ran out (5 min), so no job may come twice */
+	for (size_t i = 0; i < total; i++)
+		for (size_t q = i + 1; q < total; q++)
+			ck_assert_msg(all[i] != all[q], "job %lld handed out twice",
+				      (long long)all[i]);
+	free(all);
+	ck_assert_int_eq(got, NJ);
+	ck_assert_int_eq(completed, NJ);
+	long long stm = metric("shardqd_claim_statements_total"),
+		  req = metric("shardqd_claim_requests_total");
+	printf("%d clients: %lld jobs, %lld claim requests in %lld statements (%.2f per "
+	       "statement)\n",
+	       NC, got, req, stm, stm ? (double)req / (double)stm : 0.0);
+	stop_all();
+}
+END_TEST
+
+/* A client that hangs up while its claim waits loses nothing: a job
+ * enqueued after that stays ready for others. */
+START_TEST(disconnect_mid_claim_loses_nothing)
+{
+	start_all("sq_http_gone", "claim_wait_max = 20s\n");
+	int fd = hc_connect(D.port);
+	ck_assert_int_eq(hc_send(fd, "POST", "/v1/claim", tok_worker,
+				 "{\"worker\":\"gone\",\"types\":[{\"type\":\"a\",\"limit\":5}],"
+				 "\"wait_ms\":15000}"),
+			 0);
+	double since = now_s();
+	while (metric("shardqd_claims_waiting") < 1) {
+		ck_assert_msg(now_s() - since < STALL_S, "the claim never waited");
+		usleep(20000);
+	}
+	close(fd);
+	since = now_s();
+	while (metric("shardqd_claims_waiting") > 0) {
+		ck_assert_msg(now_s() - since < STALL_S,
+			      "the claim of a client that hung up still waits after %.0fs",
+			      STALL_S);
+		usleep(20000);
+	}
+	int64_t ids[3];
+	enqueue("a", 3, NULL, ids);
+	/* give a NOTIFY its chance to wake anything still listening */
+	usleep(300000);
+	ck_assert_int_eq(live("status = 'ready'"), 3);
+	hresp r = call("POST", "/v1/claim", tok_worker,
+		       "{\"worker\":\"other\",\"types\":[{\"type\":\"a\",\"limit\":5}]}");
+	EXPECT(r, 200, NULL);
+	json_t *j = js(&r);
+	ck_assert_int_eq((int)json_array_size(json_object_get(j, "jobs")), 3);
+	json_decref(j);
+	stop_all();
+}
+END_TEST
+
+/* kill -9 of shardqd: every job it had claimed comes back after its lease
+ * (type q: 2 s), and a new daemon hands them out again. */
+START_TEST(kill9_jobs_come_back)
+{
+	start_all("sq_http_kill9", NULL);
+	int64_t ids[20];
+	enqueue("q", 20, NULL, ids);
+	hresp r = call("POST", "/v1/claim", tok_worker,
+		       "{\"worker\":\"k\",\"types\":[{\"type\":\"q\",\"limit\":20}]}");
+	EXPECT(r, 200, NULL);
+	json_t *j = js(&r);
+	ck_assert_int_eq((int)json_array_size(json_object_get(j, "jobs")), 20);
+	json_decref(j);
+	ck_assert_int_eq(daemon_stop(&D, SIGKILL), 128 + SIGKILL);
+	ck_assert_int_eq(live("status = 'running'"), 20);
+	daemon_start(&D, "shardqd2.out");
+	int back = 0;
+	char *seen = calloc(20, 1);
+	double moved = now_s();
+	while (back < 20) {
+		r = call("POST", "/v1/claim", tok_worker,
+			 "{\"worker\":\"k2\",\"types\":[{\"type\":\"q\",\"limit\":20}],\"wait_ms\":"
+			 "500}");
+		EXPECT(r, 200, NULL);
+		j = js(&r);
+		json_t *jobs = json_object_get(j, "jobs");
+		for (size_t i = 0; i < json_array_size(jobs); i++) {
+			json_t *x = json_array_get(jobs, i);
+			int64_t id = json_integer_value(json_object_get(x, "id"));
+			int idx = -1;
+			for (int q = 0; q < 20; q++)
+				if (ids[q] == id)
+					idx = q;
+			ck_assert(idx >= 0 && !seen[idx]);
+			seen[idx] = 1;
+			ck_assert_int_eq(json_integer_value(json_object_get(x, "attempt")), 2);
+			back++;
+			moved = now_s();
+		}
+		json_decref(j);
+		ck_assert_msg(now_s() - moved < STALL_S + 2,
+			      "%d of 20 jobs came back after the kill; the rest:\n%s", back,
+			      slurp(D.out));
+	}
+	free(seen);
+	stop_all();
+}
+END_TEST
+
+/* Two daemons in front of the same shards, a partition move in the middle:
+ * every job enqueued through either is completed once, through either. */
+typedef struct prod_arg {
+	int port, n, idx;
+	int64_t *ids;
+} prod_arg;
+
+static void *produce(void *p)
+{
+	prod_arg *a = p;
+	int fd = hc_connect(a->port);
+	for (int i = 0; i < a->n; i += 50) {
+		sq_buf b;
+		sq_buf_init(&b);
+		sq_buf_puts(&b, "{\"jobs\":[");
+		for (int k = 0; k < 50; k++)
+			sq_buf_printf(&b, "%s{\"type\":\"a\",\"key\":\"p%d-%d\"}", k ? "," : "",
+				      a->idx, i + k);
+		sq_buf_puts(&b, "]}");
+		for (;;) { /* a moving partition answers 503: send again */
+			hresp r;
+			if (hc_send(fd, "POST", "/v1/jobs", tok_producer, b.data) ||
+			    hc_recv(fd, &r)) {
+				close(fd);
+				fd = hc_connect(a->port);
+				continue;
+			}
+			int st = r.status;
+			if (st == 200) {
+				json_t *j = json_loads(r.body, 0, NULL);
+				json_t *res = json_object_get(j, "results");
+				for (int k = 0; k < 50; k++)
+					a->ids[i + k] = json_integer_value(json_object_get(
+						json_array_get(res, (size_t)k), "id"));
+				json_decref(j);
+			}
+			free(r.body);
+			if (st == 200)
+				break;
+			usleep(100000);
+		}
+		sq_buf_free(&b);
+	}
+	close(fd);
+	return NULL;
+}
+
+static long long remaining_enqueued(void *arg)
+{
+	return live("true");
+}
+
+START_TEST(two_daemons_and_a_move)
+{
+	start_all("sq_http_two", NULL);
+	daemon_proc D2;
+	daemon_start(&D2, "shardqd-b.out");
+	enum { NP = 2, PER = 1000, NC = 6 };
+	int64_t *ids = calloc(NP * PER, sizeof(int64_t));
+	prod_arg pa[NP];
+	pthread_t pt[NP], ct[NC];
+	loop_arg ca[NC];
+	atomic_store(&loop_stop, 0);
+	for (int i = 0; i < NP; i++) {
+		pa[i] = (prod_arg){i ? D2.port : D.port, PER, i, ids + i * PER};
+		pthread_create(&pt[i], NULL, produce, &pa[i]);
+	}
+	for (int i = 0; i < NC; i++) {
+		memset(&ca[i], 0, sizeof(ca[i]));
+		ca[i].port = i % 2 ? D2.port : D.port;
+		ca[i].limit = 10;
+		ca[i].idx = i;
+		pthread_create(&ct[i], NULL, claim_loop, &ca[i]);
+	}
+	/* move a quarter of the partitions of shard 0 to shard 1 meanwhile */
+	uint32_t parts[64];
+	size_t np = 0;
+	for (uint32_t p = 0; p < 64 && np < 8; p++)
+		if (sq_client_shard_of_partition(t.client, p) == 0)
+			parts[np++] = p;
+	sq_move_opts mo;
+	sq_move_opts_init(&mo);
+	sq_move_info info;
+	sq_error err;
+	usleep(200000);
+	OKE(sq_move(t.client, parts, np, "s2", &mo, &info, &err));
+	printf("moved %zu partitions under load: %lld rows, writes stalled %.1f ms\n", np,
+	       (long long)info.rows, info.stall_ms);
+	for (int i = 0; i < NP; i++)
+		pthread_join(pt[i], NULL);
+	long long left;
+	int done = wait_progress(remaining_enqueued, NULL, &left);
+	atomic_store(&loop_stop, 1);
+	for (int i = 0; i < NC; i++)
+		pthread_join(ct[i], NULL);
+	char rep[2048];
+	ck_assert_msg(done, "%lld jobs left after a stall of %.0fs:\n%s", left, STALL_S,
+		      testdb_live_report(&t, rep, sizeof(rep)));
+	long long completed = 0, got = 0, via2 = 0;
+	for (int i = 0; i < NC; i++) {
+		completed += ca[i].completed;
+		got += ca[i].got;
+		via2 += i % 2 ? ca[i].completed : 0;
+		free(ca[i].seen);
+	}
+	for (int i = 0; i < NP * PER; i++)
+		ck_assert_msg(ids[i] > 0, "job %d was not acknowledged", i);
+	ck_assert_int_eq(got, NP * PER);
+	ck_assert_int_eq(completed, NP * PER);
+	ck_assert_msg(via2 > 0 && via2 < completed, "daemon 2 completed %lld of %lld", via2,
+		      completed);
+	free(ids);
+	daemon_stop(&D2, SIGKILL);
+	stop_all();
+}
+END_TEST
+
+/* SIGTERM: a waiting claim is answered, the daemon exits 0. */
+START_TEST(sigterm_is_graceful)
+{
+	start_all("sq_http_term", "claim_wait_max = 20s\n");
+	int fd = hc_connect(D.port);
+	ck_assert_int_eq(hc_send(fd, "POST", "/v1/claim", tok_worker,
+				 "{\"worker\":\"t\",\"types\":[{\"type\":\"a\",\"limit\":5}],"
+				 "\"wait_ms\":15000}"),
+			 0);
+	double since = now_s();
+	while (metric("shardqd_claims_waiting") < 1) {
+		ck_assert_msg(now_s() - since < STALL_S, "the claim never waited");
+		usleep(20000);
+	}
+	kill(D.pid, SIGTERM);
+	hresp r;
+	ck_assert_msg(hc_recv(fd, &r) == 0, "the waiting claim got no answer at SIGTERM");
+	keep(&r);
+	close(fd);
+	EXPECT(r, 200, NULL);
+	ck_assert_str_eq(r.body, "{\"jobs\":[]}");
+	ck_assert_int_eq(daemon_stop(&D, 0), 0);
+	stop_all();
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("http");
+	ADD_CASE(s, every_endpoint, 3600);
+	ADD_CASE(s, auth_and_scopes, 3600);
+	ADD_CASE(s, limits_and_slow_clients, 3600);
+	ADD_CASE(s, many_long_polls_few_connections, 3600);
+	ADD_CASE(s, no_double_handout_and_limits, 3600);
+	ADD_CASE(s, disconnect_mid_claim_loses_nothing, 3600);
+	ADD_CASE(s, kill9_jobs_come_back, 3600);
+	ADD_CASE(s, two_daemons_and_a_move, 3600);
+	ADD_CASE(s, sigterm_is_graceful, 3600);
+	return run_suite(s);
+}
