@@ -546,6 +546,20 @@ START_TEST(every_endpoint)
 	free(fb);
 	json_decref(j);
 	ck_assert_int_eq(live("task = 'b' AND status = 'ready'"), 3);
+	/* jobs claimed straight to running, not begun, go back too */
+	r = call("POST", "/v1/claim", tok_worker,
+		 "{\"worker\":\"w1\",\"types\":[{\"type\":\"b\",\"limit\":2}]}");
+	EXPECT(r, 200, NULL);
+	j = js(&r);
+	jobs = json_object_get(j, "jobs");
+	ck_assert_int_eq((int)json_array_size(jobs), 2);
+	ck_assert_int_eq(live("task = 'b' AND status = 'running'"), 2);
+	fb = fence_body(jobs, NULL);
+	r = call("POST", "/v1/jobs/release", tok_worker, fb);
+	EXPECT(r, 200, NULL);
+	free(fb);
+	json_decref(j);
+	ck_assert_int_eq(live("task = 'b' AND status = 'ready' AND attempt - attempt_base = 0"), 3);
 
 	/* cancel by ids and by key */
 	char body[256];
