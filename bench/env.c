@@ -105,7 +105,8 @@ double env_other_cpu(double all0, const phase *ph)
 	double all1 = cpu_machine_s();
 	if (all0 < 0 || all1 < 0 || ph->cpu_pg_s < 0 || ph->cpu_bench_s < 0)
 		return -1;
-	double o = all1 - all0 - ph->cpu_bench_s - ph->cpu_pg_s;
+	double o = all1 - all0 - ph->cpu_bench_s - ph->cpu_pg_s -
+		   (ph->daemon.cpu_s > 0 ? ph->daemon.cpu_s : 0);
 	return o > 0 ? o : 0;
 }
 

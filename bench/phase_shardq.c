@@ -3,6 +3,7 @@
  * libshardq's worker runtime, producer threads enqueueing through
  * sq_enqueue; then every job accounted for. */
 #include "cpu.h"
+#include "daemon.h"
 #include "monitor.h"
 #include "pgutil.h"
 #include "phase.h"
@@ -205,13 +206,28 @@ void phase_shardq(bench_env *env, int64_t backlog, phase *ph)
 	monitor mon;
 	int mon_on = 0, prod_on = 0;
 	char err[1024] = "";
+	bench_daemon dm;
+	double d0 = -1;
+	int nworkers = scenario_worker_procs(sc);
 	memset(&ps, 0, sizeof(ps));
+	memset(&dm, 0, sizeof(dm));
+	dm.out_fd = -1;
 	ph->ran = 1;
 	ph->ok = 1;
 	ph->backlog = backlog;
-	snprintf(ph->title, sizeof(ph->title),
-		 "shardq: %d shards, %d producers x batch %d, %d worker processes x %d threads",
-		 sc->nshards, sc->producers, sc->batch, sc->processes, scenario_threads(sc));
+	ph->via_http = sc->workers_http;
+	if (sc->workers_http)
+		snprintf(ph->title, sizeof(ph->title),
+			 "shardq: %d shards, %d %sproducers x batch %d, %d HTTP clients of shardqd "
+			 "(%d request threads) in %d processes",
+			 sc->nshards, sc->producers, sc->producers_http ? "HTTP " : "", sc->batch,
+			 sc->clients, sc->daemon_threads, nworkers);
+	else
+		snprintf(ph->title, sizeof(ph->title),
+			 "shardq: %d shards, %d %sproducers x batch %d, %d worker processes x %d "
+			 "threads",
+			 sc->nshards, sc->producers, sc->producers_http ? "HTTP " : "", sc->batch,
+			 sc->processes, scenario_threads(sc));
 
 	tally_reset(t);
 	atomic_store(&t->go, 0);
@@ -237,9 +253,20 @@ void phase_shardq(bench_env *env, int64_t backlog, phase *ph)
 	env_checkpoint(env);
 	if (env->pgss)
 		env_reset_stmts(env, sc->database, sc->nshards);
+	if (scenario_uses_daemon(sc)) {
+		if (daemon_start(&dm, sc, t->config, env->out_dir, err, sizeof(err)))
+			goto fail;
+		t->http_port = dm.port;
+		snprintf(t->http_token, sizeof(t->http_token), "%s", dm.token);
+		ph->daemon.ran = 1;
+		ph->daemon.threads = sc->daemon_threads;
+		if (!env->quiet)
+			fprintf(stderr, "shardq  shardqd (%s) listening on 127.0.0.1:%d\n", dm.path,
+				dm.port);
+	}
 	env_wait_quiet(env);
 
-	for (nprocs = 0; nprocs < sc->processes; nprocs++)
+	for (nprocs = 0; nprocs < nworkers; nprocs++)
 		if ((pids[nprocs] = workerproc_spawn(env->tally_fd, nprocs, err, sizeof(err))) < 0)
 			goto fail;
 	if (workerproc_wait_ready(t, pids, nprocs, err, sizeof(err)))
@@ -247,6 +274,8 @@ void phase_shardq(bench_env *env, int64_t backlog, phase *ph)
 
 	uint64_t expect_enq = sc->producers && sc->jobs ? (uint64_t)sc->jobs : 0;
 	double cpu0 = cpu_self_s(), pg0 = env_cpu_servers(env), all0 = cpu_machine_s();
+	if (dm.pid > 0)
+		d0 = daemon_cpu_s(&dm);
 	int64_t t0 = mono_us();
 	atomic_store(&t->go, 1);
 	if (monitor_start(&mon, ph, t, "shardq", t0, sc->sample_ms, env->quiet)) {
@@ -326,7 +355,15 @@ void phase_shardq(bench_env *env, int64_t backlog, phase *ph)
 		goto fail;
 	}
 	nprocs = 0;
+	/* before shardqd is reaped: its CPU would count as the bench's */
 	ph->cpu_bench_s = cpu_self_s() - cpu0;
+	ph->daemon.cpu_s = -1;
+	if (dm.pid > 0) {
+		double d1 = daemon_cpu_s(&dm);
+		ph->daemon.cpu_s = d0 >= 0 && d1 >= 0 ? d1 - d0 : -1;
+		if (daemon_scrape(&dm, &ph->daemon, err, sizeof(err)))
+			goto fail;
+	}
 	double pg1 = env_cpu_servers(env);
 	ph->cpu_pg_s = pg0 >= 0 && pg1 >= 0 ? pg1 - pg0 : -1;
 	ph->cpu_other_s = env_other_cpu(all0, ph);
@@ -334,10 +371,12 @@ void phase_shardq(bench_env *env, int64_t backlog, phase *ph)
 	monitor_end(&mon);
 	mon_on = 0;
 	fill(ph, t, t0, sc->nshards);
+	if (dm.pid > 0 && daemon_stop(&dm, 60, err, sizeof(err)))
+		goto fail;
 	double idle = 0;
-	for (int i = 0; i < sc->processes; i++)
+	for (int i = 0; i < nworkers; i++)
 		idle += t->procs[i].slot_idle_ratio;
-	ph->slot_idle = idle / sc->processes;
+	ph->slot_idle = idle / nworkers;
 	account(env, ph, expect_enq, backlog);
 	if (env->pgss)
 		env_collect_stmts(env, sc->database, sc->nshards, ph);
@@ -358,6 +397,10 @@ fail:
 		monitor_end(&mon);
 	fill(ph, t, 0, sc->nshards);
 out:
+	if (dm.pid > 0 || dm.out_fd >= 0) {
+		char e2[256];
+		daemon_stop(&dm, 30, e2, sizeof(e2));
+	}
 	sq_client_close(c);
 	sq_config_free(cfg);
 	if (!env->keep)

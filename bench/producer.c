@@ -1,6 +1,7 @@
 /* producer.c - producer threads: batches through sq_enqueue, paced to the
  * scenario's rate, each job stamped with the wall clock of its enqueue. */
 #include "producer.h"
+#include "http.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -25,6 +26,41 @@ static void sleep_until(int64_t at_us)
 	nanosleep(&ts, NULL);
 }
 
+/* One batch through shardqd: POST /v1/jobs; the jobs inserted, or -1. */
+static int64_t enqueue_http(producer *p, hconn *hc, hbuf *b, int64_t first, int64_t n, int64_t at)
+{
+	const scenario *sc = p->set->sc;
+	tally *t = p->set->t;
+	char *body;
+	size_t len;
+	hbuf_reset(b);
+	hbuf_put(b, "{\"jobs\":[", 9);
+	for (int64_t i = 0; i < n; i++) {
+		int64_t job = first + i;
+		hbuf_printf(b, "%s{\"type\":\"%s\",", i ? "," : "",
+			    sc->types[scenario_type_of(sc, (uint64_t)job)].name);
+		if (sc->keys)
+			hbuf_printf(b, "\"key\":\"k%lld\",", (long long)job);
+		hbuf_printf(b, "\"params\":{\"t\":%lld}}", (long long)at);
+	}
+	if (hbuf_put(b, "]}", 2)) {
+		snprintf(p->err, sizeof(p->err), "producer %d: out of memory", p->idx);
+		return -1;
+	}
+	int st = hconn_request(hc, "POST", "/v1/jobs", t->http_token, b->p, b->len, &body, &len,
+			       p->err, sizeof(p->err));
+	if (st != 200) {
+		if (st > 0)
+			snprintf(p->err, sizeof(p->err),
+				 "producer %d: POST /v1/jobs: status %d: %.300s", p->idx, st, body);
+		return -1;
+	}
+	int64_t ins = 0;
+	for (const char *q = body; (q = strstr(q, "\"outcome\":\"inserted\"")) != NULL; q += 20)
+		ins++;
+	return ins;
+}
+
 static void *producer_main(void *arg)
 {
 	producer *p = arg;
@@ -40,12 +76,15 @@ static void *producer_main(void *arg)
 	char params[48];
 	double rate = sc->rate > 0 ? sc->rate / ps->n : 0;
 	int64_t sent = 0;
+	hconn hc;
+	hbuf hb = {0};
+	hconn_init(&hc, t->http_port);
 	if (!specs || !res || (sc->keys && !keys)) {
 		snprintf(p->err, sizeof(p->err), "producer %d: out of memory", p->idx);
 		p->failed = 1;
 		goto out;
 	}
-	if (sq_client_open(ps->cfg, 0, &c, &err) != SQ_OK) {
+	if (!sc->producers_http && sq_client_open(ps->cfg, 0, &c, &err) != SQ_OK) {
 		snprintf(p->err, sizeof(p->err), "producer %d: %s", p->idx, err.msg);
 		p->failed = 1;
 		goto out;
@@ -70,6 +109,21 @@ static void *producer_main(void *arg)
 			}
 		}
 		int64_t t0 = mono_us();
+		if (sc->producers_http) {
+			int64_t ins = enqueue_http(p, &hc, &hb, first, n, wall_us());
+			int64_t t1 = mono_us();
+			if (ins < 0) {
+				p->failed = 1;
+				break;
+			}
+			atomic_fetch_add(&t->enqueued, (uint64_t)ins);
+			atomic_fetch_add(&t->enq_calls, 1);
+			hist_record(&t->enq_rtt, (uint64_t)(t1 - t0));
+			tally_first(&t->first_enq, t0);
+			tally_last(&t->last_enq, t1);
+			sent += n;
+			continue;
+		}
 		snprintf(params, sizeof(params), "{\"t\":%lld}", (long long)wall_us());
 		if (sq_enqueue(c, specs, (size_t)n, res, &err) != SQ_OK) {
 			snprintf(p->err, sizeof(p->err), "producer %d: %s", p->idx, err.msg);
@@ -88,6 +142,8 @@ static void *producer_main(void *arg)
 		sent += n;
 	}
 out:
+	hconn_close(&hc);
+	hbuf_free(&hb);
 	sq_client_close(c);
 	free(specs);
 	free(res);

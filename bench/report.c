@@ -223,6 +223,18 @@ static void step_table(FILE *f, const run_result *r, const step *st)
 		}
 		print_row(f, &rw, st);
 	}
+	if (st->ph[PH_SHARDQ].daemon.ran) {
+		memset(&rw, 0, sizeof(rw));
+		snprintf(rw.label, sizeof(rw.label), "CPU s/1000 jobs, shardqd");
+		rw.decimals = 3;
+		for (int p = 0; p < PH_N; p++) {
+			const phase *ph = &st->ph[p];
+			rw.v[p] = ph->ran && ph->daemon.ran
+					  ? per1000(ph->daemon.cpu_s, ph->completed)
+					  : -1;
+		}
+		print_row(f, &rw, st);
+	}
 	memset(&rw, 0, sizeof(rw));
 	snprintf(rw.label, sizeof(rw.label), "bench CPU / PostgreSQL CPU");
 	rw.decimals = 3;
@@ -252,13 +264,59 @@ static void step_table(FILE *f, const run_result *r, const step *st)
 		for (int i = 0; i < sc->ntypes; i++)
 			fprintf(f, " %s=%llu", sc->types[i].name,
 				(unsigned long long)q->per_type[i]);
-		fprintf(f,
-			"\n  shardq worker ticks (one pipeline per shard: writes, then the claim): "
-			"%llu with a claim, %.1f jobs started and %.1f completed per tick; idle "
-			"slot share %.3f\n",
-			(unsigned long long)q->claims,
-			q->claims ? (double)q->started / (double)q->claims : 0,
-			q->claims ? (double)q->completed / (double)q->claims : 0, q->slot_idle);
+		if (q->via_http)
+			fprintf(f,
+				"\n  shardq HTTP clients: %llu claims (%llu empty: long polls that "
+				"ran out), %.1f jobs per claim that brought jobs; busy share of "
+				"the clients %.3f (each runs its jobs one after another)\n",
+				(unsigned long long)q->claims, (unsigned long long)q->claims_empty,
+				q->claims > q->claims_empty
+					? (double)q->claimed / (double)(q->claims - q->claims_empty)
+					: 0,
+				q->slot_idle >= 0 ? 1 - q->slot_idle : 0);
+		else
+			fprintf(f,
+				"\n  shardq worker ticks (one pipeline per shard: writes, then the "
+				"claim): %llu with a claim, %.1f jobs started and %.1f completed "
+				"per "
+				"tick; idle slot share %.3f\n",
+				(unsigned long long)q->claims,
+				q->claims ? (double)q->started / (double)q->claims : 0,
+				q->claims ? (double)q->completed / (double)q->claims : 0,
+				q->slot_idle);
+		const daemon_stats *dm = &q->daemon;
+		if (dm->ran) {
+			fprintf(f,
+				"  shardqd (%d request threads): %llu claim requests served by "
+				"%llu "
+				"claim statements = %.2f requests per statement (%.1f jobs per "
+				"statement)\n",
+				dm->threads, (unsigned long long)dm->claim_requests,
+				(unsigned long long)dm->claim_statements,
+				dm->claim_statements
+					? (double)dm->claim_requests / (double)dm->claim_statements
+					: 0,
+				dm->claim_statements
+					? (double)dm->jobs_claimed / (double)dm->claim_statements
+					: 0);
+			fprintf(f,
+				"  shardqd requests: claim %llu (mean %.1f ms in the daemon, long "
+				"polls included), complete %llu (%.2f ms), enqueue %llu (%.2f ms); "
+				"jobs released (client gone / extra) %llu / %llu; lost results "
+				"%llu\n",
+				(unsigned long long)dm->req_claim,
+				dm->req_claim ? dm->sum_claim_s * 1000 / (double)dm->req_claim : 0,
+				(unsigned long long)dm->req_complete,
+				dm->req_complete
+					? dm->sum_complete_s * 1000 / (double)dm->req_complete
+					: 0,
+				(unsigned long long)dm->req_enqueue,
+				dm->req_enqueue ? dm->sum_enqueue_s * 1000 / (double)dm->req_enqueue
+						: 0,
+				(unsigned long long)dm->released_gone,
+				(unsigned long long)dm->released_extra,
+				(unsigned long long)dm->results_lost);
+		}
 		double d0, d1, slope;
 		int ns;
 		if (depth_trend(q, &d0, &d1, &slope, &ns))
@@ -309,8 +367,17 @@ void report_table(FILE *f, const run_result *r)
 		fprintf(f, "run: producers for %.0f s", (double)sc->duration_ms / 1000);
 	else
 		fprintf(f, "run: drain the backlog");
-	fprintf(f, "; %d producers x batch %d, %s; %d worker processes;", sc->producers, sc->batch,
-		sc->rate > 0 ? "rate-limited" : "unbounded", sc->processes);
+	fprintf(f, "; %d %sproducers x batch %d, %s;", sc->producers,
+		sc->producers_http ? "HTTP " : "", sc->batch,
+		sc->rate > 0 ? "rate-limited" : "unbounded");
+	if (sc->workers_http)
+		fprintf(f,
+			" %d HTTP workers (keep-alive clients of shardqd, %d request threads, "
+			"wait_ms %lld) in %d processes;",
+			sc->clients, sc->daemon_threads, (long long)sc->wait_ms,
+			scenario_worker_procs(sc));
+	else
+		fprintf(f, " %d worker processes;", sc->processes);
 	if (sc->rate > 0)
 		fprintf(f, " rate %.0f jobs/s;", sc->rate);
 	for (int i = 0; i < sc->ntypes; i++) {
@@ -424,8 +491,44 @@ static json_t *phase_json(const phase *ph, const phase *base)
 	json_object_set_new(cpu, "postgres_s_per_1000_jobs",
 			    num(per1000(ph->cpu_pg_s, ph->completed)));
 	json_object_set_new(cpu, "other_processes_s", num(ph->cpu_other_s));
+	if (ph->daemon.ran) {
+		json_object_set_new(cpu, "shardqd_s", num(ph->daemon.cpu_s));
+		json_object_set_new(cpu, "shardqd_s_per_1000_jobs",
+				    num(per1000(ph->daemon.cpu_s, ph->completed)));
+	}
 	json_object_set_new(cpu, "wall_s", json_real(ph->wall_s));
 	json_object_set_new(o, "cpu", cpu);
+	if (!strcmp(ph->key, "shardq"))
+		json_object_set_new(o, "workers_via",
+				    json_string(ph->via_http ? "http" : "library"));
+	if (ph->daemon.ran) {
+		const daemon_stats *dm = &ph->daemon;
+		json_t *d = json_object();
+		json_object_set_new(d, "threads", json_integer(dm->threads));
+		json_object_set_new(d, "claim_requests",
+				    json_integer((json_int_t)dm->claim_requests));
+		json_object_set_new(d, "claim_statements",
+				    json_integer((json_int_t)dm->claim_statements));
+		json_object_set_new(d, "requests_per_statement",
+				    num(dm->claim_statements ? (double)dm->claim_requests /
+								       (double)dm->claim_statements
+							     : -1));
+		json_object_set_new(d, "jobs_claimed", json_integer((json_int_t)dm->jobs_claimed));
+		json_object_set_new(d, "released_gone",
+				    json_integer((json_int_t)dm->released_gone));
+		json_object_set_new(d, "released_extra",
+				    json_integer((json_int_t)dm->released_extra));
+		json_object_set_new(d, "results_lost", json_integer((json_int_t)dm->results_lost));
+		json_object_set_new(d, "requests_claim", json_integer((json_int_t)dm->req_claim));
+		json_object_set_new(d, "requests_complete",
+				    json_integer((json_int_t)dm->req_complete));
+		json_object_set_new(d, "requests_enqueue",
+				    json_integer((json_int_t)dm->req_enqueue));
+		json_object_set_new(d, "seconds_claim", json_real(dm->sum_claim_s));
+		json_object_set_new(d, "seconds_complete", json_real(dm->sum_complete_s));
+		json_object_set_new(d, "seconds_enqueue", json_real(dm->sum_enqueue_s));
+		json_object_set_new(o, "shardqd", d);
+	}
 	if (ph->slot_idle >= 0)
 		json_object_set_new(o, "slot_idle_ratio", json_real(ph->slot_idle));
 	if (base) {
@@ -542,7 +645,8 @@ int report_csv(FILE *f, const run_result *r)
 		for (int k = 0; k < REPORT_NPCT; k++)
 			fprintf(f, ",%s_%s_ms", hs[h], pct_names[k]);
 	fprintf(f, ",bench_cpu_s_per_1000,postgres_cpu_s_per_1000,e2e_vs_a,e2e_vs_b,e2e_vs_c,"
-		   "preload_s,vacuum_s\n");
+		   "preload_s,vacuum_s,workers_via,shardqd_cpu_s_per_1000,"
+		   "shardqd_claim_requests_per_statement\n");
 	for (int i = 0; i < r->nsteps; i++) {
 		const step *st = &r->steps[i];
 		for (int p = 0; p < PH_N; p++) {
@@ -571,6 +675,15 @@ int report_csv(FILE *f, const run_result *r)
 			}
 			csv_num(f, ph->preload_s, 2);
 			csv_num(f, ph->vacuum_s, 2);
+			fprintf(f, ",%s", p ? "" : ph->via_http ? "http" : "library");
+			csv_num(f, ph->daemon.ran ? per1000(ph->daemon.cpu_s, ph->completed) : -1,
+				4);
+			csv_num(f,
+				ph->daemon.claim_statements
+					? (double)ph->daemon.claim_requests /
+						  (double)ph->daemon.claim_statements
+					: -1,
+				2);
 			fputc('\n', f);
 		}
 	}

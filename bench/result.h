@@ -28,6 +28,20 @@ typedef struct stmt_stat {
 
 #define PHASE_MAX_STMTS 10
 
+/* shardqd's own figures, scraped from GET /metrics at the end of a phase
+ * that ran it (HTTP workers or producers). */
+typedef struct daemon_stats {
+	int ran;
+	int threads;               /* its request threads */
+	double cpu_s;              /* its utime + stime over the phase; -1: unknown */
+	uint64_t claim_requests;   /* shardqd_claim_requests_total */
+	uint64_t claim_statements; /* shardqd_claim_statements_total */
+	uint64_t jobs_claimed, released_gone, released_extra, results_lost;
+	/* requests and the sum of their times, by endpoint */
+	uint64_t req_claim, req_complete, req_enqueue;
+	double sum_claim_s, sum_complete_s, sum_enqueue_s;
+} daemon_stats;
+
 typedef struct phase {
 	char key[16];    /* "shardq", "a", "b", "c" */
 	char title[160]; /* what ran */
@@ -51,6 +65,8 @@ typedef struct phase {
 	double cpu_other_s;           /* the rest of the machine: other load */
 	double wall_s;                /* the phase's wall time (for the above) */
 	double slot_idle;             /* the runtime's idle slot share (shardq) */
+	int via_http;                 /* shardq: workers were HTTP clients of shardqd */
+	daemon_stats daemon;
 	sample *series;
 	size_t nseries, capseries;
 	stmt_stat stmts[PHASE_MAX_STMTS];

@@ -322,6 +322,12 @@ static void copy_name(ctx *x, const char *sec, const char *key, const char *v, c
 		snprintf(out, outlen, "%s", v);
 }
 
+/* `via = library` (0) or `via = http` (1); -1 otherwise. */
+static int parse_via(const char *s)
+{
+	return !strcmp(s, "library") ? 0 : !strcmp(s, "http") ? 1 : -1;
+}
+
 static int on_key(void *user, const char *sec, const char *key, const char *v)
 {
 	ctx *x = user;
@@ -373,8 +379,13 @@ static int on_key(void *user, const char *sec, const char *key, const char *v)
 				bad(x, sec, key, "'%s' is not true or false", v);
 			else
 				sc->keys = b;
+		} else if (!strcmp(key, "via")) {
+			if ((b = parse_via(v)) < 0)
+				bad(x, sec, key, "'%s' is not library or http", v);
+			else
+				sc->producers_http = b;
 		} else
-			bad(x, sec, key, "unknown key (known: count, batch, rate, keys)");
+			bad(x, sec, key, "unknown key (known: count, batch, rate, keys, via)");
 	} else if (!strcmp(sec, "workers")) {
 		if (!strcmp(key, "processes")) {
 			if (int_in(x, sec, key, v, 0, 64, &n))
@@ -393,9 +404,36 @@ static int on_key(void *user, const char *sec, const char *key, const char *v)
 				bad(x, sec, key, "'%s' is not a duration in 1ms..60s", v);
 			else
 				sc->poll_ms = us / 1000;
+		} else if (!strcmp(key, "via")) {
+			if ((b = parse_via(v)) < 0)
+				bad(x, sec, key, "'%s' is not library or http", v);
+			else
+				sc->workers_http = b;
+		} else if (!strcmp(key, "clients")) {
+			if (int_in(x, sec, key, v, 1, 4096, &n))
+				sc->clients = (int)n;
+		} else if (!strcmp(key, "wait")) {
+			int64_t us = parse_us(v);
+			if (us < 0 || us > 20000000)
+				bad(x, sec, key, "'%s' is not a duration in 0..20s", v);
+			else
+				sc->wait_ms = us / 1000;
 		} else
 			bad(x, sec, key,
-			    "unknown key (known: processes, min_prefetch, listen, poll)");
+			    "unknown key (known: processes, min_prefetch, listen, poll, via, "
+			    "clients, wait)");
+	} else if (!strcmp(sec, "daemon")) {
+		if (!strcmp(key, "threads")) {
+			if (int_in(x, sec, key, v, 1, 256, &n))
+				sc->daemon_threads = (int)n;
+		} else if (!strcmp(key, "claim_poll")) {
+			int64_t us = parse_us(v);
+			if (us < 1000 || us > 60000000)
+				bad(x, sec, key, "'%s' is not a duration in 1ms..60s", v);
+			else
+				sc->daemon_claim_poll_ms = us / 1000;
+		} else
+			bad(x, sec, key, "unknown key (known: threads, claim_poll)");
 	} else if (!strcmp(sec, "run")) {
 		if (!strcmp(key, "jobs")) {
 			if (int_in(x, sec, key, v, 1, 1000000000, &n))
@@ -458,8 +496,8 @@ static int on_key(void *user, const char *sec, const char *key, const char *v)
 			    "raw_connections, database)");
 	} else {
 		bad(x, sec, NULL,
-		    "unknown section (known: scenario, shards, producers, workers, type NAME, "
-		    "run, baselines)");
+		    "unknown section (known: scenario, shards, producers, workers, daemon, type "
+		    "NAME, run, baselines)");
 	}
 	return 1;
 }
@@ -491,6 +529,9 @@ static void defaults(scenario *sc)
 	sc->processes = 2;
 	sc->listen = 1;
 	sc->poll_ms = 1000;
+	sc->clients = 64;
+	sc->wait_ms = 1000;
+	sc->daemon_threads = 4;
 	sc->nsteps = 1;
 	sc->timeout_ms = 3600000;
 	sc->stall_ms = 30000;
@@ -644,6 +685,26 @@ int scenario_set_ports(scenario *sc, const char *ports, char *errbuf, size_t err
 	}
 	sc->nshards = n;
 	return 0;
+}
+
+int scenario_uses_daemon(const scenario *sc)
+{
+	return sc->workers_http || sc->producers_http;
+}
+
+int scenario_worker_procs(const scenario *sc)
+{
+	if (sc->workers_http && sc->clients < sc->processes)
+		return sc->clients;
+	return sc->processes;
+}
+
+int scenario_clients_of(const scenario *sc, int idx)
+{
+	int n = scenario_worker_procs(sc);
+	if (!sc->workers_http || idx < 0 || idx >= n)
+		return 0;
+	return sc->clients / n + (idx < sc->clients % n);
 }
 
 int scenario_threads(const scenario *sc)

@@ -42,11 +42,18 @@ typedef struct scenario {
 	int nrates;
 	double rates[SC_MAX_STEPS]; /* `rate = A, B, ...`: one step each */
 	int keys;                   /* jobs carry unique dedup keys */
+	int producers_http;         /* `via = http`: POST /v1/jobs to shardqd */
 	/* [workers] */
 	int processes;
 	int min_prefetch;
 	int listen;
 	int64_t poll_ms;
+	int workers_http; /* `via = http`: HTTP clients of shardqd, not sq_worker */
+	int clients;      /* HTTP clients over all worker processes */
+	int64_t wait_ms;  /* a client's claim wait_ms */
+	/* [daemon] (shardqd, when workers or producers go through HTTP) */
+	int daemon_threads;
+	int64_t daemon_claim_poll_ms;
 	/* [type NAME] */
 	int ntypes;
 	sc_type types[SC_MAX_TYPES];
@@ -80,6 +87,15 @@ int scenario_load(const char *path, const char *const *overrides, int noverrides
 /* Replaces the shard list by 127.0.0.1:PORT for each comma-separated port;
  * -1 (with a message) on a bad list. */
 int scenario_set_ports(scenario *sc, const char *ports, char *errbuf, size_t errlen);
+
+/* Whether the phase needs shardqd (HTTP workers or producers). */
+int scenario_uses_daemon(const scenario *sc);
+
+/* HTTP clients of worker process idx (of the processes that run). */
+int scenario_clients_of(const scenario *sc, int idx);
+
+/* Worker processes that run: with HTTP workers, no more than clients. */
+int scenario_worker_procs(const scenario *sc);
 
 /* Total handler threads of one worker process. */
 int scenario_threads(const scenario *sc);

@@ -22,6 +22,7 @@ typedef struct proc_report {
 	double claim_rtt_ms; /* the runtime's moving average */
 	double slot_idle_ratio;
 	uint64_t lost, released;
+	uint64_t retries; /* HTTP workers: requests sent again after a 503 */
 	char error[512];
 } proc_report;
 
@@ -29,6 +30,8 @@ typedef struct tally {
 	/* written by the parent before the workers start */
 	scenario sc;
 	char config[TALLY_CONFIG_MAX]; /* the generated shardq config */
+	int http_port;                 /* shardqd's, when the phase runs it */
+	char http_token[72];           /* its bearer token */
 	_Atomic int go;                /* 1: workers may start; 2: stop */
 
 	_Atomic uint64_t enqueued, enq_calls;

@@ -3,6 +3,7 @@
  * the shared tally, and stops gracefully when the bench says so. */
 #include "workerproc.h"
 #include "handler.h"
+#include "httpworker.h"
 #include "wrap.h"
 
 #include <errno.h>
@@ -62,6 +63,12 @@ int workerproc_main(int fd, int idx)
 	proc_report *pr = &t->procs[idx];
 	const scenario *sc = &t->sc;
 	ch.t = t;
+	if (sc->workers_http) {
+		rc = httpworker_main(t, idx);
+		atomic_store(&pr->state, rc ? -1 : 2);
+		tally_unmap(t);
+		return rc;
+	}
 	if (sq_config_parse(t->config, "shardq-bench config", &cfg, &err) != SQ_OK) {
 		snprintf(pr->error, sizeof(pr->error), "worker %d: config: %s", idx, err.msg);
 		goto out;
