@@ -289,12 +289,16 @@ static void step_table(FILE *f, const run_result *r, const step *st)
 			fprintf(f,
 				"  shardqd (%d request threads): %llu claim requests served by "
 				"%llu "
-				"claim statements = %.2f requests per statement (%.1f jobs per "
-				"statement)\n",
+				"claim statements = %.2f requests per statement (a waiting claim "
+				"counts again in every tick it is in; claims received: %.2f per "
+				"statement); %.1f jobs per statement\n",
 				dm->threads, (unsigned long long)dm->claim_requests,
 				(unsigned long long)dm->claim_statements,
 				dm->claim_statements
 					? (double)dm->claim_requests / (double)dm->claim_statements
+					: 0,
+				dm->claim_statements
+					? (double)dm->req_claim / (double)dm->claim_statements
 					: 0,
 				dm->claim_statements
 					? (double)dm->jobs_claimed / (double)dm->claim_statements
