@@ -340,6 +340,8 @@ typedef struct sq_stats_row {
 	                     in history */
 	int64_t oldest_ready_age_ms; /* -1: no ready job */
 	int64_t expired_leases;
+	int ready_estimated; /* sq_stats_fast: count[SQ_READY] is PostgreSQL's
+	                        estimate (above the cap), not a count */
 } sq_stats_row;
 
 typedef struct sq_stats {
@@ -349,10 +351,42 @@ typedef struct sq_stats {
 	int64_t *partitions_owned;  /* per shard */
 	int64_t *partitions_moving; /* per shard: not owned and not gone */
 	int64_t map_version;
+	char **shard_error; /* sq_stats_fast: per shard, NULL or why it could not
+	                       be read (its rows are missing) */
 } sq_stats;
 
+/* Counts every job (a scan of each shard's tables): exact, for tools. */
 SQ_MUST_CHECK sq_status sq_stats_get(sq_client *c, sq_stats **out, sq_error *err);
+/*
+ * The same figures without reading every job, for dashboards and metrics
+ * at any queue size: per shard and configured type, one statement per
+ * shard, index-driven. count[SQ_READY] is exact up to ready_cap (0: 10000)
+ * and PostgreSQL's planner estimate above it (ready_estimated set);
+ * starting, running and expired leases are exact (the lease index, bounded
+ * by what workers hold); oldest_ready_age_ms is the age of the next due job
+ * in claim order (priority first: with one priority, the oldest).
+ * count[] of completed, failed and cancelled is -1 (not counted). A shard
+ * that cannot be read is named in shard_error[] and the call still returns
+ * SQ_OK with the others, unless none could be read.
+ */
+SQ_MUST_CHECK sq_status sq_stats_fast(sq_client *c, int64_t ready_cap, sq_stats **out,
+				      sq_error *err);
 void sq_stats_free(sq_stats *s);
+
+/* A failed job, as dashboards show it. */
+typedef struct sq_failed_job {
+	int64_t id;
+	int shard;
+	int32_t tries;
+	char type[SQ_MAX_TYPE_LEN + 1];
+	char last_error[512]; /* cut */
+	int64_t failed_us;    /* when (updated_at) */
+} sq_failed_job;
+
+/* The `limit` most recently failed jobs of all shards, newest first (an
+ * index of failed jobs only: no scan). *out is freed with free(). */
+SQ_MUST_CHECK sq_status sq_failed_recent(sq_client *c, int limit, sq_failed_job **out, size_t *n,
+					 sq_error *err);
 
 /* ---- worker runtime ----------------------------------------------------- */
 

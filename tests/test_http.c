@@ -1241,6 +1241,234 @@ START_TEST(sigterm_is_graceful)
 }
 END_TEST
 
+/* ---- the admin page, rendered by headless Chromium ------------------------- */
+
+static const char *chromium_bin(void)
+{
+	static const char *c[] = {"/usr/bin/chromium", "/usr/bin/chromium-browser",
+				  "/usr/bin/google-chrome", NULL};
+	for (int i = 0; c[i]; i++)
+		if (access(c[i], X_OK) == 0)
+			return c[i];
+	return NULL;
+}
+
+/* Loads the page with the admin token (in the URL's fragment, which the
+ * browser never sends) and returns the DOM after its script ran; with
+ * `shot`, also a screenshot there. */
+static char *render_page(const char *shot)
+{
+	const char *bin = chromium_bin();
+	ck_assert_msg(bin != NULL,
+		      "no chromium: scripts/deps --browser installs Debian's chromium");
+	char profile[512], out[512], cmd[4096];
+	testdb_path(profile, sizeof(profile), "chromium-profile");
+	testdb_path(out, sizeof(out), "page.html");
+	/* --virtual-time-budget lets the page's fetch and rendering finish
+	 * before the DOM is written, however slow the machine */
+	const char *common = "--headless --no-sandbox --disable-gpu --disable-dev-shm-usage "
+			     "--no-first-run --hide-scrollbars --virtual-time-budget=10000";
+	snprintf(cmd, sizeof(cmd),
+		 "HOME=%s %s %s --user-data-dir=%s --dump-dom 'http://127.0.0.1:%d/#token=%s' > %s "
+		 "2>/dev/null",
+		 testdb_tmpdir(), bin, common, profile, D.port, tok_admin, out);
+	int rc = system(cmd);
+	ck_assert_msg(rc == 0, "chromium --dump-dom failed (%d)", rc);
+	if (shot) {
+		snprintf(cmd, sizeof(cmd),
+			 "HOME=%s %s %s --user-data-dir=%s --window-size=1100,1000 --screenshot=%s "
+			 "'http://127.0.0.1:%d/#token=%s' >/dev/null 2>&1",
+			 testdb_tmpdir(), bin, common, profile, shot, D.port, tok_admin);
+		rc = system(cmd);
+		ck_assert_msg(rc == 0, "chromium --screenshot failed (%d)", rc);
+	}
+	char *dom = strdup(slurp(out));
+	ck_assert_msg(strstr(dom, "data-rendered=") != NULL,
+		      "the page did not render its data; the DOM:\n%.3000s", dom);
+	return dom;
+}
+
+/* The text of the element with data-k="key", or NULL. */
+static const char *dom_value(const char *dom, const char *key, char *out, size_t len)
+{
+	char want[256];
+	snprintf(want, sizeof(want), "data-k=\"%s\"", key);
+	const char *p = strstr(dom, want);
+	if (!p || !(p = strchr(p, '>')))
+		return NULL;
+	p++;
+	size_t n = strcspn(p, "<");
+	snprintf(out, len, "%.*s", (int)(n < len ? n : len - 1), p);
+	return out;
+}
+
+/* Whether the element with data-k="key" is marked as an estimate. */
+static int dom_is_estimate(const char *dom, const char *key)
+{
+	char want[256];
+	snprintf(want, sizeof(want), "data-k=\"%s\"", key);
+	const char *p = strstr(dom, want);
+	const char *end = p ? strchr(p, '>') : NULL;
+	const char *est = p ? strstr(p, "class=\"est\"") : NULL;
+	return est && est < end;
+}
+
+/* A rendered count ("1,234" or "≈ 1,234") as a number. */
+static long long dom_count(const char *dom, const char *key)
+{
+	char v[128], digits[128];
+	ck_assert_msg(dom_value(dom, key, v, sizeof(v)) != NULL, "the page shows no %s", key);
+	size_t k = 0;
+	for (const char *p = v; *p && k + 1 < sizeof(digits); p++)
+		if (*p >= '0' && *p <= '9')
+			digits[k++] = *p;
+	digits[k] = '\0';
+	ck_assert_msg(k > 0, "%s shows '%s', not a number", key, v);
+	return atoll(digits);
+}
+
+static long long shard_count(int shard, const char *type, const char *status)
+{
+	char sql[256];
+	snprintf(sql, sizeof(sql),
+		 "SELECT count(*) FROM shardq.jobs WHERE task = '%s' AND status = '%s'", type,
+		 status);
+	return testdb_scalar(&t, shard, sql);
+}
+
+/* Every count the page shows for shard s equals the shard's own. */
+static void page_agrees(const char *dom, int s, const char *when)
+{
+	static const char *types[] = {"a", "b", "q"};
+	static const char *sts[] = {"ready", "starting", "running"};
+	for (int i = 0; i < 3; i++)
+		for (int k = 0; k < 3; k++) {
+			char key[64];
+			snprintf(key, sizeof(key), "s%d/%s/%s", s + 1, types[i], sts[k]);
+			long long shown = dom_count(dom, key),
+				  real = shard_count(s, types[i], sts[k]);
+			if (dom_is_estimate(dom, key))
+				ck_assert_msg(
+					shown > real * 9 / 10 && shown < real * 11 / 10,
+					"%s: the page estimates %s = %lld, the shard has %lld",
+					when, key, shown, real);
+			else
+				ck_assert_msg(shown == real,
+					      "%s: the page shows %s = %lld, the shard has %lld",
+					      when, key, shown, real);
+		}
+}
+
+START_TEST(admin_page_matches_shards)
+{
+	start_all("sq_http_page", NULL);
+	/* no token: 401, and the page asks for one */
+	hresp r = call("GET", "/", NULL, NULL);
+	EXPECT(r, 401, NULL);
+	ck_assert_msg(strstr(r.head, "text/html") && strstr(r.body, "admin token"), "%s", r.head);
+	r = call("GET", "/v1/admin/overview", NULL, NULL);
+	EXPECT(r, 401, "unauthorized");
+	r = call("GET", "/v1/admin/overview", tok_worker, NULL);
+	EXPECT(r, 403, "forbidden");
+
+	/* 0 jobs */
+	char *dom = render_page(NULL);
+	page_agrees(dom, 0, "empty");
+	page_agrees(dom, 1, "empty");
+	free(dom);
+
+	/* some of each: ready, starting, running, and a failed job's error */
+	enqueue("a", 40, NULL, NULL);
+	enqueue("b", 25, "pb", NULL);
+	r = call("POST", "/v1/claim", tok_worker,
+		 "{\"worker\":\"p\",\"types\":[{\"type\":\"a\",\"limit\":7}],\"start\":false}");
+	EXPECT(r, 200, NULL);
+	r = call("POST", "/v1/claim", tok_worker,
+		 "{\"worker\":\"p\",\"types\":[{\"type\":\"b\",\"limit\":5}]}");
+	EXPECT(r, 200, NULL);
+	json_t *j = js(&r);
+	json_t *one = json_array();
+	json_array_append(one, json_array_get(json_object_get(j, "jobs"), 0));
+	char *fb = fence_body(
+		one, ",\"error\":\"page-test: the printer is on fire\",\"permanent\":true");
+	r = call("POST", "/v1/jobs/fail", tok_worker, fb);
+	EXPECT(r, 200, NULL);
+	free(fb);
+	json_decref(one);
+	json_decref(j);
+	char shot[512];
+	const char *keep_shot =
+		getenv("SHARDQ_PAGE_SCREENSHOT"); /* to refresh tests/admin-page.png */
+	testdb_path(shot, sizeof(shot), "admin-page.png");
+	dom = render_page(keep_shot ? keep_shot : shot);
+	page_agrees(dom, 0, "with jobs");
+	page_agrees(dom, 1, "with jobs");
+	ck_assert_msg(strstr(dom, "page-test: the printer is on fire") != NULL,
+		      "the failed job's error is not on the page");
+	struct stat sb;
+	ck_assert_msg(stat(keep_shot ? keep_shot : shot, &sb) == 0 && sb.st_size > 10000,
+		      "no screenshot");
+	free(dom);
+
+	/* 10^6 jobs (written straight into the shards): the page shows the
+	 * estimate, within 10 % of the truth, and does not count them */
+	for (int s = 0; s < 2; s++) {
+		char sql[512];
+		snprintf(sql, sizeof(sql),
+			 "WITH i AS (INSERT INTO shardq.jobs (id, partition, task, params)"
+			 " SELECT (%d::bigint << 40) + g, 0, 'q', '{}' FROM generate_series(1, "
+			 "500000) g"
+			 " RETURNING 1) SELECT count(*) FROM i",
+			 s + 1);
+		ck_assert_int_eq(testdb_scalar(&t, s, sql), 500000);
+		PGconn *pc = testdb_pg(&t, s);
+		PQclear(PQexec(pc, "ANALYZE shardq.jobs"));
+		PQfinish(pc);
+	}
+	dom = render_page(NULL);
+	for (int s = 0; s < 2; s++) {
+		char key[64];
+		snprintf(key, sizeof(key), "s%d/q/ready", s + 1);
+		long long shown = dom_count(dom, key), real = shard_count(s, "q", "ready");
+		ck_assert_int_eq(real, 500000);
+		ck_assert_msg(shown > real * 9 / 10 && shown < real * 11 / 10,
+			      "%s: the page shows %lld for %lld ready jobs", key, shown, real);
+		printf("10^6 jobs: %s shows %lld (true %lld)\n", key, shown, real);
+	}
+	ck_assert_msg(strstr(dom, "class=\"est\"") != NULL, "the estimate is not marked");
+	free(dom);
+
+	/* a shard down (its database refuses connections): the page names it
+	 * and still shows the other's numbers */
+	char sql[256];
+	snprintf(sql, sizeof(sql), "host=127.0.0.1 port=%d dbname=postgres user=postgres",
+		 t.ports[1]);
+	PGconn *adm = PQconnectdb(sql);
+	ck_assert_msg(PQstatus(adm) == CONNECTION_OK, "%s", PQerrorMessage(adm));
+	snprintf(sql, sizeof(sql), "ALTER DATABASE %s ALLOW_CONNECTIONS false", t.db);
+	PGresult *res = PQexec(adm, sql);
+	ck_assert_msg(PQresultStatus(res) == PGRES_COMMAND_OK, "%s", PQerrorMessage(adm));
+	PQclear(res);
+	snprintf(sql, sizeof(sql),
+		 "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = "
+		 "'%s' "
+		 "AND pid <> pg_backend_pid()",
+		 t.db);
+	PQclear(PQexec(adm, sql));
+	dom = render_page(NULL);
+	char v[256];
+	ck_assert_msg(dom_value(dom, "s2/down", v, sizeof(v)) != NULL,
+		      "shard s2 is down and the page does not say so; the DOM:\n%.6000s", dom);
+	printf("shard down: the page says \"%s\"\n", v);
+	page_agrees(dom, 0, "with s2 down");
+	free(dom);
+	snprintf(sql, sizeof(sql), "ALTER DATABASE %s ALLOW_CONNECTIONS true", t.db);
+	PQclear(PQexec(adm, sql));
+	PQfinish(adm);
+	stop_all();
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("http");
@@ -1253,5 +1481,6 @@ int main(void)
 	ADD_CASE(s, kill9_jobs_come_back, 3600);
 	ADD_CASE(s, two_daemons_and_a_move, 3600);
 	ADD_CASE(s, sigterm_is_graceful, 3600);
+	ADD_CASE(s, admin_page_matches_shards, 3600);
 	return run_suite(s);
 }

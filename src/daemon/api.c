@@ -443,9 +443,13 @@ static void do_results(sqd *d, sq_client *c, sqd_task *t)
 			else
 				sq_job_clear(&j);
 		}
-		if (out[i] == SQ_OK)
+		if (out[i] == SQ_OK) {
 			atomic_fetch_add(&d->m.results_ok, 1);
-		else if (out[i] == SQ_ELOST || out[i] == SQ_ENOTFOUND) {
+			if (t->route == R_COMPLETE)
+				atomic_fetch_add(&d->m.jobs_completed, 1);
+			else if (t->route == R_FAIL)
+				atomic_fetch_add(&d->m.jobs_failed, 1);
+		} else if (out[i] == SQ_ELOST || out[i] == SQ_ENOTFOUND) {
 			atomic_fetch_add(&d->m.results_lost, 1);
 			lost++;
 		} else {
@@ -601,44 +605,147 @@ static void do_get_job(sqd *d, sq_client *c, sqd_task *t)
 	sq_job_clear(&j);
 }
 
+/* The "shards" and "types" members of a stats answer (fast or exact); a
+ * shard that could not be read has its error and no rows. */
+static void put_stats(sqd *d, sq_buf *b, const sq_stats *s, const int64_t *map_count)
+{
+	sq_buf_puts(b, "\"shards\":[");
+	for (int i = 0; i < s->nshards; i++) {
+		sq_buf_printf(b, "%s{\"id\":", i ? "," : "");
+		sq_json_put_string(b, d->cfg->shards[i].id);
+		sq_buf_printf(b,
+			      ",\"weight\":%g,\"partitions_owned\":%lld,\"partitions_moving\":%lld",
+			      d->cfg->shards[i].weight, (long long)s->partitions_owned[i],
+			      (long long)s->partitions_moving[i]);
+		if (map_count)
+			sq_buf_printf(b, ",\"partitions\":%lld", (long long)map_count[i]);
+		sq_buf_puts(b, ",\"error\":");
+		if (s->shard_error && s->shard_error[i])
+			sq_json_put_string(b, s->shard_error[i]);
+		else
+			sq_buf_puts(b, "null");
+		sq_buf_putc(b, '}');
+	}
+	sq_buf_puts(b, "],\"types\":[");
+	for (size_t i = 0; i < s->nrows; i++) {
+		const sq_stats_row *r = &s->rows[i];
+		sq_buf_printf(b, "%s{\"shard\":", i ? "," : "");
+		sq_json_put_string(b, d->cfg->shards[r->shard].id);
+		sq_buf_puts(b, ",\"type\":");
+		sq_json_put_string(b, r->type);
+		sq_buf_printf(
+			b,
+			",\"ready\":%lld,\"ready_estimated\":%s,\"starting\":%lld,\"running\":%lld,"
+			"\"completed\":%lld,\"failed\":%lld,\"cancelled\":%lld,"
+			"\"oldest_ready_age_ms\":%lld,\"expired_leases\":%lld}",
+			(long long)r->count[SQ_READY], r->ready_estimated ? "true" : "false",
+			(long long)r->count[SQ_STARTING], (long long)r->count[SQ_RUNNING],
+			(long long)r->count[SQ_COMPLETED], (long long)r->count[SQ_FAILED],
+			(long long)r->count[SQ_CANCELLED], (long long)r->oldest_ready_age_ms,
+			(long long)r->expired_leases);
+	}
+	sq_buf_putc(b, ']');
+}
+
+/* Fast (index-driven, sq_stats_fast) unless ?exact=1 (a scan). */
 static void do_stats(sqd *d, sq_client *c, sqd_task *t)
 {
 	sq_stats *s;
 	sq_error err;
-	sq_status st = sq_stats_get(c, &s, &err);
+	sq_status st = t->exact ? sq_stats_get(c, &s, &err) : sq_stats_fast(c, 0, &s, &err);
 	if (st != SQ_OK) {
 		fail_status(t, st, &err);
 		return;
 	}
 	sq_buf *b = &t->resp;
 	sq_buf_reset(b);
-	sq_buf_printf(b, "{\"map_version\":%lld,\"shards\":[", (long long)s->map_version);
-	for (int i = 0; i < s->nshards; i++) {
-		sq_buf_printf(b, "%s{\"id\":", i ? "," : "");
-		sq_json_put_string(b, sq_config_shard_id(d->cfg, i));
-		sq_buf_printf(b, ",\"partitions_owned\":%lld,\"partitions_moving\":%lld}",
-			      (long long)s->partitions_owned[i],
-			      (long long)s->partitions_moving[i]);
-	}
-	sq_buf_puts(b, "],\"types\":[");
-	for (size_t i = 0; i < s->nrows; i++) {
-		const sq_stats_row *r = &s->rows[i];
-		sq_buf_printf(b, "%s{\"shard\":", i ? "," : "");
-		sq_json_put_string(b, sq_config_shard_id(d->cfg, r->shard));
-		sq_buf_puts(b, ",\"type\":");
-		sq_json_put_string(b, r->type);
-		sq_buf_printf(
-			b,
-			",\"ready\":%lld,\"starting\":%lld,\"running\":%lld,\"completed\":%lld,"
-			"\"failed\":%lld,\"cancelled\":%lld,\"oldest_ready_age_ms\":%lld,"
-			"\"expired_leases\":%lld}",
-			(long long)r->count[SQ_READY], (long long)r->count[SQ_STARTING],
-			(long long)r->count[SQ_RUNNING], (long long)r->count[SQ_COMPLETED],
-			(long long)r->count[SQ_FAILED], (long long)r->count[SQ_CANCELLED],
-			(long long)r->oldest_ready_age_ms, (long long)r->expired_leases);
-	}
-	sq_buf_puts(b, "]}");
+	sq_buf_printf(b, "{\"map_version\":%lld,\"exact\":%s,", (long long)s->map_version,
+		      t->exact ? "true" : "false");
+	put_stats(d, b, s, NULL);
+	sq_buf_putc(b, '}');
 	sq_stats_free(s);
+}
+
+/* Everything the admin page shows, in one answer: a shard that cannot be
+ * read is named, the others shown. */
+static void do_overview(sqd *d, sq_client *c, sqd_task *t)
+{
+	sq_stats *s;
+	sq_error err;
+	sq_status st = sq_stats_fast(c, 0, &s, &err);
+	if (st != SQ_OK) {
+		fail_status(t, st, &err);
+		return;
+	}
+	uint32_t np = sq_config_partitions(d->cfg);
+	int ns = d->cfg->nshards;
+	int64_t *count = calloc((size_t)ns, sizeof(*count));
+	if (!count) {
+		sq_stats_free(s);
+		sqd_error(t, 500, "internal", "out of memory");
+		return;
+	}
+	/* the map as last loaded if the meta database cannot be read now */
+	if (sq_client_refresh_map(c, &err) != SQ_OK)
+		sqd_log("overview: the map could not be reloaded: %s", err.msg);
+	for (uint32_t p = 0; p < np; p++) {
+		int sh = sq_client_shard_of_partition(c, p);
+		if (sh >= 0 && sh < ns)
+			count[sh]++;
+	}
+	sq_buf *b = &t->resp;
+	sq_buf_reset(b);
+	sq_buf_printf(b, "{\"map_version\":%lld,\"partitions\":%u,",
+		      (long long)sq_client_map_version(c), np);
+	put_stats(d, b, s, count);
+	free(count);
+	sq_stats_free(s);
+	sq_buf_puts(b, ",\"moves\":[");
+	sq_move_info *v = NULL;
+	size_t n = 0;
+	if (sq_moves_list(c, 0, &v, &n, &err) == SQ_OK) {
+		for (size_t i = 0; i < n; i++) {
+			sq_buf_printf(b, "%s{\"id\":%lld,\"from\":", i ? "," : "",
+				      (long long)v[i].move_id);
+			sq_json_put_string(b, v[i].from);
+			sq_buf_puts(b, ",\"to\":");
+			sq_json_put_string(b, v[i].to);
+			sq_buf_printf(b, ",\"partitions\":%d,\"step\":", v[i].npartitions);
+			sq_json_put_string(b, v[i].step);
+			sq_buf_printf(b, ",\"rows\":%lld,\"stall_ms\":%.1f,\"error\":",
+				      (long long)v[i].rows, v[i].stall_ms);
+			sq_json_put_string(b, v[i].error);
+			sq_buf_putc(b, '}');
+		}
+		free(v);
+	}
+	sq_buf_puts(b, "],\"failed\":[");
+	sq_failed_job *f = NULL;
+	if (sq_failed_recent(c, 10, &f, &n, &err) == SQ_OK) {
+		for (size_t i = 0; i < n; i++) {
+			sq_buf_printf(b, "%s{\"id\":%lld,\"type\":", i ? "," : "",
+				      (long long)f[i].id);
+			sq_json_put_string(b, f[i].type);
+			sq_buf_puts(b, ",\"shard\":");
+			sq_json_put_string(b, d->cfg->shards[f[i].shard].id);
+			sq_buf_printf(b, ",\"tries\":%d,\"failed_ms\":%lld,\"last_error\":",
+				      f[i].tries, (long long)(f[i].failed_us / 1000));
+			sq_json_put_string(b, f[i].last_error);
+			sq_buf_putc(b, '}');
+		}
+		free(f);
+	}
+	sq_buf_puts(b, "],\"rates\":");
+	sqd_rates_json(d, b);
+	sq_buf_putc(b, '}');
+}
+
+static void do_metrics(sqd *d, sq_client *c, sqd_task *t)
+{
+	t->text = 1;
+	sq_buf_reset(&t->resp);
+	sqd_metrics_write(d, &t->resp);
+	sqd_metrics_write_shards(d, c, &t->resp);
 }
 
 static void do_map(sqd *d, sq_client *c, sqd_task *t)
@@ -717,6 +824,8 @@ void sqd_run(sqd *d, sq_client *c, sqd_task *t)
 	case R_CANCEL: do_cancel(d, c, t); break;
 	case R_GET_JOB: do_get_job(d, c, t); break;
 	case R_STATS: do_stats(d, c, t); break;
+	case R_OVERVIEW: do_overview(d, c, t); break;
+	case R_METRICS: do_metrics(d, c, t); break;
 	case R_MAP: do_map(d, c, t); break;
 	case R_MOVES: do_moves(d, c, t); break;
 	default: sqd_error(t, 500, "internal", "no handler for this route");

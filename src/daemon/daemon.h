@@ -37,6 +37,8 @@ typedef enum sqd_route {
 	R_MAP,
 	R_MOVES,
 	R_METRICS,
+	R_PAGE,
+	R_OVERVIEW,
 	R_RELEASE_GONE, /* internal: hand back what a client that went away was given */
 	R_COUNT
 } sqd_route;
@@ -64,6 +66,7 @@ typedef struct sqd_task {
 	size_t len;
 	int64_t id;          /* GET /v1/jobs/ID */
 	int all;             /* ?all=1 */
+	int exact;           /* ?exact=1 */
 	atomic_int gone;     /* the client's connection closed */
 	struct event *watch; /* main thread: sees the client hang up while it waits */
 	int fd;              /* its socket, while the connection lives */
@@ -74,6 +77,7 @@ typedef struct sqd_task {
 	int status;
 	int retry_after; /* seconds; 0: no header */
 	int text;        /* text/plain (metrics) rather than JSON */
+	int html;        /* the page */
 	sq_buf resp;
 	double t0; /* when the request arrived (monotonic seconds) */
 } sqd_task;
@@ -101,6 +105,7 @@ typedef struct sqd_metrics {
 	sqd_hist latency[R_COUNT];
 	atomic_ullong jobs_enqueued, jobs_claimed, jobs_released_gone, jobs_released_extra;
 	atomic_ullong results_ok, results_lost, results_other;
+	atomic_ullong jobs_completed, jobs_failed; /* through complete and fail */
 	atomic_ullong claim_statements; /* sq_claim calls (each one statement per shard) */
 	atomic_ullong claim_requests;   /* claim requests those calls served */
 	atomic_ullong claim_errors;
@@ -111,6 +116,18 @@ typedef struct sqd_metrics {
 	atomic_int connections;
 	atomic_int queue_len;
 } sqd_metrics;
+
+/* Rates for the page: per second, the last SQD_RATE_N seconds. */
+#define SQD_RATE_N 120
+enum { RATE_ENQUEUED, RATE_CLAIMED, RATE_COMPLETED, RATE_FAILED, RATE_KINDS };
+
+typedef struct sqd_rates {
+	pthread_mutex_t mu;
+	double v[RATE_KINDS][SQD_RATE_N]; /* a ring; `at` is the next slot */
+	int at, n;
+	unsigned long long last[RATE_KINDS];
+	double last_t;
+} sqd_rates;
 
 typedef struct sqd_token {
 	char name[65];
@@ -139,7 +156,11 @@ typedef struct sqd {
 	atomic_int stopping;
 	atomic_int inflight; /* tasks not yet answered */
 	sqd_metrics m;
+	sqd_rates rates;
 } sqd;
+
+/* the admin page (src/daemon/page.html, embedded at build time) */
+extern const char sqd_page[];
 
 /* server.c: hands a finished task back to the main thread. */
 void sqd_done(sqd *d, sqd_task *t);
@@ -166,6 +187,11 @@ void sqd_claimer_submit(sqd *d, sqd_task *t);
 void sqd_claimer_wake(sqd *d);
 
 /* metrics.c */
+void sqd_rates_sample(sqd *d);
+/* {"seconds":N,"enqueued":[...],...} */
+void sqd_rates_json(sqd *d, sq_buf *out);
+/* the per shard and type gauges (sq_stats_fast), on a request thread */
+void sqd_metrics_write_shards(sqd *d, sq_client *c, sq_buf *out);
 void sqd_observe(sqd *d, sqd_route r, int status, double seconds);
 void sqd_metrics_write(sqd *d, sq_buf *out);
 

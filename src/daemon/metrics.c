@@ -3,7 +3,10 @@
  * so a scrape costs no query however many jobs there are. */
 #include "daemon.h"
 
+#include "json.h"
+
 #include <stdio.h>
+#include <stdlib.h>
 
 const double sqd_buckets[SQD_NBUCKETS] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
 					  0.1,    0.25,  0.5,    1,     2.5,  5,     10};
@@ -102,6 +105,10 @@ void sqd_metrics_write(sqd *d, sq_buf *b)
 		      (unsigned long long)atomic_load(&m->results_lost));
 	sq_buf_printf(b, "shardqd_results_total{result=\"unavailable\"} %llu\n",
 		      (unsigned long long)atomic_load(&m->results_other));
+	counter(b, "shardqd_jobs_completed_total", "Jobs completed through this daemon.",
+		atomic_load(&m->jobs_completed));
+	counter(b, "shardqd_jobs_failed_total", "Job failures reported through this daemon.",
+		atomic_load(&m->jobs_failed));
 	counter(b, "shardqd_claim_statements_total",
 		"Coalesced claims sent (each is one statement per shard).",
 		atomic_load(&m->claim_statements));
@@ -129,4 +136,127 @@ void sqd_metrics_write(sqd *d, sq_buf *b)
 	      "Connections the daemon holds per shard: one per request thread, the "
 	      "claimer's and its LISTEN connection.",
 	      d->nthreads + 2);
+}
+
+void sqd_rates_sample(sqd *d)
+{
+	sqd_rates *r = &d->rates;
+	double now = sqd_now();
+	unsigned long long cur[RATE_KINDS] = {
+		atomic_load(&d->m.jobs_enqueued), atomic_load(&d->m.jobs_claimed),
+		atomic_load(&d->m.jobs_completed), atomic_load(&d->m.jobs_failed)};
+	pthread_mutex_lock(&r->mu);
+	if (r->last_t > 0 && now > r->last_t) {
+		for (int k = 0; k < RATE_KINDS; k++)
+			r->v[k][r->at] = (double)(cur[k] - r->last[k]) / (now - r->last_t);
+		r->at = (r->at + 1) % SQD_RATE_N;
+		if (r->n < SQD_RATE_N)
+			r->n++;
+	}
+	for (int k = 0; k < RATE_KINDS; k++)
+		r->last[k] = cur[k];
+	r->last_t = now;
+	pthread_mutex_unlock(&r->mu);
+}
+
+void sqd_rates_json(sqd *d, sq_buf *b)
+{
+	static const char *names[RATE_KINDS] = {"enqueued", "claimed", "completed", "failed"};
+	sqd_rates *r = &d->rates;
+	pthread_mutex_lock(&r->mu);
+	sq_buf_printf(b, "{\"seconds\":%d", r->n);
+	for (int k = 0; k < RATE_KINDS; k++) {
+		sq_buf_printf(b, ",\"%s\":[", names[k]);
+		for (int i = 0; i < r->n; i++) {
+			int at = (r->at - r->n + i + SQD_RATE_N) % SQD_RATE_N;
+			sq_buf_printf(b, "%s%.1f", i ? "," : "", r->v[k][at]);
+		}
+		sq_buf_putc(b, ']');
+	}
+	sq_buf_putc(b, '}');
+	pthread_mutex_unlock(&r->mu);
+}
+
+/* Prometheus label values: the shard ids and type names are [A-Za-z0-9_.:-]
+ * (the config refuses anything else), so they need no escaping. */
+void sqd_metrics_write_shards(sqd *d, sq_client *c, sq_buf *b)
+{
+	sq_stats *st = NULL;
+	sq_error err;
+	if (sq_stats_fast(c, 0, &st, &err) != SQ_OK) {
+		sq_buf_puts(b, "# shardq_shard_up: no shard could be read\n");
+		sq_buf_puts(b, "# TYPE shardq_shard_up gauge\n");
+		for (int s = 0; s < d->cfg->nshards; s++)
+			sq_buf_printf(b, "shardq_shard_up{shard=\"%s\"} 0\n", d->cfg->shards[s].id);
+		return;
+	}
+	sq_buf_puts(b, "# HELP shardq_shard_up Whether the shard answered this scrape.\n"
+		       "# TYPE shardq_shard_up gauge\n");
+	for (int s = 0; s < st->nshards; s++)
+		sq_buf_printf(b, "shardq_shard_up{shard=\"%s\"} %d\n", d->cfg->shards[s].id,
+			      st->shard_error[s] ? 0 : 1);
+	sq_buf_puts(b, "# HELP shardq_jobs Live jobs per shard, type and status (ready: exact "
+		       "up to 10000, PostgreSQL's estimate above; see estimated).\n"
+		       "# TYPE shardq_jobs gauge\n");
+	for (size_t i = 0; i < st->nrows; i++) {
+		const sq_stats_row *r = &st->rows[i];
+		const char *sid = d->cfg->shards[r->shard].id;
+		sq_buf_printf(b, "shardq_jobs{shard=\"%s\",type=\"%s\",status=\"ready\"} %lld\n",
+			      sid, r->type, (long long)r->count[SQ_READY]);
+		sq_buf_printf(b, "shardq_jobs{shard=\"%s\",type=\"%s\",status=\"starting\"} %lld\n",
+			      sid, r->type, (long long)r->count[SQ_STARTING]);
+		sq_buf_printf(b, "shardq_jobs{shard=\"%s\",type=\"%s\",status=\"running\"} %lld\n",
+			      sid, r->type, (long long)r->count[SQ_RUNNING]);
+	}
+	sq_buf_puts(b, "# HELP shardq_jobs_ready_estimated 1 when the ready count is an estimate.\n"
+		       "# TYPE shardq_jobs_ready_estimated gauge\n");
+	for (size_t i = 0; i < st->nrows; i++)
+		sq_buf_printf(b, "shardq_jobs_ready_estimated{shard=\"%s\",type=\"%s\"} %d\n",
+			      d->cfg->shards[st->rows[i].shard].id, st->rows[i].type,
+			      st->rows[i].ready_estimated);
+	sq_buf_puts(b, "# HELP shardq_expired_leases Jobs starting or running past their lease "
+		       "(their worker died or hung; the next claim takes them back).\n"
+		       "# TYPE shardq_expired_leases gauge\n");
+	for (size_t i = 0; i < st->nrows; i++)
+		sq_buf_printf(b, "shardq_expired_leases{shard=\"%s\",type=\"%s\"} %lld\n",
+			      d->cfg->shards[st->rows[i].shard].id, st->rows[i].type,
+			      (long long)st->rows[i].expired_leases);
+	sq_buf_puts(b, "# HELP shardq_oldest_ready_age_seconds How long the next due job in claim "
+		       "order has been due (absent: none due).\n"
+		       "# TYPE shardq_oldest_ready_age_seconds gauge\n");
+	for (size_t i = 0; i < st->nrows; i++)
+		if (st->rows[i].oldest_ready_age_ms >= 0)
+			sq_buf_printf(
+				b,
+				"shardq_oldest_ready_age_seconds{shard=\"%s\",type=\"%s\"} %.3f\n",
+				d->cfg->shards[st->rows[i].shard].id, st->rows[i].type,
+				st->rows[i].oldest_ready_age_ms / 1000.0);
+	sq_buf_puts(b, "# HELP shardq_partitions Partitions per shard and state.\n"
+		       "# TYPE shardq_partitions gauge\n");
+	for (int s = 0; s < st->nshards; s++)
+		if (!st->shard_error[s]) {
+			sq_buf_printf(b, "shardq_partitions{shard=\"%s\",state=\"owned\"} %lld\n",
+				      d->cfg->shards[s].id, (long long)st->partitions_owned[s]);
+			sq_buf_printf(b, "shardq_partitions{shard=\"%s\",state=\"moving\"} %lld\n",
+				      d->cfg->shards[s].id, (long long)st->partitions_moving[s]);
+		}
+	sq_stats_free(st);
+	/* moves: how many are unfinished, and the longest write stall of those */
+	sq_move_info *mv = NULL;
+	size_t nmv = 0;
+	if (sq_moves_list(c, 0, &mv, &nmv, &err) == SQ_OK) {
+		double stall = 0;
+		for (size_t i = 0; i < nmv; i++)
+			if (mv[i].stall_ms > stall)
+				stall = mv[i].stall_ms;
+		sq_buf_printf(
+			b,
+			"# HELP shardq_moves_in_progress Partition moves not finished.\n"
+			"# TYPE shardq_moves_in_progress gauge\nshardq_moves_in_progress %zu\n"
+			"# HELP shardq_move_stall_seconds The longest write stall of the moves "
+			"in progress.\n# TYPE shardq_move_stall_seconds gauge\n"
+			"shardq_move_stall_seconds %.3f\n",
+			nmv, stall / 1000.0);
+		free(mv);
+	}
 }

@@ -216,6 +216,8 @@ static void on_sweep(evutil_socket_t fd, short what, void *arg)
 {
 	sqd *d = arg;
 	double now = sqd_now();
+	if (now - d->rates.last_t >= 1)
+		sqd_rates_sample(d);
 	sqd_conn *next;
 	for (sqd_conn *c = S.conns; c; c = next) {
 		next = c->next;
@@ -322,10 +324,17 @@ static void reply(sqd *d, sqd_task *t)
 	sqd_observe(d, t->route, t->status, sqd_now() - t->t0);
 	struct evkeyvalq *h = evhttp_request_get_output_headers(req);
 	evhttp_add_header(h, "Content-Type",
-			  t->text ? "text/plain; version=0.0.4; charset=utf-8"
-				  : (t->route == R_NONE && t->status == 200
-					     ? "text/html; charset=utf-8"
-					     : "application/json"));
+			  t->text   ? "text/plain; version=0.0.4; charset=utf-8"
+			  : t->html ? "text/html; charset=utf-8"
+				    : "application/json");
+	if (t->html) {
+		/* no script, style or frame from anywhere else */
+		evhttp_add_header(h, "Content-Security-Policy",
+				  "default-src 'none'; script-src 'unsafe-inline'; style-src "
+				  "'unsafe-inline'; connect-src 'self'; img-src 'self' data:; "
+				  "frame-ancestors 'none'");
+		evhttp_add_header(h, "Cache-Control", "no-store");
+	}
 	if (t->status == 401)
 		evhttp_add_header(h, "WWW-Authenticate", "Bearer realm=\"shardqd\"");
 	if (t->retry_after > 0) {
@@ -474,6 +483,8 @@ static const route_def routes[] = {
 	{"/v1/map", EVHTTP_REQ_GET, R_MAP, A},
 	{"/v1/moves", EVHTTP_REQ_GET, R_MOVES, A},
 	{"/metrics", EVHTTP_REQ_GET, R_METRICS, A},
+	{"/v1/admin/overview", EVHTTP_REQ_GET, R_OVERVIEW, A},
+	{"/", EVHTTP_REQ_GET, R_PAGE, 0},
 };
 #undef W
 #undef P
@@ -640,6 +651,8 @@ static void on_request(struct evhttp_request *req, void *arg)
 	}
 	if (query && strstr(query, "all=1"))
 		t->all = 1;
+	if (query && strstr(query, "exact=1"))
+		t->exact = 1;
 	struct evbuffer *in = evhttp_request_get_input_buffer(req);
 	size_t n = evbuffer_get_length(in);
 	t->body = malloc(n + 1);
@@ -656,9 +669,17 @@ static void on_request(struct evhttp_request *req, void *arg)
 		sq_buf_puts(&t->resp, "{\"ok\":true}");
 		reply(d, t);
 		return;
-	case R_METRICS:
-		t->text = 1;
-		sqd_metrics_write(d, &t->resp);
+	case R_PAGE:
+		/* the page itself holds no data: without an admin token it is
+		 * still sent, with 401, and asks for one; what it shows comes
+		 * from /v1/admin/overview, which needs the token */
+		t->html = 1;
+		{
+			sqd_task probe = {0};
+			t->status = authorize(d, req, &probe, SQ_SCOPE_ADMIN) ? probe.status : 200;
+			sq_buf_free(&probe.resp);
+		}
+		sq_buf_puts(&t->resp, sqd_page);
 		reply(d, t);
 		return;
 	case R_CLAIM:
@@ -814,6 +835,7 @@ int main(int argc, char **argv)
 	pthread_cond_init(&d->work.cv, NULL);
 	pthread_mutex_init(&d->done_mu, NULL);
 	pthread_mutex_init(&d->claim_mu, NULL);
+	pthread_mutex_init(&d->rates.mu, NULL);
 	for (int i = 0; i < d->nthreads; i++)
 		if (sq_client_open(d->cfg, 0, &d->clients[i], &err) != SQ_OK) {
 			fprintf(stderr, "shardqd: %s\n", err.msg);
