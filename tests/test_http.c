@@ -878,10 +878,9 @@ START_TEST(many_long_polls_few_connections)
 	/* every job reached a client; none is left behind or held twice */
 	ck_assert_int_eq(got_total, NJ);
 	ck_assert_int_eq(live("status = 'running'"), NJ);
-	long long reqs = metric("shardqd_claim_requests_total");
-	long long all_stmts = metric("shardqd_claim_statements_total");
-	ck_assert_msg(reqs > all_stmts, "%lld requests in %lld statements: nothing coalesced", reqs,
-		      all_stmts);
+	/* one tick serves every waiting claim: a handful of statements, not one
+	 * per client (a tick can run while the enqueue's two shards commit) */
+	ck_assert_msg(stmts < N / 10, "%lld claim statements for %d waiting clients", stmts, N);
 	stop_all();
 }
 END_TEST

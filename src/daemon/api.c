@@ -324,34 +324,41 @@ static const char *result_name(sq_status s)
 	}
 }
 
-static void do_results(sqd *d, sq_client *c, sqd_task *t)
+/* One result request, parsed. */
+typedef struct res_req {
+	json_t *root;
+	size_t n;
+	sq_job_ref *refs;
+	sq_fail_req *fails;
+	const char **workers;
+	sq_status *out;
+	size_t at; /* its first entry in the merged arrays */
+} res_req;
+
+/* Parses a result request; -1 with the task's error set. */
+static int parse_results(sqd_task *t, res_req *q)
 {
 	const char *ex = "{\"jobs\":[{\"id\":1,\"attempt\":1,\"worker\":\"...\"}]}";
-	json_t *root = load_body(t, ex);
-	if (!root)
-		return;
-	json_t *jobs = json_object_get(root, "jobs");
+	memset(q, 0, sizeof(*q));
+	if (!(q->root = load_body(t, ex)))
+		return -1;
+	json_t *jobs = json_object_get(q->root, "jobs");
 	size_t n = json_is_array(jobs) ? json_array_size(jobs) : 0;
-	sq_job_ref *refs = NULL;
-	sq_fail_req *fails = NULL;
-	sq_status *out = NULL;
-	const char **workers = NULL;
-	char *done = NULL;
 	if (n == 0 || n > MAX_BATCH) {
 		sqd_error(t, 400, "bad_request",
 			  "\"jobs\" must be an array of 1 to %d jobs, each {\"id\",\"attempt\","
 			  "\"worker\"} as the claim returned them",
 			  MAX_BATCH);
-		goto out;
+		return -1;
 	}
-	refs = calloc(n, sizeof(*refs));
-	fails = calloc(n, sizeof(*fails));
-	out = calloc(n, sizeof(*out));
-	workers = calloc(n, sizeof(*workers));
-	done = calloc(n, 1);
-	if (!refs || !fails || !out || !workers || !done) {
+	q->n = n;
+	q->refs = calloc(n, sizeof(*q->refs));
+	q->fails = calloc(n, sizeof(*q->fails));
+	q->out = calloc(n, sizeof(*q->out));
+	q->workers = calloc(n, sizeof(*q->workers));
+	if (!q->refs || !q->fails || !q->out || !q->workers) {
 		sqd_error(t, 500, "internal", "out of memory");
-		goto out;
+		return -1;
 	}
 	for (size_t i = 0; i < n; i++) {
 		json_t *j = json_array_get(jobs, i);
@@ -364,11 +371,12 @@ static void do_results(sqd *d, sq_client *c, sqd_task *t)
 				  "job %zu: needs \"id\" (a positive integer), \"attempt\" (an "
 				  "integer) and \"worker\" (a string), as the claim returned them",
 				  i);
-			goto out;
+			return -1;
 		}
-		refs[i].id = json_integer_value(id);
-		refs[i].attempt = (int32_t)json_integer_value(at);
-		workers[i] = json_string_value(w);
+		q->refs[i].id = json_integer_value(id);
+		q->refs[i].attempt = (int32_t)json_integer_value(at);
+		q->workers[i] = json_string_value(w);
+		q->out[i] = SQ_ECONN;
 		if (t->route == R_FAIL) {
 			json_t *e = json_object_get(j, "error"),
 			       *p = json_object_get(j, "permanent");
@@ -378,78 +386,48 @@ static void do_results(sqd *d, sq_client *c, sqd_task *t)
 					  "job %zu: \"error\" must be a string and \"permanent\" "
 					  "true or false",
 					  i);
-				goto out;
+				return -1;
 			}
-			fails[i].ref = refs[i];
-			fails[i].error = json_is_string(e) ? json_string_value(e) : NULL;
-			fails[i].permanent = json_is_true(p);
+			q->fails[i].ref = q->refs[i];
+			q->fails[i].error = json_is_string(e) ? json_string_value(e) : NULL;
+			q->fails[i].permanent = json_is_true(p);
 		}
 	}
-	/* one call per worker name (normally one: the daemon's) */
-	sq_status first_err = SQ_OK;
-	sq_error err = {0};
-	sq_job_ref *sub = calloc(n, sizeof(*sub));
-	sq_fail_req *subf = calloc(n, sizeof(*subf));
-	sq_status *subo = calloc(n, sizeof(*subo));
-	size_t *idx = calloc(n, sizeof(*idx));
-	if (!sub || !subf || !subo || !idx) {
-		free(sub);
-		free(subf);
-		free(subo);
-		free(idx);
-		sqd_error(t, 500, "internal", "out of memory");
-		goto out;
-	}
-	for (size_t i = 0; i < n; i++) {
-		if (done[i])
-			continue;
-		size_t k = 0;
-		for (size_t j = i; j < n; j++)
-			if (!done[j] && !strcmp(workers[j], workers[i])) {
-				sub[k] = refs[j];
-				subf[k] = fails[j];
-				idx[k++] = j;
-				done[j] = 1;
-			}
-		for (size_t j = 0; j < k; j++)
-			subo[j] = SQ_ECONN;
-		sq_status st;
-		switch (t->route) {
-		case R_START: st = sq_start(c, workers[i], sub, k, subo, &err); break;
-		case R_HEARTBEAT: st = sq_heartbeat(c, workers[i], sub, k, subo, &err); break;
-		case R_COMPLETE: st = sq_complete(c, workers[i], sub, k, subo, &err); break;
-		case R_RELEASE: st = sq_unclaim(c, workers[i], sub, k, subo, &err); break;
-		default: st = sq_fail(c, workers[i], subf, k, subo, &err); break;
-		}
-		if (st != SQ_OK && first_err == SQ_OK) {
-			first_err = st;
-			sqd_log("%s: %s", t->route == R_COMPLETE ? "complete" : "results", err.msg);
-		}
-		for (size_t j = 0; j < k; j++)
-			out[idx[j]] = subo[j];
-	}
-	free(sub);
-	free(subf);
-	free(subo);
-	free(idx);
-	/* a job that is not ours any more: lost, or gone altogether */
+	return 0;
+}
+
+static void free_results(res_req *q)
+{
+	free(q->refs);
+	free(q->fails);
+	free(q->out);
+	free(q->workers);
+	json_decref(q->root);
+}
+
+/* The reply of one result request, from its per-job outcomes. */
+static void answer_results(sqd *d, sq_client *c, sqd_task *t, res_req *q, sq_status first_err,
+			   const sq_error *err)
+{
+	size_t n = q->n;
 	int lost = 0, unavailable = 0;
 	for (size_t i = 0; i < n; i++) {
-		if (out[i] == SQ_ELOST) {
+		if (q->out[i] == SQ_ELOST) {
+			/* not ours any more: lost, or gone altogether */
 			sq_job j;
 			sq_error e2;
-			if (sq_get_job(c, refs[i].id, &j, &e2) == SQ_ENOTFOUND)
-				out[i] = SQ_ENOTFOUND;
+			if (sq_get_job(c, q->refs[i].id, &j, &e2) == SQ_ENOTFOUND)
+				q->out[i] = SQ_ENOTFOUND;
 			else
 				sq_job_clear(&j);
 		}
-		if (out[i] == SQ_OK) {
+		if (q->out[i] == SQ_OK) {
 			atomic_fetch_add(&d->m.results_ok, 1);
 			if (t->route == R_COMPLETE)
 				atomic_fetch_add(&d->m.jobs_completed, 1);
 			else if (t->route == R_FAIL)
 				atomic_fetch_add(&d->m.jobs_failed, 1);
-		} else if (out[i] == SQ_ELOST || out[i] == SQ_ENOTFOUND) {
+		} else if (q->out[i] == SQ_ELOST || q->out[i] == SQ_ENOTFOUND) {
 			atomic_fetch_add(&d->m.results_lost, 1);
 			lost++;
 		} else {
@@ -469,7 +447,7 @@ static void do_results(sqd *d, sq_client *c, sqd_task *t)
 		char msg[1200];
 		snprintf(msg, sizeof(msg),
 			 "%d of %zu jobs could not be written: %s; send those again in a moment",
-			 unavailable, n, first_err != SQ_OK ? err.msg : "a partition is moving");
+			 unavailable, n, first_err != SQ_OK ? err->msg : "a partition is moving");
 		sq_json_put_string(&t->resp, msg);
 		sq_buf_puts(&t->resp, "},");
 	} else if (lost) {
@@ -489,15 +467,108 @@ static void do_results(sqd *d, sq_client *c, sqd_task *t)
 	sq_buf_puts(&t->resp, "\"results\":[");
 	for (size_t i = 0; i < n; i++)
 		sq_buf_printf(&t->resp, "%s{\"id\":%lld,\"result\":\"%s\"}", i ? "," : "",
-			      (long long)refs[i].id, result_name(out[i]));
+			      (long long)q->refs[i].id, result_name(q->out[i]));
 	sq_buf_puts(&t->resp, "]}");
+}
+
+/*
+ * Start, heartbeat, complete, fail or release for several requests of one
+ * kind at once: a request thread takes every request of that kind waiting
+ * in the queue, and their jobs go to the shards as one call per worker
+ * name (normally one, the daemon's), one transaction per shard, rather
+ * than one per request. Each request gets its own answer.
+ */
+void sqd_run_results(sqd *d, sq_client *c, sqd_task **tasks, size_t ntasks)
+{
+	res_req *q = calloc(ntasks, sizeof(*q));
+	size_t total = 0;
+	if (!q) {
+		for (size_t k = 0; k < ntasks; k++)
+			sqd_error(tasks[k], 500, "internal", "out of memory");
+		return;
+	}
+	char *ok = calloc(ntasks, 1);
+	for (size_t k = 0; k < ntasks; k++) {
+		if (ok && parse_results(tasks[k], &q[k]) == 0) {
+			ok[k] = 1;
+			q[k].at = total;
+			total += q[k].n;
+		}
+	}
+	sqd_route route = tasks[0]->route;
+	sq_job_ref *refs = calloc(total ? total : 1, sizeof(*refs));
+	sq_fail_req *fails = calloc(total ? total : 1, sizeof(*fails));
+	const char **workers = calloc(total ? total : 1, sizeof(*workers));
+	sq_status *out = calloc(total ? total : 1, sizeof(*out));
+	sq_job_ref *sub = calloc(total ? total : 1, sizeof(*sub));
+	sq_fail_req *subf = calloc(total ? total : 1, sizeof(*subf));
+	sq_status *subo = calloc(total ? total : 1, sizeof(*subo));
+	size_t *idx = calloc(total ? total : 1, sizeof(*idx));
+	char *done = calloc(total ? total : 1, 1);
+	sq_status first_err = SQ_OK;
+	sq_error err = {0};
+	if (!ok || !refs || !fails || !workers || !out || !sub || !subf || !subo || !idx || !done) {
+		for (size_t k = 0; k < ntasks; k++)
+			if (!ok || ok[k])
+				sqd_error(tasks[k], 500, "internal", "out of memory");
+		goto out;
+	}
+	for (size_t k = 0; k < ntasks; k++)
+		if (ok[k])
+			for (size_t i = 0; i < q[k].n; i++) {
+				refs[q[k].at + i] = q[k].refs[i];
+				fails[q[k].at + i] = q[k].fails[i];
+				workers[q[k].at + i] = q[k].workers[i];
+				out[q[k].at + i] = SQ_ECONN;
+			}
+	for (size_t i = 0; i < total; i++) {
+		if (done[i])
+			continue;
+		size_t k = 0;
+		for (size_t j = i; j < total; j++)
+			if (!done[j] && !strcmp(workers[j], workers[i])) {
+				sub[k] = refs[j];
+				subf[k] = fails[j];
+				subo[k] = SQ_ECONN;
+				idx[k++] = j;
+				done[j] = 1;
+			}
+		sq_status st;
+		switch (route) {
+		case R_START: st = sq_start(c, workers[i], sub, k, subo, &err); break;
+		case R_HEARTBEAT: st = sq_heartbeat(c, workers[i], sub, k, subo, &err); break;
+		case R_COMPLETE: st = sq_complete(c, workers[i], sub, k, subo, &err); break;
+		case R_RELEASE: st = sq_unclaim(c, workers[i], sub, k, subo, &err); break;
+		default: st = sq_fail(c, workers[i], subf, k, subo, &err); break;
+		}
+		if (st != SQ_OK && first_err == SQ_OK) {
+			first_err = st;
+			sqd_log("%s: %s", route == R_COMPLETE ? "complete" : "results", err.msg);
+		}
+		for (size_t j = 0; j < k; j++)
+			out[idx[j]] = subo[j];
+	}
+	for (size_t k = 0; k < ntasks; k++)
+		if (ok[k]) {
+			memcpy(q[k].out, out + q[k].at, q[k].n * sizeof(*out));
+			answer_results(d, c, tasks[k], &q[k], first_err, &err);
+		}
+	atomic_fetch_add(&d->m.result_calls, 1);
+	atomic_fetch_add(&d->m.result_requests, ntasks);
 out:
+	for (size_t k = 0; k < ntasks; k++)
+		free_results(&q[k]);
+	free(q);
+	free(ok);
 	free(refs);
 	free(fails);
-	free(out);
 	free(workers);
+	free(out);
+	free(sub);
+	free(subf);
+	free(subo);
+	free(idx);
 	free(done);
-	json_decref(root);
 }
 
 static void do_release_gone(sqd *d, sq_client *c, sqd_task *t)
@@ -819,7 +890,7 @@ void sqd_run(sqd *d, sq_client *c, sqd_task *t)
 	case R_HEARTBEAT:
 	case R_COMPLETE:
 	case R_FAIL:
-	case R_RELEASE: do_results(d, c, t); break;
+	case R_RELEASE: sqd_run_results(d, c, &t, 1); break;
 	case R_RELEASE_GONE: do_release_gone(d, c, t); break;
 	case R_CANCEL: do_cancel(d, c, t); break;
 	case R_GET_JOB: do_get_job(d, c, t); break;

@@ -81,6 +81,7 @@ static void answer(sqd *d, sqd_task *t)
 	sq_buf_puts(&t->resp, "]}");
 	t->status = 200;
 	atomic_fetch_sub(&d->m.claims_waiting, 1);
+	atomic_fetch_add(&d->m.claim_requests, 1);
 	sqd_done(d, t);
 }
 
@@ -89,6 +90,7 @@ static void answer_error(sqd *d, sqd_task *t, const char *code, const char *msg)
 	t->retry_after = 1;
 	sqd_error(t, 503, code, "%s; try again in a moment", msg);
 	atomic_fetch_sub(&d->m.claims_waiting, 1);
+	atomic_fetch_add(&d->m.claim_requests, 1);
 	sqd_done(d, t);
 }
 
@@ -110,7 +112,7 @@ static void tick(sqd *d, sq_client *c)
 {
 	sq_claim_req reqs[SQ_MAX_TYPES];
 	const sq_type_conf *tc[SQ_MAX_TYPES];
-	int nreqs = 0, served = 0;
+	int nreqs = 0;
 	/* drop the claims of clients that went away; sum the rest by type */
 	sqd_task *prev = NULL, *t, *next;
 	for (t = C.head; t; t = next) {
@@ -142,7 +144,6 @@ static void tick(sqd *d, sq_client *c)
 				if (cl->start)
 					reqs[r].start += cl->types[k].limit;
 			}
-			served++;
 		}
 		prev = t;
 	}
@@ -153,7 +154,6 @@ static void tick(sqd *d, sq_client *c)
 	sq_error err;
 	sq_status st = sq_claim(c, d->worker_id, reqs, (size_t)nreqs, &jobs, &njobs, &err);
 	atomic_fetch_add(&d->m.claim_statements, 1);
-	atomic_fetch_add(&d->m.claim_requests, (unsigned long long)served);
 	atomic_fetch_add(&d->m.jobs_claimed, njobs);
 	if (st != SQ_OK) {
 		atomic_fetch_add(&d->m.claim_errors, 1);

@@ -109,6 +109,8 @@ typedef struct sqd_metrics {
 	atomic_ullong claim_statements; /* sq_claim calls (each one statement per shard) */
 	atomic_ullong claim_requests;   /* claim requests those calls served */
 	atomic_ullong claim_errors;
+	atomic_ullong result_calls;    /* merged result calls made */
+	atomic_ullong result_requests; /* result requests they served */
 	atomic_ullong auth_refused;
 	atomic_ullong conns_dropped; /* slow or over the limit */
 	atomic_int threads_busy;
@@ -174,6 +176,9 @@ void sqd_error(sqd_task *t, int status, const char *code, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
 /* api.c: runs a task on a request thread with its client. */
 void sqd_run(sqd *d, sq_client *c, sqd_task *t);
+/* api.c: start/heartbeat/complete/fail/release requests of one kind, merged
+ * into one call per worker name */
+void sqd_run_results(sqd *d, sq_client *c, sqd_task **tasks, size_t ntasks);
 /* api.c: parses a claim's body into t->claim; 0, or -1 with the error set. */
 int sqd_claim_parse(sqd *d, sqd_task *t);
 /* api.c: appends one job's JSON. */

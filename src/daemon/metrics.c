@@ -113,9 +113,15 @@ void sqd_metrics_write(sqd *d, sq_buf *b)
 		"Coalesced claims sent (each is one statement per shard).",
 		atomic_load(&m->claim_statements));
 	counter(b, "shardqd_claim_requests_total",
-		"Client claim requests those statements served; divided by the statements: "
-		"requests per statement.",
+		"Claim requests answered (each once, however many ticks it waited); divided by "
+		"the statements: requests per statement.",
 		atomic_load(&m->claim_requests));
+	counter(b, "shardqd_result_calls_total",
+		"Library calls made for start, heartbeat, complete, fail and release (requests "
+		"of one kind waiting together share one).",
+		atomic_load(&m->result_calls));
+	counter(b, "shardqd_result_requests_total", "Result requests those calls served.",
+		atomic_load(&m->result_requests));
 	counter(b, "shardqd_claim_errors_total", "Coalesced claims that failed on a shard.",
 		atomic_load(&m->claim_errors));
 	counter(b, "shardqd_auth_refused_total", "Requests refused with 401 or 403.",

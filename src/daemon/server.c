@@ -448,12 +448,38 @@ static void *request_thread(void *arg)
 		if (!d->work.head)
 			d->work.tail = NULL;
 		d->work.n--;
+		/* results of one kind waiting behind it go with it */
+		sqd_task *batch[64];
+		size_t nb = 0;
+		batch[nb++] = t;
+		if (t->route >= R_START && t->route <= R_RELEASE) {
+			sqd_task *prev = NULL, *q = d->work.head, *next;
+			for (; q && nb < 64; q = next) {
+				next = q->next;
+				if (q->route != t->route) {
+					prev = q;
+					continue;
+				}
+				if (prev)
+					prev->next = next;
+				else
+					d->work.head = next;
+				if (d->work.tail == q)
+					d->work.tail = prev;
+				d->work.n--;
+				batch[nb++] = q;
+			}
+		}
 		atomic_store(&d->m.queue_len, d->work.n);
 		pthread_mutex_unlock(&d->work.mu);
 		atomic_fetch_add(&d->m.threads_busy, 1);
-		sqd_run(d, d->clients[a->i], t);
+		if (nb > 1 || (t->route >= R_START && t->route <= R_RELEASE))
+			sqd_run_results(d, d->clients[a->i], batch, nb);
+		else
+			sqd_run(d, d->clients[a->i], t);
 		atomic_fetch_sub(&d->m.threads_busy, 1);
-		sqd_done(d, t);
+		for (size_t k = 0; k < nb; k++)
+			sqd_done(d, batch[k]);
 	}
 }
 
