@@ -9,16 +9,19 @@ standard library alone, and prints a summary of the outcomes.
 
 A --file holds one JSON object per line, in the form of the API's jobs
 ({"type":"email","key":"user:42","params":{...},"priority":0,"delay_ms":0,
-"run_at_ms":0,"delay_tolerance_ms":1000,"max_attempts":5}; only "type" is
-required); blank lines are skipped. The whole file is read and checked as
-JSON first, then sent in batches.
+"delay_tolerance_ms":1000,"max_attempts":5}, or "run_at_ms":<unix ms>
+instead of "delay_ms"; only "type" is required); blank lines are skipped.
+The whole file is read and checked as JSON first, then sent in batches; the
+daemon checks each job's fields, and one it refuses stops the run with its
+line named (nothing of that batch is written).
 
 When a shard fails during a batch (503), the jobs the daemon reports as
 not_written (or unknown, which only a job with a key can be, and which its
 key makes safe to send again) are sent again after Retry-After, up to
---retries times. A batch that gets no answer at all is not sent again:
-whether it was written is not known, and a job without a key would be
-enqueued twice.
+--retries times; a 503 without results (the daemon is stopping) wrote
+nothing, and the whole batch is sent again the same way. A batch that gets
+no answer at all is not sent again: whether it was written is not known,
+and a job without a key would be enqueued twice.
 
 Exit codes: 0 every job written; 1 some jobs not written (the message says
 which); 2 a bad command line or input file; 3 the daemon refused the
@@ -54,7 +57,12 @@ def api_error(status, body):
     err = body.get("error") if isinstance(body, dict) else None
     if isinstance(err, dict):
         return f"shardqd answered {status} {err.get('code', '?')}: {err.get('message', '')}"
-    return f"shardqd answered {status}: {str(body)[:500]}"
+    # A few errors come from libevent, with an HTML body: 413 for a body over
+    # the daemon's max_body, 400 for headers over max_headers.
+    if status == 413:
+        return ("shardqd answered 413: the request is larger than the daemon's max_body; "
+                "use a smaller --batch (or smaller params)")
+    return f"shardqd answered {status} (not a JSON error): {' '.join(str(body).split())[:200]}"
 
 
 class Client:
@@ -229,6 +237,10 @@ def main():
                     log(f"{span} not sent; {written} jobs before them were written; stopping")
                 return finish(summary_out, counts, written, t0, 1)
             results = body.get("results") if isinstance(body, dict) else None
+            if status == 503 and results is None and isinstance(body, dict):
+                # Refused before anything was sent to a shard (the daemon is
+                # stopping): nothing of the batch was written.
+                results = [{"outcome": "not_written"} for _ in pending]
             if status == 200 or (status == 503 and isinstance(results, list)
                                  and len(results) == len(pending)):
                 again = []
@@ -261,10 +273,11 @@ def main():
             if status == 400 and isinstance(body, dict) and \
                     body.get("error", {}).get("code") == "bad_job":
                 msg = body["error"].get("message", "")
-                # "job N: ..." names the job by its place in the batch, from 1.
+                # "job N: ..." names the job by its index in the batch's
+                # "jobs", counted from 0.
                 head, _, rest = msg.partition(": ")
                 try:
-                    n = pending[int(head.split()[1]) - 1][0]
+                    n = pending[int(head.split()[1])][0]
                     msg = f"{unit} {n}: {rest}"
                 except (IndexError, ValueError):
                     pass

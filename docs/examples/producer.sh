@@ -14,8 +14,10 @@
 #
 # Prints the outcomes (inserted, duplicate, ...) at the end. On an error it
 # prints the daemon's code and message and stops: the batches before were
-# written; for a 503 the reply says which jobs of the batch were
-# (not_written ones are to be sent again; see docs/http.md).
+# written; for a 503 the reply says which jobs of the batch were (they are
+# counted; not_written ones are to be sent again; see docs/http.md). A job
+# the daemon refuses (400 bad_job) is named by its index in the batch,
+# counted from 0; nothing of that batch is written.
 set -u
 
 URL=http://127.0.0.1:8080
@@ -73,9 +75,15 @@ with open(results, "a") as out:
     for r in body.get("results", []):
         out.write(r["outcome"] + "\n")
 if status != "200":
-    e = body.get("error", {})
-    print(f"producer.sh: shardqd answered {status} {e.get('code', '?')}: {e.get('message', '')}",
-          file=sys.stderr)
+    e = body.get("error")
+    if isinstance(e, dict):
+        print(f"producer.sh: shardqd answered {status} {e.get('code', '?')}: {e.get('message', '')}",
+              file=sys.stderr)
+    elif status == "413":  # libevent's own reply, in HTML
+        print("producer.sh: shardqd answered 413: the batch is larger than its max_body; "
+              "use a smaller --batch (or smaller params)", file=sys.stderr)
+    else:
+        print(f"producer.sh: shardqd answered {status} (not a JSON error body)", file=sys.stderr)
     sys.exit(1)
 EOF
 }

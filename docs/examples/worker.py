@@ -2,10 +2,17 @@
 """A shardq worker over HTTP (shardqd), on the Python standard library alone.
 
 It claims jobs of the given types with long polls ("start": true, so they come
-back running), runs each on a thread of its own, heartbeats the ones that run
-longer than half of --lease, and completes them, or fails them with the
-error's text. Completions, failures and heartbeats go in batches, one call
-per kind per round, on a connection of their own.
+back running; a claim waits only while every type has a free slot), runs
+each on a thread of its own, heartbeats each running job every third of
+--lease, and completes them, or fails them with the error's text.
+Completions, failures and heartbeats go in batches, one call per kind per
+round, on a connection of their own.
+
+--lease is the shortest lease a job may hold here: the types' starting_timeout
+(the lease a claimed job runs under until its first heartbeat), or their
+execution_timeout if that is shorter. The daemon's replies do not say the
+leases, so the worker must be told; a third of it leaves room for a
+heartbeat that has to be sent again.
 
     export SHARDQ_TOKEN=...            # a token with the worker scope
     docs/examples/worker.py --types email:4,sync:2
@@ -18,10 +25,11 @@ the claim returned it); returning completes the job, raising fails it
 (raise PermanentError from this module, or any exception with an attribute
 permanent = True, to fail it for good).
 
-SIGTERM or SIGINT: stop claiming (the claim in flight ends within
---wait-ms), let the running jobs finish within --grace, write their results,
-exit 0. A second signal exits at once (exit 1); the leases of the jobs left
-bring them back to another worker.
+SIGTERM or SIGINT: stop claiming (the claim in flight ends within --wait-ms;
+the jobs it brings are handed back at once with POST /v1/jobs/release, as
+their work has not begun), let the running jobs finish within --grace, write
+their results, exit 0. A second signal exits at once (exit 1); the leases of
+the jobs left bring them back to another worker.
 
 Exit codes: 0 after a clean stop; 1 when stopped at once or when jobs were
 still running at the end of --grace; 2 a bad command line; 3 the daemon
@@ -215,19 +223,28 @@ class Worker:
 
     def claim_loop(self):
         backoff = 0.0
+        idle_wait = 0.0
         while True:
             with self.lock:
                 if backoff:
                     self.lock.wait_for(lambda: self.stopping, backoff)
+                if idle_wait:
+                    # Woken early when a slot frees (notify_all).
+                    self.lock.wait(idle_wait)
                 while not self.stopping and not self.free_slots():
                     self.lock.wait(1.0)
                 if self.stopping:
                     return
                 free = self.free_slots()
+            # Long-poll only when the claim can take every type: a claim that
+            # waits for one type's jobs would hold up the others' claims as
+            # their slots free. Else claim what is there now, and look again
+            # when a slot frees or after half a second.
+            every_type = len(free) == len(self.types)
             body = {
                 "worker": self.args.name,
                 "types": [{"type": t, "limit": n} for t, n in free.items()],
-                "wait_ms": self.args.wait_ms,
+                "wait_ms": self.args.wait_ms if every_type else 0,
                 "start": True,
             }
             claimed_at = time.monotonic()
@@ -247,6 +264,14 @@ class Worker:
                 return
             backoff = 0.0
             jobs = r.body.get("jobs", [])
+            idle_wait = 0.5 if not jobs and not every_type else 0.0
+            with self.lock:
+                stopping = self.stopping
+            if stopping and jobs:
+                # Stopped while the claim waited: these jobs have not begun, so
+                # they go back to ready at once, with no try counted.
+                self.release(jobs)
+                return
             with self.lock:
                 for job in jobs:
                     h = Held(job, claimed_at)
@@ -263,6 +288,18 @@ class Worker:
                     threading.Thread(target=self.run, args=(h,), daemon=True).start()
             if self.args.verbose and jobs:
                 log(f"claimed {len(jobs)} jobs")
+
+    def release(self, jobs):
+        refs = [{"id": j["id"], "attempt": j["attempt"], "worker": j["worker"]} for j in jobs]
+        try:
+            r = self.claimer.request("POST", "/v1/jobs/release", {"jobs": refs})
+        except TransportError as e:
+            log(f"release: {e}; their leases bring the {len(refs)} jobs back")
+            return
+        if r.status == 200:
+            log(f"released {len(refs)} jobs claimed as the worker stopped")
+        else:
+            log(str(ApiError("release", r.status, r.body)) + "; their leases bring them back")
 
     # ---- running (one thread per job) ----
 
@@ -320,11 +357,11 @@ class Worker:
 
     def write_round(self):
         now = time.monotonic()
-        half = self.args.lease / 2.0
+        every = self.args.lease / 3.0
         with self.lock:
             finished = [h for h in self.held.values() if h.outcome and not h.lost]
             due = [h for h in self.held.values()
-                   if h.outcome is None and not h.lost and now - h.beat_at >= half]
+                   if h.outcome is None and not h.lost and now - h.beat_at >= every]
         wait = 0.0
         if due:
             sent_at = time.monotonic()
@@ -334,13 +371,13 @@ class Worker:
                 for h, r in zip(due, res):
                     if r == "ok":
                         h.beat_at = sent_at
-                    elif r == "lost":
+                    elif r in ("lost", "not_found"):
                         h.lost = True
-                        log(f"job {h.job['id']}: heartbeat lost (the lease ran out and another "
+                        log(f"job {h.job['id']}: heartbeat {r} (the lease ran out and another "
                             "worker may hold it, or it was cancelled); its result will be dropped")
                         self.counts["lost"] += 1
                     # moving, unavailable, None: sent again next round (the lease
-                    # still has the other half to run).
+                    # still has two thirds to run).
         for kind in ("complete", "fail"):
             batch = [h for h in finished if h.outcome == kind]
             if not batch:
@@ -353,7 +390,7 @@ class Worker:
             wait = max(wait, w)
             with self.lock:
                 for h, r in zip(batch, res):
-                    if r in ("ok", "lost", "dropped"):
+                    if r in ("ok", "lost", "not_found", "dropped"):
                         self.held.pop((h.job["id"], h.job["attempt"]), None)
                     if r == "ok":
                         if kind == "complete":
@@ -361,13 +398,15 @@ class Worker:
                         else:
                             self.counts["failed"] += 1
                             self.counts["permanent"] += h.permanent
-                    elif r == "lost":
+                    elif r in ("lost", "not_found"):
                         self.counts["lost"] += 1
                         why = ("an earlier send may have been applied" if h.sent
                                else "the lease ran out, or it was cancelled")
-                        log(f"job {h.job['id']}: {kind} lost ({why})")
-                    else:
-                        h.sent = h.sent or r is None
+                        log(f"job {h.job['id']}: {kind} {r} ({why})")
+                    elif r != "dropped":
+                        # moving, unavailable or no answer: sent again next
+                        # round; whether this send was applied is not known.
+                        h.sent = True
                 self.lock.notify_all()
         return wait
 
@@ -439,8 +478,9 @@ def main():
     p.add_argument("--wait-ms", type=int, default=5000,
                    help="how long a claim waits for jobs (%(default)s; the daemon cuts it to claim_wait_max)")
     p.add_argument("--lease", type=float, default=30.0,
-                   help="seconds: the shorter of the types' starting_timeout and execution_timeout; "
-                        "jobs are heartbeaten every half of it (%(default)s)")
+                   help="seconds: the shortest of the types' starting_timeout and execution_timeout "
+                        "(the daemon does not say them); running jobs are heartbeaten every third "
+                        "of it (%(default)s)")
     p.add_argument("--grace", type=float, default=30.0,
                    help="seconds running jobs may take to finish after a signal (%(default)s)")
     p.add_argument("--tick", type=float, default=0.1,

@@ -5,9 +5,9 @@
 #   claim with "start":false   the jobs come back `starting`, under the type's
 #                              starting lease
 #   POST /v1/jobs/start        when the job's turn comes (its lease becomes the
-#                              execution timeout); `lost` means its starting
-#                              lease ran out while it waited: skip it
-#   heartbeat                  every half --lease while the command runs
+#                              type's execution_timeout); `lost` means its
+#                              starting lease ran out while it waited: skip it
+#   heartbeat                  every third of --lease while the command runs
 #   complete, or fail          with the last line the command printed
 #   release                    on shutdown, the claimed jobs never started
 #
@@ -17,8 +17,17 @@
 #   docs/examples/worker.sh --exec ./handle-job.sh email
 #
 # Options: --url URL (http://127.0.0.1:8080), --token TOKEN ($SHARDQ_TOKEN),
-# --wait-ms MS (5000), --lease SECONDS (30: the type's execution_timeout or
-# less), --exec CMD, --name NAME.
+# --wait-ms MS (5000), --lease SECONDS (30), --exec CMD, --name NAME.
+#
+# --lease: the types' execution_timeout, or less (the daemon's replies do not
+# say the lease, so the script must be told). A job is heartbeaten every
+# third of it. The jobs of one claim wait their turn under the starting lease
+# (starting_timeout): claim no more at once (N) than run within it.
+#
+# A start, heartbeat, complete, fail or release answered 503 (a shard could
+# not be reached, a partition is moving) is sent again after Retry-After, up
+# to 5 times; `lost` or `not_found` means the job is no longer this run's:
+# its result is dropped.
 #
 # CMD runs with `sh -c`, the job's params (JSON) on stdin and SHARDQ_JOB_ID,
 # SHARDQ_JOB_TYPE, SHARDQ_JOB_ATTEMPT in its environment. Exit 0 completes
@@ -58,8 +67,9 @@ done
 [ -n "$TOKEN" ] || die "no token: give --token or set SHARDQ_TOKEN"
 [ ${#TYPES[@]} -gt 0 ] || die "name at least one TYPE[:N] (see --help)"
 [[ $WAIT_MS =~ ^[0-9]+$ ]] || die "--wait-ms: $WAIT_MS is not a number of milliseconds"
-[[ $LEASE =~ ^[0-9]+$ && $LEASE -ge 2 ]] || die "--lease: a whole number of seconds, at least 2"
+[[ $LEASE =~ ^[0-9]+$ && $LEASE -ge 1 ]] || die "--lease: a whole number of seconds, at least 1"
 command -v python3 >/dev/null || die "python3 is needed to read JSON"
+BEAT=$(python3 -c "print(round($LEASE / 3, 3))")   # seconds between heartbeats
 
 tmp=$(mktemp -d) || exit 1
 hb_pid=
@@ -92,8 +102,8 @@ import json, sys
 try:
     e = json.load(sys.stdin)["error"]
     print(sys.argv[1], e["code"] + ":", e["message"])
-except Exception:
-    print(sys.argv[1], "(not an error body)")' "$status"
+except Exception:  # libevent answers a few errors itself, in HTML (413, 400, 501)
+    print(sys.argv[1], "(not a JSON error body)")' "$status"
 }
 
 # Each result of a fenced call, one a line: "ID RESULT".
@@ -106,17 +116,25 @@ for r in json.load(sys.stdin).get("results", []):
 
 jstr() { python3 -c 'import json, sys; print(json.dumps(sys.argv[1]))' "$1"; }
 
-# fenced CALL REFS_JSON: sends a fenced call; prints problems; returns 0 when
-# every job's result is ok.
+# fenced CALL REFS_JSON: sends a fenced call (again after a 503 or no answer,
+# up to 5 times); prints problems; returns 0 when every job's result is ok.
 fenced() {
-	api POST "/v1/jobs/$1" "{\"jobs\":[$2]}"
-	case $status in
-	200) return 0 ;;
-	409 | 503) results | while read -r id res; do
-			[ "$res" = ok ] || echo "worker.sh: $1 of job $id: $res" >&2
-		done ;;
-	*) echo "worker.sh: $1: $(api_error)" >&2 ;;
-	esac
+	local try
+	for try in 1 2 3 4 5 6; do
+		api POST "/v1/jobs/$1" "{\"jobs\":[$2]}"
+		case $status in
+		200) return 0 ;;
+		409) results | while read -r id res; do
+				[ "$res" = ok ] || echo "worker.sh: $1 of job $id: $res (no longer this run's)" >&2
+			done
+			return 1 ;;
+		503 | 000) echo "worker.sh: $1: $(api_error)" >&2
+			[ $try -lt 6 ] && sleep 1 ;;   # Retry-After is 1
+		*) echo "worker.sh: $1: $(api_error)" >&2
+			return 1 ;;
+		esac
+	done
+	echo "worker.sh: $1: given up; the lease brings the job back" >&2
 	return 1
 }
 
@@ -142,10 +160,16 @@ run_job() {
 		return
 	fi
 	(
-		while sleep $((LEASE / 2)); do
-			curl -sS -o /dev/null --max-time 60 -H "Authorization: Bearer $TOKEN" \
-				-H 'Content-Type: application/json' --data-binary "{\"jobs\":[$ref]}" \
-				"$URL/v1/jobs/heartbeat" || true
+		while sleep "$BEAT"; do
+			hb=$(curl -sS -o /dev/null -w '%{http_code}' --max-time 60 \
+				-H "Authorization: Bearer $TOKEN" -H 'Content-Type: application/json' \
+				--data-binary "{\"jobs\":[$ref]}" "$URL/v1/jobs/heartbeat")
+			case $hb in
+			200) ;;
+			409) echo "worker.sh: heartbeat of job $id: lost; its result will not count" >&2
+				break ;;
+			*) echo "worker.sh: heartbeat of job $id: status $hb; trying again" >&2 ;;
+			esac
 		done
 	) &
 	hb_pid=$!
