@@ -518,6 +518,9 @@ START_TEST(every_endpoint)
 	ck_assert_int_eq(live("status = 'running'"), 1);
 	r = call("POST", "/v1/jobs/complete", tok_worker, "{\"jobs\":[{\"id\":1}]}");
 	EXPECT(r, 400, "bad_request");
+	r = call("POST", "/v1/jobs/complete", tok_worker,
+		 "{\"jobs\":[{\"id\":1,\"attempt\":1,\"worker\":\"\"}]}");
+	EXPECT(r, 400, "bad_request");
 	/* fail for good (max_attempts 1): failed, with its error kept */
 	fb = fence_body(jobs, ",\"error\":\"disk full\"");
 	r = call("POST", "/v1/jobs/fail", tok_worker, fb);
@@ -607,6 +610,7 @@ START_TEST(every_endpoint)
 	ck_assert_msg(strstr(r.body, "# TYPE shardqd_claim_statements_total counter") != NULL, "%s",
 		      r.body);
 	ck_assert_msg(strstr(r.head, "text/plain") != NULL, "%s", r.head);
+	ck_assert_msg(strstr(r.body, "(null)") == NULL, "a metric without its name:\n%s", r.body);
 	stop_all();
 }
 END_TEST
@@ -705,7 +709,41 @@ END_TEST
  * limit too; a client that trickles its request is dropped. */
 START_TEST(limits_and_slow_clients)
 {
-	start_all("sq_http_limits", "max_body = 64KB\nrequest_timeout = 2s\nclaim_wait_max = 1s\n");
+	start_all("sq_http_limits", "max_body = 64KB\nrequest_timeout = 2s\nclaim_wait_max = 1s\n"
+				    "max_connections = 4\n");
+	/* four keep-alive connections are held; a fifth is refused (503) and
+	 * closed, and once one of the four goes, a new one is served */
+	int held[4];
+	for (int i = 0; i < 4; i++) {
+		held[i] = hc_connect(D.port);
+		ck_assert_int_eq(hc_send(held[i], "GET", "/v1/map", tok_admin, NULL), 0);
+		hresp hr;
+		ck_assert_int_eq(hc_recv(held[i], &hr), 0);
+		keep(&hr);
+		EXPECT(hr, 200, NULL);
+	}
+	{
+		int fx = hc_connect(D.port);
+		hresp hr;
+		ck_assert_int_eq(hc_send(fx, "GET", "/v1/map", tok_admin, NULL), 0);
+		ck_assert_msg(hc_recv(fx, &hr) == 0, "the fifth connection got no answer");
+		keep(&hr);
+		EXPECT(hr, 503, "unavailable");
+		ck_assert_msg(strcasestr(hr.head, "Connection: close") != NULL, "%s", hr.head);
+		close(fx);
+	}
+	for (int i = 0; i < 4; i++)
+		close(held[i]);
+	double since0 = now_s();
+	for (;;) { /* the daemon sees the four close */
+		hresp hr = call("GET", "/v1/map", tok_admin, NULL);
+		if (hr.status == 200)
+			break;
+		ck_assert_msg(now_s() - since0 < STALL_S,
+			      "still refused %.0fs after the held connections closed: %s", STALL_S,
+			      hr.body);
+		usleep(100000);
+	}
 	int fd = hc_connect(D.port);
 	char head[512];
 	int n = snprintf(head, sizeof(head),

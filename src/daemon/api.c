@@ -366,10 +366,11 @@ static int parse_results(sqd_task *t, res_req *q)
 		       *w = json_object_get(j, "worker");
 		if (!json_is_integer(id) || json_integer_value(id) <= 0 || !json_is_integer(at) ||
 		    json_integer_value(at) < 0 || json_integer_value(at) > INT32_MAX ||
-		    !json_is_string(w)) {
+		    !json_is_string(w) || !json_string_length(w)) {
 			sqd_error(t, 400, "bad_request",
 				  "job %zu: needs \"id\" (a positive integer), \"attempt\" (an "
-				  "integer) and \"worker\" (a string), as the claim returned them",
+				  "integer) and \"worker\" (a non-empty string), as the claim "
+				  "returned them",
 				  i);
 			return -1;
 		}

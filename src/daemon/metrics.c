@@ -12,14 +12,12 @@ const double sqd_buckets[SQD_NBUCKETS] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.
 					  0.1,    0.25,  0.5,    1,     2.5,  5,     10};
 
 static const char *route_names[R_COUNT] = {
-	[R_NONE] = "other",        [R_HEALTH] = "healthz",
-	[R_ENQUEUE] = "enqueue",   [R_CLAIM] = "claim",
-	[R_START] = "start",       [R_HEARTBEAT] = "heartbeat",
-	[R_COMPLETE] = "complete", [R_FAIL] = "fail",
-	[R_RELEASE] = "release",   [R_CANCEL] = "cancel",
-	[R_GET_JOB] = "get_job",   [R_STATS] = "stats",
-	[R_MAP] = "map",           [R_MOVES] = "moves",
-	[R_METRICS] = "metrics",   [R_RELEASE_GONE] = "release_gone",
+	[R_NONE] = "other",        [R_HEALTH] = "healthz",    [R_ENQUEUE] = "enqueue",
+	[R_CLAIM] = "claim",       [R_START] = "start",       [R_HEARTBEAT] = "heartbeat",
+	[R_COMPLETE] = "complete", [R_FAIL] = "fail",         [R_RELEASE] = "release",
+	[R_CANCEL] = "cancel",     [R_GET_JOB] = "get_job",   [R_STATS] = "stats",
+	[R_MAP] = "map",           [R_MOVES] = "moves",       [R_METRICS] = "metrics",
+	[R_PAGE] = "page",         [R_OVERVIEW] = "overview", [R_RELEASE_GONE] = "release_gone",
 };
 
 void sqd_observe(sqd *d, sqd_route r, int status, double seconds)

@@ -76,6 +76,7 @@ typedef struct sqd_conn {
 	sqd_task *task;                  /* the request being answered */
 	double deadline;                 /* while idle */
 	int closed;                      /* libevent freed the connection */
+	int over;                        /* beyond max_connections: answered 503, shut */
 	int shut;                        /* we shut its socket */
 } sqd_conn;
 
@@ -158,8 +159,10 @@ static struct bufferevent *on_new_conn(struct event_base *base, void *arg)
 	c->bev = bev;
 	c->fd = -1;
 	c->deadline = sqd_now() + d->cfg->daemon.request_timeout_ms / 1000.0;
-	if (S.nconns >= d->cfg->daemon.max_connections || atomic_load(&d->stopping))
-		c->deadline = 0; /* over the limit: dropped at the next sweep */
+	if (S.nconns >= d->cfg->daemon.max_connections || atomic_load(&d->stopping)) {
+		c->over = 1; /* its request, if one comes first, gets 503 */
+		c->deadline = 0;
+	}
 	c->next = S.conns;
 	if (S.conns)
 		S.conns->prev = c;
@@ -319,7 +322,8 @@ static void reply(sqd *d, sqd_task *t)
 	}
 	if (c) {
 		c->task = NULL;
-		c->deadline = sqd_now() + d->cfg->daemon.request_timeout_ms / 1000.0;
+		if (!c->over)
+			c->deadline = sqd_now() + d->cfg->daemon.request_timeout_ms / 1000.0;
 	}
 	sqd_observe(d, t->route, t->status, sqd_now() - t->t0);
 	struct evkeyvalq *h = evhttp_request_get_output_headers(req);
@@ -342,7 +346,7 @@ static void reply(sqd *d, sqd_task *t)
 		snprintf(v, sizeof(v), "%d", t->retry_after);
 		evhttp_add_header(h, "Retry-After", v);
 	}
-	if (atomic_load(&d->stopping))
+	if (atomic_load(&d->stopping) || (c && c->over))
 		evhttp_add_header(h, "Connection", "close");
 	struct evbuffer *out = evbuffer_new();
 	if (out && t->resp.len)
@@ -599,24 +603,8 @@ static void on_request(struct evhttp_request *req, void *arg)
 	t->t0 = sqd_now();
 	t->status = 200;
 	atomic_fetch_add(&d->inflight, 1);
-	const char *uri = evhttp_request_get_uri(req);
-	if (!uri) {
-		/* libevent calls us without a URI when it refused the request
-		 * itself, with the status set: 413 for a body or headers over
-		 * the limit (the body is not read) */
-		int code = evhttp_request_get_response_code(req);
-		if (code == 413)
-			sqd_error(t, 413, "too_large",
-				  "the request is larger than the daemon accepts (max_body = "
-				  "%lld bytes, max_headers = %lld bytes); send smaller batches",
-				  (long long)d->cfg->daemon.max_body,
-				  (long long)d->cfg->daemon.max_headers);
-		else
-			sqd_error(t, 400, "bad_request", "a malformed HTTP request");
-		t->conn = NULL;
-		reply(d, t);
-		return;
-	}
+	/* (a request libevent refuses itself, over max_body or max_headers or
+	 * malformed, never reaches here: libevent answers it, 413 or 400) */
 	t->conn = conn_of(req);
 	if (t->conn)
 		t->conn->task = t;
@@ -665,6 +653,15 @@ static void on_request(struct evhttp_request *req, void *arg)
 	}
 	t->route = rd->route;
 	atomic_fetch_add(&d->m.requests[t->route], 1);
+	if (t->conn && t->conn->over && t->route != R_HEALTH) {
+		t->retry_after = 1;
+		sqd_error(t, 503, "unavailable",
+			  "the daemon has max_connections (%d) open; try again in a moment, or "
+			  "reuse a keep-alive connection",
+			  d->cfg->daemon.max_connections);
+		reply(d, t);
+		return;
+	}
 	if (rd->scopes && authorize(d, req, t, rd->scopes)) {
 		reply(d, t);
 		return;
