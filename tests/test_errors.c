@@ -134,11 +134,12 @@ START_TEST(old_schema_asks_for_init)
 	ck_assert_int_eq(sq_client_open(t.cfg, 0, &c, &err), SQ_ESTATE);
 	ck_assert_ptr_nonnull(strstr(err.msg, "shard s2"));
 	ck_assert_ptr_nonnull(strstr(err.msg, "run 'shardq init'"));
-	/* init brings it up to date (the migration is re-applied idempotently
-	 * only where it is missing: here the column exists, so put it back) */
+	/* init brings it up to date (a migration is applied only where its
+	 * version is missing: here what they made exists, so put them back) */
 	testdb_scalar(&t, 1,
 		      "WITH d AS (INSERT INTO shardq.schema_version (version, name) VALUES "
-		      "(2, '002_attempt_base') RETURNING 1) SELECT count(*) FROM d");
+		      "(2, '002_attempt_base'), (3, '003_stats_estimate') RETURNING 1) "
+		      "SELECT count(*) FROM d");
 	OKE(sq_init(t.client, &created, &err));
 	OKE(sq_client_open(t.cfg, 0, &c, &err));
 	sq_client_close(c);
