@@ -287,11 +287,9 @@ static void step_table(FILE *f, const run_result *r, const step *st)
 		const daemon_stats *dm = &q->daemon;
 		if (dm->ran) {
 			fprintf(f,
-				"  shardqd (%d request threads): %llu claim requests served by "
-				"%llu "
-				"claim statements = %.2f requests per statement (a waiting claim "
-				"counts again in every tick it is in; claims received: %.2f per "
-				"statement); %.1f jobs per statement\n",
+				"  shardqd (%d request threads): %llu claim requests answered by "
+				"%llu claim statements = %.2f requests per statement (claims "
+				"received: %.2f per statement); %.1f jobs per statement\n",
 				dm->threads, (unsigned long long)dm->claim_requests,
 				(unsigned long long)dm->claim_statements,
 				dm->claim_statements
