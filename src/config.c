@@ -44,7 +44,6 @@ static const key_def keys[] = {
 	{SEC_CONNECTION, "connect_timeout", K_DURATION, "5s", 1000, 600000, NULL},
 	{SEC_CONNECTION, "statement_timeout", K_DURATION, "30s", 0, DAY_MS, NULL},
 	{SEC_CONNECTION, "idle_in_transaction_session_timeout", K_DURATION, "60s", 0, DAY_MS, NULL},
-	{SEC_CONNECTION, "pool_size", K_INT, "1", 1, 64, NULL},
 	{SEC_CONNECTION, "application_name", K_STRING, "shardq", 0, 0, NULL},
 	{SEC_CONNECTION, "map_poll", K_DURATION, "1s", 0, 3600000, NULL},
 	{SEC_CONNECTION, "moving_wait", K_DURATION, "30s", 0, 3600000, NULL},
@@ -212,7 +211,6 @@ static void *slot(sq_config *cfg, sec_kind sec, int idx, const char *name)
 		F(SEC_CONNECTION, "statement_timeout", sq_config, statement_timeout_ms),
 		F(SEC_CONNECTION, "idle_in_transaction_session_timeout", sq_config,
 		  idle_in_tx_timeout_ms),
-		F(SEC_CONNECTION, "pool_size", sq_config, pool_size),
 		F(SEC_CONNECTION, "application_name", sq_config, application_name),
 		F(SEC_CONNECTION, "map_poll", sq_config, map_poll_ms),
 		F(SEC_CONNECTION, "moving_wait", sq_config, moving_wait_ms),
@@ -520,6 +518,12 @@ static void on_key(parse_ctx *x, const char *name, const char *value)
 				      sizeof(why));
 		if (e)
 			bad(x, x->section, name, "%s", e);
+		return;
+	}
+	if (x->sec == SEC_CONNECTION && !strcmp(name, "pool_size")) {
+		bad(x, x->section, name,
+		    "no longer a key: it was never used (a client holds one connection per "
+		    "shard; shardqd's [daemon] threads sets its connections); delete the line");
 		return;
 	}
 	bad(x, x->section, name, "unknown key (see conf/shardq.ini for the keys of this section)");

@@ -69,7 +69,6 @@ struct sq_config {
 	int64_t connect_timeout_ms;
 	int64_t statement_timeout_ms;
 	int64_t idle_in_tx_timeout_ms;
-	int pool_size;
 	char *application_name;
 	int64_t map_poll_ms;    /* how often a client checks the map version */
 	int64_t moving_wait_ms; /* how long a write waits on a moving partition */

@@ -61,20 +61,30 @@ static void fmt_age(char *out, size_t len, int64_t ms)
 
 int cmd_stats(cli *x, int argc, char **argv)
 {
-	static const struct option opts[] = {
-		COMMON_OPTS, {"json", no_argument, NULL, 'j'}, {NULL, 0, NULL, 0}};
+	static const struct option opts[] = {COMMON_OPTS,
+					     {"json", no_argument, NULL, 'j'},
+					     {"exact", no_argument, NULL, 'e'},
+					     {NULL, 0, NULL, 0}};
 	sq_error err;
 	sq_stats *st;
-	int c, rc;
-	while ((c = getopt_long(argc, argv, ":c:hj", opts, NULL)) != -1) {
+	int c, rc, exact = 0;
+	while ((c = getopt_long(argc, argv, ":c:hje", opts, NULL)) != -1) {
 		switch (c) {
 		case 'c': x->config_path = optarg; break;
 		case 'j': x->json = 1; break;
+		case 'e': exact = 1; break;
 		case 'h':
-			printf("usage: shardq [-c FILE] stats [--json]\n\n"
-			       "Per shard and task type: jobs per status, the age of the oldest "
-			       "due ready\n"
-			       "job, leases expired; per shard: partitions owned and moving.\n"
+			printf("usage: shardq [-c FILE] stats [--exact] [--json]\n\n"
+			       "Per shard and task type: ready, starting and running jobs, the "
+			       "age of the next\n"
+			       "due job in claim order, leases expired; per shard: partitions "
+			       "owned and moving.\n"
+			       "Index-driven by default, at any queue size: ready is exact up to "
+			       "10,000 and\n"
+			       "PostgreSQL's estimate above (shown with ~); finished jobs are not "
+			       "counted (-).\n"
+			       "  --exact  count every job, finished ones too (reads every row: "
+			       "slow on a big queue)\n"
 			       "  --json   one JSON document instead of the table\n");
 			return EX_OK;
 		default: return cli_bad_option("stats", c, argv);
@@ -84,8 +94,15 @@ int cmd_stats(cli *x, int argc, char **argv)
 		return rc;
 	if ((rc = cli_open(x, "stats", 0)))
 		return rc;
-	if (sq_stats_get(x->client, &st, &err) != SQ_OK)
+	if ((exact ? sq_stats_get(x->client, &st, &err) : sq_stats_fast(x->client, 0, &st, &err)) !=
+	    SQ_OK)
 		return cli_fail("stats", &err);
+	int down = 0;
+	for (int s = 0; st->shard_error && s < st->nshards; s++)
+		if (st->shard_error[s]) {
+			fprintf(stderr, "shardq stats: %s\n", st->shard_error[s]);
+			down++;
+		}
 	if (x->json) {
 		printf("{\"map_version\":%" PRId64 ",\"shards\":[", st->map_version);
 		for (int s = 0; s < st->nshards; s++) {
@@ -102,8 +119,9 @@ int cmd_stats(cli *x, int argc, char **argv)
 				for (int k = 0; k < 6; k++)
 					printf(",\"%s\":%" PRId64,
 					       sq_job_status_name((sq_job_status)k), r->count[k]);
-				printf(",\"oldest_ready_age_ms\":%" PRId64
+				printf(",\"ready_estimated\":%s,\"oldest_ready_age_ms\":%" PRId64
 				       ",\"expired_leases\":%" PRId64 "}",
+				       r->ready_estimated ? "true" : "false",
 				       r->oldest_ready_age_ms, r->expired_leases);
 				first = 0;
 			}
@@ -117,29 +135,43 @@ int cmd_stats(cli *x, int argc, char **argv)
 		       "EXPIRED");
 		for (size_t i = 0; i < st->nrows; i++) {
 			sq_stats_row *r = &st->rows[i];
-			char age[16];
+			char age[16], cnt[6][24];
 			fmt_age(age, sizeof(age), r->oldest_ready_age_ms);
-			printf("%-8s %-16s %9" PRId64 " %9" PRId64 " %9" PRId64 " %9" PRId64
-			       " %9" PRId64 " %9" PRId64 " %8s %7" PRId64 "\n",
-			       sq_config_shard_id(x->cfg, r->shard), r->type, r->count[0],
-			       r->count[1], r->count[2], r->count[3], r->count[4], r->count[5], age,
-			       r->expired_leases);
-			for (int k = 0; k < 6; k++)
-				tot[k] += r->count[k];
+			for (int k = 0; k < 6; k++) {
+				if (r->count[k] < 0)
+					snprintf(cnt[k], sizeof(cnt[k]), "-");
+				else
+					snprintf(cnt[k], sizeof(cnt[k]), "%s%" PRId64,
+						 k == 0 && r->ready_estimated ? "~" : "",
+						 r->count[k]);
+				if (r->count[k] > 0)
+					tot[k] += r->count[k];
+			}
+			printf("%-8s %-16s %9s %9s %9s %9s %9s %9s %8s %7" PRId64 "\n",
+			       sq_config_shard_id(x->cfg, r->shard), r->type, cnt[0], cnt[1],
+			       cnt[2], cnt[3], cnt[4], cnt[5], age, r->expired_leases);
 		}
-		printf("%-8s %-16s %9" PRId64 " %9" PRId64 " %9" PRId64 " %9" PRId64 " %9" PRId64
-		       " %9" PRId64 "\n",
-		       "total", "", tot[0], tot[1], tot[2], tot[3], tot[4], tot[5]);
+		if (exact)
+			printf("%-8s %-16s %9" PRId64 " %9" PRId64 " %9" PRId64 " %9" PRId64
+			       " %9" PRId64 " %9" PRId64 "\n",
+			       "total", "", tot[0], tot[1], tot[2], tot[3], tot[4], tot[5]);
+		else
+			printf("%-8s %-16s %9" PRId64 " %9" PRId64 " %9" PRId64 "\n", "total", "",
+			       tot[0], tot[1], tot[2]);
 		printf("\npartitions (map version %" PRId64 "):", st->map_version);
 		for (int s = 0; s < st->nshards; s++)
 			printf(" %s=%" PRId64 "%s", sq_config_shard_id(x->cfg, s),
 			       st->partitions_owned[s],
 			       st->partitions_moving[s] ? " (moving)" : "");
-		printf("\nDONE(h) counts completed jobs kept in history (types with history = "
-		       "true).\n");
+		if (exact)
+			printf("\nDONE(h) counts completed jobs kept in history (types with "
+			       "history = true).\n");
+		else
+			printf("\nREADY is exact up to 10,000 per shard and type, PostgreSQL's "
+			       "estimate (~) above;\nfinished jobs are counted with --exact.\n");
 	}
 	sq_stats_free(st);
-	return EX_OK;
+	return down ? EX_CONN : EX_OK;
 }
 
 int cmd_map(cli *x, int argc, char **argv)
