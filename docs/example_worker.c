@@ -6,8 +6,9 @@
  * pool; the runtime claims, starts, heartbeats and completes for them.
  * SIGTERM or SIGINT stops it gracefully.
  *
- *   cc -Iinclude -o example_worker docs/example_worker.c build/libshardq.a \
- *      $(pkg-config --libs libpq libevent libxxhash inih jansson) -lpthread -lm
+ * With shardq installed (cmake --install build):
+ *   cc -o example_worker example_worker.c $(pkg-config --cflags --libs shardq)
+ * or, in CMake, find_package(shardq) and link shardq::shardq. Then:
  *   ./example_worker conf/shardq.ini
  *
  * (In this repository CMake builds it as build/example_worker.)
