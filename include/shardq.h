@@ -6,11 +6,14 @@
  *  - The return value is an sq_status; SQ_OK means success. On any other
  *    value the sq_error passed in (if not NULL) holds the same code and a
  *    message that names what was wrong and what to do. The library never
- *    calls exit() and never prints.
+ *    prints and never calls exit(); it abort()s only on a broken internal
+ *    invariant (a bug). A test build with SHARDQ_FAILPOINTS (never a
+ *    release) _exit()s at a failpoint named in $SHARDQ_FAILPOINT.
  *  - Strings passed in are copied when the library keeps them; the caller
  *    may free them after the call returns.
  *  - Memory returned through an out-parameter belongs to the caller and is
- *    freed with the matching *_free function named in the comment.
+ *    freed as the function's comment says: with its *_free function, or
+ *    with free() for a plain array (sq_moves_list, sq_failed_recent).
  *  - An sq_client is not thread-safe: use one per thread.
  */
 #ifndef SHARDQ_H
@@ -318,8 +321,10 @@ typedef struct sq_fail_req {
 SQ_MUST_CHECK sq_status sq_fail(sq_client *c, const char *worker, const sq_fail_req *reqs, size_t n,
 				sq_status *out, sq_error *err);
 
-/* ready/starting/running -> cancelled, by id. out[i]: SQ_OK or
- * SQ_ENOTFOUND (no live job with that id). */
+/* ready/starting/running -> cancelled, by id. out[i]: SQ_OK, SQ_ENOTFOUND
+ * (no live job with that id), or, for an id whose shard did not answer,
+ * the call's error (the return value: SQ_ECONN, SQ_EDB, SQ_EMOVING when its
+ * partition stayed frozen past moving_wait, ...): cancel those again. */
 SQ_MUST_CHECK sq_status sq_cancel(sq_client *c, const int64_t *ids, size_t n, sq_status *out,
 				  sq_error *err);
 /* Cancels the live job of (type, key); *id is set to its id, or 0 and
