@@ -111,6 +111,11 @@ typedef struct sq_client sq_client;
  */
 SQ_MUST_CHECK sq_status sq_client_open(const sq_config *cfg, int for_init, sq_client **out,
 				       sq_error *err);
+/* Or'ed into for_init: a shard that cannot be reached is not an error (the
+ * meta database and at least one shard must be); the first call that needs
+ * it connects again, and fails with SQ_ECONN while it is down. For services
+ * that must start during a shard's outage (shardqd). */
+#define SQ_OPEN_ALLOW_DOWN 2
 void sq_client_close(sq_client *c);
 
 /*

@@ -180,6 +180,8 @@ static sq_status check_schema(sq_client *c, sq_error *err)
 	int want = sq_shard_migrations[sq_shard_migration_count - 1].version;
 	for (int s = 0; s < c->nshards; s++) {
 		sq_error e;
+		if (!c->shards[s].conn)
+			continue; /* down at open (SQ_OPEN_ALLOW_DOWN): checked by its use */
 		PGresult *r = sq_pgconn_exec(
 			&c->shards[s],
 			"SELECT coalesce(max(version), 0) FROM shardq.schema_version", 0, NULL, &e);
@@ -231,10 +233,16 @@ sq_status sq_client_open(const sq_config *cfg, int for_init, sq_client **out, sq
 		c->yield[i] = 1.0;
 	build_type_arrays(c);
 	/* every shard is tried, so the message names each unreachable one */
+	int allow_down = (for_init & SQ_OPEN_ALLOW_DOWN) != 0, up = 0;
+	for_init &= ~SQ_OPEN_ALLOW_DOWN;
 	for (int i = 0; i < cfg->nshards; i++) {
 		sq_error e;
 		if (sq_pgconn_open(&c->shards[i], cfg->shards[i].id, cfg->shards[i].dsn, opts,
-				   timeout_s, &e) != SQ_OK) {
+				   timeout_s, &e) == SQ_OK)
+			up++;
+		else if (allow_down && e.code == SQ_ECONN)
+			continue; /* reconnected by the first call that needs it */
+		else {
 			if (st == SQ_OK) {
 				st = e.code;
 				if (err)
@@ -243,6 +251,8 @@ sq_status sq_client_open(const sq_config *cfg, int for_init, sq_client **out, sq
 				strcat(strcat(err->msg, "\n"), e.msg);
 		}
 	}
+	if (st == SQ_OK && up == 0 && cfg->nshards > 0)
+		st = sq_err(err, SQ_ECONN, "no shard can be reached");
 	if (st == SQ_OK) {
 		const char *meta_id =
 			cfg->meta_dsn ? "meta"

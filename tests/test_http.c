@@ -1499,6 +1499,16 @@ START_TEST(admin_page_matches_shards)
 	printf("shard down: the page says \"%s\"\n", v);
 	page_agrees(dom, 0, "with s2 down");
 	free(dom);
+	/* a daemon started while the shard is down starts, serves the other */
+	daemon_stop(&D, SIGKILL);
+	daemon_start(&D, "shardqd-down.out");
+	ck_assert_msg(strstr(slurp(D.out), "starting without the shards") != NULL,
+		      "the log does not say a shard was down at start:\n%s", slurp(D.out));
+	dom = render_page(NULL);
+	ck_assert_msg(dom_value(dom, "s2/down", v, sizeof(v)) != NULL,
+		      "started with s2 down, the page does not say so");
+	page_agrees(dom, 0, "started with s2 down");
+	free(dom);
 	snprintf(sql, sizeof(sql), "ALTER DATABASE %s ALLOW_CONNECTIONS true", t.db);
 	PQclear(PQexec(adm, sql));
 	PQfinish(adm);

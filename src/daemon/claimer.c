@@ -358,7 +358,7 @@ int sqd_claimer_start(sqd *d, sq_error *err)
 	fcntl(d->wake[1], F_SETFL, O_NONBLOCK);
 	fcntl(d->wake[0], F_SETFD, FD_CLOEXEC);
 	fcntl(d->wake[1], F_SETFD, FD_CLOEXEC);
-	if (sq_client_open(d->cfg, 0, &d->claim_client, err) != SQ_OK)
+	if (sq_client_open(d->cfg, d->open_flags, &d->claim_client, err) != SQ_OK)
 		return -1;
 	for (int s = 0; s < d->cfg->nshards; s++)
 		listen_open(d, s);

@@ -142,6 +142,7 @@ typedef struct sqd {
 	sq_config *cfg;
 	char worker_id[160];
 	int nthreads;
+	int open_flags; /* SQ_OPEN_ALLOW_DOWN when a shard was down at start */
 	pthread_t *threads;
 	sq_client **clients;
 	sqd_queue work;

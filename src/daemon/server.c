@@ -859,11 +859,25 @@ int main(int argc, char **argv)
 	pthread_mutex_init(&d->done_mu, NULL);
 	pthread_mutex_init(&d->claim_mu, NULL);
 	pthread_mutex_init(&d->rates.mu, NULL);
-	for (int i = 0; i < d->nthreads; i++)
-		if (sq_client_open(d->cfg, 0, &d->clients[i], &err) != SQ_OK) {
+	/* a shard that is down does not keep the daemon from starting: its
+	 * calls answer 503 until it is back, the others are served */
+	int open_flags = 0;
+	for (int i = 0; i < d->nthreads; i++) {
+		sq_status st = sq_client_open(d->cfg, open_flags, &d->clients[i], &err);
+		if (st == SQ_ECONN && !open_flags) {
+			sqd_log("starting without the shards that cannot be reached (their jobs "
+				"get "
+				"503 until they are back): %s",
+				err.msg);
+			open_flags = SQ_OPEN_ALLOW_DOWN;
+			st = sq_client_open(d->cfg, open_flags, &d->clients[i], &err);
+		}
+		if (st != SQ_OK) {
 			fprintf(stderr, "shardqd: %s\n", err.msg);
 			return 1;
 		}
+	}
+	d->open_flags = open_flags;
 	if (sqd_claimer_start(d, &err) != 0) {
 		fprintf(stderr, "shardqd: %s\n", err.msg);
 		return 1;
