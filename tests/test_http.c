@@ -723,25 +723,40 @@ START_TEST(limits_and_slow_clients)
 		EXPECT(hr, 200, NULL);
 	}
 	{
+		/* refused: 503 with Connection: close, or (on a machine so slow
+		 * that its request is not read within a second) shut unanswered */
 		int fx = hc_connect(D.port);
 		hresp hr;
 		ck_assert_int_eq(hc_send(fx, "GET", "/v1/map", tok_admin, NULL), 0);
-		ck_assert_msg(hc_recv(fx, &hr) == 0, "the fifth connection got no answer");
-		keep(&hr);
-		EXPECT(hr, 503, "unavailable");
-		ck_assert_msg(strcasestr(hr.head, "Connection: close") != NULL, "%s", hr.head);
+		if (hc_recv(fx, &hr) == 0) {
+			keep(&hr);
+			EXPECT(hr, 503, "unavailable");
+			ck_assert_msg(strcasestr(hr.head, "Connection: close") != NULL, "%s",
+				      hr.head);
+		} else {
+			printf("the fifth connection was shut before its request was read\n");
+		}
 		close(fx);
 	}
 	for (int i = 0; i < 4; i++)
 		close(held[i]);
 	double since0 = now_s();
-	for (;;) { /* the daemon sees the four close */
-		hresp hr = call("GET", "/v1/map", tok_admin, NULL);
-		if (hr.status == 200)
+	for (;;) {
+		/* until the daemon has seen the four close (its sweep, every 250
+		 * ms), a new connection is still over the limit: answered 503, or
+		 * shut without an answer if the sweep comes before its request */
+		hresp hr = {0};
+		int fx = hc_connect(D.port);
+		int got = hc_send(fx, "GET", "/v1/map", tok_admin, NULL) == 0 &&
+			  hc_recv(fx, &hr) == 0;
+		close(fx);
+		if (got)
+			keep(&hr);
+		if (got && hr.status == 200)
 			break;
 		ck_assert_msg(now_s() - since0 < STALL_S,
 			      "still refused %.0fs after the held connections closed: %s", STALL_S,
-			      hr.body);
+			      got ? hr.body : "(connection shut)");
 		usleep(100000);
 	}
 	int fd = hc_connect(D.port);

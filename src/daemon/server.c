@@ -160,8 +160,10 @@ static struct bufferevent *on_new_conn(struct event_base *base, void *arg)
 	c->fd = -1;
 	c->deadline = sqd_now() + d->cfg->daemon.request_timeout_ms / 1000.0;
 	if (S.nconns >= d->cfg->daemon.max_connections || atomic_load(&d->stopping)) {
-		c->over = 1; /* its request, if one comes first, gets 503 */
-		c->deadline = 0;
+		/* its request, if it comes within a second, gets 503 and the
+		 * connection closes; else the sweep shuts it */
+		c->over = 1;
+		c->deadline = sqd_now() + 1;
 	}
 	c->next = S.conns;
 	if (S.conns)
