@@ -299,6 +299,20 @@ int sq_json_validate_object(const char *s, size_t len, size_t *where, const char
 	return -1;
 }
 
+/* The kind of a validated value, from its first byte. */
+static sq_json_kind kind_of(char c)
+{
+	switch (c) {
+	case '{': return SQ_JSON_OBJECT;
+	case '[': return SQ_JSON_ARRAY;
+	case '"': return SQ_JSON_STRING;
+	case 't': return SQ_JSON_TRUE;
+	case 'f': return SQ_JSON_FALSE;
+	case 'n': return SQ_JSON_NULL;
+	default: return SQ_JSON_NUMBER;
+	}
+}
+
 int sq_json_next_member(const char *s, size_t len, size_t *pos, sq_json_member *m)
 {
 	scan x = {(const unsigned char *)s, len, *pos, NULL, 1};
@@ -323,15 +337,7 @@ int sq_json_next_member(const char *s, size_t len, size_t *pos, sq_json_member *
 		return 0;
 	m->val = s + at;
 	m->val_len = x.pos - at;
-	switch (s[at]) {
-	case '{': m->kind = SQ_JSON_OBJECT; break;
-	case '[': m->kind = SQ_JSON_ARRAY; break;
-	case '"': m->kind = SQ_JSON_STRING; break;
-	case 't': m->kind = SQ_JSON_TRUE; break;
-	case 'f': m->kind = SQ_JSON_FALSE; break;
-	case 'n': m->kind = SQ_JSON_NULL; break;
-	default: m->kind = SQ_JSON_NUMBER; break;
-	}
+	m->kind = kind_of(s[at]);
 	*pos = x.pos;
 	return 1;
 }
@@ -354,15 +360,7 @@ int sq_json_next_element(const char *s, size_t len, size_t *pos, sq_json_member 
 	m->key_len = 0;
 	m->val = s + at;
 	m->val_len = x.pos - at;
-	switch (s[at]) {
-	case '{': m->kind = SQ_JSON_OBJECT; break;
-	case '[': m->kind = SQ_JSON_ARRAY; break;
-	case '"': m->kind = SQ_JSON_STRING; break;
-	case 't': m->kind = SQ_JSON_TRUE; break;
-	case 'f': m->kind = SQ_JSON_FALSE; break;
-	case 'n': m->kind = SQ_JSON_NULL; break;
-	default: m->kind = SQ_JSON_NUMBER; break;
-	}
+	m->kind = kind_of(s[at]);
 	*pos = x.pos;
 	return 1;
 }

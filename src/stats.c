@@ -81,22 +81,34 @@ static int cmp_rows(const void *a, const void *b)
 	return strcmp(x->type, y->type);
 }
 
-sq_status sq_stats_get(sq_client *c, sq_stats **out, sq_error *err)
+/* An empty sq_stats for the client's shards (with shard_error[] for the
+ * fast kind); NULL when out of memory. */
+static sq_stats *stats_new(sq_client *c, int with_errors)
 {
 	sq_stats *st = calloc(1, sizeof(*st));
-	size_t cap = 0;
-	sq_status rc;
-	*out = NULL;
 	if (!st)
-		return sq_err(err, SQ_ENOMEM, "out of memory");
+		return NULL;
 	st->nshards = c->nshards;
 	st->map_version = c->map_version;
 	st->partitions_owned = calloc((size_t)c->nshards, sizeof(int64_t));
 	st->partitions_moving = calloc((size_t)c->nshards, sizeof(int64_t));
-	if (!st->partitions_owned || !st->partitions_moving) {
+	if (with_errors)
+		st->shard_error = calloc((size_t)c->nshards, sizeof(char *));
+	if (!st->partitions_owned || !st->partitions_moving || (with_errors && !st->shard_error)) {
 		sq_stats_free(st);
-		return sq_err(err, SQ_ENOMEM, "out of memory");
+		return NULL;
 	}
+	return st;
+}
+
+sq_status sq_stats_get(sq_client *c, sq_stats **out, sq_error *err)
+{
+	size_t cap = 0;
+	sq_status rc;
+	sq_stats *st = stats_new(c, 0);
+	*out = NULL;
+	if (!st)
+		return sq_err(err, SQ_ENOMEM, "out of memory");
 	sq_client_reset(c);
 	for (int s = 0; s < c->nshards; s++) {
 		sq_pgconn_push(&c->shards[s], &stmt_stats, 0, NULL);
@@ -137,23 +149,14 @@ sq_status sq_stats_get(sq_client *c, sq_stats **out, sq_error *err)
 
 sq_status sq_stats_fast(sq_client *c, int64_t ready_cap, sq_stats **out, sq_error *err)
 {
-	sq_stats *st = calloc(1, sizeof(*st));
 	size_t cap = 0;
 	sq_status rc = SQ_OK;
 	char capv[32];
 	sq_buf types;
+	sq_stats *st = stats_new(c, 1);
 	*out = NULL;
 	if (!st)
 		return sq_err(err, SQ_ENOMEM, "out of memory");
-	st->nshards = c->nshards;
-	st->map_version = c->map_version;
-	st->partitions_owned = calloc((size_t)c->nshards, sizeof(int64_t));
-	st->partitions_moving = calloc((size_t)c->nshards, sizeof(int64_t));
-	st->shard_error = calloc((size_t)c->nshards, sizeof(char *));
-	if (!st->partitions_owned || !st->partitions_moving || !st->shard_error) {
-		sq_stats_free(st);
-		return sq_err(err, SQ_ENOMEM, "out of memory");
-	}
 	snprintf(capv, sizeof(capv), "%lld", (long long)(ready_cap > 0 ? ready_cap : 10000));
 	sq_buf_init(&types);
 	sq_arr_open(&types);

@@ -677,6 +677,19 @@ static void do_get_job(sqd *d, sq_client *c, sqd_task *t)
 	sq_job_clear(&j);
 }
 
+/* Partitions per shard in the client's map (calloc'd, one per shard). */
+static int64_t *map_counts(sqd *d, sq_client *c)
+{
+	int ns = d->cfg->nshards;
+	int64_t *count = calloc((size_t)ns, sizeof(*count));
+	for (uint32_t p = 0; count && p < sq_config_partitions(d->cfg); p++) {
+		int sh = sq_client_shard_of_partition(c, p);
+		if (sh >= 0 && sh < ns)
+			count[sh]++;
+	}
+	return count;
+}
+
 /* The "shards" and "types" members of a stats answer (fast or exact); a
  * shard that could not be read has its error and no rows. */
 static void put_stats(sqd *d, sq_buf *b, const sq_stats *s, const int64_t *map_count)
@@ -750,20 +763,14 @@ static void do_overview(sqd *d, sq_client *c, sqd_task *t)
 		return;
 	}
 	uint32_t np = sq_config_partitions(d->cfg);
-	int ns = d->cfg->nshards;
-	int64_t *count = calloc((size_t)ns, sizeof(*count));
+	/* the map as last loaded if the meta database cannot be read now */
+	if (sq_client_refresh_map(c, &err) != SQ_OK)
+		sqd_log("overview: the map could not be reloaded: %s", err.msg);
+	int64_t *count = map_counts(d, c);
 	if (!count) {
 		sq_stats_free(s);
 		sqd_error(t, 500, "internal", "out of memory");
 		return;
-	}
-	/* the map as last loaded if the meta database cannot be read now */
-	if (sq_client_refresh_map(c, &err) != SQ_OK)
-		sqd_log("overview: the map could not be reloaded: %s", err.msg);
-	for (uint32_t p = 0; p < np; p++) {
-		int sh = sq_client_shard_of_partition(c, p);
-		if (sh >= 0 && sh < ns)
-			count[sh]++;
 	}
 	sq_buf *b = &t->resp;
 	sq_buf_reset(b);
@@ -830,15 +837,10 @@ static void do_map(sqd *d, sq_client *c, sqd_task *t)
 	}
 	uint32_t np = sq_config_partitions(d->cfg);
 	int ns = d->cfg->nshards;
-	int64_t *count = calloc((size_t)ns, sizeof(*count));
+	int64_t *count = map_counts(d, c);
 	if (!count) {
 		sqd_error(t, 500, "internal", "out of memory");
 		return;
-	}
-	for (uint32_t p = 0; p < np; p++) {
-		int s = sq_client_shard_of_partition(c, p);
-		if (s >= 0 && s < ns)
-			count[s]++;
 	}
 	sq_buf *b = &t->resp;
 	sq_buf_reset(b);
