@@ -176,8 +176,8 @@ typedef struct shard_req {
 	sq_buf maxrun, rate, burst, ltypes; /* a limited claim's shares */
 	const char *vals[8];
 	const char *lvals[1]; /* the lock's; kept until the pipeline is sent */
-	int base;  /* index of the gate statement in the shard's pipeline */
-	int claim; /* index of the claim statement */
+	int base;             /* index of the gate statement in the shard's pipeline */
+	int claim;            /* index of the claim statement */
 	int32_t start[SQ_MAX_TYPES];
 	int32_t asked[SQ_MAX_TYPES];
 	int32_t got[SQ_MAX_TYPES];
