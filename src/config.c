@@ -41,6 +41,7 @@ static const key_def keys[] = {
 	{SEC_CLUSTER, "meta_shard", K_STRING, NULL, 0, 0, NULL},
 	{SEC_CLUSTER, "meta_dsn", K_STRING, NULL, 0, 0, NULL},
 	{SEC_CLUSTER, "notify", K_BOOL, "true", 0, 0, NULL},
+	{SEC_CLUSTER, "maintain_interval", K_DURATION, "1h", 0, 7 * DAY_MS, NULL},
 	{SEC_CONNECTION, "connect_timeout", K_DURATION, "5s", 1000, 600000, NULL},
 	{SEC_CONNECTION, "statement_timeout", K_DURATION, "30s", 0, DAY_MS, NULL},
 	{SEC_CONNECTION, "idle_in_transaction_session_timeout", K_DURATION, "60s", 0, DAY_MS, NULL},
@@ -72,6 +73,8 @@ static const key_def keys[] = {
 	{SEC_TYPE, "priority", K_INT, "0", SQ_MIN_PRIORITY, SQ_MAX_PRIORITY, NULL},
 	{SEC_TYPE, "delay_tolerance", K_DURATION, "0", 0, SQ_MAX_DELAY_TOLERANCE_MS, NULL},
 	{SEC_TYPE, "history", K_BOOL, "false", 0, 0, NULL},
+	{SEC_TYPE, "history_retention", K_DURATION, "7d", 1, SQ_MAX_HISTORY_RETENTION_DAYS *DAY_MS,
+	 NULL},
 };
 #define NKEYS (sizeof(keys) / sizeof(keys[0]))
 
@@ -207,6 +210,7 @@ static void *slot(sq_config *cfg, sec_kind sec, int idx, const char *name)
 		F(SEC_CLUSTER, "meta_shard", sq_config, meta_shard),
 		F(SEC_CLUSTER, "meta_dsn", sq_config, meta_dsn),
 		F(SEC_CLUSTER, "notify", sq_config, notify),
+		F(SEC_CLUSTER, "maintain_interval", sq_config, maintain_interval_ms),
 		F(SEC_CONNECTION, "connect_timeout", sq_config, connect_timeout_ms),
 		F(SEC_CONNECTION, "statement_timeout", sq_config, statement_timeout_ms),
 		F(SEC_CONNECTION, "idle_in_transaction_session_timeout", sq_config,
@@ -239,6 +243,7 @@ static void *slot(sq_config *cfg, sec_kind sec, int idx, const char *name)
 		F(SEC_TYPE, "priority", sq_type_conf, priority),
 		F(SEC_TYPE, "delay_tolerance", sq_type_conf, delay_tolerance_ms),
 		F(SEC_TYPE, "history", sq_type_conf, history),
+		F(SEC_TYPE, "history_retention", sq_type_conf, history_retention_ms),
 #undef F
 	};
 	char *base = sh ? (char *)sh : t ? (char *)t : tok ? (char *)tok : (char *)cfg;
