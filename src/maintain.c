@@ -83,8 +83,9 @@ static PGresult *run(PGconn *pc, sq_maintain_shard *sh, const char *what, const 
 	if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK)
 		return r;
 	const char *state = PQresultErrorField(r, PG_DIAG_SQLSTATE);
+	const char *primary = PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY);
 	char msg[200];
-	snprintf(msg, sizeof(msg), "%s", PQerrorMessage(pc));
+	snprintf(msg, sizeof(msg), "%s", primary ? primary : PQerrorMessage(pc));
 	msg[strcspn(msg, "\n")] = '\0';
 	if (state && !strcmp(state, "55P03"))
 		snprintf(sh->error, sizeof(sh->error),
