@@ -87,7 +87,12 @@ static PGresult *run(PGconn *pc, sq_maintain_shard *sh, const char *what, const 
 	char msg[200];
 	snprintf(msg, sizeof(msg), "%s", primary ? primary : PQerrorMessage(pc));
 	msg[strcspn(msg, "\n")] = '\0';
-	if (state && !strcmp(state, "55P03"))
+	if (state && (!strcmp(state, "42883") || !strcmp(state, "42P01")))
+		snprintf(sh->error, sizeof(sh->error),
+			 "%s: %s (the shard's schema predates history partitions: run 'shardq "
+			 "init')",
+			 what, msg);
+	else if (state && !strcmp(state, "55P03"))
 		snprintf(sh->error, sizeof(sh->error),
 			 "%s: %s (a transaction holds shardq.jobs_history; the next pass tries "
 			 "again)",
@@ -116,10 +121,9 @@ typedef struct part_row {
 } part_row;
 
 /* The pass on one shard, on a connection of its own. */
-static void maintain_shard(sq_client *c, int s, int64_t now_us, int max_days,
+static void maintain_shard(const sq_config *cfg, int s, int64_t now_us, int max_days,
 			   const sq_maintain_opts *o, sq_maintain_shard *sh)
 {
-	const sq_config *cfg = c->cfg;
 	char msg[512], nowbuf[32], buf[64];
 	const char *v[2];
 	PGresult *r;
@@ -263,8 +267,13 @@ out:
 sq_status sq_maintain(sq_client *c, const sq_maintain_opts *opts, sq_maintain_report *out,
 		      sq_error *err)
 {
+	return sq_maintain_cfg(c->cfg, opts, out, err);
+}
+
+sq_status sq_maintain_cfg(const sq_config *cfg, const sq_maintain_opts *opts,
+			  sq_maintain_report *out, sq_error *err)
+{
 	sq_maintain_opts o;
-	const sq_config *cfg = c->cfg;
 	sq_status first = SQ_OK;
 	int max_days = 1;
 	if (opts)
@@ -284,18 +293,17 @@ sq_status sq_maintain(sq_client *c, const sq_maintain_opts *opts, sq_maintain_re
 			max_days = d;
 	}
 	out->max_retention_days = max_days;
-	out->shards = calloc((size_t)c->nshards, sizeof(*out->shards));
+	out->shards = calloc((size_t)cfg->nshards, sizeof(*out->shards));
 	if (!out->shards)
 		return sq_err(err, SQ_ENOMEM, "out of memory");
-	out->nshards = c->nshards;
-	for (int s = 0; s < c->nshards; s++) {
+	out->nshards = cfg->nshards;
+	for (int s = 0; s < cfg->nshards; s++) {
 		sq_maintain_shard *sh = &out->shards[s];
 		snprintf(sh->shard, sizeof(sh->shard), "%s", cfg->shards[s].id);
-		maintain_shard(c, s, out->now_us, max_days, &o, sh);
+		maintain_shard(cfg, s, out->now_us, max_days, &o, sh);
 		if (sh->status && !first) {
 			first = sh->status;
-			sq_err(err, sh->status, "shard %s (%s): %s", sh->shard, c->shards[s].addr,
-			       sh->error);
+			sq_err(err, sh->status, "shard %s: %s", sh->shard, sh->error);
 		}
 	}
 	return first;
@@ -347,18 +355,13 @@ static int sleep_ms(sq_maintainer *m, int64_t ms)
 static void *maintainer_main(void *arg)
 {
 	sq_maintainer *m = arg;
-	sq_client *c = NULL;
 	int64_t wait = m->first_ms;
 	while (!sleep_ms(m, wait)) {
 		sq_error err;
 		sq_maintain_report rep;
 		wait = m->interval_ms;
-		if (!c && sq_client_open(m->cfg, 0, &c, &err) != SQ_OK) {
-			c = NULL;
-			say(m, "maintain: %s", err.msg);
-			continue;
-		}
-		sq_status st = sq_maintain(c, NULL, &rep, &err);
+		if (sq_maintain_cfg(m->cfg, NULL, &rep, &err) != SQ_OK && !rep.nshards)
+			say(m, "maintain: %s", err.msg); /* per shard errors follow */
 		for (int s = 0; s < rep.nshards; s++) {
 			sq_maintain_shard *sh = &rep.shards[s];
 			if (sh->skipped)
@@ -374,13 +377,7 @@ static void *maintainer_main(void *arg)
 				    (long long)sh->default_rows);
 		}
 		sq_maintain_report_free(&rep);
-		if (st == SQ_ECONN) {
-			sq_client_close(c); /* reopened on the next pass */
-			c = NULL;
-		}
 	}
-	if (c)
-		sq_client_close(c);
 	return NULL;
 }
 

@@ -9,13 +9,18 @@
  * when that is shorter). */
 #define SQ_MAINTAIN_FIRST_MS 5000
 
+/* sq_maintain on a config alone: it opens a connection of its own per
+ * shard, one after another, and needs no client. */
+SQ_MUST_CHECK sq_status sq_maintain_cfg(const sq_config *cfg, const sq_maintain_opts *o,
+					sq_maintain_report *out, sq_error *err);
+
 typedef struct sq_maintainer sq_maintainer;
 typedef void (*sq_maintainer_log)(const char *line, void *arg);
 
 /*
  * Starts a thread that runs sq_maintain every [cluster] maintain_interval
- * on a client of its own (opened at its first pass, reopened after a lost
- * connection). Returns NULL when the interval is 0 (or on no memory: then
+ * (a connection per shard for the pass only: nothing is held between
+ * passes). Returns NULL when the interval is 0 (or on no memory: then
  * nothing runs, which is what a missed pass means anyway). log (may be
  * NULL) gets one line per shard that did something, was skipped or failed;
  * it is called on the thread. cfg must outlive it.
