@@ -10,6 +10,7 @@
 #include "client.h"
 #include "schema.h"
 
+#include <signal.h>
 #include <stdarg.h>
 #include <sys/wait.h>
 
@@ -360,6 +361,61 @@ START_TEST(worker_runs_maintenance)
 }
 END_TEST
 
+/* shardqd runs it too, and logs what each pass did. */
+START_TEST(daemon_runs_maintenance)
+{
+	const char *daemon = getenv("SHARDQ_DAEMON");
+	ck_assert_msg(daemon != NULL, "SHARDQ_DAEMON is not set (run through ctest)");
+	char path[512], logp[512];
+	testdb_path(path, sizeof(path), "shardqd.ini");
+	testdb_path(logp, sizeof(logp), "shardqd.log");
+	char *ini = testdb_ini(&t, NULL, "maintain_interval = 1s");
+	FILE *f = fopen(path, "w");
+	fprintf(f, "%s\n[daemon]\nlisten = 127.0.0.1:0\nthreads = 1\n", ini);
+	fclose(f);
+	free(ini);
+	fflush(NULL);
+	pid_t pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		FILE *lf = freopen(logp, "w", stderr);
+		(void)lf;
+		execl(daemon, daemon, "-c", path, (char *)NULL);
+		_exit(127);
+	}
+	double t0 = test_now_s();
+	int done = 0;
+	while (!done) {
+		done = 1;
+		for (int s = 0; s < t.nshards; s++)
+			done &= day_parts(s) == 6;
+		if (!done) {
+			int st;
+			ck_assert_msg(waitpid(pid, &st, WNOHANG) == 0, "shardqd exited");
+			ck_assert_msg(test_now_s() - t0 < testdb_stall_s(),
+				      "no partitions made by shardqd");
+			usleep(50 * 1000);
+		}
+	}
+	/* the log line follows the pass */
+	char buf[8192] = "";
+	t0 = test_now_s();
+	while (!strstr(buf, "maintain: shard s1: created 6")) {
+		ck_assert_msg(test_now_s() - t0 < testdb_stall_s(), "log: %s", buf);
+		usleep(50 * 1000);
+		f = fopen(logp, "r");
+		size_t n = f ? fread(buf, 1, sizeof(buf) - 1, f) : 0;
+		buf[n] = '\0';
+		if (f)
+			fclose(f);
+	}
+	kill(pid, SIGTERM);
+	int st;
+	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+	ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+END_TEST
+
 /* A shard at schema 3 with rows in the old, plain history table: init
  * makes it partitioned and keeps every row (expires_at = finished + 7 days,
  * at least two days ahead), found by id as before. */
@@ -368,7 +424,7 @@ START_TEST(migration_keeps_old_history)
 	sq_error err;
 	int created;
 	PGconn *pc = testdb_pg(&t, 1);
-	PGresult *r = PQexec(pc, "DROP SCHEMA shardq CASCADE");
+	PGresult *r = PQexec(pc, "SET client_min_messages = warning; DROP SCHEMA shardq CASCADE");
 	ck_assert_int_eq(PQresultStatus(r), PGRES_COMMAND_OK);
 	PQclear(r);
 	for (int i = 0; i < 3; i++) {
@@ -514,21 +570,29 @@ START_TEST(retention_config)
 }
 END_TEST
 
+/* One case per test, named for it (CK_RUN_CASE=NAME runs one alone), each
+ * on fresh databases. */
+#define CASE(fn)                                                 \
+	do {                                                     \
+		TCase *tc_ = tcase_create(#fn);                  \
+		tcase_add_checked_fixture(tc_, setup, teardown); \
+		tcase_set_timeout(tc_, 300);                     \
+		tcase_add_test(tc_, fn);                         \
+		suite_add_tcase(s, tc_);                         \
+	} while (0)
+
 int main(void)
 {
 	Suite *s = suite_create("maintain");
-	TCase *tc = tcase_create("maintain");
-	tcase_add_checked_fixture(tc, setup, teardown);
-	tcase_set_timeout(tc, 300);
-	tcase_add_test(tc, retention_drops_whole_days);
-	tcase_add_test(tc, missing_partition_goes_to_default);
-	tcase_add_test(tc, second_runner_is_skipped);
-	tcase_add_test(tc, lock_timeout_then_retry);
-	tcase_add_test(tc, worker_runs_maintenance);
-	tcase_add_test(tc, migration_keeps_old_history);
-	tcase_add_test(tc, cli_maintain);
-	tcase_add_test(tc, retention_config);
-	tcase_add_test(tc, test_clock_only_where_built_in);
-	suite_add_tcase(s, tc);
+	CASE(retention_drops_whole_days);
+	CASE(missing_partition_goes_to_default);
+	CASE(second_runner_is_skipped);
+	CASE(lock_timeout_then_retry);
+	CASE(worker_runs_maintenance);
+	CASE(daemon_runs_maintenance);
+	CASE(migration_keeps_old_history);
+	CASE(cli_maintain);
+	CASE(retention_config);
+	CASE(test_clock_only_where_built_in);
 	return run_suite(s);
 }
