@@ -482,7 +482,9 @@ void sq_worker_opts_init(sq_worker_opts *opts);
 
 /*
  * Creates a worker: it connects to every shard (and, with opts->listen, one
- * LISTEN connection per shard). cfg must outlive it. Free with
+ * LISTEN connection per shard), and starts the thread that runs
+ * sq_maintain every [cluster] maintain_interval (0: none). cfg must outlive
+ * it. Free with
  * sq_worker_destroy().
  */
 SQ_MUST_CHECK sq_status sq_worker_create(const sq_config *cfg, const sq_worker_opts *opts,
