@@ -20,11 +20,62 @@ static const char *types = "[type d1]\nhistory = true\nhistory_retention = 1d\n"
 
 #define DAY_S INT64_C(86400)
 
+/* The databases are made by the first case of a run and reused by the
+ * others (making them is most of a case's time): a row on the first shard
+ * names the run ($SQT_MAINTAIN_RUN, set by main). Each case gets its own
+ * client and an emptied jobs table, history and set of day partitions. */
 static testdb t;
+
+static void drop_days(void);
+
+static int reuse(void)
+{
+	const char *run = getenv("SQT_MAINTAIN_RUN");
+	char dsn[256], sql[128];
+	int ports[16], ok = 0;
+	if (!run || testdb_ports(ports, 16) < 2)
+		return 0;
+	snprintf(dsn, sizeof(dsn), "host=127.0.0.1 port=%d dbname=sqt_maintain user=postgres",
+		 ports[0]);
+	PGconn *pc = PQconnectdb(dsn);
+	snprintf(sql, sizeof(sql), "SELECT 1 FROM public.sqt_run WHERE id = '%s'", run);
+	PGresult *r = PQstatus(pc) == CONNECTION_OK ? PQexec(pc, sql) : NULL;
+	ok = r && PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1;
+	PQclear(r);
+	PQfinish(pc);
+	if (!ok)
+		return 0;
+	sq_error err;
+	memset(&t, 0, sizeof(t));
+	t.nshards = 2;
+	t.partitions = 64;
+	testdb_ports(t.ports, 16);
+	snprintf(t.db, sizeof(t.db), "sqt_maintain");
+	t.extra = strdup(types);
+	t.ini = testdb_ini(&t, NULL, NULL);
+	OKE(sq_config_parse(t.ini, t.db, &t.cfg, &err));
+	t.client = testdb_client(&t);
+	return 1;
+}
 
 static void setup(void)
 {
-	testdb_open(&t, "sqt_maintain", 2, 64, types);
+	if (!reuse()) {
+		char sql[128];
+		testdb_open(&t, "sqt_maintain", 2, 64, types);
+		snprintf(sql, sizeof(sql),
+			 "CREATE TABLE public.sqt_run AS SELECT '%s'::text AS id, 1 AS one; "
+			 "SELECT 1",
+			 getenv("SQT_MAINTAIN_RUN") ? getenv("SQT_MAINTAIN_RUN") : "");
+		testdb_scalar(&t, 0, sql);
+		return;
+	}
+	drop_days();
+	for (int s = 0; s < t.nshards; s++)
+		testdb_scalar(&t, s,
+			      "WITH a AS (DELETE FROM shardq.jobs RETURNING 1),"
+			      " b AS (DELETE FROM shardq.jobs_history RETURNING 1)"
+			      " SELECT (SELECT count(*) FROM a) + (SELECT count(*) FROM b)");
 }
 
 static void teardown(void)
@@ -586,30 +637,29 @@ static void check_retention_config(void)
 {
 	sq_config *cfg;
 	sq_error err;
-	const char *base = "[shard s1]\ndsn = host=x\n";
+	const char *head = "[shard s1]\ndsn = host=x\n";
 	char ini[512];
-	snprintf(ini, sizeof(ini), "%s[type a]\nhistory_retention = 0\n", base);
+	snprintf(ini, sizeof(ini), "%s[type a]\nhistory_retention = 0\n", head);
 	ck_assert_int_eq(sq_config_parse(ini, "r.ini", &cfg, &err), SQ_ECONFIG);
 	ck_assert_msg(strstr(err.msg, "r.ini:4: [type a] history_retention:"), "%s", err.msg);
-	snprintf(ini, sizeof(ini), "%s[type a]\nhistory_retention = soon\n", base);
+	snprintf(ini, sizeof(ini), "%s[type a]\nhistory_retention = soon\n", head);
 	ck_assert_int_eq(sq_config_parse(ini, "r.ini", &cfg, &err), SQ_ECONFIG);
 	ck_assert_ptr_nonnull(strstr(err.msg, "expected a duration"));
-	snprintf(ini, sizeof(ini), "%s[type a]\nhistory_retention = 3651d\n", base);
+	snprintf(ini, sizeof(ini), "%s[type a]\nhistory_retention = 3651d\n", head);
 	ck_assert_int_eq(sq_config_parse(ini, "r.ini", &cfg, &err), SQ_ECONFIG);
-	snprintf(ini, sizeof(ini), "%s[cluster]\nmaintain_interval = -1s\n", base);
+	snprintf(ini, sizeof(ini), "%s[cluster]\nmaintain_interval = -1s\n", head);
 	ck_assert_int_eq(sq_config_parse(ini, "r.ini", &cfg, &err), SQ_ECONFIG);
 	/* whole days, rounded up (60h: 3), for the types that keep history */
 	ck_assert_str_eq(t.client->ta.hist_names, "{\"d1\",\"d3\"}");
 	ck_assert_str_eq(t.client->ta.hist_days, "{1,3}");
 	/* the default is 7 days */
-	snprintf(ini, sizeof(ini), "%s[type a]\nhistory = true\n", base);
+	snprintf(ini, sizeof(ini), "%s[type a]\nhistory = true\n", head);
 	OKE(sq_config_parse(ini, "r.ini", &cfg, &err));
 	ck_assert_int_eq(sq_retention_days(&cfg->types[0]), 7);
 	sq_config_free(cfg);
 }
 
-/* One case per test, named for it (CK_RUN_CASE=NAME runs one alone), each
- * on fresh databases. */
+/* One case per test, named for it (CK_RUN_CASE=NAME runs one alone). */
 #define CASE(fn)                                                 \
 	do {                                                     \
 		TCase *tc_ = tcase_create(#fn);                  \
@@ -622,6 +672,9 @@ static void check_retention_config(void)
 int main(void)
 {
 	Suite *s = suite_create("maintain");
+	char run[64];
+	snprintf(run, sizeof(run), "%d-%ld", (int)getpid(), (long)time(NULL));
+	setenv("SQT_MAINTAIN_RUN", run, 1);
 	CASE(retention_drops_whole_days);
 	CASE(missing_partition_goes_to_default);
 	CASE(one_runner_and_lock_timeout);
