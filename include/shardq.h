@@ -482,7 +482,9 @@ void sq_worker_opts_init(sq_worker_opts *opts);
 
 /*
  * Creates a worker: it connects to every shard (and, with opts->listen, one
- * LISTEN connection per shard). cfg must outlive it. Free with
+ * LISTEN connection per shard), and starts the thread that runs
+ * sq_maintain every [cluster] maintain_interval (0: none). cfg must outlive
+ * it. Free with
  * sq_worker_destroy().
  */
 SQ_MUST_CHECK sq_status sq_worker_create(const sq_config *cfg, const sq_worker_opts *opts,
@@ -578,6 +580,82 @@ void sq_plan_free(sq_plan *p);
  * o->set_size partitions per (source, destination) pair, calling
  * o->progress after each step. */
 SQ_MUST_CHECK sq_status sq_rebalance(sq_client *c, const sq_move_opts *o, sq_error *err);
+
+/* ---- history retention -------------------------------------------------- */
+
+/*
+ * shardq.jobs_history is partitioned by expires_at (finished_at + the
+ * type's history_retention, rounded up to whole days), one partition per
+ * UTC day, plus a DEFAULT partition for rows whose day has no partition.
+ * sq_maintain does, on each shard in turn, on a connection of its own:
+ *
+ *   1. pg_try_advisory_lock (session level): when another runner holds it,
+ *      the shard is reported `skipped` and left alone (not an error);
+ *   2. with lock_timeout = o->lock_timeout_ms (never queued behind a long
+ *      transaction: on a timeout the shard's pass stops with the error, and
+ *      the next pass tries again), drops every partition whose upper bound
+ *      is at or before now (a row is therefore kept at least its retention
+ *      and less than its retention plus one day, plus the time until the
+ *      next pass);
+ *   3. creates the partitions of the days from today through today + the
+ *      longest history_retention of the types with history + o->ahead_days
+ *      that no partition covers, moving into each the DEFAULT partition's
+ *      rows of its day;
+ *   4. deletes the DEFAULT partition's rows that expired (batches of
+ *      o->default_delete_batch) and counts what is left there (exact up to
+ *      o->default_count_cap; a non-zero count means passes were missed).
+ *
+ * Each DDL statement is its own transaction: what a pass did stays done.
+ * Returns SQ_OK when every shard was done or skipped; else the status of
+ * the first shard that failed with err naming it, after trying every shard.
+ * *out is filled in both cases; free it with sq_maintain_report_free().
+ * Thread-safe as far as `c` is (one call per client at a time).
+ */
+typedef struct sq_maintain_opts {
+	int64_t now_us;               /* the time to act at, µs since the epoch; 0: now (tests
+	                            and catching up use other values) */
+	int64_t lock_timeout_ms;      /* the DDL waits at most this for its locks (1000) */
+	int ahead_days;               /* days created past the longest retention (2) */
+	int64_t default_delete_batch; /* rows per DELETE in the default partition (10000) */
+	int64_t default_count_cap;    /* the default partition is counted up to this (100000) */
+} sq_maintain_opts;
+
+typedef struct sq_maintain_part {
+	char name[64]; /* jobs_history_pYYYYMMDD */
+	int64_t rows;  /* created: rows moved in from the default partition;
+	                  dropped: PostgreSQL's estimate (pg_class.reltuples, -1: never
+	                  analysed) */
+} sq_maintain_part;
+
+typedef struct sq_maintain_shard {
+	char shard[64];
+	int ran;          /* the whole pass was done */
+	int skipped;      /* another runner held this shard's maintenance lock */
+	sq_status status; /* SQ_OK, or why the pass stopped (error holds the text) */
+	char error[512];
+	sq_maintain_part *created;
+	size_t ncreated;
+	sq_maintain_part *dropped;
+	size_t ndropped;
+	int64_t default_moved;   /* rows moved out of the default partition */
+	int64_t default_deleted; /* expired rows deleted from the default partition */
+	int64_t default_rows;    /* rows left in the default partition */
+	int default_rows_capped; /* ... at least that many */
+	int64_t partitions;      /* day partitions after the pass */
+} sq_maintain_shard;
+
+typedef struct sq_maintain_report {
+	int64_t now_us;         /* the time the pass acted at */
+	int max_retention_days; /* the longest history_retention (days) */
+	int nshards;
+	sq_maintain_shard *shards; /* in config order */
+} sq_maintain_report;
+
+void sq_maintain_opts_init(sq_maintain_opts *o);
+/* o may be NULL (the defaults). */
+SQ_MUST_CHECK sq_status sq_maintain(sq_client *c, const sq_maintain_opts *o,
+				    sq_maintain_report *out, sq_error *err);
+void sq_maintain_report_free(sq_maintain_report *r);
 
 /* ---- introspection for tests and tools ---------------------------------- */
 

@@ -38,6 +38,14 @@ static char *type_array(const sq_config *cfg, int what)
 			sq_buf_puts(&b, tmp);
 			continue;
 		case 7: sq_arr_str(&b, t->history ? "t" : "f"); continue;
+		case 8:
+			if (t->history)
+				sq_arr_str(&b, t->name);
+			continue;
+		case 9:
+			if (t->history)
+				sq_arr_i64(&b, sq_retention_days(t));
+			continue;
 		}
 	}
 	sq_arr_close(&b);
@@ -54,6 +62,8 @@ static void build_type_arrays(sq_client *c)
 	c->ta.cap_ms = type_array(c->cfg, 5);
 	c->ta.jitter = type_array(c->cfg, 6);
 	c->ta.history = type_array(c->cfg, 7);
+	c->ta.hist_names = type_array(c->cfg, 8);
+	c->ta.hist_days = type_array(c->cfg, 9);
 }
 
 /* The server-side settings of a connection, as libpq's `options`. */
@@ -310,6 +320,8 @@ void sq_client_close(sq_client *c)
 	free(c->ta.cap_ms);
 	free(c->ta.jitter);
 	free(c->ta.history);
+	free(c->ta.hist_names);
+	free(c->ta.hist_days);
 	if (c->base)
 		event_base_free(c->base);
 	free(c);

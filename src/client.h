@@ -11,9 +11,12 @@ extern const sq_stmt sq_stmt_gate_shared;
 extern const sq_stmt sq_stmt_check_owned;
 
 /* Per-type settings as array literals, in config order, for statements
- * that join on task type (leases, backoff, history). */
+ * that join on task type (leases, backoff, history). hist_names and
+ * hist_days list only the types that keep history, with their
+ * history_retention in whole days. */
 typedef struct sq_type_arrays {
 	char *names, *start_ms, *exec_ms, *backoff, *base_ms, *cap_ms, *jitter, *history;
+	char *hist_names, *hist_days;
 } sq_type_arrays;
 
 struct sq_client {

@@ -41,6 +41,7 @@ static const key_def keys[] = {
 	{SEC_CLUSTER, "meta_shard", K_STRING, NULL, 0, 0, NULL},
 	{SEC_CLUSTER, "meta_dsn", K_STRING, NULL, 0, 0, NULL},
 	{SEC_CLUSTER, "notify", K_BOOL, "true", 0, 0, NULL},
+	{SEC_CLUSTER, "maintain_interval", K_DURATION, "1h", 0, 7 * DAY_MS, NULL},
 	{SEC_CONNECTION, "connect_timeout", K_DURATION, "5s", 1000, 600000, NULL},
 	{SEC_CONNECTION, "statement_timeout", K_DURATION, "30s", 0, DAY_MS, NULL},
 	{SEC_CONNECTION, "idle_in_transaction_session_timeout", K_DURATION, "60s", 0, DAY_MS, NULL},
@@ -75,6 +76,8 @@ static const key_def keys[] = {
 	{SEC_TYPE, "rate", K_RATE, "0", 0, 1e6, NULL},
 	{SEC_TYPE, "burst", K_DOUBLE, "0", 0, 1e7, NULL},
 	{SEC_TYPE, "max_running", K_INT, "0", 0, 10000000, NULL},
+	{SEC_TYPE, "history_retention", K_DURATION, "7d", 1, SQ_MAX_HISTORY_RETENTION_DAYS *DAY_MS,
+	 NULL},
 };
 #define NKEYS (sizeof(keys) / sizeof(keys[0]))
 
@@ -210,6 +213,7 @@ static void *slot(sq_config *cfg, sec_kind sec, int idx, const char *name)
 		F(SEC_CLUSTER, "meta_shard", sq_config, meta_shard),
 		F(SEC_CLUSTER, "meta_dsn", sq_config, meta_dsn),
 		F(SEC_CLUSTER, "notify", sq_config, notify),
+		F(SEC_CLUSTER, "maintain_interval", sq_config, maintain_interval_ms),
 		F(SEC_CONNECTION, "connect_timeout", sq_config, connect_timeout_ms),
 		F(SEC_CONNECTION, "statement_timeout", sq_config, statement_timeout_ms),
 		F(SEC_CONNECTION, "idle_in_transaction_session_timeout", sq_config,
@@ -245,6 +249,7 @@ static void *slot(sq_config *cfg, sec_kind sec, int idx, const char *name)
 		F(SEC_TYPE, "rate", sq_type_conf, rate_per_s),
 		F(SEC_TYPE, "burst", sq_type_conf, burst),
 		F(SEC_TYPE, "max_running", sq_type_conf, max_running),
+		F(SEC_TYPE, "history_retention", sq_type_conf, history_retention_ms),
 #undef F
 	};
 	char *base = sh ? (char *)sh : t ? (char *)t : tok ? (char *)tok : (char *)cfg;

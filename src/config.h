@@ -31,9 +31,10 @@ typedef struct sq_type_conf {
 	int32_t priority;
 	int64_t delay_tolerance_ms; /* 0: none */
 	int history;
-	double rate_per_s;   /* jobs started per second, fleet-wide (0: no limit) */
-	double burst;        /* the bucket's size in jobs (0: one second of rate) */
-	int32_t max_running; /* starting + running jobs, fleet-wide (0: no limit) */
+	double rate_per_s;            /* jobs started per second, fleet-wide (0: no limit) */
+	double burst;                 /* the bucket's size in jobs (0: one second of rate) */
+	int32_t max_running;          /* starting + running jobs, fleet-wide (0: no limit) */
+	int64_t history_retention_ms; /* rounded up to whole days where used */
 	int line;
 } sq_type_conf;
 
@@ -69,6 +70,8 @@ struct sq_config {
 	char *meta_shard; /* shard id holding the meta schema, or NULL */
 	char *meta_dsn;   /* explicit meta database, or NULL */
 	int notify;       /* enqueue sends NOTIFY shardq_jobs, once per batch per shard */
+	/* how often the worker runtime and shardqd run sq_maintain (0: never) */
+	int64_t maintain_interval_ms;
 	int64_t connect_timeout_ms;
 	int64_t statement_timeout_ms;
 	int64_t idle_in_tx_timeout_ms;
@@ -85,6 +88,13 @@ struct sq_config {
 	int ntokens;
 	sq_token_conf tokens[SQ_MAX_TOKENS];
 };
+
+/* history_retention: at most ten years; kept in whole days (rounded up). */
+#define SQ_MAX_HISTORY_RETENTION_DAYS 3650
+static inline int sq_retention_days(const sq_type_conf *t)
+{
+	return (int)((t->history_retention_ms + 86400000 - 1) / 86400000);
+}
 
 /* The type's config, or NULL if the type is not configured. */
 const sq_type_conf *sq_config_type(const sq_config *cfg, const char *name);

@@ -19,6 +19,12 @@ void sq_failpoint(const char *name)
 	if (sl && !strncmp(sl, name, n) && sl[n] == ':')
 		usleep((useconds_t)atoi(sl + n + 1) * 1000);
 }
+
+int64_t sq_test_clock_offset_s(void)
+{
+	const char *v = getenv("SHARDQ_TEST_CLOCK_OFFSET");
+	return v ? strtoll(v, NULL, 10) : 0;
+}
 #else
 /* a translation unit may not be empty */
 typedef int sq_failpoints_not_built;

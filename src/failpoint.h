@@ -10,12 +10,22 @@
 #ifndef SQ_FAILPOINT_H
 #define SQ_FAILPOINT_H
 
+#include <stdint.h>
+
+/* The test clock: seconds ($SHARDQ_TEST_CLOCK_OFFSET, may be negative)
+ * added to now() where a completion writes finished_at and expires_at, so
+ * a test can fill history over several days. 0 in any other build. */
 #ifdef SHARDQ_FAILPOINTS
 void sq_failpoint(const char *name);
+int64_t sq_test_clock_offset_s(void);
 #else
 static inline void sq_failpoint(const char *name)
 {
 	(void)name;
+}
+static inline int64_t sq_test_clock_offset_s(void)
+{
+	return 0;
 }
 #endif
 

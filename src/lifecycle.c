@@ -6,8 +6,10 @@
 #include "client.h"
 #include "error.h"
 #include "jobrow.h"
+#include "failpoint.h"
 #include "ops.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -63,7 +65,9 @@ static const sq_stmt stmt_heartbeat = {
  * it), unless a rerun is pending: then it is ready again with the rerun's
  * params and a fresh budget of attempts (the base moves up; the attempt,
  * which fences every write of a run, never goes down). $4: the types that
- * keep history. */
+ * keep history, $5: their history_retention in whole days (expires_at picks
+ * the history partition, docs/operations.md), $6: seconds added to now() for
+ * finished_at and expires_at (0; a test clock only in failpoint builds). */
 static const sq_stmt stmt_complete = {
 	"sq_complete",
 	"WITH x AS (SELECT * FROM unnest($1::bigint[], $2::int[]) WITH ORDINALITY AS x(id, att, ord)),"
@@ -77,9 +81,12 @@ static const sq_stmt stmt_complete = {
 	" del AS (DELETE FROM shardq.jobs j USING x"
 	"          WHERE " FENCE("IN ('starting', 'running')") " AND j.rerun_params IS NULL RETURNING j.*, x.ord),"
 	" hist AS (INSERT INTO shardq.jobs_history (id, partition, task, status, attempt, worker,"
-	"            active_uid, params, last_error, created_at)"
+	"            active_uid, params, last_error, created_at, finished_at, expires_at)"
 	"          SELECT id, partition, task, 'completed', attempt - attempt_base, worker,"
-	"                 active_uid, params, last_error, created_at"
+	"                 active_uid, params, last_error, created_at,"
+	"                 now() + $6::float8 * interval '1 second',"
+	"                 now() + $6::float8 * interval '1 second' + interval '1 day' *"
+	"                   COALESCE(($5::int[])[array_position($4::text[], task)], 7)"
 	"            FROM del WHERE task = ANY($4::text[]))"
 	"SELECT ord FROM rr UNION ALL SELECT ord FROM del"};
 
@@ -453,18 +460,10 @@ sq_status sq_heartbeat(sq_client *c, const char *worker, const sq_job_ref *refs,
 sq_status sq_complete(sq_client *c, const char *worker, const sq_job_ref *refs, size_t n,
 		      sq_status *out, sq_error *err)
 {
-	sq_buf hist;
-	sq_status st;
-	sq_buf_init(&hist);
-	sq_arr_open(&hist);
-	for (int i = 0; i < c->cfg->ntypes; i++)
-		if (c->cfg->types[i].history)
-			sq_arr_str(&hist, c->cfg->types[i].name);
-	sq_arr_close(&hist);
-	op o = {&stmt_complete, 4, {hist.data}, 1, NULL};
-	st = fenced(c, &o, worker, refs, n, out, 1, err);
-	sq_buf_free(&hist);
-	return st;
+	char off[32];
+	snprintf(off, sizeof(off), "%lld", (long long)sq_test_clock_offset_s());
+	op o = {&stmt_complete, 6, {c->ta.hist_names, c->ta.hist_days, off}, 3, NULL};
+	return fenced(c, &o, worker, refs, n, out, 1, err);
 }
 
 sq_status sq_release(sq_client *c, const char *worker, const sq_job_ref *refs, size_t n,
@@ -670,7 +669,7 @@ sq_status sq_get_job(sq_client *c, int64_t id, sq_job *job, sq_error *err)
 
 struct sq_fenced_pending {
 	op o;
-	sq_buf hist;
+	char off[32]; /* sq_complete's $6 */
 	shard_rows *rows;
 	sq_status *todo;
 	size_t n;
@@ -686,7 +685,6 @@ sq_fenced_pending *sq_fenced_push(sq_client *c, sq_fenced_kind kind, const char 
 		return NULL;
 	p->kind = kind;
 	p->n = n;
-	sq_buf_init(&p->hist);
 	switch (kind) {
 	case SQ_FENCED_START:
 		p->o = (op){&stmt_start, 5, {c->ta.names, c->ta.exec_ms}, 2, NULL};
@@ -696,12 +694,9 @@ sq_fenced_pending *sq_fenced_push(sq_client *c, sq_fenced_kind kind, const char 
 		break;
 	case SQ_FENCED_RELEASE: p->o = (op){&stmt_release, 3, {0}, 0, NULL}; break;
 	case SQ_FENCED_COMPLETE:
-		sq_arr_open(&p->hist);
-		for (int i = 0; i < c->cfg->ntypes; i++)
-			if (c->cfg->types[i].history)
-				sq_arr_str(&p->hist, c->cfg->types[i].name);
-		sq_arr_close(&p->hist);
-		p->o = (op){&stmt_complete, 4, {p->hist.data}, 1, NULL};
+		snprintf(p->off, sizeof(p->off), "%lld", (long long)sq_test_clock_offset_s());
+		p->o = (op){
+			&stmt_complete, 6, {c->ta.hist_names, c->ta.hist_days, p->off}, 3, NULL};
 		break;
 	case SQ_FENCED_FAIL:
 		p->o = (op){&stmt_fail,
@@ -726,7 +721,6 @@ sq_fenced_pending *sq_fenced_push(sq_client *c, sq_fenced_kind kind, const char 
 	free(fr);
 	if (!p->rows) {
 		free(p->todo);
-		sq_buf_free(&p->hist);
 		free(p);
 		return NULL;
 	}
@@ -741,6 +735,5 @@ void sq_fenced_collect(sq_client *c, sq_fenced_pending *p, sq_status *out)
 			     p->kind == SQ_FENCED_COMPLETE ? SQ_ENOTFOUND : SQ_ELOST, NULL);
 	fenced_free(c, p->rows);
 	free(p->todo);
-	sq_buf_free(&p->hist);
 	free(p);
 }

@@ -5,6 +5,8 @@
 /* The advisory-lock keys (two int4) of the partition gate and of init. */
 #define SQ_GATE_KEY "1397837137, 1"
 #define SQ_INIT_KEY "1397837137, 2"
+/* History maintenance (sq_maintain): one runner per shard, session level. */
+#define SQ_MAINTAIN_KEY "1397837137, 3"
 /* A move's driver lock: (this, move id). */
 #define SQ_MOVE_KEY "1397837138"
 /* A limited type's claims on one shard: (this, hashtext(type)). */

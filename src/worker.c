@@ -8,6 +8,7 @@
 #include "client.h"
 #include "error.h"
 #include "jobrow.h"
+#include "maintain.h"
 #include "ops.h"
 #include "pool.h"
 
@@ -76,6 +77,7 @@ struct sq_worker {
 	char last_error[256];
 	pthread_mutex_t stats_mu;
 	sq_worker_stats snap;
+	sq_maintainer *maint; /* history maintenance, every maintain_interval */
 };
 
 void sq_worker_opts_init(sq_worker_opts *o)
@@ -230,6 +232,7 @@ sq_status sq_worker_create(const sq_config *cfg, const sq_worker_opts *opts, sq_
 		sq_worker_destroy(w);
 		return st;
 	}
+	w->maint = sq_maintainer_start(cfg, NULL, NULL);
 	*out = w;
 	return SQ_OK;
 }
@@ -1367,6 +1370,7 @@ void sq_worker_destroy(sq_worker *w)
 {
 	if (!w)
 		return;
+	sq_maintainer_stop(w->maint);
 	if (w->pool_started) {
 		sq_task *started, *stale;
 		/* handed jobs never started: taken back first, so no thread

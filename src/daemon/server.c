@@ -2,6 +2,7 @@
  * auth, routing, the request threads and the process (docs/http.md). */
 #include "daemon.h"
 #include "error.h"
+#include "maintain.h"
 
 #include <errno.h>
 #include <event2/buffer.h>
@@ -42,6 +43,12 @@ void sqd_log(const char *fmt, ...)
 		if (*p == '\n')
 			*p = ' ';
 	fprintf(stderr, "shardqd: %s\n", line);
+}
+
+static void maint_log(const char *line, void *arg)
+{
+	(void)arg;
+	sqd_log("%s", line);
 }
 
 static void sha256(const void *data, size_t len, unsigned char out[32])
@@ -942,7 +949,9 @@ int main(int argc, char **argv)
 	event_add(S.sig_int, NULL);
 	event_add(S.sig_hup, NULL);
 
+	sq_maintainer *maint = sq_maintainer_start(d->cfg, maint_log, NULL);
 	event_base_dispatch(S.base);
+	sq_maintainer_stop(maint);
 
 	/* stopped: the threads end, the connections close */
 	atomic_store(&d->stopping, 2);

@@ -1,0 +1,423 @@
+/* maintain.c - history retention: sq_maintain creates the daily partitions
+ * of shardq.jobs_history ahead and drops the ones whose day has ended, one
+ * runner per shard at a time; sq_maintainer runs it every
+ * [cluster] maintain_interval on a thread of its own (the worker runtime and
+ * shardqd start one). The partitions and their functions are in
+ * sql/shard/004_history_partitions.sql; docs/operations.md tells the
+ * operator's side. */
+#include "maintain.h"
+#include "client.h"
+#include "error.h"
+#include "schema.h"
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define DAY_S INT64_C(86400)
+
+void sq_maintain_opts_init(sq_maintain_opts *o)
+{
+	memset(o, 0, sizeof(*o));
+	o->lock_timeout_ms = 1000;
+	o->ahead_days = 2;
+	o->default_delete_batch = 10000;
+	o->default_count_cap = 100000;
+}
+
+void sq_maintain_report_free(sq_maintain_report *r)
+{
+	if (!r)
+		return;
+	for (int s = 0; s < r->nshards; s++) {
+		free(r->shards[s].created);
+		free(r->shards[s].dropped);
+	}
+	free(r->shards);
+	memset(r, 0, sizeof(*r));
+}
+
+static int64_t real_now_us(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+/* Days since 1970-01-01 (UTC) of a time in seconds, and back to a date. */
+static int64_t day_of(int64_t s)
+{
+	return s >= 0 ? s / DAY_S : -((-s + DAY_S - 1) / DAY_S);
+}
+
+static void day_text(int64_t day, char *out, size_t len)
+{
+	time_t t = (time_t)(day * DAY_S);
+	struct tm tm;
+	gmtime_r(&t, &tm);
+	strftime(out, len, "%Y-%m-%d", &tm);
+}
+
+static int add_part(sq_maintain_part **v, size_t *n, const char *name, int64_t rows)
+{
+	sq_maintain_part *nv = realloc(*v, sizeof(**v) * (*n + 1));
+	if (!nv)
+		return -1;
+	*v = nv;
+	snprintf(nv[*n].name, sizeof(nv[*n].name), "%s", name);
+	nv[*n].rows = rows;
+	(*n)++;
+	return 0;
+}
+
+/* One statement on the shard's maintenance connection; NULL and the shard's
+ * error text on failure (each statement is its own transaction). */
+static PGresult *run(PGconn *pc, sq_maintain_shard *sh, const char *what, const char *sql, int n,
+		     const char *const *v)
+{
+	PGresult *r = PQexecParams(pc, sql, n, NULL, v, NULL, NULL, 0);
+	ExecStatusType st = PQresultStatus(r);
+	if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK)
+		return r;
+	const char *state = PQresultErrorField(r, PG_DIAG_SQLSTATE);
+	const char *primary = PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY);
+	char msg[200];
+	snprintf(msg, sizeof(msg), "%s", primary ? primary : PQerrorMessage(pc));
+	msg[strcspn(msg, "\n")] = '\0';
+	if (state && (!strcmp(state, "42883") || !strcmp(state, "42P01")))
+		snprintf(sh->error, sizeof(sh->error),
+			 "%s: %s (the shard's schema predates history partitions: run 'shardq "
+			 "init')",
+			 what, msg);
+	else if (state && !strcmp(state, "55P03"))
+		snprintf(sh->error, sizeof(sh->error),
+			 "%s: %s (a transaction holds shardq.jobs_history; the next pass tries "
+			 "again)",
+			 what, msg);
+	else
+		snprintf(sh->error, sizeof(sh->error), "%s: %s", what, msg);
+	sh->status = PQstatus(pc) == CONNECTION_OK ? SQ_EDB : SQ_ECONN;
+	PQclear(r);
+	return NULL;
+}
+
+static int run_ok(PGconn *pc, sq_maintain_shard *sh, const char *what, const char *sql, int n,
+		  const char *const *v)
+{
+	PGresult *r = run(pc, sh, what, sql, n, v);
+	if (!r)
+		return -1;
+	PQclear(r);
+	return 0;
+}
+
+typedef struct part_row {
+	char name[64];
+	int64_t lo_s, hi_s; /* INT64_MIN / INT64_MAX: unbounded */
+	int64_t est;
+} part_row;
+
+/* The pass on one shard, on a connection of its own. */
+static void maintain_shard(const sq_config *cfg, int s, int64_t now_us, int max_days,
+			   const sq_maintain_opts *o, sq_maintain_shard *sh)
+{
+	char msg[512], nowbuf[32], buf[64];
+	const char *v[2];
+	PGresult *r;
+	part_row *parts = NULL;
+	int nparts = 0;
+	PGconn *pc = sq_connect_plain(cfg, cfg->shards[s].dsn, "maintain", -1, msg, sizeof(msg));
+	if (!pc) {
+		snprintf(sh->error, sizeof(sh->error), "%s", msg);
+		sh->status = SQ_ECONN;
+		return;
+	}
+	snprintf(buf, sizeof(buf), "SET lock_timeout = %lld", (long long)o->lock_timeout_ms);
+	if (run_ok(pc, sh, "lock_timeout", buf, 0, NULL))
+		goto out;
+	if (!(r = run(pc, sh, "the maintenance lock",
+		      "SELECT pg_try_advisory_lock(" SQ_MAINTAIN_KEY ")", 0, NULL)))
+		goto out;
+	sh->skipped = strcmp(PQgetvalue(r, 0, 0), "t") != 0;
+	PQclear(r);
+	if (sh->skipped)
+		goto out;
+
+	snprintf(nowbuf, sizeof(nowbuf), "%lld", (long long)now_us);
+	v[0] = nowbuf;
+	/* the partitions, with their bounds as epoch seconds */
+	if (!(r = run(pc, sh, "list partitions",
+		      "SELECT name, coalesce(floor(extract(epoch from lo))::bigint::text, ''),"
+		      "       coalesce(floor(extract(epoch from hi))::bigint::text, ''), est_rows"
+		      "  FROM shardq.history_partitions() WHERE NOT is_default ORDER BY hi",
+		      0, NULL)))
+		goto out;
+	nparts = PQntuples(r);
+	parts = calloc((size_t)nparts + 1, sizeof(*parts));
+	if (!parts) {
+		PQclear(r);
+		snprintf(sh->error, sizeof(sh->error), "out of memory");
+		sh->status = SQ_ENOMEM;
+		goto out;
+	}
+	for (int i = 0; i < nparts; i++) {
+		snprintf(parts[i].name, sizeof(parts[i].name), "%s", PQgetvalue(r, i, 0));
+		parts[i].lo_s = *PQgetvalue(r, i, 1) ? atoll(PQgetvalue(r, i, 1)) : INT64_MIN;
+		parts[i].hi_s = *PQgetvalue(r, i, 2) ? atoll(PQgetvalue(r, i, 2)) : INT64_MAX;
+		parts[i].est = atoll(PQgetvalue(r, i, 3));
+	}
+	PQclear(r);
+
+	/* drop what ended: its upper bound is at or before now */
+	int64_t now_s = now_us >= 0 ? now_us / 1000000 : -((-now_us + 999999) / 1000000);
+	for (int i = 0; i < nparts; i++) {
+		if (parts[i].hi_s == INT64_MAX || parts[i].hi_s > now_s)
+			continue;
+		char *id = PQescapeIdentifier(pc, parts[i].name, strlen(parts[i].name));
+		char sql[160];
+		snprintf(sql, sizeof(sql), "DROP TABLE shardq.%s", id ? id : "\"?\"");
+		PQfreemem(id);
+		snprintf(msg, sizeof(msg), "drop %s", parts[i].name);
+		if (run_ok(pc, sh, msg, sql, 0, NULL))
+			goto out;
+		if (add_part(&sh->dropped, &sh->ndropped, parts[i].name, parts[i].est))
+			goto oom;
+		parts[i].lo_s = parts[i].hi_s = INT64_MIN; /* gone */
+	}
+
+	/* create ahead: today through today + the longest retention + ahead */
+	int64_t today = day_of(now_s);
+	for (int64_t d = today; d <= today + max_days + o->ahead_days; d++) {
+		int64_t lo = d * DAY_S, hi = lo + DAY_S;
+		int covered = 0;
+		for (int i = 0; i < nparts && !covered; i++)
+			covered = parts[i].lo_s < hi && parts[i].hi_s > lo;
+		if (covered)
+			continue;
+		char day[16], name[64];
+		day_text(d, day, sizeof(day));
+		v[1] = day;
+		snprintf(msg, sizeof(msg), "create the partition of %s", day);
+		if (!(r = run(pc, sh, msg, "SELECT shardq.history_add_day($1::date)", 1, v + 1)))
+			goto out;
+		int64_t moved = atoll(PQgetvalue(r, 0, 0));
+		PQclear(r);
+		if (moved < 0)
+			continue; /* made meanwhile by hand */
+		snprintf(name, sizeof(name), "jobs_history_p%.4s%.2s%.2s", day, day + 5, day + 8);
+		if (add_part(&sh->created, &sh->ncreated, name, moved))
+			goto oom;
+	}
+	sh->default_moved = 0;
+	for (size_t i = 0; i < sh->ncreated; i++)
+		sh->default_moved += sh->created[i].rows;
+
+	/* the default partition: expired rows go in batches; the rest counted */
+	for (;;) {
+		char lim[24];
+		const char *dv[2] = {nowbuf, lim};
+		snprintf(lim, sizeof(lim), "%lld", (long long)o->default_delete_batch);
+		if (!(r = run(pc, sh, "delete expired rows of the default partition",
+			      "WITH d AS (DELETE FROM shardq.jobs_history_default WHERE ctid = "
+			      "ANY(ARRAY("
+			      "  SELECT ctid FROM shardq.jobs_history_default"
+			      "   WHERE expires_at <= to_timestamp($1::float8 / 1e6) LIMIT "
+			      "$2::bigint))"
+			      "  RETURNING 1) SELECT count(*) FROM d",
+			      2, dv)))
+			goto out;
+		int64_t n = atoll(PQgetvalue(r, 0, 0));
+		PQclear(r);
+		sh->default_deleted += n;
+		if (n < o->default_delete_batch)
+			break;
+	}
+	snprintf(buf, sizeof(buf), "%lld", (long long)o->default_count_cap + 1);
+	v[1] = buf;
+	if (!(r = run(pc, sh, "count the default partition",
+		      "SELECT count(*) FROM (SELECT 1 FROM shardq.jobs_history_default LIMIT "
+		      "$1::bigint) x",
+		      1, v + 1)))
+		goto out;
+	sh->default_rows = atoll(PQgetvalue(r, 0, 0));
+	PQclear(r);
+	if (sh->default_rows > o->default_count_cap) {
+		sh->default_rows = o->default_count_cap;
+		sh->default_rows_capped = 1;
+	}
+	if (!(r = run(pc, sh, "count partitions",
+		      "SELECT count(*) FROM shardq.history_partitions() WHERE NOT is_default", 0,
+		      NULL)))
+		goto out;
+	sh->partitions = atoll(PQgetvalue(r, 0, 0));
+	PQclear(r);
+	sh->ran = 1;
+	goto out;
+oom:
+	snprintf(sh->error, sizeof(sh->error), "out of memory");
+	sh->status = SQ_ENOMEM;
+out:
+	free(parts);
+	PQfinish(pc); /* ends the session: the advisory lock goes with it */
+}
+
+sq_status sq_maintain(sq_client *c, const sq_maintain_opts *opts, sq_maintain_report *out,
+		      sq_error *err)
+{
+	return sq_maintain_cfg(c->cfg, opts, out, err);
+}
+
+sq_status sq_maintain_cfg(const sq_config *cfg, const sq_maintain_opts *opts,
+			  sq_maintain_report *out, sq_error *err)
+{
+	sq_maintain_opts o;
+	sq_status first = SQ_OK;
+	int max_days = 1;
+	if (opts)
+		o = *opts;
+	else
+		sq_maintain_opts_init(&o);
+	memset(out, 0, sizeof(*out));
+	if (o.lock_timeout_ms < 1 || o.ahead_days < 0 || o.ahead_days > 366 ||
+	    o.default_delete_batch < 1 || o.default_count_cap < 0)
+		return sq_err(err, SQ_EINVAL,
+			      "sq_maintain: lock_timeout_ms must be >= 1, ahead_days 0..366, "
+			      "default_delete_batch >= 1, default_count_cap >= 0");
+	out->now_us = o.now_us ? o.now_us : real_now_us();
+	for (int i = 0; i < cfg->ntypes; i++) {
+		int d = sq_retention_days(&cfg->types[i]);
+		if (cfg->types[i].history && d > max_days)
+			max_days = d;
+	}
+	out->max_retention_days = max_days;
+	out->shards = calloc((size_t)cfg->nshards, sizeof(*out->shards));
+	if (!out->shards)
+		return sq_err(err, SQ_ENOMEM, "out of memory");
+	out->nshards = cfg->nshards;
+	for (int s = 0; s < cfg->nshards; s++) {
+		sq_maintain_shard *sh = &out->shards[s];
+		snprintf(sh->shard, sizeof(sh->shard), "%s", cfg->shards[s].id);
+		maintain_shard(cfg, s, out->now_us, max_days, &o, sh);
+		if (sh->status && !first) {
+			first = sh->status;
+			sq_err(err, sh->status, "shard %s: %s", sh->shard, sh->error);
+		}
+	}
+	return first;
+}
+
+/* ---- the periodic runner -------------------------------------------------- */
+
+struct sq_maintainer {
+	const sq_config *cfg;
+	sq_maintainer_log log;
+	void *log_arg;
+	pthread_t thread;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	int stop;
+	int64_t first_ms, interval_ms;
+};
+
+static void say(sq_maintainer *m, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void say(sq_maintainer *m, const char *fmt, ...)
+{
+	char line[1200];
+	va_list ap;
+	if (!m->log)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	m->log(line, m->log_arg);
+}
+
+/* Waits ms or until stopped; returns 1 when stopped. */
+static int sleep_ms(sq_maintainer *m, int64_t ms)
+{
+	struct timespec at;
+	clock_gettime(CLOCK_MONOTONIC, &at);
+	at.tv_sec += (time_t)(ms / 1000);
+	at.tv_nsec += (long)(ms % 1000) * 1000000L;
+	if (at.tv_nsec >= 1000000000L)
+		at.tv_sec++, at.tv_nsec -= 1000000000L;
+	pthread_mutex_lock(&m->mu);
+	while (!m->stop && pthread_cond_timedwait(&m->cv, &m->mu, &at) == 0)
+		;
+	int stop = m->stop;
+	pthread_mutex_unlock(&m->mu);
+	return stop;
+}
+
+static void *maintainer_main(void *arg)
+{
+	sq_maintainer *m = arg;
+	int64_t wait = m->first_ms;
+	while (!sleep_ms(m, wait)) {
+		sq_error err;
+		sq_maintain_report rep;
+		wait = m->interval_ms;
+		if (sq_maintain_cfg(m->cfg, NULL, &rep, &err) != SQ_OK && !rep.nshards)
+			say(m, "maintain: %s", err.msg); /* per shard errors follow */
+		for (int s = 0; s < rep.nshards; s++) {
+			sq_maintain_shard *sh = &rep.shards[s];
+			if (sh->skipped)
+				say(m, "maintain: shard %s: skipped: another runner", sh->shard);
+			else if (sh->status)
+				say(m, "maintain: shard %s: %s", sh->shard, sh->error);
+			else if (sh->ncreated || sh->ndropped || sh->default_rows)
+				say(m,
+				    "maintain: shard %s: created %zu, dropped %zu partitions; "
+				    "default "
+				    "partition %lld rows",
+				    sh->shard, sh->ncreated, sh->ndropped,
+				    (long long)sh->default_rows);
+		}
+		sq_maintain_report_free(&rep);
+	}
+	return NULL;
+}
+
+sq_maintainer *sq_maintainer_start(const sq_config *cfg, sq_maintainer_log log, void *log_arg)
+{
+	if (!cfg->maintain_interval_ms)
+		return NULL;
+	sq_maintainer *m = calloc(1, sizeof(*m));
+	if (!m)
+		return NULL;
+	m->cfg = cfg;
+	m->log = log;
+	m->log_arg = log_arg;
+	m->interval_ms = cfg->maintain_interval_ms;
+	m->first_ms = m->interval_ms < SQ_MAINTAIN_FIRST_MS ? m->interval_ms : SQ_MAINTAIN_FIRST_MS;
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&m->cv, &ca);
+	pthread_condattr_destroy(&ca);
+	pthread_mutex_init(&m->mu, NULL);
+	if (pthread_create(&m->thread, NULL, maintainer_main, m)) {
+		pthread_cond_destroy(&m->cv);
+		pthread_mutex_destroy(&m->mu);
+		free(m);
+		return NULL;
+	}
+	return m;
+}
+
+void sq_maintainer_stop(sq_maintainer *m)
+{
+	if (!m)
+		return;
+	pthread_mutex_lock(&m->mu);
+	m->stop = 1;
+	pthread_cond_signal(&m->cv);
+	pthread_mutex_unlock(&m->mu);
+	pthread_join(m->thread, NULL);
+	pthread_cond_destroy(&m->cv);
+	pthread_mutex_destroy(&m->mu);
+	free(m);
+}
