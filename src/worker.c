@@ -76,6 +76,7 @@ struct sq_worker {
 	char last_error[256];
 	pthread_mutex_t stats_mu;
 	sq_worker_stats snap;
+	sq_sched *sched; /* periodic jobs ([schedule NAME]); NULL: none */
 };
 
 void sq_worker_opts_init(sq_worker_opts *o)
@@ -230,6 +231,7 @@ sq_status sq_worker_create(const sq_config *cfg, const sq_worker_opts *opts, sq_
 		sq_worker_destroy(w);
 		return st;
 	}
+	w->sched = sq_sched_new(cfg, w->id);
 	*out = w;
 	return SQ_OK;
 }
@@ -1327,6 +1329,9 @@ sq_status sq_worker_run(sq_worker *w, sq_error *err)
 			w->poll_delay_ms = 0;
 		}
 		start_fresh(w, now);
+		sq_error se;
+		if (!w->stopping && sq_sched_tick(w->sched, w->c, &se) != SQ_OK)
+			note_error(w, &se);
 		tick(w, now, !w->stopping);
 		take_finished(w);
 		start_fresh(w, sq_mono_s());
@@ -1410,6 +1415,7 @@ void sq_worker_destroy(sq_worker *w)
 		event_free(w->timer_ev);
 	if (w->base)
 		event_base_free(w->base);
+	sq_sched_free(w->sched);
 	sq_client_close(w->c);
 	if (w->wake[0] >= 0)
 		close(w->wake[0]);
