@@ -89,5 +89,6 @@ int cmd_work(cli *x, int argc, char **argv);
 int cmd_move(cli *x, int argc, char **argv);
 int cmd_rebalance(cli *x, int argc, char **argv);
 int cmd_moves(cli *x, int argc, char **argv);
+int cmd_schedules(cli *x, int argc, char **argv);
 
 #endif

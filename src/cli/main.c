@@ -33,6 +33,7 @@ static const struct {
 	{"move", cmd_move, "move partitions to another shard, online"},
 	{"rebalance", cmd_rebalance, "move partitions to match the config's shards and weights"},
 	{"moves", cmd_moves, "list moves; resume or abort one"},
+	{"schedules", cmd_schedules, "list the periodic jobs ([schedule]); --run-once runs a pass"},
 	{"demo", cmd_demo, "enqueue, claim, start and complete N jobs; print the rates"},
 };
 #define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))
