@@ -21,20 +21,47 @@ static const char *types = "[type tick]\nhistory = true\n"
 			   "[type crash]\nhistory = true\n"
 			   "[type live]\n"
 			   "[type wk]\nhistory = true\n"
+			   "[type cli]\nhistory = true\n"
 			   "[scheduler]\nclaim_lease = 1s\ninterval = 100ms\n";
 
 static testdb t;
 
-/* A cluster whose config has the types above and one schedule section. */
+/* One cluster for the suite (made once, in the runner's process); each
+ * test reads a config of its own over it: the types above and its own
+ * schedule sections, with names no other test uses. */
+static testdb base;
+
+static void cluster_setup(void)
+{
+	testdb_open(&t, "sqt_sched", test_shard_count(), 256, types);
+	base.nshards = t.nshards;
+	base.partitions = t.partitions;
+	memcpy(base.ports, t.ports, sizeof(base.ports));
+	memcpy(base.db, t.db, sizeof(base.db));
+	testdb_close(&t);
+}
+
+static double opened_at;
+
 static void open_with(const char *schedule)
 {
-	char extra[2048];
-	snprintf(extra, sizeof(extra), "%s%s", types, schedule);
-	testdb_open(&t, "sqt_sched", test_shard_count(), 256, extra);
+	sq_error err;
+	opened_at = test_now_s();
+	size_t n = strlen(types) + strlen(schedule) + 1;
+	t.nshards = base.nshards;
+	t.partitions = base.partitions;
+	memcpy(t.ports, base.ports, sizeof(t.ports));
+	memcpy(t.db, base.db, sizeof(t.db));
+	t.extra = malloc(n);
+	snprintf(t.extra, n, "%s%s", types, schedule);
+	t.ini = testdb_ini(&t, NULL, NULL);
+	OKE(sq_config_parse(t.ini, "test.ini", &t.cfg, &err));
+	OKE(sq_client_open(t.cfg, 0, &t.client, &err));
 }
 
 static void teardown(void)
 {
+	printf("  %.2f s\n", test_now_s() - opened_at);
 	testdb_close(&t);
 }
 
@@ -686,9 +713,9 @@ START_TEST(cli_lists_and_runs_once)
 		return;
 	}
 	char ini[512], cmd[2048], line[2048];
-	open_with("[schedule once]\nevery = 10s\ntype = once\n"
+	open_with("[schedule cli]\nevery = 10s\ntype = cli\n"
 		  "[schedule nightly]\ncron = \"30 2 * * *\"\ntimezone = Europe/Moscow\n"
-		  "type = once\nkey = nightly-{slot}\n");
+		  "type = cli\nkey = nightly-{slot}\n");
 	testdb_path(ini, sizeof(ini), "sched.ini");
 	FILE *f = fopen(ini, "w");
 	ck_assert_ptr_nonnull(f);
@@ -706,13 +733,13 @@ START_TEST(cli_lists_and_runs_once)
 	int once = 0, lines = 0;
 	while (fgets(line, sizeof(line), p)) {
 		lines++;
-		if (strstr(line, "\"name\":\"once\"") && strstr(line, "\"enqueues\":1"))
+		if (strstr(line, "\"name\":\"cli\"") && strstr(line, "\"enqueues\":1"))
 			once = 1;
 	}
 	ck_assert_int_eq(pclose(p), 0);
-	ck_assert_msg(once, "no line shows schedule once enqueued");
+	ck_assert_msg(once, "no line shows schedule cli enqueued");
 	ck_assert_int_eq(lines, 3); /* the pass's line on stderr, two schedules */
-	ck_assert_int_eq(jobs_of("once"), 1);
+	ck_assert_int_eq(jobs_of("cli"), 1);
 	snprintf(cmd, sizeof(cmd), "%s schedules --help | grep -q run-once", cli);
 	ck_assert_int_eq(system(cmd), 0);
 }
@@ -727,8 +754,10 @@ int main(void)
 	ADD_CASE(s, cron_dst_europe_berlin, 60);
 	ADD_CASE(s, schedule_keys_and_every, 60);
 	ADD_CASE(s, config_checks, 60);
+	/* the tests against the shards share one cluster (CK_RUN_CASE=shards) */
 	TCase *tc = tcase_create("shards");
 	tcase_set_timeout(tc, 600);
+	tcase_add_unchecked_fixture(tc, cluster_setup, NULL);
 	tcase_add_checked_fixture(tc, NULL, teardown);
 	tcase_add_test(tc, three_schedulers_each_slot_once);
 	tcase_add_test(tc, missed_once_runs_the_latest_slot_once);
