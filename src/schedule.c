@@ -557,7 +557,7 @@ static sq_status enqueue_slot(sq_client *c, const sq_schedule_conf *s, const cha
 	spec.key = key;
 	spec.params = s->params;
 	spec.run_at_us = slot > 0 ? slot * 1000000 : 0;
-	sq_failpoint("schedule-claimed");
+	sq_failpoint("schedule_claimed");
 	st = sq_enqueue(c, &spec, 1, &res, err);
 	if (st != SQ_OK) {
 		/* hand the claim back at once: the next pass (anyone's) retries */
@@ -572,7 +572,7 @@ static sq_status enqueue_slot(sq_client *c, const sq_schedule_conf *s, const cha
 		sq_err_prefix(err, "[schedule %s] slot %s: ", s->name, key);
 		return st;
 	}
-	sq_failpoint("schedule-enqueued");
+	sq_failpoint("schedule_enqueued");
 	snprintf(id, sizeof(id), "%" PRId64, res.id);
 	const char *v[4] = {s->name, sl, who, id};
 	PGresult *r = q(c,

@@ -599,7 +599,7 @@ START_TEST(crash_between_claim_and_enqueue_is_taken_over)
 		sq_client *c = testdb_client(&t);
 		sq_schedule_pass p;
 		sq_error err;
-		setenv("SHARDQ_FAILPOINT", "schedule-claimed", 1);
+		setenv("SHARDQ_FAILPOINT", "schedule_claimed", 1);
 		if (sq_schedules_run(c, "victim", (crash_slot + 1) * 1000000, &p, &err))
 			_exit(1);
 		_exit(0); /* a build without failpoints */
