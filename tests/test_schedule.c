@@ -21,8 +21,7 @@ static const char *types = "[type tick]\nhistory = true\n"
 			   "[type crash]\nhistory = true\n"
 			   "[type live]\n"
 			   "[type wk]\nhistory = true\n"
-			   "[type cli]\nhistory = true\n"
-			   "[scheduler]\nclaim_lease = 1s\ninterval = 100ms\n";
+			   "[type cli]\nhistory = true\n";
 
 static testdb t;
 
@@ -33,7 +32,7 @@ static testdb base;
 
 static void cluster_setup(void)
 {
-	testdb_open(&t, "sqt_sched", test_shard_count(), 256, types);
+	testdb_open(&t, "sqt_sched", 2, 256, types);
 	base.nshards = t.nshards;
 	base.partitions = t.partitions;
 	memcpy(base.ports, t.ports, sizeof(base.ports));
@@ -52,8 +51,12 @@ static void open_with(const char *schedule)
 	t.partitions = base.partitions;
 	memcpy(t.ports, base.ports, sizeof(t.ports));
 	memcpy(t.db, base.db, sizeof(t.db));
+	const char *sched = strstr(schedule, "[scheduler]")
+				    ? ""
+				    : "[scheduler]\nclaim_lease = 1s\ninterval = 100ms\n";
+	n += strlen(sched);
 	t.extra = malloc(n);
-	snprintf(t.extra, n, "%s%s", types, schedule);
+	snprintf(t.extra, n, "%s%s%s", types, sched, schedule);
 	t.ini = testdb_ini(&t, NULL, NULL);
 	OKE(sq_config_parse(t.ini, "test.ini", &t.cfg, &err));
 	OKE(sq_client_open(t.cfg, 0, &t.client, &err));
@@ -378,7 +381,7 @@ static long long meta_scalar(const char *sql)
  * a clock of their own; a completer finishes the jobs as they come, and
  * one scheduler also passes again over each slot after its job completed:
  * only the meta claim keeps that slot from a second job. */
-enum { SLOTS = 40, SCHEDULERS = 3 };
+enum { SLOTS = 24, SCHEDULERS = 3 };
 static int64_t T0;
 static atomic_int completed_n;
 static atomic_int total_enqueued;
@@ -576,21 +579,14 @@ START_TEST(missed_skip_waits_for_the_next_slot)
 END_TEST
 
 static int64_t crash_slot;
-static long long crash_remaining(void *arg)
-{
-	(void)arg;
-	/* the claim is taken over once its lease (claim_lease = 1s) passed */
-	sq_schedule_pass p = pass_at(t.client, "rescuer", crash_slot + 1);
-	(void)p;
-	return 1 - jobs_of("crash");
-}
 
 /* A scheduler killed between its claim and its enqueue (failpoint
- * schedule-claimed, a test build's _exit): the row stays pending; once
- * the lease has passed another scheduler enqueues the slot, once. */
+ * schedule_claimed, a test build's _exit): the row stays claimed; while
+ * its lease (1 min here) holds, others leave it alone; once it has passed
+ * (moved back by hand), another scheduler enqueues the slot, once. */
 START_TEST(crash_between_claim_and_enqueue_is_taken_over)
 {
-	open_with("[schedule crash]\nevery = 10s\ntype = crash\n");
+	open_with("[scheduler]\nclaim_lease = 1m\n[schedule crash]\nevery = 10s\ntype = crash\n");
 	int64_t b = base_time();
 	ck_assert_int_eq(pass_at(t.client, "a", b).enqueued, 0);
 	crash_slot = b + 10;
@@ -609,17 +605,32 @@ START_TEST(crash_between_claim_and_enqueue_is_taken_over)
 #ifdef SHARDQ_FAILPOINTS
 	ck_assert_msg(WIFEXITED(ws) && WEXITSTATUS(ws) == 99, "the victim exited %d", ws);
 	ck_assert_int_eq(jobs_of("crash"), 0);
-	ck_assert_int_eq(
-		meta_scalar("SELECT count(*) FROM shardq_meta.schedules WHERE name = "
-			    "'crash' AND claimed_by = 'victim' AND lease_until IS NOT NULL"),
-		1);
-	/* while the lease holds, others leave it alone */
+	ck_assert_int_eq(meta_scalar("SELECT count(*) FROM shardq_meta.schedules WHERE name = "
+				     "'crash' AND claimed_by = 'victim' AND lease_until > now()"),
+			 1);
+	/* while the lease holds, others leave it alone, later slots too */
 	sq_schedule_pass p = pass_at(t.client, "early", crash_slot + 1);
 	ck_assert_int_eq(p.enqueued + p.retried, 0);
+	ck_assert_int_eq(p.busy, 1);
+	ck_assert_int_eq(pass_at(t.client, "early", crash_slot + 25).enqueued, 0);
+	ck_assert_int_eq(jobs_of("crash"), 0);
+	/* the lease runs out */
+	ck_assert_int_eq(
+		meta_scalar("WITH u AS (UPDATE shardq_meta.schedules SET lease_until = "
+			    "now() - interval '1 second' WHERE name = 'crash' RETURNING 1) "
+			    "SELECT count(*) FROM u"),
+		1);
+	p = pass_at(t.client, "rescuer", crash_slot + 2);
+	ck_assert_int_eq(p.retried, 1);
+	ck_assert_int_eq(p.enqueued, 1);
 #endif
-	long long left;
-	ck_assert(wait_progress(crash_remaining, NULL, &left));
 	ck_assert_int_eq(jobs_of("crash"), 1);
+	char key[64];
+	struct tm tm;
+	time_t tt = (time_t)crash_slot;
+	gmtime_r(&tt, &tm);
+	strftime(key, sizeof(key), "crash:%Y-%m-%dT%H:%M:%SZ", &tm);
+	ck_assert_int_eq(jobs_with_key("crash", key), 1);
 	ck_assert_int_eq(meta_scalar("SELECT count(*) FROM shardq_meta.schedules WHERE name = "
 				     "'crash' AND lease_until IS NULL AND enqueues = 1"),
 			 1);

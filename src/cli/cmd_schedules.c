@@ -75,7 +75,7 @@ static void print_json(const sq_schedule_info *v, size_t n)
 
 static void print_table(const sq_schedule_info *v, size_t n)
 {
-	printf("%-20s %-20s %-16s %-16s %-22s %-20s\n", "NAME", "SPEC", "TIMEZONE", "TYPE",
+	printf("%-20s %-20s %-16s %-16s %-30s %s\n", "NAME", "SPEC", "TIMEZONE", "TYPE",
 	       "LAST SLOT", "NEXT RUN");
 	for (size_t i = 0; i < n; i++) {
 		const sq_schedule_info *s = &v[i];
@@ -87,8 +87,8 @@ static void print_table(const sq_schedule_info *v, size_t n)
 			strncat(last, s->enqueued_slot_us ? " (skipped)" : " (start)",
 				sizeof(last) - strlen(last) - 1);
 		utc(next, sizeof(next), s->next_slot_us);
-		printf("%-20s %-20s %-16s %-16s %-22s %-20s\n", s->name, s->spec, s->timezone,
-		       s->type, last, next);
+		printf("%-20s %-20s %-16s %-16s %-30s %s\n", s->name, s->spec, s->timezone, s->type,
+		       last, next);
 	}
 }
 
