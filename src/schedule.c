@@ -829,14 +829,23 @@ static void *sched_main(void *arg)
 	sq_sched_thread *t = arg;
 	sq_client *c = NULL;
 	sq_error err;
+	char last[sizeof(err.msg)] = "";
+	double last_at = 0;
 	pthread_mutex_lock(&t->mu);
 	while (!t->stop) {
 		pthread_mutex_unlock(&t->mu);
 		sq_status st = c ? SQ_OK : sq_client_open(t->cfg, t->open_flags, &c, &err);
 		if (st == SQ_OK)
 			st = sq_schedules_run(c, t->who, 0, NULL, &err);
-		if (st != SQ_OK && t->on_error)
+		/* the same error again (a shard down): once a minute */
+		if (st != SQ_OK && t->on_error &&
+		    (strcmp(last, err.msg) || sq_mono_s() - last_at >= 60)) {
 			t->on_error(&err, t->arg);
+			snprintf(last, sizeof(last), "%s", err.msg);
+			last_at = sq_mono_s();
+		} else if (st == SQ_OK) {
+			last[0] = '\0';
+		}
 		struct timespec ts;
 		clock_gettime(CLOCK_REALTIME, &ts);
 		int64_t ns = ts.tv_nsec + (t->cfg->scheduler.interval_ms % 1000) * 1000000;
