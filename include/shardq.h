@@ -492,7 +492,9 @@ SQ_MUST_CHECK sq_status sq_worker_add(sq_worker *w, const char *type, int concur
 				      sq_handler fn, void *arg, sq_error *err);
 /*
  * Runs until stopped: one thread (the caller's) does all database work,
- * handlers run on a pool of threads. Returns SQ_OK after a graceful stop
+ * handlers run on a pool of threads. That thread also runs the config's
+ * [schedule NAME] sections (sq_schedules_run every [scheduler] interval,
+ * unless [scheduler] enabled = false). Returns SQ_OK after a graceful stop
  * (buffered jobs released, running jobs finished). Returns SQ_ESTATE when
  * stopped at once (a second signal, or sq_worker_stop(w, 1)) or when the
  * grace period ran out with jobs still running: their leases bring them
