@@ -587,12 +587,15 @@ static sq_status enqueue_slot(sq_client *c, const sq_schedule_conf *s, const cha
 	return SQ_OK;
 }
 
+/* seen: (may be NULL) a slot this scheduler saw claimed and confirmed
+ * already; while the due slot is not past it, the meta row is not read
+ * (last_slot only ever grows), so an idle pass costs no statement. */
 static sq_status run_one(sq_client *c, const sq_schedule_conf *s, const char *who, int64_t now,
-			 int64_t lease_ms, sq_schedule_pass *p, sq_error *err)
+			 int64_t lease_ms, sq_schedule_pass *p, int64_t *seen, sq_error *err)
 {
 	char due_s[32], lease_s[32], last_s[32];
 	int64_t due = sq_schedule_prev(s, now);
-	if (due == NONE)
+	if (due == NONE || (seen && *seen >= due))
 		return SQ_OK;
 	snprintf(due_s, sizeof(due_s), "%" PRId64, due);
 	snprintf(lease_s, sizeof(lease_s), "%" PRId64, lease_ms);
@@ -645,8 +648,11 @@ static sq_status run_one(sq_client *c, const sq_schedule_conf *s, const char *wh
 			p->enqueued++;
 		return st;
 	}
-	if (last >= due)
+	if (last >= due) {
+		if (seen)
+			*seen = last;
 		return SQ_OK;
+	}
 	const char *v[4] = {s->name, due_s, who, lease_s};
 	if (s->missed == SQ_MISSED_SKIP && (now - due) * 1000 > s->max_lateness_ms) {
 		/* too late for this slot: record it as passed, run the next */
@@ -658,6 +664,8 @@ static sq_status run_one(sq_client *c, const sq_schedule_conf *s, const char *wh
 		if (!r)
 			return err->code;
 		p->skipped += changed(r);
+		if (seen)
+			*seen = due;
 		return SQ_OK;
 	}
 	r = q(c,
@@ -673,11 +681,13 @@ static sq_status run_one(sq_client *c, const sq_schedule_conf *s, const char *wh
 	sq_status st = enqueue_slot(c, s, who, due, err);
 	if (st == SQ_OK)
 		p->enqueued++;
+	if (st == SQ_OK && seen)
+		*seen = due;
 	return st;
 }
 
-sq_status sq_schedules_run(sq_client *c, const char *who, int64_t now_us, sq_schedule_pass *out,
-			   sq_error *err)
+static sq_status run_pass(sq_client *c, const char *who, int64_t now_us, sq_schedule_pass *out,
+			  int64_t *seen, sq_error *err)
 {
 	const sq_config *cfg = c->cfg;
 	sq_schedule_pass p;
@@ -698,8 +708,9 @@ sq_status sq_schedules_run(sq_client *c, const char *who, int64_t now_us, sq_sch
 		sq_error e;
 		e.code = SQ_OK;
 		e.msg[0] = '\0';
-		sq_status st = run_one(c, &cfg->schedules[i], who, floor_div(now_us, 1000000),
-				       cfg->scheduler.claim_lease_ms, &p, &e);
+		sq_status st =
+			run_one(c, &cfg->schedules[i], who, floor_div(now_us, 1000000),
+				cfg->scheduler.claim_lease_ms, &p, seen ? &seen[i] : NULL, &e);
 		if (st != SQ_OK) {
 			p.errors++;
 			if (first == SQ_OK) {
@@ -712,6 +723,12 @@ sq_status sq_schedules_run(sq_client *c, const char *who, int64_t now_us, sq_sch
 	if (out)
 		*out = p;
 	return first;
+}
+
+sq_status sq_schedules_run(sq_client *c, const char *who, int64_t now_us, sq_schedule_pass *out,
+			   sq_error *err)
+{
+	return run_pass(c, who, now_us, out, NULL, err);
 }
 
 sq_status sq_schedules_list(sq_client *c, int64_t now_us, sq_schedule_info **out, size_t *n,
@@ -784,15 +801,18 @@ struct sq_sched {
 	const sq_config *cfg;
 	char who[128];
 	double next_at;
+	int64_t seen[]; /* per schedule, see run_one */
 };
 
 sq_sched *sq_sched_new(const sq_config *cfg, const char *who)
 {
 	if (!cfg->scheduler.enabled || !cfg->nschedules)
 		return NULL;
-	sq_sched *s = calloc(1, sizeof(*s));
+	sq_sched *s = calloc(1, sizeof(*s) + (size_t)cfg->nschedules * sizeof(int64_t));
 	if (!s)
 		return NULL;
+	for (int i = 0; i < cfg->nschedules; i++)
+		s->seen[i] = NONE;
 	s->cfg = cfg;
 	snprintf(s->who, sizeof(s->who), "%s", who);
 	return s;
@@ -804,7 +824,7 @@ sq_status sq_sched_tick(sq_sched *s, sq_client *c, sq_error *err)
 	if (!s || now < s->next_at)
 		return SQ_OK;
 	s->next_at = now + (double)s->cfg->scheduler.interval_ms / 1000.0;
-	return sq_schedules_run(c, s->who, 0, NULL, err);
+	return run_pass(c, s->who, 0, NULL, s->seen, err);
 }
 
 void sq_sched_free(sq_sched *s)
@@ -829,6 +849,7 @@ static void *sched_main(void *arg)
 	sq_sched_thread *t = arg;
 	sq_client *c = NULL;
 	sq_error err;
+	sq_sched *sc = sq_sched_new(t->cfg, t->who);
 	char last[sizeof(err.msg)] = "";
 	double last_at = 0;
 	pthread_mutex_lock(&t->mu);
@@ -836,7 +857,8 @@ static void *sched_main(void *arg)
 		pthread_mutex_unlock(&t->mu);
 		sq_status st = c ? SQ_OK : sq_client_open(t->cfg, t->open_flags, &c, &err);
 		if (st == SQ_OK)
-			st = sq_schedules_run(c, t->who, 0, NULL, &err);
+			st = sc ? run_pass(c, t->who, 0, NULL, sc->seen, &err)
+				: sq_schedules_run(c, t->who, 0, NULL, &err);
 		/* the same error again (a shard down): once a minute */
 		if (st != SQ_OK && t->on_error &&
 		    (strcmp(last, err.msg) || sq_mono_s() - last_at >= 60)) {
@@ -856,6 +878,7 @@ static void *sched_main(void *arg)
 			;
 	}
 	pthread_mutex_unlock(&t->mu);
+	sq_sched_free(sc);
 	sq_client_close(c);
 	return NULL;
 }
