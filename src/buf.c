@@ -115,6 +115,11 @@ void sq_arr_i64(sq_buf *b, int64_t v)
 	sq_buf_putc(b, ',');
 }
 
+void sq_arr_f64(sq_buf *b, double v)
+{
+	sq_buf_printf(b, "%.17g,", v);
+}
+
 void sq_arr_str(sq_buf *b, const char *s)
 {
 	const char *p, *run;

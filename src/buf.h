@@ -30,6 +30,7 @@ char *sq_buf_steal(sq_buf *b);
 void sq_arr_open(sq_buf *b);
 void sq_arr_close(sq_buf *b);
 void sq_arr_i64(sq_buf *b, int64_t v);
+void sq_arr_f64(sq_buf *b, double v);
 void sq_arr_str(sq_buf *b, const char *s); /* NULL adds NULL */
 
 /*

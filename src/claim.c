@@ -5,6 +5,7 @@
 #include "error.h"
 #include "jobrow.h"
 #include "ops.h"
+#include "schema.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -31,57 +32,104 @@
  * from its lowest id, slower with every job the queue had ever held. */
 #define SPENT "(p.expired AND j.attempt - j.attempt_base >= j.max_attempts)"
 #define RERUN "j.rerun_params IS NOT NULL"
+/* The claim's arms and its update, shared by the plain claim and the
+ * limited one; `t` holds (task, lim, lease_ms, start). */
+#define CLAIM_BODY \
+	"picked AS (" \
+	"  SELECT c.id, c.expired, c.rn, t.lease_ms, t.start FROM t CROSS JOIN LATERAL (" \
+	"    SELECT u.id, u.expired, row_number() OVER () AS rn FROM (" \
+	"      SELECT e.id, true AS expired FROM (" \
+	"        SELECT j.id FROM shardq.jobs j" \
+	"         WHERE j.task = t.task AND j.status IN ('starting', 'running')" \
+	"           AND j.expected_status_change_time < now()" \
+	"           AND NOT EXISTS (SELECT 1 FROM shardq.partition_state ps" \
+	"                            WHERE ps.partition = j.partition AND ps.state <> 'owned')" \
+	"         ORDER BY j.expected_status_change_time" \
+	"         LIMIT t.lim FOR UPDATE SKIP LOCKED) e" \
+	"      UNION ALL" \
+	"      SELECT r.id, false FROM (" \
+	"        SELECT j.id FROM shardq.jobs j" \
+	"         WHERE j.task = t.task AND j.status = 'ready' AND j.schedule_time <= now()" \
+	"           AND NOT EXISTS (SELECT 1 FROM shardq.partition_state ps" \
+	"                            WHERE ps.partition = j.partition AND ps.state <> 'owned')" \
+	"         ORDER BY j.priority DESC, COALESCE(j.delay_tolerance_time, j.schedule_time), j.id" \
+	"         LIMIT t.lim FOR UPDATE SKIP LOCKED) r" \
+	"    ) u LIMIT t.lim" \
+	"  ) c" \
+	"), upd AS (" \
+	"  UPDATE shardq.jobs j SET" \
+	"    status = (CASE WHEN " SPENT " AND NOT " RERUN " THEN 'failed'" \
+	"                   WHEN " SPENT " THEN 'ready'" \
+	"                   WHEN p.rn <= p.start THEN 'running'" \
+	"                   ELSE 'starting' END)::shardq.job_status," \
+	"    worker = CASE WHEN " SPENT " AND NOT " RERUN " THEN j.worker" \
+	"                  WHEN " SPENT " THEN NULL ELSE $4 END," \
+	"    attempt = CASE WHEN " SPENT " THEN j.attempt ELSE j.attempt + 1 END," \
+	"    attempt_base = CASE WHEN " SPENT " AND " RERUN " THEN j.attempt" \
+	"                        ELSE j.attempt_base END," \
+	"    params = CASE WHEN " SPENT " AND " RERUN " THEN j.rerun_params ELSE j.params END," \
+	"    rerun_params = CASE WHEN " SPENT " THEN NULL ELSE j.rerun_params END," \
+	"    schedule_time = CASE WHEN " SPENT " AND " RERUN " THEN now() ELSE j.schedule_time END," \
+	"    expected_status_change_time = CASE WHEN " SPENT " THEN NULL" \
+	"        ELSE now() + p.lease_ms * interval '1 millisecond' END," \
+	"    last_error = CASE WHEN " SPENT \
+	"        THEN format('the lease of try %s of %s expired (worker %s died or hung)'," \
+	"                    j.attempt - j.attempt_base, j.max_attempts, j.worker)" \
+	"        ELSE j.last_error END," \
+	"    updated_at = now()" \
+	"  FROM picked p WHERE j.id = ANY (ARRAY(SELECT pp.id FROM picked pp)) AND j.id = p.id" \
+	"  RETURNING j.*" \
+	")"
 static const sq_stmt stmt_claim = {
 	"sq_claim",
 	"WITH t AS ("
 	"  SELECT * FROM unnest($1::text[], $2::int[], $3::bigint[], $5::int[])"
 	"           AS t(task, lim, lease_ms, start)"
-	"), picked AS ("
-	"  SELECT c.id, c.expired, c.rn, t.lease_ms, t.start FROM t CROSS JOIN LATERAL ("
-	"    SELECT u.id, u.expired, row_number() OVER () AS rn FROM ("
-	"      SELECT e.id, true AS expired FROM ("
-	"        SELECT j.id FROM shardq.jobs j"
-	"         WHERE j.task = t.task AND j.status IN ('starting', 'running')"
-	"           AND j.expected_status_change_time < now()"
-	"           AND NOT EXISTS (SELECT 1 FROM shardq.partition_state ps"
-	"                            WHERE ps.partition = j.partition AND ps.state <> 'owned')"
-	"         ORDER BY j.expected_status_change_time"
-	"         LIMIT t.lim FOR UPDATE SKIP LOCKED) e"
-	"      UNION ALL"
-	"      SELECT r.id, false FROM ("
-	"        SELECT j.id FROM shardq.jobs j"
-	"         WHERE j.task = t.task AND j.status = 'ready' AND j.schedule_time <= now()"
-	"           AND NOT EXISTS (SELECT 1 FROM shardq.partition_state ps"
-	"                            WHERE ps.partition = j.partition AND ps.state <> 'owned')"
-	"         ORDER BY j.priority DESC, COALESCE(j.delay_tolerance_time, j.schedule_time), j.id"
-	"         LIMIT t.lim FOR UPDATE SKIP LOCKED) r"
-	"    ) u LIMIT t.lim"
-	"  ) c"
-	"), upd AS ("
-	"  UPDATE shardq.jobs j SET"
-	"    status = (CASE WHEN " SPENT " AND NOT " RERUN " THEN 'failed'"
-	"                   WHEN " SPENT " THEN 'ready'"
-	"                   WHEN p.rn <= p.start THEN 'running'"
-	"                   ELSE 'starting' END)::shardq.job_status,"
-	"    worker = CASE WHEN " SPENT " AND NOT " RERUN " THEN j.worker"
-	"                  WHEN " SPENT " THEN NULL ELSE $4 END,"
-	"    attempt = CASE WHEN " SPENT " THEN j.attempt ELSE j.attempt + 1 END,"
-	"    attempt_base = CASE WHEN " SPENT " AND " RERUN " THEN j.attempt"
-	"                        ELSE j.attempt_base END,"
-	"    params = CASE WHEN " SPENT " AND " RERUN " THEN j.rerun_params ELSE j.params END,"
-	"    rerun_params = CASE WHEN " SPENT " THEN NULL ELSE j.rerun_params END,"
-	"    schedule_time = CASE WHEN " SPENT " AND " RERUN " THEN now() ELSE j.schedule_time END,"
-	"    expected_status_change_time = CASE WHEN " SPENT " THEN NULL"
-	"        ELSE now() + p.lease_ms * interval '1 millisecond' END,"
-	"    last_error = CASE WHEN " SPENT
-	"        THEN format('the lease of try %s of %s expired (worker %s died or hung)',"
-	"                    j.attempt - j.attempt_base, j.max_attempts, j.worker)"
-	"        ELSE j.last_error END,"
-	"    updated_at = now()"
-	"  FROM picked p WHERE j.id = ANY (ARRAY(SELECT pp.id FROM picked pp)) AND j.id = p.id"
-	"  RETURNING j.*"
+	"), " CLAIM_BODY
+	"SELECT " SQ_JOB_COLUMNS " FROM upd j WHERE j.status IN ('starting', 'running')"};
+
+/* A claim with a type that has `rate` or `max_running` (this shard's
+ * shares in $6 max_running, $7 rate per second, $8 bucket size; -1: none).
+ * The lock statement before it (stmt_limit_lock) serialises the limited
+ * claims of a type on this shard, so what this statement reads (its
+ * snapshot starts after the lock is held) is never stale: the count of the
+ * type's starting and running rows (jobs_lease) and its token bucket. The
+ * bucket fills at the rate since its last claim, up to its size, and loses
+ * one token per job handed out; it starts empty. */
+static const sq_stmt stmt_claim_limited = {
+	"sq_claim_limited",
+	"WITH t0 AS ("
+	"  SELECT * FROM unnest($1::text[], $2::int[], $3::bigint[], $5::int[],"
+	"                       $6::int[], $7::float8[], $8::float8[])"
+	"           AS t(task, lim, lease_ms, start, maxrun, rate, burst)"
+	"), t1 AS ("
+	"  SELECT t0.*,"
+	"    CASE WHEN t0.rate < 0 THEN NULL ELSE least(t0.burst, COALESCE(rb.tokens"
+	"      + extract(epoch FROM now() - rb.at) * t0.rate, 0)) END AS avail,"
+	"    CASE WHEN t0.maxrun < 0 THEN NULL ELSE (SELECT count(*) FROM shardq.jobs j"
+	"      WHERE j.task = t0.task AND j.status IN ('starting', 'running')) END AS busy"
+	"    FROM t0 LEFT JOIN shardq.rate_bucket rb ON rb.task = t0.task"
+	"), t AS ("
+	"  SELECT t1.task, t1.lease_ms, t1.start, t1.avail,"
+	"    greatest(0, least(t1.lim,"
+	"      COALESCE(t1.maxrun - t1.busy, t1.lim),"
+	"      COALESCE(floor(t1.avail)::int, t1.lim)))::int AS lim"
+	"    FROM t1"
+	"), " CLAIM_BODY ", bucket AS ("
+	"  INSERT INTO shardq.rate_bucket AS rb (task, tokens, at)"
+	"  SELECT t.task, t.avail - (SELECT count(*) FROM upd u WHERE u.task = t.task"
+	"                              AND u.status IN ('starting', 'running')), now()"
+	"    FROM t WHERE t.avail IS NOT NULL"
+	"  ON CONFLICT (task) DO UPDATE SET tokens = EXCLUDED.tokens, at = EXCLUDED.at"
 	")"
 	"SELECT " SQ_JOB_COLUMNS " FROM upd j WHERE j.status IN ('starting', 'running')"};
+
+/* Before a limited claim, in the same transaction: one lock per limited
+ * type, in one order (no deadlock between two claims), after the gate. */
+static const sq_stmt stmt_limit_lock = {
+	"sq_limit_lock",
+	"SELECT pg_advisory_xact_lock(" SQ_LIMIT_KEY ", q.k) FROM ("
+	"  SELECT DISTINCT hashtext(x) AS k FROM unnest($1::text[]) AS x ORDER BY 1) q"};
 /* clang-format on */
 
 /* Shares `limit` among shards in proportion to w[] (largest remainder),
@@ -125,8 +173,11 @@ static int cmp_jobs(const void *a, const void *b)
 
 typedef struct shard_req {
 	sq_buf types, limits, leases, starts;
-	const char *vals[5];
-	int base; /* index of the gate statement in the shard's pipeline */
+	sq_buf maxrun, rate, burst, ltypes; /* a limited claim's shares */
+	const char *vals[8];
+	const char *lvals[1]; /* the lock's; kept until the pipeline is sent */
+	int base;             /* index of the gate statement in the shard's pipeline */
+	int claim;            /* index of the claim statement */
 	int32_t start[SQ_MAX_TYPES];
 	int32_t asked[SQ_MAX_TYPES];
 	int32_t got[SQ_MAX_TYPES];
@@ -142,17 +193,102 @@ typedef struct job_vec {
 /* Queues one round: shard s asks sr[s].asked[k] jobs of type k, of which
  * sr[s].start[k] start at once; the gate and the claim are a transaction of
  * their own (a Sync after them). */
+/* A type with `rate` or `max_running` is limited on each shard to the
+ * shard's share, in proportion to the partitions it holds by the cached
+ * map: the shares of max_running are whole slots (at least one per shard
+ * that holds partitions while there are slots, the rest by largest
+ * remainder, ties to the lower shard id), so every client with the same
+ * map computes the same split and the shards' caps add up to the limit. */
+static void limit_shares(sq_client *c, const sq_type_conf *t, int32_t *maxrun, double *rate,
+			 double *burst)
+{
+	int n = c->nshards;
+	double frac[SQ_MAX_SHARDS];
+	int32_t left = t->max_running;
+	for (int s = 0; s < n; s++) {
+		double share = (double)c->map_parts[s] / c->partitions;
+		maxrun[s] = -1;
+		rate[s] = burst[s] = -1;
+		if (t->rate_per_s > 0) {
+			double b = t->burst > 0 ? t->burst : t->rate_per_s;
+			rate[s] = t->rate_per_s * share;
+			burst[s] = fmax(1.0, b * share);
+		}
+	}
+	if (t->max_running <= 0)
+		return;
+	for (int s = 0; s < n; s++) {
+		maxrun[s] = 0;
+		frac[s] = -1;
+		if (!c->map_parts[s] || left <= 0)
+			continue;
+		maxrun[s] = 1;
+		left--;
+	}
+	int32_t rest = left;
+	for (int s = 0; s < n && rest > 0; s++) {
+		if (!c->map_parts[s])
+			continue;
+		double exact = (double)rest * c->map_parts[s] / c->partitions;
+		int32_t whole = (int32_t)floor(exact);
+		maxrun[s] += whole;
+		left -= whole;
+		frac[s] = exact - whole;
+	}
+	while (left > 0) {
+		int best = -1;
+		for (int s = 0; s < n; s++) {
+			if (frac[s] < 0)
+				continue;
+			if (best < 0 || frac[s] > frac[best] + 1e-12 ||
+			    (fabs(frac[s] - frac[best]) <= 1e-12 &&
+			     strcmp(c->cfg->shards[s].id, c->cfg->shards[best].id) < 0))
+				best = s;
+		}
+		if (best < 0)
+			break;
+		maxrun[best]++;
+		frac[best] = -1;
+		left--;
+	}
+}
+
+static int limited(const sq_type_conf *t)
+{
+	return t->rate_per_s > 0 || t->max_running > 0;
+}
+
+/* Queues one round: shard s asks sr[s].asked[k] jobs of type k, of which
+ * sr[s].start[k] start at once; the gate and the claim are a transaction of
+ * their own (a Sync after them). A request with a limited type takes those
+ * types' locks between the two. */
 static void claim_push(sq_client *c, const char *worker, const int *ti, size_t nreqs, shard_req *sr)
 {
 	const sq_config *cfg = c->cfg;
+	int any_limited = 0, n = c->nshards;
+	for (size_t k = 0; k < nreqs; k++)
+		any_limited |= limited(&cfg->types[ti[k]]);
+	/* [k * n + s]; without memory the limited types claim nothing */
+	int32_t *mr = any_limited ? malloc(sizeof(int32_t) * nreqs * (size_t)n) : NULL;
+	double *rt = any_limited ? malloc(sizeof(double) * nreqs * (size_t)n * 2) : NULL;
+	double *bs = rt ? rt + nreqs * (size_t)n : NULL;
+	for (size_t k = 0; k < nreqs && mr && rt; k++)
+		if (limited(&cfg->types[ti[k]]))
+			limit_shares(c, &cfg->types[ti[k]], mr + k * (size_t)n, rt + k * (size_t)n,
+				     bs + k * (size_t)n);
 	for (int s = 0; s < c->nshards; s++) {
 		shard_req *r = &sr[s];
+		int lim_here = 0;
 		sq_buf_reset(&r->types);
 		sq_buf_reset(&r->limits);
 		sq_buf_reset(&r->leases);
 		sq_buf_reset(&r->starts);
+		sq_buf_reset(&r->maxrun);
+		sq_buf_reset(&r->rate);
+		sq_buf_reset(&r->burst);
+		sq_buf_reset(&r->ltypes);
 		r->any = 0;
-		r->base = -1;
+		r->base = r->claim = -1;
 		memset(r->got, 0, sizeof(r->got[0]) * nreqs);
 		memset(r->got_run, 0, sizeof(r->got_run[0]) * nreqs);
 		for (size_t k = 0; k < nreqs; k++) {
@@ -164,12 +300,29 @@ static void claim_push(sq_client *c, const char *worker, const int *ti, size_t n
 				sq_arr_open(&r->limits);
 				sq_arr_open(&r->leases);
 				sq_arr_open(&r->starts);
+				if (any_limited) {
+					sq_arr_open(&r->maxrun);
+					sq_arr_open(&r->rate);
+					sq_arr_open(&r->burst);
+					sq_arr_open(&r->ltypes);
+				}
 				r->any = 1;
 			}
 			sq_arr_str(&r->types, t->name);
 			sq_arr_i64(&r->limits, r->asked[k]);
 			sq_arr_i64(&r->leases, t->starting_timeout_ms);
 			sq_arr_i64(&r->starts, r->start[k]);
+			if (any_limited) {
+				int l = limited(t), ok = mr && rt;
+				size_t i = k * (size_t)n + (size_t)s;
+				sq_arr_i64(&r->maxrun, !l ? -1 : ok ? mr[i] : 0);
+				sq_arr_f64(&r->rate, !l ? -1 : ok ? rt[i] : 0);
+				sq_arr_f64(&r->burst, !l ? -1 : ok ? bs[i] : 0);
+				if (l) {
+					sq_arr_str(&r->ltypes, t->name);
+					lim_here = 1;
+				}
+			}
 		}
 		if (!r->any)
 			continue;
@@ -184,10 +337,27 @@ static void claim_push(sq_client *c, const char *worker, const int *ti, size_t n
 		r->vals[4] = r->starts.data;
 		r->base = c->shards[s].qn;
 		sq_pgconn_push(&c->shards[s], &sq_stmt_gate_shared, 0, NULL);
-		sq_pgconn_push(&c->shards[s], &stmt_claim, 5, r->vals);
+		if (lim_here) {
+			sq_arr_close(&r->maxrun);
+			sq_arr_close(&r->rate);
+			sq_arr_close(&r->burst);
+			sq_arr_close(&r->ltypes);
+			r->vals[5] = r->maxrun.data;
+			r->vals[6] = r->rate.data;
+			r->vals[7] = r->burst.data;
+			r->lvals[0] = r->ltypes.data;
+			sq_pgconn_push(&c->shards[s], &stmt_limit_lock, 1, r->lvals);
+			r->claim = c->shards[s].qn;
+			sq_pgconn_push(&c->shards[s], &stmt_claim_limited, 8, r->vals);
+		} else {
+			r->claim = c->shards[s].qn;
+			sq_pgconn_push(&c->shards[s], &stmt_claim, 5, r->vals);
+		}
 		if (!c->merge_txn)
 			sq_pgconn_push_sync(&c->shards[s]);
 	}
+	free(mr);
+	free(rt);
 }
 
 /* Reads a round's answers into out; sr[s].got[] counts them. A shard that
@@ -202,7 +372,7 @@ static sq_status claim_collect(sq_client *c, const sq_claim_req *reqs, size_t nr
 		sq_error e;
 		if (!r->any)
 			continue;
-		sq_status se = sq_pgconn_range_error(&c->shards[s], r->base, r->base + 2, &e);
+		sq_status se = sq_pgconn_range_error(&c->shards[s], r->base, r->claim + 1, &e);
 		if (se != SQ_OK) {
 			r->any = 0;
 			if (first == SQ_OK) {
@@ -212,7 +382,7 @@ static sq_status claim_collect(sq_client *c, const sq_claim_req *reqs, size_t nr
 			}
 			continue;
 		}
-		PGresult *res = c->shards[s].res[r->base + 1];
+		PGresult *res = c->shards[s].res[r->claim];
 		size_t need = out->n + (size_t)PQntuples(res);
 		if (need > out->cap) {
 			sq_job *nv = realloc(out->v, need * sizeof(sq_job));
@@ -340,6 +510,10 @@ static void free_reqs(sq_client *c, shard_req *sr)
 		sq_buf_free(&sr[s].limits);
 		sq_buf_free(&sr[s].leases);
 		sq_buf_free(&sr[s].starts);
+		sq_buf_free(&sr[s].maxrun);
+		sq_buf_free(&sr[s].rate);
+		sq_buf_free(&sr[s].burst);
+		sq_buf_free(&sr[s].ltypes);
 	}
 	free(sr);
 }

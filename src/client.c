@@ -170,6 +170,9 @@ sq_status sq_client_refresh_map(sq_client *c, sq_error *err)
 		c->map[atoi(PQgetvalue(r, i, 0))] = s;
 	}
 	PQclear(r);
+	memset(c->map_parts, 0, sizeof(int) * (size_t)c->nshards);
+	for (uint32_t p = 0; p < parts; p++)
+		c->map_parts[c->map[p]]++;
 	return SQ_OK;
 }
 
@@ -221,10 +224,11 @@ sq_status sq_client_open(const sq_config *cfg, int for_init, sq_client **out, sq
 	c->base = event_base_new();
 	c->shards = calloc((size_t)cfg->nshards, sizeof(sq_pgconn));
 	c->map = calloc(cfg->partitions, sizeof(int));
+	c->map_parts = calloc((size_t)cfg->nshards, sizeof(int));
 	c->yield =
 		malloc(sizeof(double) * (size_t)(cfg->nshards * (cfg->ntypes ? cfg->ntypes : 1)));
 	opts = conn_options(cfg, cfg->statement_timeout_ms, NULL);
-	if (!c->base || !c->shards || !c->map || !c->yield || !opts) {
+	if (!c->base || !c->shards || !c->map || !c->map_parts || !c->yield || !opts) {
 		free(opts);
 		sq_client_close(c);
 		return sq_err(err, SQ_ENOMEM, "out of memory");
@@ -295,6 +299,7 @@ void sq_client_close(sq_client *c)
 		PQfinish(c->map_listen);
 	free(c->shards);
 	free(c->map);
+	free(c->map_parts);
 	free(c->yield);
 	free(c->cluster_id);
 	free(c->ta.names);

@@ -24,7 +24,8 @@ struct sq_client {
 	int nshards;
 	uint32_t partitions;
 	int64_t map_version;
-	int *map; /* partition -> shard index in cfg */
+	int *map;       /* partition -> shard index in cfg */
+	int *map_parts; /* shard index -> partitions it holds, by the map */
 	char *cluster_id;
 	int64_t id_next, id_end; /* the current block of id numbers */
 	double *yield;           /* [shard * ntypes + type]: recent claim yield */

@@ -18,7 +18,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-typedef enum { K_INT, K_DURATION, K_DOUBLE, K_STRING, K_BOOL, K_ENUM, K_SIZE } key_kind;
+typedef enum { K_INT, K_DURATION, K_DOUBLE, K_STRING, K_BOOL, K_ENUM, K_SIZE, K_RATE } key_kind;
 
 /* [cluster], [connection], [daemon] and [scheduler] are single sections
  * (their keys share parse_ctx.key_line); [shard ID], [type NAME],
@@ -96,6 +96,9 @@ static const key_def keys[] = {
 	{SEC_SCHEDULE, "params", K_STRING, NULL, 0, 0, NULL},
 	{SEC_SCHEDULE, "missed", K_ENUM, "once", 0, 0, missed_names},
 	{SEC_SCHEDULE, "max_lateness", K_DURATION, "1m", 0, 366 * DAY_MS, NULL},
+	{SEC_TYPE, "rate", K_RATE, "0", 0, 1e6, NULL},
+	{SEC_TYPE, "burst", K_DOUBLE, "0", 0, 1e7, NULL},
+	{SEC_TYPE, "max_running", K_INT, "0", 0, 10000000, NULL},
 };
 #define NKEYS (sizeof(keys) / sizeof(keys[0]))
 
@@ -277,6 +280,9 @@ static void *slot(sq_config *cfg, sec_kind sec, int idx, const char *name)
 		F(SEC_SCHEDULE, "params", sq_schedule_conf, params),
 		F(SEC_SCHEDULE, "missed", sq_schedule_conf, missed),
 		F(SEC_SCHEDULE, "max_lateness", sq_schedule_conf, max_lateness_ms),
+		F(SEC_TYPE, "rate", sq_type_conf, rate_per_s),
+		F(SEC_TYPE, "burst", sq_type_conf, burst),
+		F(SEC_TYPE, "max_running", sq_type_conf, max_running),
 #undef F
 	};
 	char *base = sh    ? (char *)sh
@@ -345,6 +351,28 @@ static const char *store(const key_def *k, void *dst, const char *v, char *why, 
 			return "expected a number";
 		if (d < k->min || d > k->max) {
 			snprintf(why, whylen, "%g is out of range [%g, %g]", d, k->min, k->max);
+			return why;
+		}
+		*(double *)dst = d;
+		return NULL;
+	}
+	case K_RATE: {
+		/* "100/s", "6000/m", "10/h", or 0 (no limit): jobs per second */
+		double d;
+		errno = 0;
+		d = strtod(v, &end);
+		if (end == v || errno || !isfinite(d) || d < 0)
+			return "expected a rate such as 100/s, 600/m or 10/h (0: no limit)";
+		if (*end == '/' && (!strcmp(end + 1, "s") || !strcmp(end + 1, "sec")))
+			;
+		else if (*end == '/' && (!strcmp(end + 1, "m") || !strcmp(end + 1, "min")))
+			d /= 60;
+		else if (*end == '/' && !strcmp(end + 1, "h"))
+			d /= 3600;
+		else if (*end || d != 0)
+			return "expected a rate such as 100/s, 600/m or 10/h (0: no limit)";
+		if (d > k->max) {
+			snprintf(why, whylen, "%s is above %.0f/s", v, k->max);
 			return why;
 		}
 		*(double *)dst = d;
@@ -892,6 +920,30 @@ static void validate_schedules(parse_ctx *x)
 	}
 }
 
+/* rate and max_running are kept per shard, each shard its share by the
+ * partitions it holds (docs/operations.md, "Rate limits"): every shard
+ * that can hold jobs needs at least one running slot. */
+static void validate_limits(parse_ctx *x, int i, const char *sec)
+{
+	sq_type_conf *t = &x->cfg->types[i];
+	int holding = 0;
+	for (int s = 0; s < x->cfg->nshards; s++)
+		holding += x->cfg->shards[s].weight > 0;
+	x->line = x->type_key_line[(size_t)i * NKEYS + key_index(SEC_TYPE, "max_running")];
+	if (t->max_running > 0 && t->max_running < holding)
+		bad(x, sec, "max_running",
+		    "%d is below the %d shards that hold jobs: each shard enforces its own "
+		    "share, at least one; set max_running to %d or more",
+		    t->max_running, holding, holding);
+	x->line = x->type_key_line[(size_t)i * NKEYS + key_index(SEC_TYPE, "burst")];
+	if (t->burst > 0 && t->rate_per_s <= 0)
+		bad(x, sec, "burst", "is set but rate is not; set rate (e.g. rate = 100/s)");
+	if (t->burst > 0 && t->burst < 1)
+		bad(x, sec, "burst",
+		    "%g is below 1 job; set 1 or more, or 0 for one second of rate", t->burst);
+	x->line = t->line;
+}
+
 static void validate(parse_ctx *x)
 {
 	sq_config *cfg = x->cfg;
@@ -934,6 +986,7 @@ static void validate(parse_ctx *x)
 		x->line = t->line;
 		if (t->backoff_cap_ms < t->backoff_base_ms)
 			bad(x, sec, "backoff_cap", "is below backoff_base");
+		validate_limits(x, i, sec);
 	}
 }
 

@@ -32,6 +32,9 @@ typedef struct sq_type_conf {
 	int32_t priority;
 	int64_t delay_tolerance_ms; /* 0: none */
 	int history;
+	double rate_per_s;   /* jobs started per second, fleet-wide (0: no limit) */
+	double burst;        /* the bucket's size in jobs (0: one second of rate) */
+	int32_t max_running; /* starting + running jobs, fleet-wide (0: no limit) */
 	int line;
 } sq_type_conf;
 

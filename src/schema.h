@@ -7,6 +7,8 @@
 #define SQ_INIT_KEY "1397837137, 2"
 /* A move's driver lock: (this, move id). */
 #define SQ_MOVE_KEY "1397837138"
+/* A limited type's claims on one shard: (this, hashtext(type)). */
+#define SQ_LIMIT_KEY "1397837139"
 
 struct sq_migration {
 	int version;
