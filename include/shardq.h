@@ -494,7 +494,9 @@ SQ_MUST_CHECK sq_status sq_worker_add(sq_worker *w, const char *type, int concur
 				      sq_handler fn, void *arg, sq_error *err);
 /*
  * Runs until stopped: one thread (the caller's) does all database work,
- * handlers run on a pool of threads. Returns SQ_OK after a graceful stop
+ * handlers run on a pool of threads. That thread also runs the config's
+ * [schedule NAME] sections (sq_schedules_run every [scheduler] interval,
+ * unless [scheduler] enabled = false). Returns SQ_OK after a graceful stop
  * (buffered jobs released, running jobs finished). Returns SQ_ESTATE when
  * stopped at once (a second signal, or sq_worker_stop(w, 1)) or when the
  * grace period ran out with jobs still running: their leases bring them
@@ -656,6 +658,49 @@ void sq_maintain_opts_init(sq_maintain_opts *o);
 SQ_MUST_CHECK sq_status sq_maintain(sq_client *c, const sq_maintain_opts *o,
 				    sq_maintain_report *out, sq_error *err);
 void sq_maintain_report_free(sq_maintain_report *r);
+/* ---- periodic jobs ([schedule NAME], docs/operations.md) ---------------- */
+
+typedef struct sq_schedule_pass {
+	int enqueued; /* slots enqueued by this pass (retries included) */
+	int retried;  /* claims of other schedulers taken over (their lease passed) */
+	int skipped;  /* slots passed over (missed = skip, later than max_lateness) */
+	int busy;     /* schedules whose slot another scheduler is enqueueing now */
+	int errors;   /* schedules whose pass failed (the first error is returned) */
+} sq_schedule_pass;
+
+/*
+ * One scheduler pass over the config's schedules: each schedule whose
+ * latest slot (at or before now_us; 0: the clock) was not yet claimed is
+ * claimed in the meta database (one scheduler wins a slot, however many
+ * run) and enqueued with the slot's key. `who` names this scheduler in the
+ * meta rows (NULL: "<hostname>-<pid>"). A schedule seen for the first time
+ * starts with its next slot. Every schedule is tried even when one fails;
+ * the first error is returned. *out (may be NULL) counts what was done.
+ * The worker runtime and shardqd run this every [scheduler] interval.
+ */
+SQ_MUST_CHECK sq_status sq_schedules_run(sq_client *c, const char *who, int64_t now_us,
+					 sq_schedule_pass *out, sq_error *err);
+
+typedef struct sq_schedule_info {
+	char name[65];
+	char spec[256];    /* the cron expression, or "every Ns" */
+	char timezone[64]; /* "UTC" for every = */
+	char type[SQ_MAX_TYPE_LEN + 1];
+	int missed_skip;          /* missed = skip */
+	int known;                /* a scheduler has seen it (the fields below are set) */
+	int64_t last_slot_us;     /* the latest slot claimed, skipped or the baseline */
+	int pending;              /* that slot is claimed, its enqueue not yet confirmed */
+	char claimed_by[128];     /* the scheduler of the latest claim */
+	int64_t enqueued_slot_us; /* the latest slot enqueued (0: none) */
+	int64_t job_id;           /* its job (0: none) */
+	int64_t enqueues, retries, skipped;
+	int64_t next_slot_us; /* the first slot after now_us (0: none within 10 years) */
+} sq_schedule_info;
+
+/* The config's schedules with their state in the meta database, in config
+ * order; now_us (0: the clock) sets next_slot_us. Free *out with free(). */
+SQ_MUST_CHECK sq_status sq_schedules_list(sq_client *c, int64_t now_us, sq_schedule_info **out,
+					  size_t *n, sq_error *err);
 
 /* ---- introspection for tests and tools ---------------------------------- */
 

@@ -4,6 +4,8 @@
 #include "config.h"
 #include "buf.h"
 #include "error.h"
+#include "json.h"
+#include "schedule.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -18,9 +20,19 @@
 
 typedef enum { K_INT, K_DURATION, K_DOUBLE, K_STRING, K_BOOL, K_ENUM, K_SIZE, K_RATE } key_kind;
 
-/* [cluster], [connection] and [daemon] are single sections (their keys share
- * parse_ctx.key_line); [shard ID], [type NAME] and [token NAME] repeat. */
-typedef enum { SEC_CLUSTER, SEC_CONNECTION, SEC_DAEMON, SEC_SHARD, SEC_TYPE, SEC_TOKEN } sec_kind;
+/* [cluster], [connection], [daemon] and [scheduler] are single sections
+ * (their keys share parse_ctx.key_line); [shard ID], [type NAME],
+ * [token NAME] and [schedule NAME] repeat. */
+typedef enum {
+	SEC_CLUSTER,
+	SEC_CONNECTION,
+	SEC_DAEMON,
+	SEC_SCHEDULER,
+	SEC_SHARD,
+	SEC_TYPE,
+	SEC_TOKEN,
+	SEC_SCHEDULE
+} sec_kind;
 
 typedef struct key_def {
 	sec_kind sec;
@@ -33,6 +45,7 @@ typedef struct key_def {
 
 static const char *const backoff_names[] = {"constant", "linear", "exponential", NULL};
 static const char *const dedup_names[] = {"ignore", "replace", "merge", "rerun", NULL};
+static const char *const missed_names[] = {"once", "skip", NULL};
 
 #define DAY_MS (86400.0 * 1000)
 /* Every key the config knows; conf/shardq.ini documents each one. */
@@ -73,6 +86,17 @@ static const key_def keys[] = {
 	{SEC_TYPE, "priority", K_INT, "0", SQ_MIN_PRIORITY, SQ_MAX_PRIORITY, NULL},
 	{SEC_TYPE, "delay_tolerance", K_DURATION, "0", 0, SQ_MAX_DELAY_TOLERANCE_MS, NULL},
 	{SEC_TYPE, "history", K_BOOL, "false", 0, 0, NULL},
+	{SEC_SCHEDULER, "enabled", K_BOOL, "true", 0, 0, NULL},
+	{SEC_SCHEDULER, "interval", K_DURATION, "1s", 100, 3600000, NULL},
+	{SEC_SCHEDULER, "claim_lease", K_DURATION, "1m", 1000, DAY_MS, NULL},
+	{SEC_SCHEDULE, "cron", K_STRING, NULL, 0, 0, NULL},
+	{SEC_SCHEDULE, "every", K_DURATION, NULL, 1000, 366 * DAY_MS, NULL},
+	{SEC_SCHEDULE, "timezone", K_STRING, NULL, 0, 0, NULL},
+	{SEC_SCHEDULE, "type", K_STRING, NULL, 0, 0, NULL},
+	{SEC_SCHEDULE, "key", K_STRING, NULL, 0, 0, NULL},
+	{SEC_SCHEDULE, "params", K_STRING, NULL, 0, 0, NULL},
+	{SEC_SCHEDULE, "missed", K_ENUM, "once", 0, 0, missed_names},
+	{SEC_SCHEDULE, "max_lateness", K_DURATION, "1m", 0, 366 * DAY_MS, NULL},
 	{SEC_TYPE, "rate", K_RATE, "0", 0, 1e6, NULL},
 	{SEC_TYPE, "burst", K_DOUBLE, "0", 0, 1e7, NULL},
 	{SEC_TYPE, "max_running", K_INT, "0", 0, 10000000, NULL},
@@ -101,7 +125,9 @@ typedef struct parse_ctx {
 	int *shard_key_line;                            /* SQ_MAX_SHARDS * NKEYS */
 	int *type_key_line;                             /* SQ_MAX_TYPES * NKEYS */
 	int *token_key_line;                            /* SQ_MAX_TOKENS * NKEYS */
+	int *schedule_key_line;                         /* SQ_MAX_SCHEDULES * NKEYS */
 	int cluster_line, connection_line, daemon_line; /* where those sections began */
+	int scheduler_line;
 	/* the section being read */
 	char *section; /* its name, for messages; NULL before the first */
 	sec_kind sec;
@@ -203,6 +229,7 @@ static void *slot(sq_config *cfg, sec_kind sec, int idx, const char *name)
 	sq_shard_conf *sh = sec == SEC_SHARD ? &cfg->shards[idx] : NULL;
 	sq_type_conf *t = sec == SEC_TYPE ? &cfg->types[idx] : NULL;
 	sq_token_conf *tok = sec == SEC_TOKEN ? &cfg->tokens[idx] : NULL;
+	sq_schedule_conf *sc = sec == SEC_SCHEDULE ? &cfg->schedules[idx] : NULL;
 	static const struct {
 		sec_kind sec;
 		const char *name;
@@ -246,13 +273,28 @@ static void *slot(sq_config *cfg, sec_kind sec, int idx, const char *name)
 		F(SEC_TYPE, "priority", sq_type_conf, priority),
 		F(SEC_TYPE, "delay_tolerance", sq_type_conf, delay_tolerance_ms),
 		F(SEC_TYPE, "history", sq_type_conf, history),
+		F(SEC_SCHEDULER, "enabled", sq_config, scheduler.enabled),
+		F(SEC_SCHEDULER, "interval", sq_config, scheduler.interval_ms),
+		F(SEC_SCHEDULER, "claim_lease", sq_config, scheduler.claim_lease_ms),
+		F(SEC_SCHEDULE, "cron", sq_schedule_conf, cron_text),
+		F(SEC_SCHEDULE, "every", sq_schedule_conf, every_ms),
+		F(SEC_SCHEDULE, "timezone", sq_schedule_conf, timezone),
+		F(SEC_SCHEDULE, "type", sq_schedule_conf, type),
+		F(SEC_SCHEDULE, "key", sq_schedule_conf, key),
+		F(SEC_SCHEDULE, "params", sq_schedule_conf, params),
+		F(SEC_SCHEDULE, "missed", sq_schedule_conf, missed),
+		F(SEC_SCHEDULE, "max_lateness", sq_schedule_conf, max_lateness_ms),
 		F(SEC_TYPE, "rate", sq_type_conf, rate_per_s),
 		F(SEC_TYPE, "burst", sq_type_conf, burst),
 		F(SEC_TYPE, "max_running", sq_type_conf, max_running),
 		F(SEC_TYPE, "history_retention", sq_type_conf, history_retention_ms),
 #undef F
 	};
-	char *base = sh ? (char *)sh : t ? (char *)t : tok ? (char *)tok : (char *)cfg;
+	char *base = sh    ? (char *)sh
+		     : t   ? (char *)t
+		     : tok ? (char *)tok
+		     : sc  ? (char *)sc
+			   : (char *)cfg;
 	for (size_t i = 0; i < sizeof(map) / sizeof(map[0]); i++)
 		if (map[i].sec == sec && !strcmp(map[i].name, name))
 			return base + map[i].off;
@@ -390,8 +432,8 @@ static void end_section(parse_ctx *x)
 {
 	if (x->unknown && x->unknown_quiet) {
 		bad(x, x->section, NULL,
-		    "unknown section; expected [cluster], [connection], [daemon], [shard ID], "
-		    "[type NAME] or [token NAME]");
+		    "unknown section; expected [cluster], [connection], [daemon], [scheduler], "
+		    "[shard ID], [type NAME], [token NAME] or [schedule NAME]");
 	}
 	x->unknown = x->unknown_quiet = 0;
 }
@@ -426,6 +468,38 @@ static void token_begin(parse_ctx *x, const char *name)
 	x->idx = cfg->ntokens++;
 }
 
+/* A "[schedule NAME]" header. */
+static void schedule_begin(parse_ctx *x, const char *name)
+{
+	sq_config *cfg = x->cfg;
+	const char *arg = name + 9;
+	while (*arg == ' ')
+		arg++;
+	x->sec = SEC_SCHEDULE;
+	if (!valid_ident(arg, 64)) {
+		bad(x, name, NULL,
+		    "schedule name must be 1-64 letters, digits, '_', '-', '.' or ':'");
+		return;
+	}
+	for (int i = 0; i < cfg->nschedules; i++)
+		if (!strcmp(cfg->schedules[i].name, arg)) {
+			bad(x, name, NULL,
+			    "schedule %s appears a second time (first at line %d); put all its "
+			    "keys in one section",
+			    arg, cfg->schedules[i].line);
+			return;
+		}
+	if (cfg->nschedules == SQ_MAX_SCHEDULES) {
+		bad(x, name, NULL, "too many schedules (at most %d)", SQ_MAX_SCHEDULES);
+		return;
+	}
+	sq_schedule_conf *s = &cfg->schedules[cfg->nschedules];
+	s->name = strdup(arg);
+	s->line = x->line;
+	apply_defaults(cfg, SEC_SCHEDULE, cfg->nschedules);
+	x->idx = cfg->nschedules++;
+}
+
 /* A "[name]" header: [cluster], [connection], [shard ID] or [type NAME],
  * each at most once. */
 static void section_begin(parse_ctx *x, const char *name)
@@ -454,8 +528,25 @@ static void section_begin(parse_ctx *x, const char *name)
 		x->idx = 0;
 		return;
 	}
+	if (!strcmp(name, "scheduler")) {
+		x->sec = SEC_SCHEDULER;
+		if (x->scheduler_line) {
+			bad(x, name, NULL,
+			    "the section appears a second time (first at line %d); put its keys "
+			    "in one section",
+			    x->scheduler_line);
+			return;
+		}
+		x->scheduler_line = x->line;
+		x->idx = 0;
+		return;
+	}
 	if (!strncmp(name, "token ", 6)) {
 		token_begin(x, name);
+		return;
+	}
+	if (!strncmp(name, "schedule ", 9)) {
+		schedule_begin(x, name);
 		return;
 	}
 	if (strncmp(name, "shard ", 6) && strncmp(name, "type ", 5)) {
@@ -529,16 +620,17 @@ static void on_key(parse_ctx *x, const char *name, const char *value)
 	if (x->unknown) {
 		x->unknown_quiet = 0;
 		bad(x, x->section, name,
-		    "unknown section; expected [cluster], [connection], [daemon], [shard ID], "
-		    "[type NAME] or [token NAME]");
+		    "unknown section; expected [cluster], [connection], [daemon], [scheduler], "
+		    "[shard ID], [type NAME], [token NAME] or [schedule NAME]");
 		return;
 	}
 	if (x->idx < 0)
 		return; /* its header was reported */
-	lines = x->sec == SEC_SHARD   ? x->shard_key_line + (size_t)x->idx * NKEYS
-		: x->sec == SEC_TYPE  ? x->type_key_line + (size_t)x->idx * NKEYS
-		: x->sec == SEC_TOKEN ? x->token_key_line + (size_t)x->idx * NKEYS
-				      : x->key_line;
+	lines = x->sec == SEC_SHARD      ? x->shard_key_line + (size_t)x->idx * NKEYS
+		: x->sec == SEC_TYPE     ? x->type_key_line + (size_t)x->idx * NKEYS
+		: x->sec == SEC_TOKEN    ? x->token_key_line + (size_t)x->idx * NKEYS
+		: x->sec == SEC_SCHEDULE ? x->schedule_key_line + (size_t)x->idx * NKEYS
+					 : x->key_line;
 	for (size_t i = 0; i < NKEYS; i++) {
 		if (keys[i].sec != x->sec || strcmp(keys[i].name, name))
 			continue;
@@ -547,10 +639,18 @@ static void on_key(parse_ctx *x, const char *name, const char *value)
 			return;
 		}
 		lines[i] = x->line;
+		size_t vl = strlen(value);
+		char *unq = NULL;
+		if (x->sec == SEC_SCHEDULE && keys[i].kind == K_STRING && vl >= 2 &&
+		    value[0] == '"' && value[vl - 1] == '"' && (unq = strdup(value + 1))) {
+			unq[vl - 2] = '\0'; /* cron = "0 * * * *": the quotes go */
+			value = unq;
+		}
 		const char *e = store(&keys[i], slot(x->cfg, x->sec, x->idx, name), value, why,
 				      sizeof(why));
 		if (e)
 			bad(x, x->section, name, "%s", e);
+		free(unq);
 		return;
 	}
 	if (x->sec == SEC_CONNECTION && !strcmp(name, "pool_size")) {
@@ -655,7 +755,7 @@ static int is_pow2(uint32_t v)
 static int line_of(parse_ctx *x, const char *name)
 {
 	for (size_t i = 0; i < NKEYS; i++)
-		if (keys[i].sec <= SEC_DAEMON && !strcmp(keys[i].name, name))
+		if (keys[i].sec <= SEC_SCHEDULER && !strcmp(keys[i].name, name))
 			return x->key_line[i];
 	return 0;
 }
@@ -740,6 +840,91 @@ static void validate_daemon(parse_ctx *x)
 	}
 }
 
+/* The line of a [schedule]'s key (its header's when not set). */
+static int sched_line(parse_ctx *x, int i, const char *key)
+{
+	int l = x->schedule_key_line[(size_t)i * NKEYS + key_index(SEC_SCHEDULE, key)];
+	return l ? l : x->cfg->schedules[i].line;
+}
+
+static void validate_schedules(parse_ctx *x)
+{
+	sq_config *cfg = x->cfg;
+	for (int i = 0; i < cfg->nschedules; i++) {
+		sq_schedule_conf *s = &cfg->schedules[i];
+		char sec[96], why[256];
+		snprintf(sec, sizeof(sec), "schedule %s", s->name);
+		x->line = s->line;
+		if (!s->cron_text && !s->every_ms)
+			bad(x, sec, NULL,
+			    "no slots: set cron = \"MIN HOUR DOM MON DOW\" (for example \"0 3 * * "
+			    "*\") or every = DURATION (for example every = 10m)");
+		if (s->cron_text && s->every_ms) {
+			x->line = sched_line(x, i, "every");
+			bad(x, sec, "every", "set either cron or every, not both");
+		}
+		if (s->cron_text && sq_cron_parse(s->cron_text, &s->cron, why, sizeof(why))) {
+			x->line = sched_line(x, i, "cron");
+			bad(x, sec, "cron", "%s", why);
+		}
+		if (s->every_ms % 1000) {
+			x->line = sched_line(x, i, "every");
+			bad(x, sec, "every",
+			    "must be a whole number of seconds (slots are seconds)");
+		}
+		if (s->timezone) {
+			x->line = sched_line(x, i, "timezone");
+			if (s->every_ms)
+				bad(x, sec, "timezone",
+				    "applies to cron only: every = slots are counted from the "
+				    "epoch; "
+				    "delete the line");
+			else if (!sq_tz_valid(s->timezone))
+				bad(x, sec, "timezone",
+				    "'%s' is not a time zone of the system's tz database (an IANA "
+				    "name such as Europe/Moscow or America/New_York, or UTC; see "
+				    "/usr/share/zoneinfo)",
+				    s->timezone);
+		}
+		x->line = sched_line(x, i, "type");
+		if (!s->type)
+			bad(x, sec, "type",
+			    "missing; set the [type NAME] its jobs are enqueued as");
+		else if (!sq_config_type(cfg, s->type))
+			bad(x, sec, "type",
+			    "'%s' is not a configured type; add a [type %s] section", s->type,
+			    s->type);
+		if (s->params) {
+			size_t where;
+			const char *what;
+			x->line = sched_line(x, i, "params");
+			if (sq_json_validate_object(s->params, strlen(s->params), &where, &what))
+				bad(x, sec, "params",
+				    "not a JSON object: %s at byte %zu (for example params = "
+				    "{\"report\": \"daily\"})",
+				    what, where);
+		}
+		if (s->key) {
+			char k[SQ_MAX_KEY_LEN + 64];
+			const char *kwhy;
+			/* the longest a slot can print: 9999-12-31T23:59:59Z */
+			int n = sq_schedule_key(s->key, s->name, INT64_C(253402300799), k,
+						sizeof(k), &kwhy);
+			x->line = sched_line(x, i, "key");
+			if (n < 0)
+				bad(x, sec, "key", "%s; for example key = %s-{slot}", kwhy,
+				    s->name);
+			else if (n == 0 || n > SQ_MAX_KEY_LEN)
+				bad(x, sec, "key", "the key would be %d bytes; it must be 1-%d", n,
+				    SQ_MAX_KEY_LEN);
+			else if (!strstr(s->key, "{slot}") && !strstr(s->key, "{epoch}"))
+				bad(x, sec, "key",
+				    "names no slot: every slot would share one key; add {slot} or "
+				    "{epoch}");
+		}
+	}
+}
+
 /* rate and max_running are kept per shard, each shard its share by the
  * partitions it holds (docs/operations.md, "Rate limits"): every shard
  * that can hold jobs needs at least one running slot. */
@@ -798,6 +983,7 @@ static void validate(parse_ctx *x)
 		bad(x, "cluster", "meta_shard", "'%s' is not a configured shard", cfg->meta_shard);
 	}
 	validate_daemon(x);
+	validate_schedules(x);
 	for (int i = 0; i < cfg->ntypes; i++) {
 		sq_type_conf *t = &cfg->types[i];
 		char sec[96];
@@ -819,8 +1005,9 @@ sq_status sq_config_parse(const char *text, const char *name, sq_config **out, s
 	x.shard_key_line = calloc((size_t)SQ_MAX_SHARDS * NKEYS, sizeof(int));
 	x.type_key_line = calloc((size_t)SQ_MAX_TYPES * NKEYS, sizeof(int));
 	x.token_key_line = calloc((size_t)SQ_MAX_TOKENS * NKEYS, sizeof(int));
+	x.schedule_key_line = calloc((size_t)SQ_MAX_SCHEDULES * NKEYS, sizeof(int));
 	if (!x.cfg || !x.shard_key_line || !x.type_key_line || !x.token_key_line ||
-	    !(x.cfg->path = strdup(name))) {
+	    !x.schedule_key_line || !(x.cfg->path = strdup(name))) {
 		st = sq_err(err, SQ_ENOMEM, "out of memory");
 		goto out;
 	}
@@ -828,6 +1015,7 @@ sq_status sq_config_parse(const char *text, const char *name, sq_config **out, s
 	apply_defaults(x.cfg, SEC_CLUSTER, 0);
 	apply_defaults(x.cfg, SEC_CONNECTION, 0);
 	apply_defaults(x.cfg, SEC_DAEMON, 0);
+	apply_defaults(x.cfg, SEC_SCHEDULER, 0);
 	parse_text(&x, text);
 	for (int i = 0; i < x.cfg->nshards; i++)
 		x.cfg->shards[i].dsn_line =
@@ -842,6 +1030,7 @@ out:
 	free(x.shard_key_line);
 	free(x.type_key_line);
 	free(x.token_key_line);
+	free(x.schedule_key_line);
 	if (st != SQ_OK) {
 		sq_config_free(x.cfg);
 		return st;
@@ -913,6 +1102,15 @@ void sq_config_free(sq_config *cfg)
 		free(cfg->tokens[i].name);
 		free(cfg->tokens[i].hash);
 		free(cfg->tokens[i].scopes_text);
+	}
+	for (int i = 0; i < cfg->nschedules; i++) {
+		sq_schedule_conf *s = &cfg->schedules[i];
+		free(s->name);
+		free(s->cron_text);
+		free(s->timezone);
+		free(s->type);
+		free(s->key);
+		free(s->params);
 	}
 	free(cfg->daemon.listen);
 	free(cfg->daemon.worker_id);

@@ -2,6 +2,7 @@
 #ifndef SQ_CONFIG_H
 #define SQ_CONFIG_H
 
+#include "schedule.h"
 #include "shardq.h"
 
 #define SQ_MAX_SHARDS 256
@@ -64,6 +65,31 @@ typedef struct sq_daemon_conf {
 	char *worker_id; /* NULL: shardqd-HOST-PID */
 } sq_daemon_conf;
 
+#define SQ_MAX_SCHEDULES 256
+typedef enum { SQ_MISSED_ONCE, SQ_MISSED_SKIP } sq_missed_policy;
+
+/* [schedule NAME]: a periodic job (src/schedule.c). */
+typedef struct sq_schedule_conf {
+	char *name;
+	char *cron_text;  /* as written, or NULL */
+	sq_cron cron;     /* parsed from cron_text */
+	int64_t every_ms; /* > 0: slots every this long (whole seconds) */
+	char *timezone;   /* cron only; NULL: UTC */
+	char *type;
+	char *key;    /* template; NULL: {name}:{slot} */
+	char *params; /* JSON object, or NULL */
+	sq_missed_policy missed;
+	int64_t max_lateness_ms; /* missed = skip: a slot later than this is missed */
+	int line;
+} sq_schedule_conf;
+
+/* [scheduler]: whether this process runs the schedules, and how often. */
+typedef struct sq_scheduler_conf {
+	int enabled;
+	int64_t interval_ms;
+	int64_t claim_lease_ms;
+} sq_scheduler_conf;
+
 struct sq_config {
 	char *path;
 	uint32_t partitions;
@@ -87,6 +113,9 @@ struct sq_config {
 	sq_daemon_conf daemon;
 	int ntokens;
 	sq_token_conf tokens[SQ_MAX_TOKENS];
+	sq_scheduler_conf scheduler;
+	int nschedules;
+	sq_schedule_conf schedules[SQ_MAX_SCHEDULES];
 };
 
 /* history_retention: at most ten years; kept in whole days (rounded up). */

@@ -78,6 +78,7 @@ struct sq_worker {
 	pthread_mutex_t stats_mu;
 	sq_worker_stats snap;
 	sq_maintainer *maint; /* history maintenance, every maintain_interval */
+	sq_sched *sched;      /* periodic jobs ([schedule NAME]); NULL: none */
 };
 
 void sq_worker_opts_init(sq_worker_opts *o)
@@ -233,6 +234,7 @@ sq_status sq_worker_create(const sq_config *cfg, const sq_worker_opts *opts, sq_
 		return st;
 	}
 	w->maint = sq_maintainer_start(cfg, NULL, NULL);
+	w->sched = sq_sched_new(cfg, w->id);
 	*out = w;
 	return SQ_OK;
 }
@@ -1330,6 +1332,9 @@ sq_status sq_worker_run(sq_worker *w, sq_error *err)
 			w->poll_delay_ms = 0;
 		}
 		start_fresh(w, now);
+		sq_error se;
+		if (!w->stopping && sq_sched_tick(w->sched, w->c, &se) != SQ_OK)
+			note_error(w, &se);
 		tick(w, now, !w->stopping);
 		take_finished(w);
 		start_fresh(w, sq_mono_s());
@@ -1414,6 +1419,7 @@ void sq_worker_destroy(sq_worker *w)
 		event_free(w->timer_ev);
 	if (w->base)
 		event_base_free(w->base);
+	sq_sched_free(w->sched);
 	sq_client_close(w->c);
 	if (w->wake[0] >= 0)
 		close(w->wake[0]);

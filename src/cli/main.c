@@ -34,6 +34,7 @@ static const struct {
 	{"rebalance", cmd_rebalance, "move partitions to match the config's shards and weights"},
 	{"moves", cmd_moves, "list moves; resume or abort one"},
 	{"maintain", cmd_maintain, "drop expired history partitions; create the days ahead"},
+	{"schedules", cmd_schedules, "list the periodic jobs ([schedule]); --run-once runs a pass"},
 	{"demo", cmd_demo, "enqueue, claim, start and complete N jobs; print the rates"},
 };
 #define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))

@@ -765,6 +765,13 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
 	maybe_exit(d);
 }
 
+/* A failed pass of the periodic jobs' scheduler (it retries by itself). */
+static void on_sched_error(const sq_error *e, void *arg)
+{
+	(void)arg;
+	sqd_log("schedules: %s", e->msg);
+}
+
 static void usage(FILE *f)
 {
 	fprintf(f, "Usage: shardqd -c FILE\n"
@@ -887,6 +894,8 @@ int main(int argc, char **argv)
 		}
 	}
 	d->open_flags = open_flags;
+	sq_sched_thread *sched = sq_sched_thread_start(d->cfg, d->worker_id, SQ_OPEN_ALLOW_DOWN,
+						       on_sched_error, NULL);
 	if (sqd_claimer_start(d, &err) != 0) {
 		fprintf(stderr, "shardqd: %s\n", err.msg);
 		return 1;
@@ -962,6 +971,7 @@ int main(int argc, char **argv)
 		pthread_join(d->threads[i], NULL);
 	sqd_claimer_wake(d);
 	pthread_join(d->claimer, NULL);
+	sq_sched_thread_stop(sched);
 	while (S.conns)
 		conn_unlink(S.conns);
 	evhttp_free(S.http);
