@@ -389,11 +389,14 @@ static void report(const sq_worker_stats *st, void *arg)
 {
 	(void)arg;
 	pthread_mutex_lock(&out_mu);
+	int slots = 0;
+	for (int t = 0; t < st->ntypes; t++)
+		slots += st->types[t].concurrency;
 	fprintf(stderr,
-		"shardq work: running %d/%d, buffered %d, claims %" PRIu64
+		"shardq work: running %d of %d slots, buffered %d (up to %d), claims %" PRIu64
 		", claim rtt %.1fms, idle slots %.1f%%\n",
-		st->running, st->capacity, st->buffered, st->claims, st->claim_rtt_ms,
-		st->slot_idle_ratio * 100);
+		st->running, slots, st->buffered, st->capacity - slots, st->claims,
+		st->claim_rtt_ms, st->slot_idle_ratio * 100);
 	if (st->db_errors)
 		fprintf(stderr, "  database errors: %" PRIu64 " (retried); last: %s\n",
 			st->db_errors, st->last_error);
