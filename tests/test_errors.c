@@ -272,6 +272,40 @@ START_TEST(cli_errors)
 }
 END_TEST
 
+/* `shardq stats` with a shard whose database refuses connections: the down
+ * shard is named, the other one's jobs are still counted, exit 4. */
+START_TEST(stats_with_a_shard_down)
+{
+	testdb t;
+	char out[16384], path[600], port[32], *ini;
+	testdb_open(&t, "sqt_errors_down", 2, 64, types);
+	for (int i = 0; i < 40; i++)
+		enqueue_one(t.client, "t", NULL, NULL, NULL);
+	long long on_s1 = testdb_scalar(&t, 0, "SELECT count(*) FROM shardq.jobs");
+	ck_assert_int_gt(on_s1, 0);
+	/* the same cluster, with s2 at a port where nothing listens */
+	ini = strdup(t.ini);
+	snprintf(port, sizeof(port), "port=%d ", t.ports[1]);
+	char *at = strstr(ini, port);
+	ck_assert_ptr_nonnull(at);
+	memmove(at + 7, at + strlen(port), strlen(at + strlen(port)) + 1);
+	memcpy(at, "port=1 ", 7);
+	testdb_path(path, sizeof(path), "down.ini");
+	write_file(path, ini);
+	free(ini);
+	ck_assert_int_eq(run_cli(out, sizeof(out), "-c %s stats", path), 4);
+	ck_assert_msg(strstr(out, "shard s2 (127.0.0.1:1)") != NULL, "%s", out);
+	char want[64];
+	snprintf(want, sizeof(want), "s1       t                %9lld", on_s1);
+	ck_assert_msg(strstr(out, want) != NULL, "no '%s' in:\n%s", want, out);
+	ck_assert_int_eq(run_cli(out, sizeof(out), "-c %s stats --json", path), 4);
+	ck_assert_msg(strstr(out, "{\"shard\":\"s2\",\"partitions_owned\":0,"
+				  "\"partitions_moving\":0,\"error\":\"") != NULL,
+		      "%s", out);
+	testdb_close(&t);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("errors");
@@ -283,6 +317,7 @@ int main(void)
 	tcase_add_test(tc, old_schema_asks_for_init);
 	tcase_add_test(tc, database_of_another_shard_refused);
 	tcase_add_test(tc, cli_errors);
+	tcase_add_test(tc, stats_with_a_shard_down);
 	suite_add_tcase(s, tc);
 	return run_suite(s);
 }

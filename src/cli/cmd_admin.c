@@ -1,5 +1,7 @@
 /* cmd_admin.c - `shardq init`, `stats` and `map`. */
 #include "cli.h"
+#include "buf.h"
+#include "json.h"
 
 #include <getopt.h>
 #include <inttypes.h>
@@ -85,14 +87,19 @@ int cmd_stats(cli *x, int argc, char **argv)
 			       "counted (-).\n"
 			       "  --exact  count every job, finished ones too (reads every row: "
 			       "slow on a big queue)\n"
-			       "  --json   one JSON document instead of the table\n");
+			       "  --json   one JSON document instead of the table\n"
+			       "A shard that cannot be reached is named on stderr (and as "
+			       "\"error\" "
+			       "in the JSON);\n"
+			       "the others are shown, and the exit code is 4.\n");
 			return EX_OK;
 		default: return cli_bad_option("stats", c, argv);
 		}
 	}
 	if ((rc = cli_no_args("stats", argc, argv, NULL)))
 		return rc;
-	if ((rc = cli_open(x, "stats", 0)))
+	/* a shard that is down is named, and the others still shown (exit 4) */
+	if ((rc = cli_open(x, "stats", SQ_OPEN_ALLOW_DOWN)))
 		return rc;
 	if ((exact ? sq_stats_get(x->client, &st, &err) : sq_stats_fast(x->client, 0, &st, &err)) !=
 	    SQ_OK)
@@ -108,9 +115,17 @@ int cmd_stats(cli *x, int argc, char **argv)
 		for (int s = 0; s < st->nshards; s++) {
 			int first = 1;
 			printf("%s{\"shard\":\"%s\",\"partitions_owned\":%" PRId64
-			       ",\"partitions_moving\":%" PRId64 ",\"types\":[",
+			       ",\"partitions_moving\":%" PRId64 ",",
 			       s ? "," : "", sq_config_shard_id(x->cfg, s), st->partitions_owned[s],
 			       st->partitions_moving[s]);
+			if (st->shard_error && st->shard_error[s]) {
+				sq_buf b;
+				sq_buf_init(&b);
+				sq_json_put_string(&b, st->shard_error[s]);
+				printf("\"error\":%s,", b.data ? b.data : "null");
+				sq_buf_free(&b);
+			}
+			printf("\"types\":[");
 			for (size_t i = 0; i < st->nrows; i++) {
 				sq_stats_row *r = &st->rows[i];
 				if (r->shard != s)
@@ -159,10 +174,15 @@ int cmd_stats(cli *x, int argc, char **argv)
 			printf("%-8s %-16s %9" PRId64 " %9" PRId64 " %9" PRId64 "\n", "total", "",
 			       tot[0], tot[1], tot[2]);
 		printf("\npartitions (map version %" PRId64 "):", st->map_version);
-		for (int s = 0; s < st->nshards; s++)
+		for (int s = 0; s < st->nshards; s++) {
+			if (st->shard_error && st->shard_error[s]) {
+				printf(" %s=down", sq_config_shard_id(x->cfg, s));
+				continue;
+			}
 			printf(" %s=%" PRId64 "%s", sq_config_shard_id(x->cfg, s),
 			       st->partitions_owned[s],
 			       st->partitions_moving[s] ? " (moving)" : "");
+		}
 		if (exact)
 			printf("\nDONE(h) counts completed jobs kept in history (types with "
 			       "history = true).\n");

@@ -1,6 +1,8 @@
 /* cmd_maintain.c - `shardq maintain`: one history maintenance pass on every
  * shard (sq_maintain), for cron or a systemd timer. */
 #include "cli.h"
+#include "buf.h"
+#include "json.h"
 
 #include <getopt.h>
 #include <inttypes.h>
@@ -9,17 +11,11 @@
 
 static void json_str(const char *s)
 {
-	putchar('"');
-	for (; *s; s++) {
-		unsigned char ch = (unsigned char)*s;
-		if (ch == '"' || ch == '\\')
-			printf("\\%c", ch);
-		else if (ch < 0x20)
-			printf("\\u%04x", ch);
-		else
-			putchar(ch);
-	}
-	putchar('"');
+	sq_buf b;
+	sq_buf_init(&b);
+	sq_json_put_string(&b, s);
+	fputs(b.data ? b.data : "null", stdout);
+	sq_buf_free(&b);
 }
 
 static void json_parts(const char *key, const sq_maintain_part *p, size_t n)
