@@ -337,6 +337,10 @@ static void claim_push(sq_client *c, const char *worker, const int *ti, size_t n
 		r->vals[4] = r->starts.data;
 		r->base = c->shards[s].qn;
 		sq_pgconn_push(&c->shards[s], &sq_stmt_gate_shared, 0, NULL);
+		size_t asked = 0;
+		for (size_t k = 0; k < nreqs; k++)
+			asked += (size_t)r->asked[k];
+		sq_client_push_plan_mode(c, s, asked);
 		if (lim_here) {
 			sq_arr_close(&r->maxrun);
 			sq_arr_close(&r->rate);

@@ -17,6 +17,10 @@
 const sq_stmt sq_stmt_gate_shared = {"sq_gate_shared",
 				     "SELECT pg_advisory_xact_lock_shared(" SQ_GATE_KEY ")"};
 const sq_stmt sq_stmt_check_owned = {"sq_check_owned", "SELECT shardq.check_owned($1::int[])"};
+static const sq_stmt stmt_plans_generic = {
+	"sq_plans_generic", "SELECT set_config('plan_cache_mode', 'force_generic_plan', true)"};
+static const sq_stmt stmt_plans_auto = {"sq_plans_auto",
+					"SELECT set_config('plan_cache_mode', 'auto', true)"};
 
 static char *type_array(const sq_config *cfg, int what)
 {
@@ -466,6 +470,14 @@ void sq_client_reset(sq_client *c)
 {
 	for (int i = 0; i < c->nshards; i++)
 		sq_pgconn_reset(&c->shards[i]);
+}
+
+void sq_client_push_plan_mode(sq_client *c, int s, size_t rows)
+{
+	if (rows <= SQ_GENERIC_PLAN_ROWS)
+		sq_pgconn_push(&c->shards[s], &stmt_plans_generic, 0, NULL);
+	else if (c->merge_txn)
+		sq_pgconn_push(&c->shards[s], &stmt_plans_auto, 0, NULL);
 }
 
 void sq_client_push_guard(sq_client *c, int s, const char *const *parts_val)
