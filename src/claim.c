@@ -337,10 +337,11 @@ static void claim_push(sq_client *c, const char *worker, const int *ti, size_t n
 		r->vals[4] = r->starts.data;
 		r->base = c->shards[s].qn;
 		sq_pgconn_push(&c->shards[s], &sq_stmt_gate_shared, 0, NULL);
-		size_t asked = 0;
-		for (size_t k = 0; k < nreqs; k++)
-			asked += (size_t)r->asked[k];
-		sq_client_push_plan_mode(c, s, asked);
+		/* the claim always runs the plan made once per session: it is
+		 * index-driven in any plan (see CLAIM_BODY), and a custom plan
+		 * per call cost more to make than most claims cost to run
+		 * (docs/benchmarks.md, "Plans made once") */
+		sq_client_push_plan_mode(c, s, 0);
 		if (lim_here) {
 			sq_arr_close(&r->maxrun);
 			sq_arr_close(&r->rate);
