@@ -172,27 +172,6 @@ START_TEST(database_of_another_shard_refused)
 }
 END_TEST
 
-/* Runs the CLI with args; returns its exit code, output in out. */
-static int run_cli(char *out, size_t outlen, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-static int run_cli(char *out, size_t outlen, const char *fmt, ...)
-{
-	char cmd[2048];
-	va_list ap;
-	const char *cli = getenv("SHARDQ_CLI");
-	ck_assert_msg(cli != NULL, "SHARDQ_CLI is not set (run through ctest)");
-	int k = snprintf(cmd, sizeof(cmd), "%s ", cli);
-	va_start(ap, fmt);
-	vsnprintf(cmd + k, sizeof(cmd) - (size_t)k, fmt, ap);
-	va_end(ap);
-	strncat(cmd, " 2>&1", sizeof(cmd) - strlen(cmd) - 1);
-	FILE *f = popen(cmd, "r");
-	size_t n = fread(out, 1, outlen - 1, f);
-	out[n] = '\0';
-	int rc = pclose(f);
-	return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-}
-
 static void write_file(const char *path, const char *text)
 {
 	FILE *f = fopen(path, "w");
@@ -211,7 +190,7 @@ START_TEST(cli_errors)
 	/* a malformed config: every bad key with its line, exit 3 */
 	write_file(path,
 		   "[cluster]\npartitions = 3\n[shard s1]\nweight = x\n[type t]\nretries = 2\n");
-	ck_assert_int_eq(run_cli(out, sizeof(out), "-c %s stats", path), 3);
+	ck_assert_int_eq(testdb_run_cli(out, sizeof(out), "-c %s stats", path), 3);
 	ck_assert_ptr_nonnull(strstr(out, ":2: [cluster] partitions"));
 	ck_assert_ptr_nonnull(strstr(out, ":4: [shard s1] weight"));
 	ck_assert_ptr_nonnull(strstr(out, ":6: [type t] retries: unknown key"));
@@ -221,37 +200,40 @@ START_TEST(cli_errors)
 	write_file(path, t.ini);
 	write_file(jobs, "{\"type\":\"t\",\"key\":\"a\"}\n{\"type\":\"t\",\"key\":\"b\"}\n"
 			 "{\"type\":\"t\",\"params\":{\"x\":}\n{\"type\":\"t\"}\n");
-	ck_assert_int_eq(run_cli(out, sizeof(out), "-c %s enqueue --file %s", path, jobs), 5);
+	ck_assert_int_eq(testdb_run_cli(out, sizeof(out), "-c %s enqueue --file %s", path, jobs),
+			 5);
 	ck_assert_ptr_nonnull(strstr(out, ":3: invalid JSON"));
 	ck_assert_ptr_nonnull(strstr(out, "nothing was enqueued"));
 	ck_assert_int_eq(jobs_now(&t), 0);
 	write_file(jobs, "{\"type\":\"t\",\"key\":\"a\"}\n{\"type\":\"nosuch\"}\n");
-	ck_assert_int_eq(run_cli(out, sizeof(out), "-c %s enqueue --file %s", path, jobs), 5);
+	ck_assert_int_eq(testdb_run_cli(out, sizeof(out), "-c %s enqueue --file %s", path, jobs),
+			 5);
 	ck_assert_ptr_nonnull(strstr(out, ":2: unknown task type 'nosuch'"));
 	ck_assert_int_eq(jobs_now(&t), 0);
-	ck_assert_int_eq(run_cli(out, sizeof(out), "-c %s enqueue --type t --params '{x'", path),
-			 5);
+	ck_assert_int_eq(
+		testdb_run_cli(out, sizeof(out), "-c %s enqueue --type t --params '{x'", path), 5);
 	ck_assert_ptr_nonnull(strstr(out, "not valid JSON"));
 	ck_assert_int_eq(jobs_now(&t), 0);
 
 	/* the whole path through the CLI: enqueue, claim, start, complete */
 	write_file(jobs, "{\"type\":\"t\",\"key\":\"a\",\"params\":{\"n\":1}}\n"
 			 "{\"type\":\"t\",\"key\":\"b\"}\n{\"type\":\"t\",\"key\":\"a\"}\n");
-	ck_assert_int_eq(run_cli(out, sizeof(out), "-c %s enqueue --file %s", path, jobs), 0);
+	ck_assert_int_eq(testdb_run_cli(out, sizeof(out), "-c %s enqueue --file %s", path, jobs),
+			 0);
 	ck_assert_ptr_nonnull(strstr(out, "\"outcome\":\"duplicate\""));
 	ck_assert_int_eq(jobs_now(&t), 2);
-	ck_assert_int_eq(run_cli(out, sizeof(out),
-				 "-c %s claim --types t:10 --worker cli > %s.claimed && "
-				 "%s -c %s start --worker cli - < %s.claimed && "
-				 "%s -c %s complete --worker cli - < %s.claimed",
-				 path, jobs, getenv("SHARDQ_CLI"), path, jobs, getenv("SHARDQ_CLI"),
-				 path, jobs),
+	ck_assert_int_eq(testdb_run_cli(out, sizeof(out),
+					"-c %s claim --types t:10 --worker cli > %s.claimed && "
+					"%s -c %s start --worker cli - < %s.claimed && "
+					"%s -c %s complete --worker cli - < %s.claimed",
+					path, jobs, getenv("SHARDQ_CLI"), path, jobs,
+					getenv("SHARDQ_CLI"), path, jobs),
 			 0);
 	ck_assert_int_eq(jobs_now(&t), 0);
 	/* completing again: lost, exit 6 */
-	ck_assert_int_eq(
-		run_cli(out, sizeof(out), "-c %s complete --worker cli - < %s.claimed", path, jobs),
-		6);
+	ck_assert_int_eq(testdb_run_cli(out, sizeof(out),
+					"-c %s complete --worker cli - < %s.claimed", path, jobs),
+			 6);
 	ck_assert_ptr_nonnull(strstr(out, " lost"));
 
 	/* every command has --help; bad usage is exit 2 */
@@ -259,11 +241,12 @@ START_TEST(cli_errors)
 			      "complete", "fail",    "release", "cancel", "get",
 			      "stats",    "map",     "demo"};
 	for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
-		ck_assert_int_eq(run_cli(out, sizeof(out), "%s --help", cmds[i]), 0);
+		ck_assert_int_eq(testdb_run_cli(out, sizeof(out), "%s --help", cmds[i]), 0);
 		ck_assert_ptr_nonnull(strstr(out, "usage: shardq"));
 	}
-	ck_assert_int_eq(run_cli(out, sizeof(out), "-c %s claim --types t --worker w", path), 2);
-	ck_assert_int_eq(run_cli(out, sizeof(out), "frobnicate"), 2);
+	ck_assert_int_eq(testdb_run_cli(out, sizeof(out), "-c %s claim --types t --worker w", path),
+			 2);
+	ck_assert_int_eq(testdb_run_cli(out, sizeof(out), "frobnicate"), 2);
 	unlink(path);
 	unlink(jobs);
 	snprintf(out, sizeof(out), "%s.claimed", jobs);
@@ -293,12 +276,12 @@ START_TEST(stats_with_a_shard_down)
 	testdb_path(path, sizeof(path), "down.ini");
 	write_file(path, ini);
 	free(ini);
-	ck_assert_int_eq(run_cli(out, sizeof(out), "-c %s stats", path), 4);
+	ck_assert_int_eq(testdb_run_cli(out, sizeof(out), "-c %s stats", path), 4);
 	ck_assert_msg(strstr(out, "shard s2 (127.0.0.1:1)") != NULL, "%s", out);
 	char want[64];
 	snprintf(want, sizeof(want), "s1       t                %9lld", on_s1);
 	ck_assert_msg(strstr(out, want) != NULL, "no '%s' in:\n%s", want, out);
-	ck_assert_int_eq(run_cli(out, sizeof(out), "-c %s stats --json", path), 4);
+	ck_assert_int_eq(testdb_run_cli(out, sizeof(out), "-c %s stats --json", path), 4);
 	ck_assert_msg(strstr(out, "{\"shard\":\"s2\",\"partitions_owned\":0,"
 				  "\"partitions_moving\":0,\"error\":\"") != NULL,
 		      "%s", out);

@@ -560,27 +560,6 @@ START_TEST(migration_keeps_old_history)
 }
 END_TEST
 
-/* Runs the CLI with args; returns its exit code, output in out. */
-static int run_cli(char *out, size_t outlen, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-static int run_cli(char *out, size_t outlen, const char *fmt, ...)
-{
-	char cmd[2048];
-	va_list ap;
-	const char *cli = getenv("SHARDQ_CLI");
-	ck_assert_msg(cli != NULL, "SHARDQ_CLI is not set (run through ctest)");
-	int k = snprintf(cmd, sizeof(cmd), "%s ", cli);
-	va_start(ap, fmt);
-	vsnprintf(cmd + k, sizeof(cmd) - (size_t)k, fmt, ap);
-	va_end(ap);
-	strncat(cmd, " 2>&1", sizeof(cmd) - strlen(cmd) - 1);
-	FILE *f = popen(cmd, "r");
-	size_t n = fread(out, 1, outlen - 1, f);
-	out[n] = '\0';
-	int rc = pclose(f);
-	return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-}
-
 START_TEST(cli_maintain)
 {
 	char path[512], out[8192];
@@ -591,7 +570,7 @@ START_TEST(cli_maintain)
 	PGconn *hold = testdb_pg(&t, 0);
 	PGresult *r = PQexec(hold, "SELECT pg_advisory_lock(" SQ_MAINTAIN_KEY ")");
 	PQclear(r);
-	ck_assert_int_eq(run_cli(out, sizeof(out), "-c %s maintain", path), 0);
+	ck_assert_int_eq(testdb_run_cli(out, sizeof(out), "-c %s maintain", path), 0);
 	ck_assert_msg(strstr(out, "shard s1: skipped: another runner"), "%s", out);
 	ck_assert_msg(strstr(out, "shard s2: done"), "%s", out);
 	ck_assert_msg(strstr(out, "created 6: jobs_history_p"), "%s", out);
@@ -599,17 +578,18 @@ START_TEST(cli_maintain)
 	r = PQexec(hold, "SELECT pg_advisory_unlock(" SQ_MAINTAIN_KEY ")");
 	PQclear(r);
 	PQfinish(hold);
-	ck_assert_int_eq(run_cli(out, sizeof(out), "-c %s maintain --json", path), 0);
+	ck_assert_int_eq(testdb_run_cli(out, sizeof(out), "-c %s maintain --json", path), 0);
 	ck_assert_msg(strstr(out, "{\"shard\":\"s1\",\"result\":\"done\",\"created\":[{\"name\":"
 				  "\"jobs_history_p"),
 		      "%s", out);
 	ck_assert_msg(strstr(out, "{\"shard\":\"s2\",\"result\":\"done\",\"created\":[],"), "%s",
 		      out);
-	ck_assert_int_eq(run_cli(out, sizeof(out), "-c %s maintain --help", path), 0);
+	ck_assert_int_eq(testdb_run_cli(out, sizeof(out), "-c %s maintain --help", path), 0);
 	ck_assert_ptr_nonnull(strstr(out, "usage: shardq [-c FILE] maintain"));
-	ck_assert_int_eq(run_cli(out, sizeof(out), "-c %s maintain --bogus", path), 2);
-	ck_assert_int_eq(run_cli(out, sizeof(out), "-c %s maintain --lock-timeout 0", path), 2);
-	ck_assert_int_eq(run_cli(out, sizeof(out), "-c %s maintain extra", path), 2);
+	ck_assert_int_eq(testdb_run_cli(out, sizeof(out), "-c %s maintain --bogus", path), 2);
+	ck_assert_int_eq(testdb_run_cli(out, sizeof(out), "-c %s maintain --lock-timeout 0", path),
+			 2);
+	ck_assert_int_eq(testdb_run_cli(out, sizeof(out), "-c %s maintain extra", path), 2);
 }
 END_TEST
 

@@ -2,6 +2,7 @@
 #include "testdb.h"
 
 #include <check.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,6 +10,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <unistd.h>
+#include <sys/wait.h>
 
 int testdb_ports(int *ports, int max)
 {
@@ -335,4 +337,23 @@ void testdb_procs_describe(const testdb_proc *v, int n, char *out, size_t len)
 	for (int i = 0; i < n && at < len; i++)
 		at += (size_t)snprintf(out + at, len - at, "  pid %d (parent %d): %s\n", v[i].pid,
 				       v[i].ppid, v[i].cmd);
+}
+
+int testdb_run_cli(char *out, size_t outlen, const char *fmt, ...)
+{
+	char cmd[2048];
+	va_list ap;
+	const char *cli = getenv("SHARDQ_CLI");
+	ck_assert_msg(cli != NULL, "SHARDQ_CLI is not set (run through ctest)");
+	int k = snprintf(cmd, sizeof(cmd), "%s ", cli);
+	va_start(ap, fmt);
+	vsnprintf(cmd + k, sizeof(cmd) - (size_t)k, fmt, ap);
+	va_end(ap);
+	strncat(cmd, " 2>&1", sizeof(cmd) - strlen(cmd) - 1);
+	FILE *f = popen(cmd, "r");
+	ck_assert_msg(f != NULL, "cannot run %s", cmd);
+	size_t n = fread(out, 1, outlen - 1, f);
+	out[n] = '\0';
+	int rc = pclose(f);
+	return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
 }

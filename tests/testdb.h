@@ -60,6 +60,11 @@ const char *testdb_tmpdir(void);
 char *testdb_path(char *out, size_t len, const char *name);
 void testdb_tmpdir_remove(void);
 
+/* Runs $SHARDQ_CLI with the arguments fmt makes (a shell line, stderr
+ * joined to stdout); returns its exit code, its output in out. */
+int testdb_run_cli(char *out, size_t outlen, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
 /* Seconds without progress after which a waiting test gives up:
  * $SHARDQ_TEST_STALL, default 90. A wait fails only when nothing moved for
  * that long, never because a machine is slow. */
