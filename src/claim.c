@@ -341,7 +341,7 @@ static void claim_push(sq_client *c, const char *worker, const int *ti, size_t n
 		 * index-driven in any plan (see CLAIM_BODY), and a custom plan
 		 * per call cost more to make than most claims cost to run
 		 * (docs/benchmarks.md, "Plans made once") */
-		sq_client_push_plan_mode(c, s, 0);
+		sq_client_push_plans(c, s, 1);
 		if (lim_here) {
 			sq_arr_close(&r->maxrun);
 			sq_arr_close(&r->rate);

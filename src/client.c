@@ -472,12 +472,13 @@ void sq_client_reset(sq_client *c)
 		sq_pgconn_reset(&c->shards[i]);
 }
 
-void sq_client_push_plan_mode(sq_client *c, int s, size_t rows)
+void sq_client_push_plans(sq_client *c, int s, int generic)
 {
-	if (rows <= SQ_GENERIC_PLAN_ROWS)
-		sq_pgconn_push(&c->shards[s], &stmt_plans_generic, 0, NULL);
-	else if (c->merge_txn)
-		sq_pgconn_push(&c->shards[s], &stmt_plans_auto, 0, NULL);
+	sq_pgconn *pc = &c->shards[s];
+	if (!generic == !pc->txn_generic)
+		return; /* the transaction is in that mode already */
+	sq_pgconn_push(pc, generic ? &stmt_plans_generic : &stmt_plans_auto, 0, NULL);
+	pc->txn_generic = !!generic;
 }
 
 void sq_client_push_guard(sq_client *c, int s, const char *const *parts_val)

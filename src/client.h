@@ -12,14 +12,16 @@ extern const sq_stmt sq_stmt_check_owned;
 
 /* Plans for small batches: a fenced write of a few rows costs PostgreSQL
  * more to plan (a custom plan per call) than to run, so up to this many
- * rows the transaction uses the plan made once per session (the statements
- * are index-driven in any plan); bigger batches get plans made for their
- * values (a generic completion of 1,000 rows cost three times the custom
- * one). The claim always uses the generic plan. */
+ * rows it uses the plan made once per session (the statements are
+ * index-driven in any plan); bigger batches get plans made for their values
+ * (a generic completion of 1,000 rows cost three times the custom one). The
+ * claim always uses the generic plan. */
 #define SQ_GENERIC_PLAN_ROWS 64
-/* Queues the plan mode for the next statements of this transaction on
- * shard s (SET LOCAL plan_cache_mode), by the batch's rows. */
-void sq_client_push_plan_mode(sq_client *c, int s, size_t rows);
+/* Queues, when the transaction being built on shard s is not in that mode
+ * yet, SET LOCAL plan_cache_mode: force_generic_plan (generic) or auto. One
+ * statement per change of mode, none when the mode holds already (merged
+ * writes of a worker tick share one). */
+void sq_client_push_plans(sq_client *c, int s, int generic);
 
 /* Per-type settings as array literals, in config order, for statements
  * that join on task type (leases, backoff, history). hist_names and

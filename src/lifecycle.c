@@ -284,7 +284,7 @@ static shard_rows *fenced_push(sq_client *c, const op *o, const char *worker,
 			r->vals[8] = r->errs.data;
 			r->vals[9] = r->perms.data;
 		}
-		sq_client_push_plan_mode(c, s, r->n);
+		sq_client_push_plans(c, s, r->n <= SQ_GENERIC_PLAN_ROWS);
 		r->base = c->shards[s].qn;
 		sq_pgconn_push(&c->shards[s], &sq_stmt_gate_shared, 0, NULL);
 		sq_pgconn_push(&c->shards[s], &stmt_not_owned, 1, r->parts_val);

@@ -123,6 +123,7 @@ void sq_pgconn_reset(sq_pgconn *pc)
 	pc->qn = 0;
 	pc->expect = pc->seen = pc->done = pc->failed = 0;
 	pc->syncs = pc->syncs_seen = 0;
+	pc->txn_generic = 0;
 	memset(pc->sync_after, 0, sizeof(pc->sync_after));
 }
 
@@ -157,6 +158,7 @@ void sq_pgconn_push_sync(sq_pgconn *pc)
 {
 	if (pc->qn > 0)
 		pc->sync_after[pc->qn - 1] = 1;
+	pc->txn_generic = 0; /* SET LOCAL ends with the transaction */
 }
 
 /* Prepared on the server, or its Prepare already sent in this pipeline. */

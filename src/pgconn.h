@@ -48,6 +48,8 @@ typedef struct sq_pgconn {
 	const sq_stmt *inflight[SQ_PIPE_MAX]; /* prepares sent, not yet answered */
 	int ninflight;
 	unsigned char sync_after[SQ_PIPE_MAX]; /* a Sync (transaction end) follows q[i] */
+	int txn_generic; /* the pipeline's open transaction has set plan_cache_mode to
+			    force_generic_plan (sq_client_push_plans) */
 	int syncs, syncs_seen;
 	int pending_null; /* a result came; the NULL that ends its entry is due */
 	int seen;         /* entries whose results were read */
