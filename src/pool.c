@@ -32,6 +32,38 @@ static sq_task *take_handed(sq_pool *p, int type, double now)
 	return NULL;
 }
 
+/* A task shorter than this (the pool's running average) is not worth a
+ * thread's wake-up of its own: one thread at a time is woken for the
+ * queue, and a woken thread that leaves tasks behind wakes the next, so
+ * a burst of short tasks is drained mostly by the threads already awake
+ * instead of waking every idle one (a futex wake and two context
+ * switches each). Longer tasks wake a thread each, as they need one. */
+#define SQ_POOL_SHORT_TASK_S 100e-6
+
+/* Under the mutex: wakes an idle thread if the queued tasks want one.
+ * Short tasks: one wake-up at a time (never none while tasks wait, so a
+ * handler that blocks for once cannot hold the queue up). Long ones: one
+ * per queued task. */
+static void wake_for_queue(sq_pool *p)
+{
+	if (!p->todo_head || p->nidle <= p->nwoken)
+		return;
+	if (p->nwoken >= (p->avg_run_s < SQ_POOL_SHORT_TASK_S ? 1 : p->ntodo))
+		return;
+	p->nwoken++;
+	pthread_cond_signal(&p->cv);
+}
+
+static sq_task *take_todo(sq_pool *p)
+{
+	sq_task *t = p->todo_head;
+	p->todo_head = t->next;
+	if (!p->todo_head)
+		p->todo_tail = NULL;
+	p->ntodo--;
+	return t;
+}
+
 static void *pool_main(void *arg)
 {
 	sq_pool *p = arg;
@@ -43,16 +75,19 @@ static void *pool_main(void *arg)
 	for (;;) {
 		if (!t) {
 			pthread_mutex_lock(&p->mu);
-			while (!p->todo_head && !p->quit)
+			while (!p->todo_head && !p->quit) {
+				p->nidle++;
 				pthread_cond_wait(&p->cv, &p->mu);
+				p->nidle--;
+				if (p->nwoken > 0) /* a spurious wake-up may take one */
+					p->nwoken--;
+			}
 			if (!p->todo_head) {
 				pthread_mutex_unlock(&p->mu);
 				return NULL;
 			}
-			t = p->todo_head;
-			p->todo_head = t->next;
-			if (!p->todo_head)
-				p->todo_tail = NULL;
+			t = take_todo(p);
+			wake_for_queue(p); /* what is left wants another thread */
 			pthread_mutex_unlock(&p->mu);
 		}
 
@@ -64,9 +99,14 @@ static void *pool_main(void *arg)
 		t->finished = sq_mono_s();
 
 		pthread_mutex_lock(&p->mu);
+		p->avg_run_s = 0.9 * p->avg_run_s + 0.1 * (t->finished - t->started);
+		/* the loop is told only when the list was empty: it takes the whole
+		 * list after reading the pipe, so one byte per take is enough */
+		int tell = p->done == NULL;
 		t->next = p->done;
 		p->done = t;
-		/* the slot this task frees takes a handed task of its type */
+		/* the slot this task frees takes a handed task of its type, else a
+		 * queued one (without sleeping in between) */
 		sq_task *next = p->quit ? NULL : take_handed(p, t->type, t->finished);
 		if (next) {
 			/* the loop takes it from `started`; the pool owns the task (and
@@ -74,11 +114,16 @@ static void *pool_main(void *arg)
 			t->swapped = 1;
 			next->run_next = p->started;
 			p->started = next;
+		} else if (p->todo_head) {
+			next = take_todo(p);
+			wake_for_queue(p);
 		}
 		pthread_mutex_unlock(&p->mu);
-		char b = 1;
-		ssize_t w = write(p->wake_fd, &b, 1); /* a full pipe already wakes */
-		(void)w;
+		if (tell) {
+			char b = 1;
+			ssize_t w = write(p->wake_fd, &b, 1); /* a full pipe already wakes */
+			(void)w;
+		}
 		t = next;
 	}
 }
@@ -90,6 +135,9 @@ int sq_pool_start(sq_pool *p, int n, int ntypes, int wake_fd)
 	pthread_mutex_init(&p->mu, NULL);
 	pthread_cond_init(&p->cv, NULL);
 	p->ntypes = ntypes;
+	/* taken as long until shown otherwise: the first tasks each get a
+	 * thread */
+	p->avg_run_s = 1e-3;
 	p->hand_head = calloc((size_t)ntypes, sizeof(*p->hand_head));
 	p->hand_tail = calloc((size_t)ntypes, sizeof(*p->hand_tail));
 	p->threads = calloc((size_t)n, sizeof(pthread_t));
@@ -120,7 +168,8 @@ void sq_pool_submit(sq_pool *p, sq_task *t)
 	else
 		p->todo_head = t;
 	p->todo_tail = t;
-	pthread_cond_signal(&p->cv);
+	p->ntodo++;
+	wake_for_queue(p);
 	pthread_mutex_unlock(&p->mu);
 }
 

@@ -1,5 +1,6 @@
 /* pool.h - the worker's handler threads, a queue of tasks in and a list of
- * finished tasks out; a byte on wake_fd tells the loop something finished.
+ * finished tasks out; a byte on wake_fd tells the loop something finished
+ * (written when the finished list goes from empty to not empty).
  *
  * Hand-off: the loop may also hand the pool buffered tasks of a type
  * (sq_pool_hand). A thread that finishes a task of that type starts the
@@ -47,6 +48,12 @@ typedef struct sq_pool {
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
 	sq_task *todo_head, *todo_tail;
+	int ntodo;
+	/* threads waiting for a task, and those of them signalled and not yet
+	 * up; the running average of a task's time (seconds), which decides
+	 * how many to wake (pool.c, wake_for_queue) */
+	int nidle, nwoken;
+	double avg_run_s;
 	sq_task *done;
 	/* handed tasks per type (FIFO), the ones threads started from there,
 	 * and the ones found past their deadline */

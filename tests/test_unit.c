@@ -1,15 +1,21 @@
 /* test_unit.c - pure parts: hash golden vectors, rendezvous placement,
- * config validation, the JSON validator, durations. No database. */
+ * config validation, the JSON validator, durations, the handler pool.
+ * No database. */
 #include "config.h"
 #include "hrw.h"
 #include "json.h"
+#include "pool.h"
 #include "shardq.h"
 #include "testdb.h"
 
 #include <check.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* XXH3_64bits output is frozen since xxHash 0.8.0: a change here would remap
  * every partition of every cluster. */
@@ -450,6 +456,125 @@ START_TEST(config_file_is_a_directory)
 }
 END_TEST
 
+/* The worker's handler pool (src/pool.c), driven as the worker's loop
+ * drives it: tasks in, a byte on the pipe, finished tasks out. */
+enum { POOL_THREADS = 8, POOL_SHORT = 5000 };
+
+typedef struct {
+	atomic_int ran[POOL_SHORT];
+	atomic_int inside; /* meeting tasks running now */
+	atomic_int most;   /* the most ever running at once */
+	int need;          /* a meeting task returns once this many are inside */
+	double give_up;    /* monotonic seconds */
+} pool_probe;
+
+static sq_job_result probe_short(const sq_job *job, void *arg, char *err, size_t n)
+{
+	pool_probe *p = arg;
+	(void)err;
+	(void)n;
+	atomic_fetch_add(&p->ran[job->id], 1);
+	return SQ_RESULT_DONE;
+}
+
+/* Returns only when `need` tasks are inside at once: a pool that leaves a
+ * queued task without a thread while threads sleep never gets there. */
+static sq_job_result probe_meet(const sq_job *job, void *arg, char *err, size_t n)
+{
+	pool_probe *p = arg;
+	(void)job;
+	int in = atomic_fetch_add(&p->inside, 1) + 1, most = atomic_load(&p->most);
+	while (in > most && !atomic_compare_exchange_weak(&p->most, &most, in))
+		;
+	while (atomic_load(&p->most) < p->need && sq_mono_s() < p->give_up)
+		usleep(200);
+	atomic_fetch_sub(&p->inside, 1);
+	snprintf(err, n, "%s", atomic_load(&p->most) < p->need ? "gave up" : "");
+	return SQ_RESULT_DONE;
+}
+
+/* The loop's side: waits on the pipe, then takes what finished, until
+ * `n` tasks are back; fails on a stall, saying what is missing. */
+static void pool_collect(sq_pool *p, int fd, int n, const char *what)
+{
+	int back = 0;
+	double stall = testdb_stall_s();
+	while (back < n) {
+		char buf[256];
+		while (read(fd, buf, sizeof(buf)) > 0)
+			;
+		for (sq_task *t = sq_pool_take_done(p, NULL, NULL), *next; t; t = next) {
+			next = t->next;
+			ck_assert_msg(!t->err[0],
+				      "%s: task %lld %s: fewer than %d tasks ran at once", what,
+				      (long long)t->job.id, t->err, POOL_THREADS);
+			free(t);
+			back++;
+		}
+		if (back == n)
+			break;
+		struct pollfd pf = {.fd = fd, .events = POLLIN};
+		ck_assert_msg(poll(&pf, 1, (int)(stall * 1000)) == 1,
+			      "%s: %d of %d tasks back, and no word from the pool for %.0f s: "
+			      "a finished task was not told to the loop, or a queued one never ran",
+			      what, back, n, stall);
+	}
+}
+
+static void pool_submit_n(sq_pool *p, int n, sq_handler fn, pool_probe *probe)
+{
+	for (int i = 0; i < n; i++) {
+		sq_task *t = calloc(1, sizeof(*t));
+		ck_assert_ptr_nonnull(t);
+		t->job.id = i;
+		t->fn = fn;
+		t->arg = probe;
+		sq_pool_submit(p, t);
+	}
+}
+
+/* Every task runs once and comes back; a burst of short tasks does not
+ * leave queued tasks behind sleeping threads (short tasks wake one thread
+ * at a time), nor do long ones (one each). */
+START_TEST(pool_runs_each_task_once_and_wakes_threads)
+{
+	int fds[2];
+	sq_pool p;
+	static pool_probe probe;
+	memset(&probe, 0, sizeof(probe));
+	ck_assert_int_eq(pipe(fds), 0);
+	ck_assert_int_eq(fcntl(fds[0], F_SETFL, O_NONBLOCK), 0);
+	ck_assert_int_eq(fcntl(fds[1], F_SETFL, O_NONBLOCK), 0);
+	ck_assert_int_eq(sq_pool_start(&p, POOL_THREADS, 1, fds[1]), 0);
+
+	pool_submit_n(&p, POOL_SHORT, probe_short, &probe);
+	pool_collect(&p, fds[0], POOL_SHORT, "5000 short tasks");
+	for (int i = 0; i < POOL_SHORT; i++)
+		ck_assert_msg(atomic_load(&probe.ran[i]) == 1, "task %d ran %d times", i,
+			      atomic_load(&probe.ran[i]));
+
+	/* as many tasks as threads, each needing all the others running: with
+	 * the pool taking its tasks for short ones, then for long ones */
+	const double modes[2] = {0, 1};
+	const char *names[2] = {"tasks taken for short", "tasks taken for long"};
+	for (int m = 0; m < 2; m++) {
+		pthread_mutex_lock(&p.mu);
+		p.avg_run_s = modes[m];
+		pthread_mutex_unlock(&p.mu);
+		atomic_store(&probe.most, 0);
+		probe.need = POOL_THREADS;
+		probe.give_up = sq_mono_s() + testdb_stall_s();
+		pool_submit_n(&p, POOL_THREADS, probe_meet, &probe);
+		pool_collect(&p, fds[0], POOL_THREADS, names[m]);
+		printf("pool: %s: %d of %d ran at once\n", names[m], atomic_load(&probe.most),
+		       POOL_THREADS);
+	}
+	sq_pool_stop(&p);
+	close(fds[0]);
+	close(fds[1]);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("unit");
@@ -467,6 +592,11 @@ int main(void)
 	tcase_add_test(tc, config_long_lines_and_repeats);
 	tcase_add_test(tc, config_file_is_a_directory);
 	suite_add_tcase(s, tc);
+	/* waits for threads, not for a database: its own stall limit */
+	TCase *tp = tcase_create("pool");
+	tcase_set_timeout(tp, 0);
+	tcase_add_test(tp, pool_runs_each_task_once_and_wakes_threads);
+	suite_add_tcase(s, tp);
 	SRunner *sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);
 	int failed = srunner_ntests_failed(sr);
