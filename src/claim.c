@@ -479,11 +479,18 @@ static sq_status check_reqs(sq_client *c, const char *worker, const sq_claim_req
 static void plan_round1(sq_client *c, const sq_claim_req *reqs, size_t nreqs, const int *ti,
 			shard_req *sr)
 {
+	const unsigned char *only = c->claim_only;
+	int any = 0;
+	for (int s = 0; only && s < c->nshards; s++)
+		any |= only[s];
+	if (!any)
+		only = NULL;
 	for (size_t k = 0; k < nreqs; k++) {
 		double w[SQ_MAX_SHARDS] = {0};
 		int32_t part[SQ_MAX_SHARDS], st[SQ_MAX_SHARDS];
 		for (int s = 0; s < c->nshards; s++)
-			w[s] = fmax(c->yield[s * c->cfg->ntypes + ti[k]], 0.02);
+			w[s] = only && !only[s] ? 0
+						: fmax(c->yield[s * c->cfg->ntypes + ti[k]], 0.02);
 		share(reqs[k].limit, w, c->nshards, c->rotate, part);
 		share_start(reqs[k].start, part, c->nshards, c->rotate, st);
 		for (int s = 0; s < c->nshards; s++) {

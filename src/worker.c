@@ -65,8 +65,13 @@ struct sq_worker {
 	atomic_int stop_req, stop_now;
 	int stopping, released;
 	double grace_deadline;
+	/* next_claim_at: the next claim on every shard (a poll, backing off by
+	 * poll_delay_ms while polls find nothing). A NOTIFY marks its shard in
+	 * woke[]: the next tick claims there at once, leaving the poll's
+	 * schedule alone (the other shards were not asked). */
 	double next_claim_at, poll_delay_ms;
-	int woken;
+	int woken, wake_pending;
+	unsigned char woke[SQ_MAX_SHARDS];
 	double rtt_ms;
 	int have_rtt;
 	sq_task *running;  /* list through run_next */
@@ -141,6 +146,7 @@ static void on_listen(evutil_socket_t fd, short what, void *arg)
 		while ((n = PQnotifies(l)) != NULL) {
 			PQfreemem(n);
 			w->woken = 1;
+			w->woke[s] = 1;
 		}
 	}
 }
@@ -952,7 +958,10 @@ static void tick(sq_worker *w, double now, int claiming)
 		want[WB_START] += (size_t)promoting[t];
 	}
 	sq_claim_req reqs[SQ_WORKER_MAX_TYPES];
-	int asking = claiming && now >= w->next_claim_at ? claim_limits(w, reqs, promoting) : 0;
+	/* a poll asks every shard; a wake-up only the shards that notified */
+	int full = claiming && now >= w->next_claim_at;
+	int woke_only = claiming && !full && w->wake_pending;
+	int asking = full || woke_only ? claim_limits(w, reqs, promoting) : 0;
 	if (!want[WB_COMPLETE] && !want[WB_FAIL] && !want[WB_HEARTBEAT] && !want[WB_START] &&
 	    !asking)
 		return;
@@ -997,8 +1006,14 @@ static void tick(sq_worker *w, double now, int claiming)
 		wend[s] = c->shards[s].qn;
 	sq_client_sync_all(c);
 	sq_error err;
-	sq_claim_pending *pk =
-		asking ? sq_claim_push(c, w->id, reqs, (size_t)w->ntypes, &err) : NULL;
+	sq_claim_pending *pk = NULL;
+	if (asking) {
+		c->claim_only = woke_only ? w->woke : NULL;
+		pk = sq_claim_push(c, w->id, reqs, (size_t)w->ntypes, &err);
+		c->claim_only = NULL;
+		w->wake_pending = 0;
+		memset(w->woke, 0, sizeof(w->woke));
+	}
 	double t0 = sq_mono_s();
 	sq_status sent = sq_client_send(c, &err);
 	double t1 = sq_mono_s(), rtt = (t1 - t0) * 1000.0;
@@ -1208,7 +1223,14 @@ static void tick(sq_worker *w, double now, int claiming)
 		for (int t = 0; t < w->ntypes; t++)
 			if (!w->types[t].had_work && !w->types[t].buffered && !w->types[t].handed)
 				w->types[t].nfreed = 0;
-		if (cst != SQ_OK || nj == 0) {
+		if (woke_only) {
+			/* a full answer: more may be there, on any shard; else the
+			 * polls keep their schedule */
+			if (cst == SQ_OK && (int)nj >= asking) {
+				w->poll_delay_ms = 0;
+				w->next_claim_at = now;
+			}
+		} else if (cst != SQ_OK || nj == 0) {
 			w->poll_delay_ms = w->poll_delay_ms ? fmin(w->poll_delay_ms * 2,
 								   (double)w->opts.poll_max_ms)
 							    : (double)w->opts.poll_min_ms;
@@ -1272,8 +1294,12 @@ static double next_wake(sq_worker *w, double now)
 	if (!w->stopping) {
 		sq_claim_req reqs[SQ_WORKER_MAX_TYPES];
 		int none[SQ_WORKER_MAX_TYPES] = {0};
-		if (claim_limits(w, reqs, none) > 0 && w->next_claim_at < at)
-			at = w->next_claim_at;
+		if (claim_limits(w, reqs, none) > 0) {
+			if (w->wake_pending)
+				at = now;
+			else if (w->next_claim_at < at)
+				at = w->next_claim_at;
+		}
 	}
 	for (sq_task *k = w->running; k; k = k->run_next)
 		if (!k->lost && k->hb_due < at)
@@ -1328,8 +1354,7 @@ sq_status sq_worker_run(sq_worker *w, sq_error *err)
 		}
 		if (w->woken && !w->stopping) {
 			w->woken = 0;
-			w->next_claim_at = now;
-			w->poll_delay_ms = 0;
+			w->wake_pending = 1;
 		}
 		start_fresh(w, now);
 		sq_error se;
