@@ -477,9 +477,8 @@ static sq_status check_reqs(sq_client *c, const char *worker, const sq_claim_req
 /* Round 1: each type's limit shared by recent yield; its starts in
  * proportion to what each shard is asked. */
 static void plan_round1(sq_client *c, const sq_claim_req *reqs, size_t nreqs, const int *ti,
-			shard_req *sr)
+			const unsigned char *only, shard_req *sr)
 {
-	const unsigned char *only = c->claim_only;
 	int any = 0;
 	for (int s = 0; only && s < c->nshards; s++)
 		any |= only[s];
@@ -547,7 +546,7 @@ sq_status sq_claim(sq_client *c, const char *worker, const sq_claim_req *reqs, s
 	sr = calloc((size_t)c->nshards, sizeof(*sr));
 	if (!sr)
 		return sq_err(err, SQ_ENOMEM, "out of memory");
-	plan_round1(c, reqs, nreqs, ti, sr);
+	plan_round1(c, reqs, nreqs, ti, NULL, sr);
 	st = claim_round(c, worker, reqs, ti, nreqs, sr, &jv, err);
 	learn(c, nreqs, ti, sr);
 	for (size_t k = 0; k < nreqs; k++) {
@@ -627,7 +626,7 @@ struct sq_claim_pending {
 };
 
 sq_claim_pending *sq_claim_push(sq_client *c, const char *worker, const sq_claim_req *reqs,
-				size_t nreqs, sq_error *err)
+				size_t nreqs, const unsigned char *only, sq_error *err)
 {
 	sq_claim_pending *p = calloc(1, sizeof(*p));
 	if (!p) {
@@ -641,7 +640,7 @@ sq_claim_pending *sq_claim_push(sq_client *c, const char *worker, const sq_claim
 	}
 	memcpy(p->reqs, reqs, nreqs * sizeof(*reqs));
 	p->nreqs = nreqs;
-	plan_round1(c, reqs, nreqs, p->ti, p->sr);
+	plan_round1(c, reqs, nreqs, p->ti, only, p->sr);
 	claim_push(c, worker, p->ti, nreqs, p->sr);
 	return p;
 }

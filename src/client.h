@@ -47,10 +47,7 @@ struct sq_client {
 	double *yield;           /* [shard * ntypes + type]: recent claim yield */
 	unsigned rotate;         /* spreads small limits over shards in turn */
 	sq_type_arrays ta;
-	int merge_txn; /* push halves leave out their Sync: one transaction */
-	/* when set, [shard] nonzero for the shards the next claim push may ask
-	 * (a worker woken by some shards' NOTIFY); NULL: every shard */
-	const unsigned char *claim_only;
+	int merge_txn;         /* push halves leave out their Sync: one transaction */
 	PGconn *map_listen;    /* LISTEN shardq_map on the meta database */
 	double map_checked_at; /* monotonic seconds of the last version check */
 	uint64_t map_refreshes;

@@ -9,9 +9,11 @@
 typedef struct sq_claim_pending sq_claim_pending;
 
 /* Queues one claim round (limits shared by yield, no further rounds) on the
- * shards' pipelines; NULL and err on bad input or no memory. */
+ * shards' pipelines; NULL and err on bad input or no memory. only: NULL, or
+ * [shard] nonzero for the shards it may ask (a worker woken by those
+ * shards' NOTIFY); none marked is every shard. */
 sq_claim_pending *sq_claim_push(sq_client *c, const char *worker, const sq_claim_req *reqs,
-				size_t nreqs, sq_error *err);
+				size_t nreqs, const unsigned char *only, sq_error *err);
 /* After sq_client_send: the jobs claimed (free with sq_jobs_free), in the
  * documented order; frees p. */
 sq_status sq_claim_collect(sq_client *c, sq_claim_pending *p, sq_job **jobs, size_t *n,

@@ -70,7 +70,7 @@ struct sq_worker {
 	 * woke[]: the next tick claims there at once, leaving the poll's
 	 * schedule alone (the other shards were not asked). */
 	double next_claim_at, poll_delay_ms;
-	int woken, wake_pending;
+	int wake_pending;
 	unsigned char woke[SQ_MAX_SHARDS];
 	double rtt_ms;
 	int have_rtt;
@@ -145,7 +145,7 @@ static void on_listen(evutil_socket_t fd, short what, void *arg)
 		}
 		while ((n = PQnotifies(l)) != NULL) {
 			PQfreemem(n);
-			w->woken = 1;
+			w->wake_pending = 1;
 			w->woke[s] = 1;
 		}
 	}
@@ -1008,9 +1008,8 @@ static void tick(sq_worker *w, double now, int claiming)
 	sq_error err;
 	sq_claim_pending *pk = NULL;
 	if (asking) {
-		c->claim_only = woke_only ? w->woke : NULL;
-		pk = sq_claim_push(c, w->id, reqs, (size_t)w->ntypes, &err);
-		c->claim_only = NULL;
+		pk = sq_claim_push(c, w->id, reqs, (size_t)w->ntypes, woke_only ? w->woke : NULL,
+				   &err);
 		w->wake_pending = 0;
 		memset(w->woke, 0, sizeof(w->woke));
 	}
@@ -1351,10 +1350,6 @@ sq_status sq_worker_run(sq_worker *w, sq_error *err)
 		if (w->stopping && !w->released) {
 			release_buffered(w);
 			w->released = 1;
-		}
-		if (w->woken && !w->stopping) {
-			w->woken = 0;
-			w->wake_pending = 1;
 		}
 		start_fresh(w, now);
 		sq_error se;
