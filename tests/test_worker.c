@@ -457,7 +457,8 @@ static int a_command_started(void)
 /* A second signal exits at once; the lease brings the running job back. */
 START_TEST(second_signal_exits_at_once)
 {
-	setup_with("sqt_work_twice", "[type x]\nexecution_timeout = 2s\nhistory = true\n");
+	setup_with("sqt_work_twice",
+		   "[type x]\nexecution_timeout = 2s\nstarting_timeout = 2s\nhistory = true\n");
 	/* the first attempt never ends by itself */
 	make_script("[ \"$SHARDQ_JOB_ATTEMPT\" = 1 ] && " GATE "; true");
 	enqueue_n("x", 1, NULL);
@@ -564,7 +565,7 @@ END_TEST
 
 START_TEST(fast_jobs_keep_slots_busy)
 {
-	enum { N = 400 };
+	enum { N = 200 };
 	setup_with("sqt_work_fast", "[type f]\n");
 	make_script("sleep 0.005");
 	enqueue_n("f", N, NULL);
