@@ -199,7 +199,11 @@ SQ_MUST_CHECK sq_status sq_job_spec_check(const sq_config *cfg, const sq_job_spe
 
 /*
  * Enqueues n jobs: one statement per shard, all shards concurrently, each
- * shard's part in one transaction. Every job is checked first (as by
+ * shard's part in one transaction. A job with a key goes to its key's
+ * partition; jobs without one go in runs of up to 256 that share a
+ * partition, so a small keyless batch touches one shard (except jobs of a
+ * type with max_running or rate, spread one by one, since those limits are
+ * split over the shards). Every job is checked first (as by
  * sq_job_spec_check): on SQ_EINVAL nothing is sent and err names the job
  * ("job 7: ..."). results[] has n entries, filled in input order.
  * On a database or connection error (err says which shard failed) the

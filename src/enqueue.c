@@ -93,6 +93,18 @@ typedef struct round {
 /* gate + check + rounds + notify must fit one pipeline */
 #define MAX_ROUNDS (SQ_PIPE_MAX - 3)
 
+/* Keyless jobs go in runs: the k-th keyless job of a batch belongs to run
+ * k / KEYLESS_RUN, and a run's jobs share one partition, the one the id of
+ * its first job hashes to. A batch of up to KEYLESS_RUN keyless jobs is
+ * then one statement on one shard (one commit, one check of the gate, one
+ * NOTIFY, one worker's claim) instead of one on every shard; over many
+ * batches the runs spread over the partitions as evenly as single jobs
+ * did, and so over the shards by their weight. Jobs of a type with
+ * max_running or rate are not run together: those limits are split over
+ * the shards by their partitions, so such jobs spread one by one (each
+ * from its own id), or a shard's idle share would go unused. */
+#define KEYLESS_RUN 256
+
 typedef struct shard_batch {
 	round r[MAX_ROUNDS];
 	int nrounds;
@@ -427,6 +439,13 @@ static void settle_aliases(sq_enqueue_result *res, const size_t *alias, size_t n
 	}
 }
 
+/* A type whose limits each shard enforces for its share. */
+static int limited(const sq_client *c, const char *type)
+{
+	const sq_type_conf *t = sq_config_type(c->cfg, type);
+	return t && (t->max_running > 0 || t->rate_per_s > 0);
+}
+
 sq_status sq_enqueue(sq_client *c, const sq_job_spec *jobs, size_t n, sq_enqueue_result *res,
 		     sq_error *err)
 {
@@ -435,6 +454,7 @@ sq_status sq_enqueue(sq_client *c, const sq_job_spec *jobs, size_t n, sq_enqueue
 	shard_batch *sb;
 	keyset *ks;
 	size_t pending = 0, *alias;
+	uint32_t *parts, lead = 0;
 	int attempt;
 
 	if (n == 0)
@@ -444,8 +464,29 @@ sq_status sq_enqueue(sq_client *c, const sq_job_spec *jobs, size_t n, sq_enqueue
 	if ((st = sq_client_take_ids(c, n, &first, err)))
 		return st;
 	alias = malloc(n * sizeof(size_t));
-	if (!alias)
+	parts = malloc(n * sizeof(uint32_t));
+	if (!alias || !parts) {
+		free(alias);
+		free(parts);
 		return sq_err(err, SQ_ENOMEM, "out of memory");
+	}
+	for (size_t i = 0, keyless = 0; i < n; i++) {
+		if (jobs[i].key) {
+			parts[i] = sq_partition_of_key(jobs[i].key, strlen(jobs[i].key),
+						       c->partitions);
+		} else if (limited(c, jobs[i].type)) {
+			int64_t unique = first + (int64_t)i;
+			parts[i] = (uint32_t)(XXH3_64bits(&unique, sizeof(unique)) &
+					      (c->partitions - 1));
+		} else {
+			if (keyless++ % KEYLESS_RUN == 0) {
+				int64_t unique = first + (int64_t)i;
+				lead = (uint32_t)(XXH3_64bits(&unique, sizeof(unique)) &
+						  (c->partitions - 1));
+			}
+			parts[i] = lead;
+		}
+	}
 	for (size_t i = 0; i < n; i++) {
 		res[i].id = -1, alias[i] = i;
 		res[i].outcome = SQ_ENQ_NOT_WRITTEN;
@@ -467,21 +508,17 @@ sq_status sq_enqueue(sq_client *c, const sq_job_spec *jobs, size_t n, sq_enqueue
 			free(sb);
 			free(ks);
 			free(alias);
+			free(parts);
 			return sq_err(err, SQ_ENOMEM, "out of memory");
 		}
 		pending = 0;
 		for (size_t i = 0; i < n; i++) {
 			const sq_job_spec *j = &jobs[i];
 			int64_t unique = first + (int64_t)i;
-			uint32_t part;
+			uint32_t part = parts[i];
 			int s, rnd = 0;
 			if (res[i].id != -1 || alias[i] != i)
 				continue;
-			if (j->key)
-				part = sq_partition_of_key(j->key, strlen(j->key), c->partitions);
-			else
-				part = (uint32_t)(XXH3_64bits(&unique, sizeof(unique)) &
-						  (c->partitions - 1));
 			s = c->map[part];
 			res[i].shard = s;
 			shard_batch *b = &sb[s];
@@ -573,6 +610,7 @@ sq_status sq_enqueue(sq_client *c, const sq_job_spec *jobs, size_t n, sq_enqueue
 	}
 	settle_aliases(res, alias, n);
 	free(alias);
+	free(parts);
 	return st;
 }
 

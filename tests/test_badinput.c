@@ -1333,7 +1333,9 @@ START_TEST(lost_shard_reports_exact_set)
 	sq_config *cfg;
 	sq_client *c;
 	sq_error err;
-	enum { N = 100 };
+	/* keyless jobs go in runs of 256 that share a partition: 8 runs, so
+	 * that the batch reaches both shards */
+	enum { N = 8 * 256 };
 	sq_job_spec js[N];
 	sq_enqueue_result rs[N];
 	char params[N][24];
@@ -1361,7 +1363,8 @@ START_TEST(lost_shard_reports_exact_set)
 		ck_assert(job_there(rs[i].id));
 		on_s2 += rs[i].shard == 1;
 	}
-	ck_assert_int_gt(on_s2, 0);
+	ck_assert_msg(on_s2 > 0 && on_s2 < N, "%d of the batch's %d jobs went to shard s2", on_s2,
+		      N);
 	ck_assert_int_eq(jobs_with("a"), N);
 
 	/* (b) the shard's session ended before the batch: not written */
@@ -1413,7 +1416,9 @@ START_TEST(cli_names_the_lines_written)
 	proxy px;
 	char cfg[1024], file[1024], again[1024];
 	char *out, *err;
-	enum { N = 300, B = 100 };
+	/* batches of 8 keyless runs of 256 (a run shares a partition), so that
+	 * the first reaches both shards */
+	enum { B = 8 * 256, N = 3 * B };
 	proxy_start(&px, t.ports[1]);
 	char *ini = ini_via(px.port);
 	path_in(cfg, sizeof(cfg), "lost.ini");
@@ -1429,15 +1434,18 @@ START_TEST(cli_names_the_lines_written)
 	sq_buf_free(&b);
 
 	atomic_store(&px.armed, 1);
-	const char *a1[] = {"-c", cfg, "enqueue", "--file", file, "--batch", "100", NULL};
+	char batch[16];
+	snprintf(batch, sizeof(batch), "%d", B);
+	const char *a1[] = {"-c", cfg, "enqueue", "--file", file, "--batch", batch, NULL};
 	int code = run_cli(a1, NULL, 0, &out, &err);
 	ck_assert_int_eq(atomic_load(&px.cuts), 1);
 	ck_assert_msg(code == 4, "exit %d: %s", code, err);
 	size_t elen = strlen(err);
 	ck_assert_msg(elen && !memchr(err, '\n', elen - 1), "not one line: %s", err);
-	ck_assert_msg(strstr(err, "shard s2") && strstr(err, "100 of 300 jobs were written; 200 "
-							     "were not (lines 101-300)"),
-		      "%s", err);
+	char want[128];
+	snprintf(want, sizeof(want), "%d of %d jobs were written; %d were not (lines %d-%d)", B, N,
+		 N - B, B + 1, N);
+	ck_assert_msg(strstr(err, "shard s2") && strstr(err, want), "%s", err);
 	/* stdout: one line per job, in order, with its line number */
 	int line = 0, written = 0;
 	sq_buf_init(&b);
@@ -1467,9 +1475,12 @@ START_TEST(cli_names_the_lines_written)
 	ck_assert_int_eq(written, B);
 	/* the shards hold exactly the lines reported written */
 	ck_assert_int_eq(jobs_with("line"), B);
-	ck_assert_int_eq(testdb_sum(&t, "SELECT count(*) FROM shardq.jobs WHERE params ? 'line' "
-					"AND (params->>'line')::int BETWEEN 1 AND 100"),
-			 B);
+	char sql[160];
+	snprintf(sql, sizeof(sql),
+		 "SELECT count(*) FROM shardq.jobs WHERE params ? 'line' "
+		 "AND (params->>'line')::int BETWEEN 1 AND %d",
+		 B);
+	ck_assert_int_eq(testdb_sum(&t, sql), B);
 	free(out);
 	free(err);
 	/* send exactly those again: every line once */

@@ -17,8 +17,13 @@ static void enqueue_many(sq_client *c, const char *type, int n, int prio_mod)
 {
 	sq_job_spec *js = calloc((size_t)n, sizeof(*js));
 	sq_enqueue_result *rs = calloc((size_t)n, sizeof(*rs));
+	char(*keys)[32] = calloc((size_t)n, sizeof(*keys));
 	sq_error err;
+	/* keyed, so that every job finds its own partition: a run of keyless
+	 * jobs shares one, and these tests want every shard to hold every type */
 	for (int i = 0; i < n; i++) {
+		snprintf(keys[i], sizeof(keys[i]), "%s:%d", type, i);
+		js[i].key = keys[i];
 		js[i].type = type;
 		js[i].delay_tolerance_ms = prio_mod ? (i * 7919) % 5000 : 0;
 		js[i].has_priority = prio_mod > 0;
@@ -30,6 +35,7 @@ static void enqueue_many(sq_client *c, const char *type, int n, int prio_mod)
 	}
 	free(js);
 	free(rs);
+	free(keys);
 }
 
 static const char *claims_sql =

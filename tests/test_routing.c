@@ -109,7 +109,10 @@ START_TEST(same_key_same_place)
 		ck_assert_uint_eq(sq_partition_of_id(a),
 				  sq_partition_of_key(key, strlen(key), 1024));
 	}
-	/* keyless jobs spread over shards too (partition from their own id) */
+	/* keyless jobs: a small batch goes whole to one shard (one statement),
+	 * and many batches spread over the shards (the partition of a batch's
+	 * run comes from its first job's id) */
+	enum { BATCHES = 1000, PER = 4 };
 	sq_job_spec js[4000];
 	sq_enqueue_result rs[4000];
 	long per[16] = {0};
@@ -117,12 +120,29 @@ START_TEST(same_key_same_place)
 	memset(js, 0, sizeof(js));
 	for (int i = 0; i < 4000; i++)
 		js[i].type = "t";
-	OKE(sq_enqueue(other, js, 4000, rs, &err));
-	for (int i = 0; i < 4000; i++)
-		per[rs[i].shard]++;
+	for (int b = 0; b < BATCHES; b++) {
+		OKE(sq_enqueue(other, js, PER, rs, &err));
+		for (int i = 0; i < PER; i++) {
+			ck_assert_int_eq(rs[i].outcome, SQ_ENQ_INSERTED);
+			ck_assert_msg(rs[i].shard == rs[0].shard,
+				      "keyless batch %d: job 1 went to shard %d, job %d to %d", b,
+				      rs[0].shard, i + 1, rs[i].shard);
+		}
+		per[rs[0].shard]++;
+	}
 	for (int s = 0; s < t.nshards; s++)
-		ck_assert_msg(per[s] > 4000 / t.nshards * 0.8, "keyless jobs: shard %d got %ld", s,
-			      per[s]);
+		ck_assert_msg(per[s] > BATCHES / t.nshards * 0.8,
+			      "keyless batches: shard %d got %ld of %d", s, per[s], BATCHES);
+	/* a large batch is split into runs, over more than one shard */
+	OKE(sq_enqueue(other, js, 4000, rs, &err));
+	int shards_used = 0;
+	memset(per, 0, sizeof(per));
+	for (int i = 0; i < 4000; i++)
+		shards_used += per[rs[i].shard]++ == 0;
+	ck_assert_msg(shards_used > 1, "4000 keyless jobs all went to shard %d", rs[0].shard);
+	ck_assert_int_eq(
+		testdb_sum(&t, "SELECT count(*) FROM shardq.jobs WHERE active_uid IS NULL"),
+		BATCHES * PER + 4000);
 	sq_client_close(other);
 	testdb_close(&t);
 }
