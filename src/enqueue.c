@@ -64,6 +64,23 @@ static const sq_stmt stmt_enqueue = {
 	"                        AND x.active_uid = i.uid"
 	"                        AND x.status IN ('ready', 'starting', 'running')) d ON true"};
 
+/* A round of keyless rows only: nothing can conflict (every id is new), so a
+ * plain insert; every row is written with the id it was sent with. Same
+ * parameters as stmt_enqueue ($4, the keys, all NULL). */
+static const sq_stmt stmt_enqueue_keyless = {
+	"sq_enqueue_keyless",
+	"INSERT INTO shardq.jobs (id, partition, task, params, priority, schedule_time,"
+	"       delay_tolerance_time, max_attempts, dedup_policy)"
+	"SELECT u.id, u.part, u.task, u.params::jsonb, u.prio, s.st,"
+	"       CASE WHEN u.tol_ms > 0 THEN s.st + u.tol_ms * interval '1 millisecond' END,"
+	"       u.maxa, u.pol::\"char\""
+	"  FROM unnest($1::bigint[], $2::int[], $3::text[], $4::text[], $5::text[], $6::int[],"
+	"              $7::bigint[], $8::bigint[], $9::bigint[], $10::int[], $11::text[])"
+	"       AS u(id, part, task, uid, params, prio, at_us, delay_ms, tol_ms, maxa, pol)"
+	"  CROSS JOIN LATERAL (SELECT CASE WHEN u.at_us <> 0"
+	"         THEN to_timestamp(u.at_us / 1000000.0)"
+	"         ELSE now() + u.delay_ms * interval '1 millisecond' END AS st) s"};
+
 /* Wakes idle workers that LISTEN; once per batch per shard. */
 static const sq_stmt stmt_notify = {"sq_enqueue_notify", "SELECT pg_notify('shardq_jobs', '')"};
 
@@ -88,6 +105,7 @@ typedef struct round {
 	size_t *idx;  /* input index of each row */
 	int64_t *ids; /* the id each row was sent with */
 	size_t n, cap;
+	int keyed; /* a row has a key (else stmt_enqueue_keyless) */
 } round;
 
 /* gate + check + rounds + notify must fit one pipeline */
@@ -206,6 +224,7 @@ static void round_add(round *r, const sq_client *c, const sq_job_spec *j, int64_
 	}
 	r->ids[r->n] = id;
 	r->idx[r->n++] = input_idx;
+	r->keyed |= j->key != NULL;
 	sq_arr_i64(&r->col[0], id);
 	sq_arr_i64(&r->col[1], part);
 	sq_arr_str(&r->col[2], j->type);
@@ -365,7 +384,9 @@ static sq_status send_all(sq_client *c, shard_batch *sb, const sq_job_spec *jobs
 		pid[s] = c->shards[s].conn ? PQbackendPID(c->shards[s].conn) : 0;
 		sq_client_push_guard(c, s, b->parts_val);
 		for (int k = 0; k < b->nrounds; k++)
-			sq_pgconn_push(&c->shards[s], &stmt_enqueue, NCOLS, b->r[k].vals);
+			sq_pgconn_push(&c->shards[s],
+				       b->r[k].keyed ? &stmt_enqueue : &stmt_enqueue_keyless, NCOLS,
+				       b->r[k].vals);
 		if (c->cfg->notify)
 			sq_pgconn_push(&c->shards[s], &stmt_notify, 0, NULL);
 	}
@@ -399,6 +420,14 @@ static sq_status send_all(sq_client *c, shard_batch *sb, const sq_job_spec *jobs
 		for (int q = 2; q < 2 + sb[s].nrounds && q < pc->nres; q++) {
 			PGresult *r = pc->res[q];
 			round *rd = &sb[s].r[q - 2];
+			if (!rd->keyed) {
+				for (size_t i = 0; i < rd->n; i++) {
+					res[rd->idx[i]].shard = s;
+					res[rd->idx[i]].id = rd->ids[i];
+					res[rd->idx[i]].outcome = SQ_ENQ_INSERTED;
+				}
+				continue;
+			}
 			for (int row = 0; row < PQntuples(r); row++) {
 				size_t ord = (size_t)atol(PQgetvalue(r, row, 0)) - 1;
 				size_t in = rd->idx[ord];
