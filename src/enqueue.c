@@ -468,6 +468,12 @@ static void settle_aliases(sq_enqueue_result *res, const size_t *alias, size_t n
 	}
 }
 
+/* The partition of a keyless job from its unique number. */
+static uint32_t partition_of_unique(const sq_client *c, int64_t unique)
+{
+	return (uint32_t)(XXH3_64bits(&unique, sizeof(unique)) & (c->partitions - 1));
+}
+
 /* A type whose limits each shard enforces for its share. */
 static int limited(const sq_client *c, const char *type)
 {
@@ -504,15 +510,10 @@ sq_status sq_enqueue(sq_client *c, const sq_job_spec *jobs, size_t n, sq_enqueue
 			parts[i] = sq_partition_of_key(jobs[i].key, strlen(jobs[i].key),
 						       c->partitions);
 		} else if (limited(c, jobs[i].type)) {
-			int64_t unique = first + (int64_t)i;
-			parts[i] = (uint32_t)(XXH3_64bits(&unique, sizeof(unique)) &
-					      (c->partitions - 1));
+			parts[i] = partition_of_unique(c, first + (int64_t)i);
 		} else {
-			if (keyless++ % KEYLESS_RUN == 0) {
-				int64_t unique = first + (int64_t)i;
-				lead = (uint32_t)(XXH3_64bits(&unique, sizeof(unique)) &
-						  (c->partitions - 1));
-			}
+			if (keyless++ % KEYLESS_RUN == 0)
+				lead = partition_of_unique(c, first + (int64_t)i);
 			parts[i] = lead;
 		}
 	}
