@@ -3,6 +3,7 @@
 #include "test_common.h"
 
 #include <inttypes.h>
+#include <time.h>
 
 static const char *types = "[type t]\nmax_attempts = 3\n";
 
@@ -184,6 +185,90 @@ START_TEST(init_is_idempotent_and_refuses_other_partition_count)
 }
 END_TEST
 
+/* A batch without keys is written by a plain insert, one with keys by the
+ * dedup statement: the same specs give the same jobs either way, field by
+ * field (the type's defaults, priority, run_at / delay, tolerance, tries). */
+START_TEST(keyless_insert_writes_what_keyed_does)
+{
+	testdb t;
+	testdb_open(&t, "sqt_routing4", test_shard_count(), 1024,
+		    "[type t]\nmax_attempts = 3\npriority = 7\ndelay_tolerance = 5s\n");
+	enum { N = 6 };
+	int64_t now_us = (int64_t)time(NULL) * 1000000;
+	sq_job_spec spec[N] = {
+		{.type = "t"},
+		{.type = "t", .params = "{\"x\":[1,\"two\"]}", .has_priority = 1, .priority = -3},
+		{.type = "t", .delay_ms = 600000, .max_attempts = 9},
+		{.type = "t", .run_at_us = now_us + 3600 * 1000000LL, .delay_tolerance_ms = 2500},
+		{.type = "t", .delay_tolerance_ms = SQ_NO_DELAY_TOLERANCE},
+		{.type = "t", .delay_ms = 1500, .delay_tolerance_ms = 60000, .has_priority = 1},
+	};
+	sq_job_spec keyed[N];
+	char keys[N][16];
+	sq_enqueue_result rl[N], rk[N];
+	sq_error err;
+	for (int i = 0; i < N; i++) {
+		keyed[i] = spec[i];
+		snprintf(keys[i], sizeof(keys[i]), "twin%d", i);
+		keyed[i].key = keys[i];
+	}
+	OKE(sq_enqueue(t.client, spec, N, rl, &err));
+	OKE(sq_enqueue(t.client, keyed, N, rk, &err));
+	for (int i = 0; i < N; i++) {
+		sq_job a, b;
+		ck_assert_int_eq(rl[i].outcome, SQ_ENQ_INSERTED);
+		ck_assert_int_eq(rk[i].outcome, SQ_ENQ_INSERTED);
+		ck_assert_int_eq(sq_get_job(t.client, rl[i].id, &a, &err), SQ_OK);
+		ck_assert_int_eq(sq_get_job(t.client, rk[i].id, &b, &err), SQ_OK);
+		ck_assert_msg(a.key == NULL && b.key && !strcmp(b.key, keys[i]), "job %d: keys", i);
+		ck_assert_str_eq(a.type, b.type);
+		ck_assert_str_eq(a.params, b.params);
+		ck_assert_int_eq(a.status, SQ_READY);
+		ck_assert_int_eq(a.status, b.status);
+		ck_assert_int_eq(a.priority, b.priority);
+		ck_assert_int_eq(a.max_attempts, b.max_attempts);
+		ck_assert_int_eq(a.attempt, b.attempt);
+		/* now()-relative times: the two calls are a moment apart */
+		ck_assert_msg(llabs(a.schedule_time_us - b.schedule_time_us) < 60 * 1000000LL,
+			      "job %d: schedule %" PRId64 " against %" PRId64, i,
+			      a.schedule_time_us, b.schedule_time_us);
+		int64_t ta = a.delay_tolerance_time_us
+				     ? a.delay_tolerance_time_us - a.schedule_time_us
+				     : -1;
+		int64_t tb = b.delay_tolerance_time_us
+				     ? b.delay_tolerance_time_us - b.schedule_time_us
+				     : -1;
+		ck_assert_msg(ta == tb, "job %d: tolerance %" PRId64 " against %" PRId64 " us", i,
+			      ta, tb);
+		sq_job_clear(&a);
+		sq_job_clear(&b);
+	}
+	/* and the values themselves, on the keyless side */
+	sq_job j;
+	ck_assert_int_eq(sq_get_job(t.client, rl[0].id, &j, &err), SQ_OK);
+	ck_assert_int_eq(j.priority, 7);
+	ck_assert_int_eq(j.max_attempts, 3);
+	ck_assert_str_eq(j.params, "{}");
+	ck_assert_int_eq(j.delay_tolerance_time_us - j.schedule_time_us, 5000000);
+	sq_job_clear(&j);
+	ck_assert_int_eq(sq_get_job(t.client, rl[1].id, &j, &err), SQ_OK);
+	ck_assert_int_eq(j.priority, -3);
+	sq_job_clear(&j);
+	ck_assert_int_eq(sq_get_job(t.client, rl[2].id, &j, &err), SQ_OK);
+	ck_assert_int_eq(j.max_attempts, 9);
+	ck_assert_msg(j.schedule_time_us > now_us + 500 * 1000000LL, "delay_ms 600000 not applied");
+	sq_job_clear(&j);
+	ck_assert_int_eq(sq_get_job(t.client, rl[3].id, &j, &err), SQ_OK);
+	ck_assert_int_eq(j.schedule_time_us, spec[3].run_at_us);
+	ck_assert_int_eq(j.delay_tolerance_time_us - j.schedule_time_us, 2500000);
+	sq_job_clear(&j);
+	ck_assert_int_eq(sq_get_job(t.client, rl[4].id, &j, &err), SQ_OK);
+	ck_assert_int_eq(j.delay_tolerance_time_us, 0);
+	sq_job_clear(&j);
+	testdb_close(&t);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("routing");
@@ -191,6 +276,7 @@ int main(void)
 	tcase_set_timeout(tc, 3600);
 	tcase_add_test(tc, random_keys_follow_map_shares);
 	tcase_add_test(tc, same_key_same_place);
+	tcase_add_test(tc, keyless_insert_writes_what_keyed_does);
 	tcase_add_test(tc, init_is_idempotent_and_refuses_other_partition_count);
 	suite_add_tcase(s, tc);
 	return run_suite(s);
