@@ -253,11 +253,6 @@ static void limit_shares(sq_client *c, const sq_type_conf *t, int32_t *maxrun, d
 	}
 }
 
-static int limited(const sq_type_conf *t)
-{
-	return t->rate_per_s > 0 || t->max_running > 0;
-}
-
 /* Queues one round: shard s asks sr[s].asked[k] jobs of type k, of which
  * sr[s].start[k] start at once; the gate and the claim are a transaction of
  * their own (a Sync after them). A request with a limited type takes those
@@ -267,13 +262,13 @@ static void claim_push(sq_client *c, const char *worker, const int *ti, size_t n
 	const sq_config *cfg = c->cfg;
 	int any_limited = 0, n = c->nshards;
 	for (size_t k = 0; k < nreqs; k++)
-		any_limited |= limited(&cfg->types[ti[k]]);
+		any_limited |= sq_type_limited(&cfg->types[ti[k]]);
 	/* [k * n + s]; without memory the limited types claim nothing */
 	int32_t *mr = any_limited ? malloc(sizeof(int32_t) * nreqs * (size_t)n) : NULL;
 	double *rt = any_limited ? malloc(sizeof(double) * nreqs * (size_t)n * 2) : NULL;
 	double *bs = rt ? rt + nreqs * (size_t)n : NULL;
 	for (size_t k = 0; k < nreqs && mr && rt; k++)
-		if (limited(&cfg->types[ti[k]]))
+		if (sq_type_limited(&cfg->types[ti[k]]))
 			limit_shares(c, &cfg->types[ti[k]], mr + k * (size_t)n, rt + k * (size_t)n,
 				     bs + k * (size_t)n);
 	for (int s = 0; s < c->nshards; s++) {
@@ -313,7 +308,7 @@ static void claim_push(sq_client *c, const char *worker, const int *ti, size_t n
 			sq_arr_i64(&r->leases, t->starting_timeout_ms);
 			sq_arr_i64(&r->starts, r->start[k]);
 			if (any_limited) {
-				int l = limited(t), ok = mr && rt;
+				int l = sq_type_limited(t), ok = mr && rt;
 				size_t i = k * (size_t)n + (size_t)s;
 				sq_arr_i64(&r->maxrun, !l ? -1 : ok ? mr[i] : 0);
 				sq_arr_f64(&r->rate, !l ? -1 : ok ? rt[i] : 0);

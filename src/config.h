@@ -125,6 +125,12 @@ static inline int sq_retention_days(const sq_type_conf *t)
 	return (int)((t->history_retention_ms + 86400000 - 1) / 86400000);
 }
 
+/* A type with max_running or rate: each shard enforces its share. */
+static inline int sq_type_limited(const sq_type_conf *t)
+{
+	return t->rate_per_s > 0 || t->max_running > 0;
+}
+
 /* The type's config, or NULL if the type is not configured. */
 const sq_type_conf *sq_config_type(const sq_config *cfg, const char *name);
 /* Index of a shard id, or -1. */

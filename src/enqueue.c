@@ -474,13 +474,6 @@ static uint32_t partition_of_unique(const sq_client *c, int64_t unique)
 	return (uint32_t)(XXH3_64bits(&unique, sizeof(unique)) & (c->partitions - 1));
 }
 
-/* A type whose limits each shard enforces for its share. */
-static int limited(const sq_client *c, const char *type)
-{
-	const sq_type_conf *t = sq_config_type(c->cfg, type);
-	return t && (t->max_running > 0 || t->rate_per_s > 0);
-}
-
 sq_status sq_enqueue(sq_client *c, const sq_job_spec *jobs, size_t n, sq_enqueue_result *res,
 		     sq_error *err)
 {
@@ -509,7 +502,7 @@ sq_status sq_enqueue(sq_client *c, const sq_job_spec *jobs, size_t n, sq_enqueue
 		if (jobs[i].key) {
 			parts[i] = sq_partition_of_key(jobs[i].key, strlen(jobs[i].key),
 						       c->partitions);
-		} else if (limited(c, jobs[i].type)) {
+		} else if (sq_type_limited(sq_config_type(c->cfg, jobs[i].type))) {
 			parts[i] = partition_of_unique(c, first + (int64_t)i);
 		} else {
 			if (keyless++ % KEYLESS_RUN == 0)
