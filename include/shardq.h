@@ -306,7 +306,8 @@ SQ_MUST_CHECK sq_status sq_heartbeat(sq_client *c, const char *worker, const sq_
  * a pending rerun makes it ready again with the rerun's params). A job may
  * be completed straight from `starting` by the worker that claimed it: the
  * worker runtime starts a buffered job on a free slot at once, under its
- * starting lease, and writes its start afterwards (docs/worker.md). */
+ * starting lease, and writes its start only if the job runs for more than a
+ * second (docs/worker.md). */
 SQ_MUST_CHECK sq_status sq_complete(sq_client *c, const char *worker, const sq_job_ref *refs,
 				    size_t n, sq_status *out, sq_error *err);
 /* starting -> ready, no attempt counted (for a worker shutting down). */

@@ -506,17 +506,28 @@ static sq_task *buf_take(wtype *t, double now, int fresh)
 	return NULL;
 }
 
-/* A buffered job starts on a free slot before its `running` is written:
- * its start goes out with the next tick, as a heartbeat would (due now),
- * and is answered like one (lost: the result is discarded). Until then the
- * starting lease covers the run, which is why only a job with at least
- * half of that lease left (local_until) starts this way; a completion or
- * failure that comes first is written straight from `starting`. */
+/* A buffered job starts on a free slot before its `running` is written.
+ * Until then the starting lease covers the run, which is why only a job
+ * with at least half of that lease left (local_until) starts this way. Its
+ * start goes out as a heartbeat would, and is answered like one (lost: the
+ * result is discarded), once the job has run START_WRITE_S, or when half
+ * its starting lease is left (local_until: where a job claimed straight to
+ * running heartbeats), whichever is first. A job that finishes before then
+ * is completed or failed straight from `starting`, and its start is never
+ * written: one update per job fewer, a non-HOT one that writes every index
+ * of the row. */
+#define START_WRITE_S 1.0
+static double start_write_due(const sq_task *k, double now)
+{
+	double due = now + START_WRITE_S;
+	return due < k->local_until ? due : k->local_until;
+}
+
 static void begin_unstarted(sq_worker *w, sq_task *k, double now)
 {
 	wtype *wt = &w->types[k->type];
 	k->unstarted = 1;
-	k->hb_due = now;
+	k->hb_due = start_write_due(k, now);
 	k->retry_at = k->moving_since = 0;
 	k->moving_tries = k->refused = 0;
 	wt->running++;
@@ -548,7 +559,7 @@ static void start_fresh(sq_worker *w, double now)
 			}
 			if (!k)
 				break;
-			run_task(w, k, now, now);
+			run_task(w, k, now, start_write_due(k, now));
 			k->unstarted = 1;
 			w->local_started++;
 		}

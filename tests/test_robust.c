@@ -688,6 +688,75 @@ START_TEST(long_job_claimed_running_keeps_its_lease)
 }
 END_TEST
 
+/* The first two runs are short, every later one outlasts the starting
+ * lease (1s). */
+static sq_job_result short_then_long_handler(const sq_job *job, void *arg, char *e, size_t elen)
+{
+	runlog *rl = arg;
+	(void)e;
+	(void)elen;
+	pthread_mutex_lock(&rl->mu);
+	int nth = rl->n;
+	if (rl->n < 64)
+		rl->ids[rl->n++] = job->id;
+	pthread_mutex_unlock(&rl->mu);
+	usleep(nth < 2 ? 50000 : 2500000);
+	return SQ_RESULT_DONE;
+}
+
+/* A buffered job that starts on a freed slot runs under its starting lease
+ * until its start is written, which the worker defers (a short job never
+ * needs it). A job that runs longer than that lease must have it written in
+ * time: a second worker with free slots, started once the first holds every
+ * job, finds nothing to take, and every job runs once. */
+START_TEST(long_job_started_from_the_buffer_keeps_its_lease)
+{
+	enum { N = 4 };
+	runlog rl = {PTHREAD_MUTEX_INITIALIZER, {0}, 0};
+	tworker a, b;
+	sq_worker_opts o;
+	sq_error err;
+	char k[32];
+	for (int i = 0; i < N; i++) {
+		snprintf(k, sizeof(k), "buffered-long-%d", i);
+		enq("lc", k);
+	}
+	/* two slots, and two more jobs held in the buffer: the two short runs
+	 * end at once and the two buffered jobs start on their slots, well
+	 * within half of their starting lease (no job waits in the buffer for
+	 * longer than its lease: that one would come back, by design) */
+	memset(&a, 0, sizeof(a));
+	sq_worker_opts_init(&o);
+	o.worker_id = "wa";
+	o.poll_max_ms = 100;
+	o.min_prefetch = N - 2;
+	OKE(sq_worker_create(t.cfg, &o, &a.w, &err));
+	tworker_add(&a, "lc", 2, short_then_long_handler, &rl);
+	shown = &a;
+	tworker_start(&a);
+	wait_sum("SELECT count(*) FROM shardq.jobs WHERE status = 'ready'", 0,
+		 "jobs for the buffering worker", show_worker);
+	tworker_create(&b, "wb", 0);
+	tworker_add(&b, "lc", 2, short_then_long_handler, &rl);
+	tworker_start(&b);
+	wait_sum("SELECT count(*) FROM shardq.jobs", 0, "long jobs started from the buffer",
+		 show_worker);
+	sq_worker_stats sa, sb;
+	tworker_stop(&a);
+	tworker_stop(&b);
+	sq_worker_get_stats(a.w, &sa);
+	sq_worker_get_stats(b.w, &sb);
+	sq_worker_destroy(a.w);
+	sq_worker_destroy(b.w);
+	shown = NULL;
+	ck_assert_msg(rl.n == N, "%d runs of %d jobs: a lease ran out under a running job", rl.n,
+		      N);
+	ck_assert_uint_eq(type_stats(&sa, "lc")->lost + type_stats(&sb, "lc")->lost, 0);
+	ck_assert_uint_eq(type_stats(&sa, "lc")->done, N);
+	ck_assert_uint_eq(type_stats(&sb, "lc")->done, 0);
+}
+END_TEST
+
 /* ---- item 5: server-side timeouts on every connection ------------------- */
 
 typedef struct seen_conn {
@@ -937,6 +1006,7 @@ static Suite *suite(void)
 	tcase_add_test(tc, frozen_partition_waits_alone);
 	tcase_add_test(tc, lost_claim_answer_comes_back_after_the_starting_lease);
 	tcase_add_test(tc, long_job_claimed_running_keeps_its_lease);
+	tcase_add_test(tc, long_job_started_from_the_buffer_keeps_its_lease);
 	tcase_add_test(tc, plain_connections_take_the_connection_settings);
 	tcase_add_test(tc, stalled_mover_releases_the_gate);
 	tcase_add_test(tc, failpoints_only_where_built_in);
