@@ -25,25 +25,21 @@
  * within the starting timeout, not the execution timeout. The worker that
  * has them extends the lease to the execution lease by heartbeat before the
  * starting lease runs out (docs/worker.md). */
-/* The update finds the picked rows by the ctid each arm locked, `j.ctid =
- * ANY (ARRAY(...))`: a TID scan whatever the plan, one heap fetch per row
- * and no index descent. (By id, a bare join was a merge join in a plan
- * made once for all values, a generic plan, that read jobs_pkey from its
- * lowest id.) The rows are locked by this statement, so a ctid cannot
- * change under it; a row that was updated between the statement's
- * snapshot and its lock is locked in its newest version, which this
- * snapshot does not see, so the update skips it and it stays ready (it is
- * not claimed this time, and nothing else is touched). */
+/* The update finds the picked rows by `j.id = ANY (ARRAY(...))`, which
+ * only jobs_pkey serves, whatever the plan: in a plan made once for all
+ * values (a generic plan, which PostgreSQL may choose for a prepared
+ * statement), a bare join on the ids was a merge join that read jobs_pkey
+ * from its lowest id, slower with every job the queue had ever held. */
 #define SPENT "(p.expired AND j.attempt - j.attempt_base >= j.max_attempts)"
 #define RERUN "j.rerun_params IS NOT NULL"
 /* The claim's arms and its update, shared by the plain claim and the
  * limited one; `t` holds (task, lim, lease_ms, start). */
 #define CLAIM_BODY \
 	"picked AS (" \
-	"  SELECT c.tid, c.expired, c.rn, t.lease_ms, t.start FROM t CROSS JOIN LATERAL (" \
-	"    SELECT u.tid, u.expired, row_number() OVER () AS rn FROM (" \
-	"      SELECT e.tid, true AS expired FROM (" \
-	"        SELECT j.ctid AS tid FROM shardq.jobs j" \
+	"  SELECT c.id, c.expired, c.rn, t.lease_ms, t.start FROM t CROSS JOIN LATERAL (" \
+	"    SELECT u.id, u.expired, row_number() OVER () AS rn FROM (" \
+	"      SELECT e.id, true AS expired FROM (" \
+	"        SELECT j.id FROM shardq.jobs j" \
 	"         WHERE j.task = t.task AND j.status IN ('starting', 'running')" \
 	"           AND j.expected_status_change_time < now()" \
 	"           AND NOT EXISTS (SELECT 1 FROM shardq.partition_state ps" \
@@ -51,8 +47,8 @@
 	"         ORDER BY j.expected_status_change_time" \
 	"         LIMIT t.lim FOR UPDATE SKIP LOCKED) e" \
 	"      UNION ALL" \
-	"      SELECT r.tid, false FROM (" \
-	"        SELECT j.ctid AS tid FROM shardq.jobs j" \
+	"      SELECT r.id, false FROM (" \
+	"        SELECT j.id FROM shardq.jobs j" \
 	"         WHERE j.task = t.task AND j.status = 'ready' AND j.schedule_time <= now()" \
 	"           AND NOT EXISTS (SELECT 1 FROM shardq.partition_state ps" \
 	"                            WHERE ps.partition = j.partition AND ps.state <> 'owned')" \
@@ -81,7 +77,7 @@
 	"                    j.attempt - j.attempt_base, j.max_attempts, j.worker)" \
 	"        ELSE j.last_error END," \
 	"    updated_at = now()" \
-	"  FROM picked p WHERE j.ctid = ANY (ARRAY(SELECT pp.tid FROM picked pp)) AND j.ctid = p.tid" \
+	"  FROM picked p WHERE j.id = ANY (ARRAY(SELECT pp.id FROM picked pp)) AND j.id = p.id" \
 	"  RETURNING j.*" \
 	")"
 static const sq_stmt stmt_claim = {

@@ -7,7 +7,6 @@
 #include "buf.h"
 #include "client.h"
 #include "error.h"
-#include "jobrow.h"
 #include "json.h"
 
 #include <inttypes.h>
@@ -94,10 +93,8 @@ static const char sql_end_session[] =
 /* ... then which of the rows it sent are there (ordinals into $1). */
 static const char sql_rows_there[] =
 	"SELECT u.ord FROM unnest($1::bigint[]) WITH ORDINALITY AS u(id, ord)"
-	" WHERE EXISTS (SELECT 1 FROM shardq.jobs j WHERE " SQ_BY_ID(
-		"j",
-		"u.id") ")"
-			"    OR EXISTS (SELECT 1 FROM shardq.jobs_history h WHERE h.id = u.id)";
+	" WHERE EXISTS (SELECT 1 FROM shardq.jobs j WHERE j.id = u.id)"
+	"    OR EXISTS (SELECT 1 FROM shardq.jobs_history h WHERE h.id = u.id)";
 
 enum { NCOLS = 11 };
 

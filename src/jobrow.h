@@ -16,12 +16,6 @@
 	"(extract(epoch from j.expected_status_change_time) * 1000000)::bigint, "     \
 	"(extract(epoch from j.created_at) * 1000000)::bigint"
 
-/* The primary key of shardq.jobs is (partition, id) (sql/shard/006): a
- * lookup by id names the partition too, the id's low 16 bits, and so is
- * one probe of jobs_pkey. `t` is the table's alias, `id` an SQL expression
- * of type bigint (written twice). */
-#define SQ_BY_ID(t, id) t ".partition = ((" id ") & 65535)::int AND " t ".id = " id
-
 /* Fills *job from row `row` of r (columns as SQ_JOB_COLUMNS). Returns 0, or
  * -1 when out of memory (then *job holds nothing to free). */
 int sq_jobrow_parse(PGresult *r, int row, int shard, sq_job *job);

@@ -33,8 +33,8 @@
  * ms against 1.8 ms). And no `j.id = ANY($1)` beside `j.id = x.id`: with
  * it, the planner took the ids from jobs_pkey first and joined each with
  * every row of x, 62,250 comparisons for 250 refs. */
-#define FENCE(st)                                                                  \
-	SQ_BY_ID("j", "x.id") " AND j.attempt = x.att AND j.worker = $3 AND j.status::text " st \
+#define FENCE(st)                                                                    \
+	"j.id = x.id AND j.attempt = x.att AND j.worker = $3 AND j.status::text " st \
 	" AND " OWNED
 #define TYPE_IDX  "array_position($4::text[], j.task)"
 #define EXEC_LEASE                                                              \
@@ -151,9 +151,8 @@ static const sq_stmt stmt_cancel = {
 	"sq_cancel",
 	"UPDATE shardq.jobs j SET status = 'cancelled', expected_status_change_time = NULL,"
 	"       rerun_params = NULL, updated_at = now()"
-	"  FROM unnest($1::bigint[]) AS x(id)"
-	" WHERE " SQ_BY_ID("j", "x.id") " AND j.status IN ('ready', 'starting', 'running')"
-					" RETURNING j.id"};
+	" WHERE j.id = ANY($1::bigint[]) AND j.status IN ('ready', 'starting', 'running')"
+	" RETURNING j.id"};
 
 static const sq_stmt stmt_cancel_key = {
 	"sq_cancel_key",
@@ -163,8 +162,7 @@ static const sq_stmt stmt_cancel_key = {
 	" RETURNING j.id"};
 
 static const sq_stmt stmt_get = {"sq_get",
-				 "SELECT " SQ_JOB_COLUMNS
-				 " FROM shardq.jobs j WHERE " SQ_BY_ID("j", "$1::bigint")};
+				 "SELECT " SQ_JOB_COLUMNS " FROM shardq.jobs j WHERE j.id = $1"};
 
 static const sq_stmt stmt_get_history = {
 	"sq_get_history",

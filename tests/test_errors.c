@@ -149,91 +149,6 @@ START_TEST(old_schema_asks_for_init)
 }
 END_TEST
 
-/* Schema 6 (sql/shard/006) makes (partition, id) the key of shardq.jobs
- * and drops jobs_partition, over the jobs a shard already holds: shards
- * taken back to the version-5 layout with jobs in them are upgraded by
- * init, keep every job, and every lookup by id (get, cancel, start,
- * complete) finds them through the new key. */
-START_TEST(schema_6_rebuilds_the_key_over_live_jobs)
-{
-	enum { N = 300 };
-	testdb t;
-	sq_error err;
-	int created;
-	sq_job_spec js[N];
-	sq_enqueue_result rs[N];
-	testdb_open(&t, "sqt_errors_key", 2, 64, types);
-	memset(js, 0, sizeof(js));
-	for (int i = 0; i < N; i++)
-		js[i].type = "t";
-	OKE(sq_enqueue(t.client, js, N, rs, &err));
-	for (int s = 0; s < 2; s++)
-		ck_assert_int_eq(
-			testdb_scalar(
-				&t, s,
-				"ALTER TABLE shardq.jobs DROP CONSTRAINT jobs_pkey, DROP "
-				"CONSTRAINT jobs_partition_of_id, ADD PRIMARY KEY (id); "
-				"CREATE INDEX jobs_partition ON shardq.jobs (partition); "
-				"WITH d AS (DELETE FROM shardq.schema_version WHERE version = 6 "
-				"RETURNING 1) SELECT count(*) FROM d"),
-			1);
-	ck_assert_int_eq(testdb_sum(&t, "SELECT count(*) FROM pg_indexes WHERE schemaname = "
-					"'shardq' AND indexname = 'jobs_partition'"),
-			 2);
-	OKE(sq_init(t.client, &created, &err));
-	ck_assert_int_eq(created, 0);
-	ck_assert_int_eq(testdb_sum(&t, "SELECT count(*) FROM pg_indexes WHERE schemaname = "
-					"'shardq' AND indexname = 'jobs_partition'"),
-			 0);
-	ck_assert_int_eq(testdb_sum(&t, "SELECT count(*) FROM pg_indexes WHERE schemaname = "
-					"'shardq' AND indexname = 'jobs_pkey' AND indexdef LIKE "
-					"'%(partition, id)'"),
-			 2);
-	ck_assert_int_eq(jobs_now(&t), N);
-	/* by id: one read, one cancel, the rest claimed, started, completed */
-	sq_job j;
-	OKE(sq_get_job(t.client, rs[0].id, &j, &err));
-	ck_assert_int_eq(j.status, SQ_READY);
-	sq_job_clear(&j);
-	sq_status out[N];
-	OKE(sq_cancel(t.client, &rs[0].id, 1, out, &err));
-	ck_assert_int_eq(out[0], SQ_OK);
-	size_t got = 0;
-	for (int round = 0; got < N - 1; round++) {
-		ck_assert_msg(round < 100, "claimed %zu of %d after 100 claims", got, N - 1);
-		sq_claim_req rq = {"t", N, 0};
-		sq_job *cl;
-		size_t n;
-		OKE(sq_claim(t.client, "w", &rq, 1, &cl, &n, &err));
-		sq_job_ref refs[N];
-		for (size_t i = 0; i < n; i++)
-			refs[i].id = cl[i].id, refs[i].attempt = cl[i].attempt;
-		if (n) {
-			OKE(sq_start(t.client, "w", refs, n, out, &err));
-			for (size_t i = 0; i < n; i++)
-				ck_assert_int_eq(out[i], SQ_OK);
-			OKE(sq_complete(t.client, "w", refs, n, out, &err));
-			for (size_t i = 0; i < n; i++)
-				ck_assert_int_eq(out[i], SQ_OK);
-		}
-		got += n;
-		sq_jobs_free(cl, n);
-	}
-	ck_assert_int_eq(jobs_now(&t), 1);
-	ck_assert_int_eq(testdb_sum(&t, "SELECT count(*) FROM shardq.jobs WHERE status = "
-					"'cancelled'"),
-			 1);
-	/* a row whose partition is not its id's low 16 bits is refused */
-	PGconn *pc = testdb_pg(&t, 0);
-	PGresult *r = PQexec(pc, "INSERT INTO shardq.jobs (id, partition, task) VALUES "
-				 "((777 << 16) | 3, 4, 't')");
-	ck_assert_str_eq(PQresultErrorField(r, PG_DIAG_SQLSTATE), "23514");
-	PQclear(r);
-	PQfinish(pc);
-	testdb_close(&t);
-}
-END_TEST
-
 START_TEST(database_of_another_shard_refused)
 {
 	testdb t;
@@ -383,7 +298,6 @@ int main(void)
 	tcase_add_test(tc, not_initialised);
 	tcase_add_test(tc, bad_jobs_write_nothing);
 	tcase_add_test(tc, old_schema_asks_for_init);
-	tcase_add_test(tc, schema_6_rebuilds_the_key_over_live_jobs);
 	tcase_add_test(tc, database_of_another_shard_refused);
 	tcase_add_test(tc, cli_errors);
 	tcase_add_test(tc, stats_with_a_shard_down);
