@@ -9,8 +9,8 @@
 #include "client.h"
 #include "error.h"
 #include "schema.h"
+#include "ticker.h"
 
-#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -315,11 +315,7 @@ struct sq_maintainer {
 	const sq_config *cfg;
 	sq_maintainer_log log;
 	void *log_arg;
-	pthread_t thread;
-	pthread_mutex_t mu;
-	pthread_cond_t cv;
-	int stop;
-	int64_t first_ms, interval_ms;
+	sq_ticker *ticker;
 };
 
 static void say(sq_maintainer *m, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -335,50 +331,27 @@ static void say(sq_maintainer *m, const char *fmt, ...)
 	m->log(line, m->log_arg);
 }
 
-/* Waits ms or until stopped; returns 1 when stopped. */
-static int sleep_ms(sq_maintainer *m, int64_t ms)
-{
-	struct timespec at;
-	clock_gettime(CLOCK_MONOTONIC, &at);
-	at.tv_sec += (time_t)(ms / 1000);
-	at.tv_nsec += (long)(ms % 1000) * 1000000L;
-	if (at.tv_nsec >= 1000000000L)
-		at.tv_sec++, at.tv_nsec -= 1000000000L;
-	pthread_mutex_lock(&m->mu);
-	while (!m->stop && pthread_cond_timedwait(&m->cv, &m->mu, &at) == 0)
-		;
-	int stop = m->stop;
-	pthread_mutex_unlock(&m->mu);
-	return stop;
-}
-
-static void *maintainer_main(void *arg)
+/* One pass on every shard, on the ticker's thread; what it did is logged. */
+static void maintain_pass(void *arg)
 {
 	sq_maintainer *m = arg;
-	int64_t wait = m->first_ms;
-	while (!sleep_ms(m, wait)) {
-		sq_error err;
-		sq_maintain_report rep;
-		wait = m->interval_ms;
-		if (sq_maintain_cfg(m->cfg, NULL, &rep, &err) != SQ_OK && !rep.nshards)
-			say(m, "maintain: %s", err.msg); /* per shard errors follow */
-		for (int s = 0; s < rep.nshards; s++) {
-			sq_maintain_shard *sh = &rep.shards[s];
-			if (sh->skipped)
-				say(m, "maintain: shard %s: skipped: another runner", sh->shard);
-			else if (sh->status)
-				say(m, "maintain: shard %s: %s", sh->shard, sh->error);
-			else if (sh->ncreated || sh->ndropped || sh->default_rows)
-				say(m,
-				    "maintain: shard %s: created %zu, dropped %zu partitions; "
-				    "default "
-				    "partition %lld rows",
-				    sh->shard, sh->ncreated, sh->ndropped,
-				    (long long)sh->default_rows);
-		}
-		sq_maintain_report_free(&rep);
+	sq_error err;
+	sq_maintain_report rep;
+	if (sq_maintain_cfg(m->cfg, NULL, &rep, &err) != SQ_OK && !rep.nshards)
+		say(m, "maintain: %s", err.msg); /* per shard errors follow */
+	for (int s = 0; s < rep.nshards; s++) {
+		sq_maintain_shard *sh = &rep.shards[s];
+		if (sh->skipped)
+			say(m, "maintain: shard %s: skipped: another runner", sh->shard);
+		else if (sh->status)
+			say(m, "maintain: shard %s: %s", sh->shard, sh->error);
+		else if (sh->ncreated || sh->ndropped || sh->default_rows)
+			say(m,
+			    "maintain: shard %s: created %zu, dropped %zu partitions; default "
+			    "partition %lld rows",
+			    sh->shard, sh->ncreated, sh->ndropped, (long long)sh->default_rows);
 	}
-	return NULL;
+	sq_maintain_report_free(&rep);
 }
 
 sq_maintainer *sq_maintainer_start(const sq_config *cfg, sq_maintainer_log log, void *log_arg)
@@ -391,17 +364,11 @@ sq_maintainer *sq_maintainer_start(const sq_config *cfg, sq_maintainer_log log, 
 	m->cfg = cfg;
 	m->log = log;
 	m->log_arg = log_arg;
-	m->interval_ms = cfg->maintain_interval_ms;
-	m->first_ms = m->interval_ms < SQ_MAINTAIN_FIRST_MS ? m->interval_ms : SQ_MAINTAIN_FIRST_MS;
-	pthread_condattr_t ca;
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&m->cv, &ca);
-	pthread_condattr_destroy(&ca);
-	pthread_mutex_init(&m->mu, NULL);
-	if (pthread_create(&m->thread, NULL, maintainer_main, m)) {
-		pthread_cond_destroy(&m->cv);
-		pthread_mutex_destroy(&m->mu);
+	int64_t every = cfg->maintain_interval_ms;
+	m->ticker =
+		sq_ticker_start(maintain_pass, m,
+				every < SQ_MAINTAIN_FIRST_MS ? every : SQ_MAINTAIN_FIRST_MS, every);
+	if (!m->ticker) {
 		free(m);
 		return NULL;
 	}
@@ -412,12 +379,6 @@ void sq_maintainer_stop(sq_maintainer *m)
 {
 	if (!m)
 		return;
-	pthread_mutex_lock(&m->mu);
-	m->stop = 1;
-	pthread_cond_signal(&m->cv);
-	pthread_mutex_unlock(&m->mu);
-	pthread_join(m->thread, NULL);
-	pthread_cond_destroy(&m->cv);
-	pthread_mutex_destroy(&m->mu);
+	sq_ticker_stop(m->ticker);
 	free(m);
 }

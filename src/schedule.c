@@ -7,6 +7,7 @@
 #include "error.h"
 #include "failpoint.h"
 #include "pool.h"
+#include "ticker.h"
 
 #include <ctype.h>
 #include <inttypes.h>
@@ -838,49 +839,31 @@ struct sq_sched_thread {
 	int open_flags;
 	void (*on_error)(const sq_error *e, void *arg);
 	void *arg;
-	pthread_t th;
-	pthread_mutex_t mu;
-	pthread_cond_t cv;
-	int stop;
+	sq_client *c; /* opened by the first pass that can, kept */
+	sq_sched *sc; /* what this runner saw claimed (NULL: out of memory) */
+	char last[sizeof(((sq_error *)0)->msg)]; /* the error reported last */
+	double last_at;
+	sq_ticker *ticker;
 };
 
-static void *sched_main(void *arg)
+/* One scheduler pass, on the ticker's thread. */
+static void sched_pass(void *arg)
 {
 	sq_sched_thread *t = arg;
-	sq_client *c = NULL;
 	sq_error err;
-	sq_sched *sc = sq_sched_new(t->cfg, t->who);
-	char last[sizeof(err.msg)] = "";
-	double last_at = 0;
-	pthread_mutex_lock(&t->mu);
-	while (!t->stop) {
-		pthread_mutex_unlock(&t->mu);
-		sq_status st = c ? SQ_OK : sq_client_open(t->cfg, t->open_flags, &c, &err);
-		if (st == SQ_OK)
-			st = sc ? run_pass(c, t->who, 0, NULL, sc->seen, &err)
-				: sq_schedules_run(c, t->who, 0, NULL, &err);
-		/* the same error again (a shard down): once a minute */
-		if (st != SQ_OK && t->on_error &&
-		    (strcmp(last, err.msg) || sq_mono_s() - last_at >= 60)) {
-			t->on_error(&err, t->arg);
-			snprintf(last, sizeof(last), "%s", err.msg);
-			last_at = sq_mono_s();
-		} else if (st == SQ_OK) {
-			last[0] = '\0';
-		}
-		struct timespec ts;
-		clock_gettime(CLOCK_REALTIME, &ts);
-		int64_t ns = ts.tv_nsec + (t->cfg->scheduler.interval_ms % 1000) * 1000000;
-		ts.tv_sec += (time_t)(t->cfg->scheduler.interval_ms / 1000 + ns / 1000000000);
-		ts.tv_nsec = (long)(ns % 1000000000);
-		pthread_mutex_lock(&t->mu);
-		while (!t->stop && pthread_cond_timedwait(&t->cv, &t->mu, &ts) == 0)
-			;
+	sq_status st = t->c ? SQ_OK : sq_client_open(t->cfg, t->open_flags, &t->c, &err);
+	if (st == SQ_OK)
+		st = t->sc ? run_pass(t->c, t->who, 0, NULL, t->sc->seen, &err)
+			   : sq_schedules_run(t->c, t->who, 0, NULL, &err);
+	/* the same error again (a shard down): once a minute */
+	if (st != SQ_OK && t->on_error &&
+	    (strcmp(t->last, err.msg) || sq_mono_s() - t->last_at >= 60)) {
+		t->on_error(&err, t->arg);
+		snprintf(t->last, sizeof(t->last), "%s", err.msg);
+		t->last_at = sq_mono_s();
+	} else if (st == SQ_OK) {
+		t->last[0] = '\0';
 	}
-	pthread_mutex_unlock(&t->mu);
-	sq_sched_free(sc);
-	sq_client_close(c);
-	return NULL;
 }
 
 sq_sched_thread *sq_sched_thread_start(const sq_config *cfg, const char *who, int open_flags,
@@ -896,11 +879,11 @@ sq_sched_thread *sq_sched_thread_start(const sq_config *cfg, const char *who, in
 	t->open_flags = open_flags;
 	t->on_error = on_error;
 	t->arg = arg;
-	pthread_mutex_init(&t->mu, NULL);
-	pthread_cond_init(&t->cv, NULL);
-	if (pthread_create(&t->th, NULL, sched_main, t)) {
-		pthread_mutex_destroy(&t->mu);
-		pthread_cond_destroy(&t->cv);
+	t->sc = sq_sched_new(cfg, t->who);
+	/* the first pass at once, then every [scheduler] interval */
+	t->ticker = sq_ticker_start(sched_pass, t, 0, cfg->scheduler.interval_ms);
+	if (!t->ticker) {
+		sq_sched_free(t->sc);
 		free(t);
 		return NULL;
 	}
@@ -911,12 +894,8 @@ void sq_sched_thread_stop(sq_sched_thread *t)
 {
 	if (!t)
 		return;
-	pthread_mutex_lock(&t->mu);
-	t->stop = 1;
-	pthread_cond_signal(&t->cv);
-	pthread_mutex_unlock(&t->mu);
-	pthread_join(t->th, NULL);
-	pthread_mutex_destroy(&t->mu);
-	pthread_cond_destroy(&t->cv);
+	sq_ticker_stop(t->ticker);
+	sq_sched_free(t->sc);
+	sq_client_close(t->c);
 	free(t);
 }
