@@ -19,10 +19,19 @@
  * statement, so its snapshot is taken once the gate is held: a partition
  * owned then stays owned until the commit (a freeze needs the gate
  * exclusive). A ref of a partition that is moving or gone is left alone,
- * and the other refs of the batch are written; sq_not_owned says which. */
-#define OWNED                                                                  \
-	"EXISTS (SELECT 1 FROM shardq.partition_state ps"                      \
-	"         WHERE ps.partition = j.partition AND ps.state = 'owned')"
+ * and the other refs of the batch are written; sq_not_owned says which.
+ * It is a scalar subquery, not EXISTS: the planner may turn an EXISTS into
+ * a join and start from partition_state. Without statistics on that table
+ * (a fresh cluster, until autovacuum first analyzes it) it took "owned" for
+ * 0.5% of the partitions, read every job of each through jobs_partition and
+ * matched them against the refs: 3.2 s for a completion of 250 jobs on
+ * 100,000, where probing jobs_pkey per ref takes milliseconds (bench/run
+ * fleet, docs/benchmarks.md "The plan of a fresh cluster"). A subquery in
+ * the comparison is evaluated per row found, one probe of the key of
+ * partition_state. */
+#define OWNED                                                               \
+	"(SELECT ps.state FROM shardq.partition_state ps"                   \
+	"  WHERE ps.partition = j.partition) = 'owned'"
 /* The plan must look each id up in jobs_pkey, one probe per ref, whatever
  * the statistics say and whether it is planned for these values or once for
  * all (a generic plan, docs/benchmarks.md "Tried and not kept"). So the
@@ -676,6 +685,18 @@ struct sq_fenced_pending {
 	size_t n;
 	sq_fenced_kind kind;
 };
+
+const char *sq_fenced_sql(sq_fenced_kind kind)
+{
+	switch (kind) {
+	case SQ_FENCED_START: return stmt_start.sql;
+	case SQ_FENCED_HEARTBEAT: return stmt_heartbeat.sql;
+	case SQ_FENCED_COMPLETE: return stmt_complete.sql;
+	case SQ_FENCED_FAIL: return stmt_fail.sql;
+	case SQ_FENCED_RELEASE: return stmt_release.sql;
+	}
+	return NULL;
+}
 
 sq_fenced_pending *sq_fenced_push(sq_client *c, sq_fenced_kind kind, const char *worker,
 				  const sq_job_ref *refs, const sq_fail_req *fails, size_t n)

@@ -29,6 +29,9 @@ typedef enum {
 
 typedef struct sq_fenced_pending sq_fenced_pending;
 
+/* The statement text of a fenced transition (for tests that EXPLAIN it). */
+const char *sq_fenced_sql(sq_fenced_kind kind);
+
 /* Queues a fenced transition of n refs (fails: the reqs of SQ_FENCED_FAIL,
  * whose refs are used; refs otherwise). The arrays must outlive collect. */
 sq_fenced_pending *sq_fenced_push(sq_client *c, sq_fenced_kind kind, const char *worker,

@@ -1,8 +1,12 @@
 /* test_lifecycle.c - fenced transitions: expired leases go to another
  * worker and the first one's writes are LOST; retry with backoff, failed at
  * max attempts, permanent failure; release; heartbeat; cancel. */
+#include "ops.h"
 #include "test_common.h"
 
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 static const char *types =
@@ -382,6 +386,152 @@ START_TEST(batched_mixed_results)
 }
 END_TEST
 
+/* The plans of the fenced writes. Each must look its refs up in jobs_pkey,
+ * one probe per ref, whatever the statistics say: a plan that reaches the
+ * jobs another way reads the whole queue per call (a completion of 250 jobs
+ * took 3.2 s on a fresh cluster of 100,000 jobs). */
+static testdb tp;
+
+static void setup_plans(void)
+{
+	testdb_open(&tp, "sqt_life_plan", 2, 16384, "[type p]\n");
+}
+
+static void teardown_plans(void)
+{
+	testdb_close(&tp);
+}
+
+static void exec_ok(PGconn *pg, const char *sql)
+{
+	PGresult *r = PQexec(pg, sql);
+	ExecStatusType st = PQresultStatus(r);
+	ck_assert_msg(st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK, "%s: %s", sql,
+		      PQerrorMessage(pg));
+	PQclear(r);
+}
+
+/* EXPLAIN of fenced write k for the refs ids/atts (array literals) of worker
+ * "w", planned for these values (generic 0) or once for all (1); the plan's
+ * lines joined, malloc'd. */
+static char *fenced_plan(PGconn *pg, sq_fenced_kind k, const char *ids, const char *atts,
+			 int generic)
+{
+	PGresult *r;
+	int np;
+	size_t len = 0, cap = 1 << 16;
+	char *out = malloc(cap), *sql = malloc(cap);
+	ck_assert_ptr_nonnull(out);
+	ck_assert_ptr_nonnull(sql);
+	exec_ok(pg, "DEALLOCATE ALL");
+	r = PQprepare(pg, "fenced", sq_fenced_sql(k), 0, NULL);
+	ck_assert_msg(PQresultStatus(r) == PGRES_COMMAND_OK, "prepare: %s", PQerrorMessage(pg));
+	PQclear(r);
+	r = PQdescribePrepared(pg, "fenced");
+	np = PQnparams(r);
+	PQclear(r);
+	len = (size_t)snprintf(sql, cap, "EXPLAIN EXECUTE fenced('%s', '%s', 'w'", ids, atts);
+	for (int i = 3; i < np && len < cap; i++)
+		len += (size_t)snprintf(sql + len, cap - len, ", NULL");
+	ck_assert_uint_lt(len + 2, cap);
+	strcat(sql, ")");
+	exec_ok(pg, generic ? "SET plan_cache_mode = force_generic_plan"
+			    : "SET plan_cache_mode = force_custom_plan");
+	r = PQexec(pg, sql);
+	ck_assert_msg(PQresultStatus(r) == PGRES_TUPLES_OK, "explain: %s", PQerrorMessage(pg));
+	len = 0;
+	out[0] = 0;
+	for (int i = 0; i < PQntuples(r); i++)
+		len += (size_t)snprintf(out + len, len < cap ? cap - len : 0, "%s\n",
+					PQgetvalue(r, i, 0));
+	ck_assert_uint_lt(len, cap);
+	PQclear(r);
+	free(sql);
+	return out;
+}
+
+/* Every fenced write, both ways of planning: jobs_pkey, and no other path
+ * to the jobs. */
+static void check_fenced_plans(PGconn *pg, const char *ids, const char *atts, const char *when)
+{
+	static const char *const bad[] = {"jobs_partition", "jobs_lease", "jobs_ready",
+					  "Seq Scan on jobs ", "Seq Scan on partition_state"};
+	static const char *const names[] = {"start", "heartbeat", "complete", "fail", "release"};
+	static const sq_fenced_kind kinds[] = {SQ_FENCED_START, SQ_FENCED_HEARTBEAT,
+					       SQ_FENCED_COMPLETE, SQ_FENCED_FAIL,
+					       SQ_FENCED_RELEASE};
+	for (int k = 0; k < 5; k++)
+		for (int generic = 0; generic < 2; generic++) {
+			char *plan = fenced_plan(pg, kinds[k], ids, atts, generic);
+			ck_assert_msg(strstr(plan, "jobs_pkey on jobs"),
+				      "%s, %s plan of the %s does not probe jobs_pkey:\n%s", when,
+				      generic ? "generic" : "custom", names[k], plan);
+			for (size_t b = 0; b < sizeof(bad) / sizeof(bad[0]); b++)
+				ck_assert_msg(!strstr(plan, bad[b]),
+					      "%s, %s plan of the %s reads the jobs through %s "
+					      "instead of one jobs_pkey probe per ref:\n%s",
+					      when, generic ? "generic" : "custom", names[k],
+					      bad[b], plan);
+			free(plan);
+		}
+}
+
+START_TEST(fenced_writes_probe_the_key_whatever_the_statistics)
+{
+	enum { N = 20000, BATCH = 1000, REFS = 250 };
+	static sq_job_spec js[BATCH];
+	static sq_enqueue_result rs[BATCH];
+	sq_error err;
+	sq_job *cl;
+	size_t n, len = 0, alen = 0;
+	char *ids = malloc(REFS * 24), *atts = malloc(REFS * 12);
+	int shard;
+	PGconn *pg;
+
+	ck_assert_ptr_nonnull(ids);
+	ck_assert_ptr_nonnull(atts);
+	memset(js, 0, sizeof(js));
+	for (int i = 0; i < BATCH; i++)
+		js[i].type = "p";
+	for (int b = 0; b < N / BATCH; b++)
+		OKE(sq_enqueue(tp.client, js, BATCH, rs, &err));
+	/* the statistics of an idle queue: every job ready, none running */
+	for (int s = 0; s < tp.nshards; s++) {
+		pg = testdb_pg(&tp, s);
+		exec_ok(pg, "ANALYZE shardq.jobs, shardq.partition_state");
+		PQfinish(pg);
+	}
+	n = claim_type(tp.client, "w", "p", REFS * 4, &cl);
+	ck_assert_uint_ge(n, REFS);
+	/* the refs of one shard, as the library sends them */
+	shard = cl[0].shard;
+	len = (size_t)sprintf(ids, "{"), alen = (size_t)sprintf(atts, "{");
+	for (size_t i = 0, m = 0; i < n && m < REFS; i++)
+		if (cl[i].shard == shard) {
+			len += (size_t)sprintf(ids + len, "%s%lld", m ? "," : "",
+					       (long long)cl[i].id);
+			alen += (size_t)sprintf(atts + alen, "%s%d", m ? "," : "", cl[i].attempt);
+			m++;
+		}
+	strcat(ids, "}"), strcat(atts, "}");
+	pg = testdb_pg(&tp, shard);
+
+	check_fenced_plans(pg, ids, atts, "with the statistics of an idle queue");
+
+	/* none at all, as on a fresh cluster before autovacuum's first look */
+	exec_ok(pg, "DELETE FROM pg_statistic WHERE starelid IN "
+		    "('shardq.jobs'::regclass, 'shardq.partition_state'::regclass)");
+	exec_ok(pg, "UPDATE pg_class SET reltuples = -1, relpages = 0 WHERE oid IN "
+		    "('shardq.jobs'::regclass, 'shardq.partition_state'::regclass)");
+	check_fenced_plans(pg, ids, atts, "without statistics");
+
+	PQfinish(pg);
+	sq_jobs_free(cl, n);
+	free(ids);
+	free(atts);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("lifecycle");
@@ -397,6 +547,11 @@ int main(void)
 	tcase_add_test(tc, cancel_running_makes_complete_lost);
 	tcase_add_test(tc, expired_on_last_attempt_fails);
 	tcase_add_test(tc, batched_mixed_results);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("plans");
+	tcase_set_timeout(tc, 3600);
+	tcase_add_checked_fixture(tc, setup_plans, teardown_plans);
+	tcase_add_test(tc, fenced_writes_probe_the_key_whatever_the_statistics);
 	suite_add_tcase(s, tc);
 	return run_suite(s);
 }
