@@ -23,6 +23,23 @@
 	"expected_status_change_time, attempt, max_attempts, worker, active_uid, "     \
 	"dedup_policy, params, rerun_params, last_error, created_at, updated_at, attempt_base"
 
+/* The jobs of the partitions `parts` (an int[] expression), as a FROM
+ * item of the columns `cols`. jobs_partition leaves out the jobs in flight
+ * (migration 006: a claim then adds one index entry fewer), so they are
+ * found through jobs_lease, whose predicate is theirs; the two arms
+ * together are every job. Each arm repeats its index's predicate so that
+ * the planner can use it. */
+#define PART_JOBS(cols, parts)                                                         \
+	"(SELECT " cols " FROM shardq.jobs WHERE partition = ANY(" parts ")"           \
+	"    AND status <> 'starting' AND status <> 'running'"                         \
+	" UNION ALL SELECT " cols " FROM shardq.jobs WHERE partition = ANY(" parts ")" \
+	"    AND status IN ('starting', 'running')) pj"
+/* Deletes the jobs of the partitions in $1 (at most $2 of them, when
+ * `limit` is " LIMIT $2::int"), and `extra`: more conditions on them. */
+#define DELETE_PART_JOBS(extra, limit)                                                \
+	"DELETE FROM shardq.jobs WHERE ctid = ANY(ARRAY(SELECT ctid FROM " PART_JOBS( \
+		"ctid, partition", "$1::int[]") extra limit "))"
+
 typedef struct move {
 	int64_t id;
 	int from, to; /* config indices */
@@ -348,8 +365,7 @@ static sq_status prepare(sq_client *c, move *m, sq_error *err)
 		return sq_err(err, SQ_ESTATE, "%s already owns %ld of these partitions", who,
 			      owned);
 	}
-	if (run_ok(m->dst, who, "DELETE FROM shardq.jobs WHERE partition = ANY($1::int[])", 1, v,
-		   err) ||
+	if (run_ok(m->dst, who, DELETE_PART_JOBS("", ""), 1, v, err) ||
 	    run_ok(m->dst, who,
 		   "INSERT INTO shardq.partition_state (partition, state, move_id) "
 		   "SELECT p, 'importing', $2 FROM unnest($1::int[]) p "
@@ -492,9 +508,7 @@ static sq_status copy_and_own(sq_client *c, move *m, sq_error *err)
 	if (!done) {
 		if (bulk_timeout(c, m->src, sw, 0, 1, err))
 			return err->code;
-		r = run(m->src, sw,
-			"SELECT count(*) FROM shardq.jobs WHERE partition = ANY($1::int[])", 1, v,
-			err);
+		r = run(m->src, sw, "SELECT count(*) FROM " PART_JOBS("1", "$1::int[]"), 1, v, err);
 		if (!r)
 			return err->code;
 		int64_t want = atoll(PQgetvalue(r, 0, 0));
@@ -518,8 +532,7 @@ static sq_status copy_and_own(sq_client *c, move *m, sq_error *err)
 				      "%s is not importing these partitions for move %lld", dw,
 				      (long long)m->id);
 		}
-		if (run_ok(m->dst, dw, "DELETE FROM shardq.jobs WHERE partition = ANY($1::int[])",
-			   1, v, err))
+		if (run_ok(m->dst, dw, DELETE_PART_JOBS("", ""), 1, v, err))
 			return err->code;
 		/* stream source -> destination */
 		r = PQexec(m->dst, "COPY shardq.jobs (" JOB_COLS ") FROM STDIN (FORMAT binary)");
@@ -535,11 +548,11 @@ static sq_status copy_and_own(sq_client *c, move *m, sq_error *err)
 			 * no parameters) */
 			sq_buf q;
 			sq_buf_init(&q);
-			sq_buf_printf(&q,
-				      "COPY (SELECT " JOB_COLS
-				      " FROM shardq.jobs WHERE partition = "
-				      "ANY('%s'::int[])) TO STDOUT (FORMAT binary)",
-				      m->lit);
+			sq_buf_printf(
+				&q,
+				"COPY (SELECT " JOB_COLS " FROM " PART_JOBS(
+					JOB_COLS, "'%s'::int[]") ") TO STDOUT (FORMAT binary)",
+				m->lit, m->lit);
 			r = PQexec(m->src, q.data);
 			sq_buf_free(&q);
 		}
@@ -612,9 +625,7 @@ static sq_status copy_and_own(sq_client *c, move *m, sq_error *err)
 			return err->code;
 		m->rows = copied;
 	} else if (m->rows < 0) {
-		r = run(m->dst, dw,
-			"SELECT count(*) FROM shardq.jobs WHERE partition = ANY($1::int[])", 1, v,
-			err);
+		r = run(m->dst, dw, "SELECT count(*) FROM " PART_JOBS("1", "$1::int[]"), 1, v, err);
 		if (!r)
 			return err->code;
 		m->rows = atoll(PQgetvalue(r, 0, 0));
@@ -698,10 +709,7 @@ static sq_status cleanup(sq_client *c, move *m, const sq_move_opts *o, sq_error 
 	if (bulk_timeout(c, m->src, who, 0, 1, err))
 		return err->code;
 	for (int first = 1;; first = 0) {
-		PGresult *r = run(m->src, who,
-				  "DELETE FROM shardq.jobs WHERE ctid = ANY(ARRAY(SELECT ctid FROM "
-				  "shardq.jobs WHERE partition = ANY($1::int[]) LIMIT $2::int))",
-				  2, dv, err);
+		PGresult *r = run(m->src, who, DELETE_PART_JOBS("", " LIMIT $2::int"), 2, dv, err);
 		if (!r)
 			return err->code;
 		long n = atol(PQcmdTuples(r));
@@ -959,9 +967,10 @@ sq_status sq_move_abort(sq_client *c, int64_t id, sq_error *err)
 		goto out;
 	}
 	if ((st = run_ok(m.dst, who,
-			 "DELETE FROM shardq.jobs WHERE partition = ANY($1::int[]) AND EXISTS "
-			 "(SELECT 1 FROM shardq.partition_state ps WHERE ps.partition = "
-			 "shardq.jobs.partition AND ps.state = 'importing' AND ps.move_id = $2)",
+			 DELETE_PART_JOBS(" WHERE EXISTS (SELECT 1 FROM shardq.partition_state ps"
+					  " WHERE ps.partition = pj.partition"
+					  " AND ps.state = 'importing' AND ps.move_id = $2)",
+					  ""),
 			 2, v, err)) ||
 	    (st = run_ok(m.dst, who,
 			 "DELETE FROM shardq.partition_state WHERE partition = ANY($1::int[]) AND "

@@ -579,10 +579,30 @@ START_TEST(stale_router_still_routes)
 	OKE(sq_start(x, "wx", &ref, 1, &st, &err));
 	ck_assert_int_eq(st, SQ_OK);
 	sq_jobs_free(js, n);
+	/* and one of the same partition claimed, not started (starting) */
+	char key[32], sql[160];
+	for (int i = 0;; i++) {
+		snprintf(key, sizeof(key), "s%d", i);
+		if (sq_partition_of_key(key, strlen(key), 64) == part)
+			break;
+	}
+	enqueue_one(x, "m", key, NULL, NULL);
+	n = claim_type(x, "wx", "m", 10, &js);
+	ck_assert_uint_eq(n, 1);
+	sq_job_ref ref2 = {js[0].id, js[0].attempt};
+	sq_jobs_free(js, n);
 	/* another client moves the partition */
 	char to_id[8];
 	snprintf(to_id, sizeof(to_id), "s%d", to + 1);
 	OKE(sq_move(t.client, &part, 1, to_id, NULL, NULL, &err));
+	/* both jobs in flight went over, and none stayed behind */
+	snprintf(sql, sizeof(sql),
+		 "SELECT count(*) FROM shardq.jobs WHERE partition = %u "
+		 "AND status IN ('starting', 'running') AND worker = 'wx'",
+		 part);
+	ck_assert_int_eq(testdb_scalar(&t, to, sql), 2);
+	snprintf(sql, sizeof(sql), "SELECT count(*) FROM shardq.jobs WHERE partition = %u", part);
+	ck_assert_int_eq(testdb_scalar(&t, from, sql), 0);
 	/* x missed it all: its map still says `from`, no NOTIFY, no poll soon */
 	if (x->map_listen) {
 		PQfinish(x->map_listen);
@@ -596,11 +616,13 @@ START_TEST(stale_router_still_routes)
 	OKE(sq_complete(x, "wx", &ref, 1, &st, &err));
 	ck_assert_int_eq(st, SQ_OK);
 	ck_assert_int_eq(history_shard(before), to);
+	OKE(sq_complete(x, "wx", &ref2, 1, &st, &err));
+	ck_assert_int_eq(st, SQ_OK);
+	ck_assert_int_eq(history_shard(ref2.id), to);
 	ck_assert_int_eq(sq_client_shard_of_partition(x, part), to);
 	/* and enqueue of a key in that partition lands on the new shard */
 	x->map[part] = from;
 	sq_enqueue_outcome o;
-	char key[32];
 	for (int i = 0;; i++) {
 		snprintf(key, sizeof(key), "k%d", i);
 		if (sq_partition_of_key(key, strlen(key), 64) == part)
@@ -608,7 +630,6 @@ START_TEST(stale_router_still_routes)
 	}
 	int64_t id = enqueue_one(x, "m", key, NULL, &o);
 	ck_assert_int_eq(o, SQ_ENQ_INSERTED);
-	char sql[128];
 	snprintf(sql, sizeof(sql), "SELECT count(*) FROM shardq.jobs WHERE id = %lld",
 		 (long long)id);
 	ck_assert_int_eq(testdb_scalar(&t, to, sql), 1);
