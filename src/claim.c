@@ -333,9 +333,10 @@ static void claim_push(sq_client *c, const char *worker, const int *ti, size_t n
 		r->base = c->shards[s].qn;
 		sq_pgconn_push(&c->shards[s], &sq_stmt_gate_shared, 0, NULL);
 		/* the claim always runs the plan made once per session: it is
-		 * index-driven in any plan (see CLAIM_BODY), and a custom plan
-		 * per call cost more to make than most claims cost to run
-		 * (docs/benchmarks.md, "Plans made once") */
+		 * index-driven in any plan (see CLAIM_BODY; sequential scans are
+		 * off on these connections, so also when it was made on a small
+		 * table), and a custom plan per call cost more to make than most
+		 * claims cost to run (docs/benchmarks.md, "Plans made once") */
 		sq_client_push_plans(c, s, 1);
 		if (lim_here) {
 			sq_arr_close(&r->maxrun);

@@ -70,13 +70,29 @@ static void build_type_arrays(sq_client *c)
 	c->ta.hist_days = type_array(c->cfg, 9);
 }
 
-/* The server-side settings of a connection, as libpq's `options`. */
-static char *conn_options(const sq_config *cfg, int64_t statement_timeout_ms, const char *role)
+/* The server-side settings of a connection, as libpq's `options`.
+ *
+ * A client's own shard connections (queue, 1) also turn sequential scans
+ * off. Every statement they run on shardq.jobs is meant to go through an
+ * index, and the plans are cached: the claim and small fenced writes use
+ * the plan made once per session, and PostgreSQL may keep a generic plan
+ * of any prepared statement after five runs. A plan made while the table
+ * was small reads the whole table for as long as the session lives (or
+ * until an ANALYZE invalidates it): on a fresh cluster the claim's update
+ * found its 1,000 rows by a sequential scan of a table that had grown to
+ * 50,000, 360 ms a claim, 2,000 jobs/s instead of 45,000 with autovacuum
+ * off (docs/benchmarks.md, "Plans made on an empty table"). With the
+ * setting off a sequential scan is still used where no index can serve
+ * (the exact counts of sq_stats_get), never in place of one. */
+static char *conn_options(const sq_config *cfg, int64_t statement_timeout_ms, const char *role,
+			  int queue)
 {
 	sq_buf b;
 	sq_buf_init(&b);
 	sq_buf_printf(&b, "-c statement_timeout=%lld -c idle_in_transaction_session_timeout=%lld",
 		      (long long)statement_timeout_ms, (long long)cfg->idle_in_tx_timeout_ms);
+	if (queue)
+		sq_buf_puts(&b, " -c enable_seqscan=off");
 	sq_buf_puts(&b, " -c application_name=");
 	for (const char *p = cfg->application_name; p && *p; p++) {
 		if (*p == ' ' || *p == '\\')
@@ -99,7 +115,7 @@ PGconn *sq_connect_plain(const sq_config *cfg, const char *dsn, const char *role
 	char timeout[16];
 	char *opts = conn_options(
 		cfg, statement_timeout_ms >= 0 ? statement_timeout_ms : cfg->statement_timeout_ms,
-		role);
+		role, 0);
 	const char *kw[] = {"dbname", "options", "connect_timeout", NULL};
 	const char *vals[] = {dsn, opts, timeout, NULL};
 	PGconn *c;
@@ -241,7 +257,7 @@ sq_status sq_client_open(const sq_config *cfg, int for_init, sq_client **out, sq
 	c->map_parts = calloc((size_t)cfg->nshards, sizeof(int));
 	c->yield =
 		malloc(sizeof(double) * (size_t)(cfg->nshards * (cfg->ntypes ? cfg->ntypes : 1)));
-	opts = conn_options(cfg, cfg->statement_timeout_ms, NULL);
+	opts = conn_options(cfg, cfg->statement_timeout_ms, NULL, 1);
 	if (!c->base || !c->shards || !c->map || !c->map_parts || !c->yield || !opts) {
 		free(opts);
 		sq_client_close(c);

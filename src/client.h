@@ -12,8 +12,10 @@ extern const sq_stmt sq_stmt_check_owned;
 
 /* Plans for small batches: a fenced write of a few rows costs PostgreSQL
  * more to plan (a custom plan per call) than to run, so up to this many
- * rows it uses the plan made once per session (the statements are
- * index-driven in any plan); bigger batches get plans made for their values
+ * rows it uses the plan made once per session (index-driven however small
+ * the table was when it was made: the client's connections have sequential
+ * scans off, conn_options in client.c); bigger batches get plans made for
+ * their values
  * (a generic completion of 1,000 rows cost three times the custom one). The
  * claim always uses the generic plan. */
 #define SQ_GENERIC_PLAN_ROWS 64

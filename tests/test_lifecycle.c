@@ -532,6 +532,117 @@ START_TEST(fenced_writes_probe_the_key_whatever_the_statistics)
 }
 END_TEST
 
+/* The plan the library's own session cached for statement `name`, as the
+ * generic plan (EXPLAIN EXECUTE with `args`); malloc'd lines. */
+static char *cached_plan(PGconn *pg, const char *name, const char *args)
+{
+	char sql[512];
+	size_t len = 0, cap = 1 << 16;
+	char *out = malloc(cap);
+	PGresult *r;
+	ck_assert_ptr_nonnull(out);
+	out[0] = 0;
+	/* the library's connection, idle between its calls, is in pipeline
+	 * mode; a plain exchange needs it left, and it is entered again after */
+	ck_assert(PQexitPipelineMode(pg));
+	PQsetnonblocking(pg, 0);
+	exec_ok(pg, "SET plan_cache_mode = force_generic_plan");
+	snprintf(sql, sizeof(sql), "EXPLAIN EXECUTE %s(%s)", name, args);
+	r = PQexec(pg, sql);
+	ck_assert_msg(PQresultStatus(r) == PGRES_TUPLES_OK, "%s: %s", sql, PQerrorMessage(pg));
+	for (int i = 0; i < PQntuples(r); i++)
+		len += (size_t)snprintf(out + len, len < cap ? cap - len : 0, "%s\n",
+					PQgetvalue(r, i, 0));
+	ck_assert_uint_lt(len, cap);
+	PQclear(r);
+	exec_ok(pg, "RESET plan_cache_mode");
+	PQsetnonblocking(pg, 1);
+	ck_assert(PQenterPipelineMode(pg));
+	return out;
+}
+
+/* Whether the library's session on pg has prepared statement `name`. */
+static int cached_plan_exists(PGconn *pg, const char *name)
+{
+	const char *v[1] = {name};
+	PGresult *r;
+	int n;
+	ck_assert(PQexitPipelineMode(pg));
+	PQsetnonblocking(pg, 0);
+	r = PQexecParams(pg, "SELECT 1 FROM pg_prepared_statements WHERE name = $1", 1, NULL, v,
+			 NULL, NULL, 0);
+	ck_assert_msg(PQresultStatus(r) == PGRES_TUPLES_OK, "%s", PQerrorMessage(pg));
+	n = PQntuples(r);
+	PQclear(r);
+	PQsetnonblocking(pg, 1);
+	ck_assert(PQenterPipelineMode(pg));
+	return n > 0;
+}
+
+START_TEST(plans_made_on_an_empty_table_keep_to_the_indexes)
+{
+	/* A worker that starts on an empty queue makes its plans then, and
+	 * keeps them; the queue then fills up. */
+	enum { N = 20000, BATCH = 1000 };
+	static sq_job_spec js[BATCH];
+	static sq_enqueue_result rs[BATCH];
+	sq_client *w = testdb_client(&tp);
+	sq_error err;
+	sq_job *cl;
+	size_t n;
+
+	memset(js, 0, sizeof(js));
+	for (int i = 0; i < BATCH; i++)
+		js[i].type = "p";
+	ck_assert_uint_eq(claim_type(w, "w", "p", 1000, &cl), 0);
+	sq_jobs_free(cl, 0);
+	/* a completion of a few refs (a plan made once per session too) */
+	OKE(sq_enqueue(tp.client, js, 8, rs, &err));
+	n = claim_type(w, "w", "p", 1000, &cl);
+	ck_assert_uint_eq(n, 8);
+	{
+		sq_job_ref refs[8];
+		sq_status out[8];
+		for (size_t i = 0; i < n; i++)
+			refs[i].id = cl[i].id, refs[i].attempt = cl[i].attempt;
+		OKE(sq_complete(w, "w", refs, n, out, &err));
+		for (size_t i = 0; i < n; i++)
+			ck_assert_int_eq(out[i], SQ_OK);
+	}
+	sq_jobs_free(cl, n);
+	for (int b = 0; b < N / BATCH; b++)
+		OKE(sq_enqueue(tp.client, js, BATCH, rs, &err));
+
+	for (int s = 0, completed = 0; s < tp.nshards; s++) {
+		PGconn *pg = w->shards[s].conn;
+		char *claim =
+			cached_plan(pg, "sq_claim", "'{p}', '{1000}', '{300000}', 'w', '{0}'");
+		ck_assert_msg(!strstr(claim, "Seq Scan on jobs "),
+			      "s%d: the claim's plan, made on an empty table, reads all of a "
+			      "table of %d jobs:\n%s",
+			      s + 1, N, claim);
+		free(claim);
+		/* the 8 jobs were one keyless run: only their shard completed */
+		if (!cached_plan_exists(pg, "sq_complete")) {
+			ck_assert_msg(s < tp.nshards - 1 || completed, "no shard completed");
+			continue;
+		}
+		completed = 1;
+		char *done = cached_plan(pg, "sq_complete", "'{1}', '{1}', 'w', '{}', '{}', 0");
+		ck_assert_msg(!strstr(done, "Seq Scan on jobs "),
+			      "s%d: the completion's plan, made on a table of 8 jobs, reads all "
+			      "of a table of %d jobs:\n%s",
+			      s + 1, N, done);
+		free(done);
+	}
+	/* and the claim still hands out what is there, once */
+	n = claim_type(w, "w", "p", N, &cl);
+	ck_assert_uint_eq(n, N);
+	sq_jobs_free(cl, n);
+	sq_client_close(w);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("lifecycle");
@@ -552,6 +663,7 @@ int main(void)
 	tcase_set_timeout(tc, 3600);
 	tcase_add_checked_fixture(tc, setup_plans, teardown_plans);
 	tcase_add_test(tc, fenced_writes_probe_the_key_whatever_the_statistics);
+	tcase_add_test(tc, plans_made_on_an_empty_table_keep_to_the_indexes);
 	suite_add_tcase(s, tc);
 	return run_suite(s);
 }
