@@ -529,7 +529,11 @@ START_TEST(migration_keeps_old_history)
 		"INSERT INTO shardq.jobs_history (id, partition, task, status, attempt,"
 		" params, created_at, finished_at) VALUES"
 		" (4242 << 16, 0, 'd1', 'completed', 1, '{}', now(), now() - '30 days'::interval),"
-		" (4243 << 16, 0, 'd1', 'completed', 1, '{}', now(), now() - '1 hour'::interval)");
+		" (4243 << 16, 0, 'd1', 'completed', 1, '{}', now(), now() - '1 hour'::interval);"
+		"INSERT INTO shardq.jobs (id, partition, task, status, worker,"
+		" expected_status_change_time) VALUES"
+		" (4244 << 16, 0, 'd1', 'ready', NULL, NULL),"
+		" (4245 << 16, 0, 'd1', 'running', 'w', now() + '1 hour'::interval)");
 	ck_assert_msg(PQresultStatus(r) == PGRES_COMMAND_OK, "%s", PQerrorMessage(pc));
 	PQclear(r);
 	OKE(sq_init(t.client, &created, &err));
@@ -551,6 +555,23 @@ START_TEST(migration_keeps_old_history)
 		1);
 	ck_assert_int_eq(testdb_scalar(&t, 1, "SELECT count(*) FROM shardq.jobs_history_default"),
 			 0);
+	/* version 6: jobs_partition leaves out the jobs in flight; the live
+	 * jobs are all still there, and a move's two arms find both */
+	ck_assert_int_eq(
+		testdb_scalar(&t, 1,
+			      "SELECT count(*) FROM pg_indexes WHERE schemaname = 'shardq' "
+			      "AND indexname = 'jobs_partition' AND indexdef LIKE "
+			      "'%WHERE ((status <> ''starting''::shardq.job_status) AND "
+			      "(status <> ''running''::shardq.job_status))'"),
+		1);
+	ck_assert_int_eq(testdb_scalar(&t, 1,
+				       "SELECT count(*) FROM shardq.jobs WHERE partition = 0 "
+				       "AND status <> 'starting' AND status <> 'running'"),
+			 1);
+	ck_assert_int_eq(testdb_scalar(&t, 1,
+				       "SELECT count(*) FROM shardq.jobs WHERE partition = 0 "
+				       "AND status IN ('starting', 'running')"),
+			 1);
 	/* a maintenance pass now keeps them */
 	sq_maintain_report rep;
 	OKE(sq_maintain(t.client, NULL, &rep, &err));
