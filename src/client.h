@@ -15,9 +15,8 @@ extern const sq_stmt sq_stmt_check_owned;
  * rows it uses the plan made once per session (index-driven however small
  * the table was when it was made: the client's connections have sequential
  * scans off, conn_options in client.c); bigger batches get plans made for
- * their values
- * (a generic completion of 1,000 rows cost three times the custom one). The
- * claim always uses the generic plan. */
+ * their values (a generic completion of 1,000 rows cost three times the
+ * custom one). The claim always uses the generic plan. */
 #define SQ_GENERIC_PLAN_ROWS 64
 /* Queues, when the transaction being built on shard s is not in that mode
  * yet, SET LOCAL plan_cache_mode: force_generic_plan (generic) or auto. One
