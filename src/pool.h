@@ -18,7 +18,10 @@
 
 typedef struct sq_task {
 	struct sq_task *next;     /* in the pool's queues, or the loop's buffer */
-	struct sq_task *run_next; /* the loop's list of running tasks */
+	struct sq_task *run_next; /* the loop's list of running tasks (and the
+				     pool's list of tasks it started) */
+	struct sq_task *run_prev; /* the loop's list of running tasks, so that a
+				     finished task leaves it at once */
 	sq_job job;               /* owned by the task */
 	int type;                 /* index of the worker's type */
 	sq_handler fn;
