@@ -302,6 +302,16 @@ SQ_MUST_CHECK sq_status sq_start(sq_client *c, const char *worker, const sq_job_
 /* running -> running; extends the lease by the type's execution timeout. */
 SQ_MUST_CHECK sq_status sq_heartbeat(sq_client *c, const char *worker, const sq_job_ref *refs,
 				     size_t n, sq_status *out, sq_error *err);
+/* As sq_start and sq_heartbeat, and lease_until_us[i] (n entries, or NULL)
+ * is the lease each ref answered SQ_OK now holds, in microseconds since the
+ * epoch by the shard's clock (its row's expected_status_change_time); 0 for
+ * the others. */
+SQ_MUST_CHECK sq_status sq_start_lease(sq_client *c, const char *worker, const sq_job_ref *refs,
+				       size_t n, sq_status *out, int64_t *lease_until_us,
+				       sq_error *err);
+SQ_MUST_CHECK sq_status sq_heartbeat_lease(sq_client *c, const char *worker, const sq_job_ref *refs,
+					   size_t n, sq_status *out, int64_t *lease_until_us,
+					   sq_error *err);
 /* running (or still starting) -> completed (the row leaves the hot table;
  * a pending rerun makes it ready again with the rerun's params). A job may
  * be completed straight from `starting` by the worker that claimed it: the

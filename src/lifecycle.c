@@ -46,6 +46,9 @@
 	"j.id = x.id AND j.attempt = x.att AND j.worker = $3 AND j.status::text " st \
 	" AND " OWNED
 #define TYPE_IDX  "array_position($4::text[], j.task)"
+/* the lease a start or heartbeat set, for sq_start_lease and
+ * sq_heartbeat_lease (microseconds since the epoch) */
+#define LEASE_US "(extract(epoch FROM j.expected_status_change_time) * 1000000)::bigint"
 #define EXEC_LEASE                                                              \
 	"now() + COALESCE(($5::bigint[])[" TYPE_IDX "], 300000) * interval '1 millisecond'"
 
@@ -56,13 +59,13 @@ static const sq_stmt stmt_start = {
 	"UPDATE shardq.jobs j SET status = 'running', updated_at = now(),"
 	"       expected_status_change_time = " EXEC_LEASE
 	"  FROM unnest($1::bigint[], $2::int[]) WITH ORDINALITY AS x(id, att, ord)"
-	" WHERE " FENCE("IN ('starting', 'running')") " RETURNING x.ord"};
+	" WHERE " FENCE("IN ('starting', 'running')") " RETURNING x.ord, " LEASE_US};
 
 static const sq_stmt stmt_heartbeat = {
 	"sq_heartbeat",
 	"UPDATE shardq.jobs j SET updated_at = now(), expected_status_change_time = " EXEC_LEASE
 	"  FROM unnest($1::bigint[], $2::int[]) WITH ORDINALITY AS x(id, att, ord)"
-	" WHERE " FENCE("= 'running'") " RETURNING x.ord"};
+	" WHERE " FENCE("= 'running'") " RETURNING x.ord, " LEASE_US};
 
 /* A completion or failure takes a job that is running, or still starting:
  * a worker starts a buffered job on a free slot at once, under its starting
@@ -318,7 +321,7 @@ static shard_rows *fenced_push(sq_client *c, const op *o, const char *worker,
  * write then did what it did, and a ref it did not return is answered
  * "moving" and simply sent again. */
 static sq_status fenced_collect(sq_client *c, shard_rows *rows, sq_status *out, sq_status missing,
-				sq_error *err)
+				int64_t *lease, sq_error *err)
 {
 	sq_status worst = SQ_OK;
 	for (int s = 0; s < c->nshards; s++) {
@@ -356,8 +359,12 @@ static sq_status fenced_collect(sq_client *c, shard_rows *rows, sq_status *out, 
 		/* each returned row is the ordinal of a ref in this shard's arrays */
 		for (int row = 0; row < PQntuples(res); row++) {
 			long ord = atol(PQgetvalue(res, row, 0));
-			if (ord >= 1 && (size_t)ord <= r->n)
-				out[r->idx[ord - 1]] = SQ_OK;
+			if (ord < 1 || (size_t)ord > r->n)
+				continue;
+			out[r->idx[ord - 1]] = SQ_OK;
+			/* a start or a heartbeat also returns the lease it set */
+			if (lease && PQnfields(res) > 1)
+				lease[r->idx[ord - 1]] = atoll(PQgetvalue(res, row, 1));
 		}
 	}
 	return worst;
@@ -374,7 +381,7 @@ static void fenced_free(sq_client *c, shard_rows *rows)
  * Sets out[i] to SQ_OK for rows returned and `missing` for the others. */
 static sq_status fenced_pass(sq_client *c, const op *o, const char *worker, const sq_job_ref *refs,
 			     size_t n, sq_status *out, sq_status want, sq_status missing,
-			     sq_error *err)
+			     int64_t *lease, sq_error *err)
 {
 	sq_status st;
 	sq_client_reset(c);
@@ -383,7 +390,7 @@ static sq_status fenced_pass(sq_client *c, const op *o, const char *worker, cons
 		return sq_err(err, SQ_ENOMEM, "out of memory");
 	/* the shards that answered count even if one did not */
 	st = sq_client_send(c, err);
-	sq_status worst = fenced_collect(c, rows, out, missing, st == SQ_OK ? err : NULL);
+	sq_status worst = fenced_collect(c, rows, out, missing, lease, st == SQ_OK ? err : NULL);
 	if (st == SQ_OK)
 		st = worst;
 	fenced_free(c, rows);
@@ -395,7 +402,8 @@ static sq_status fenced_pass(sq_client *c, const op *o, const char *worker, cons
  * their partition is now; a job whose partition moved while it ran keeps
  * its attempt and worker on the new shard, so the write succeeds there. */
 static sq_status redo_moved(sq_client *c, const op *o, const char *worker, const sq_job_ref *refs,
-			    size_t n, sq_status *out, sq_status missing, sq_error *err)
+			    size_t n, sq_status *out, sq_status missing, int64_t *lease,
+			    sq_error *err)
 {
 	int tries = 0;
 	double deadline = 0;
@@ -412,14 +420,14 @@ static sq_status redo_moved(sq_client *c, const op *o, const char *worker, const
 		sq_status st = sq_client_wait_moved(c, moved, &tries, &deadline, err);
 		if (st != SQ_OK)
 			return st;
-		st = fenced_pass(c, o, worker, refs, n, out, SQ_EMOVING, missing, err);
+		st = fenced_pass(c, o, worker, refs, n, out, SQ_EMOVING, missing, lease, err);
 		if (st != SQ_OK)
 			return st;
 	}
 }
 
 static sq_status fenced(sq_client *c, const op *o, const char *worker, const sq_job_ref *refs,
-			size_t n, sq_status *out, int second_look, sq_error *err)
+			size_t n, sq_status *out, int second_look, int64_t *lease, sq_error *err)
 {
 	sq_status st;
 	sq_status missing = second_look ? SQ_ENOTFOUND : SQ_ELOST;
@@ -432,13 +440,15 @@ static sq_status fenced(sq_client *c, const op *o, const char *worker, const sq_
 			return sq_err(err, SQ_EINVAL, "ref %zu: job id %lld is not valid", i + 1,
 				      (long long)refs[i].id);
 		out[i] = SQ_EINVAL; /* "to do" marker for the first pass */
+		if (lease)
+			lease[i] = 0;
 	}
 	if (n == 0)
 		return SQ_OK;
 	sq_client_check_map(c);
-	st = fenced_pass(c, o, worker, refs, n, out, SQ_EINVAL, missing, err);
+	st = fenced_pass(c, o, worker, refs, n, out, SQ_EINVAL, missing, lease, err);
 	if (st == SQ_OK)
-		st = redo_moved(c, o, worker, refs, n, out, missing, err);
+		st = redo_moved(c, o, worker, refs, n, out, missing, lease, err);
 	if (st == SQ_OK && second_look) {
 		int again = 0;
 		for (size_t i = 0; i < n; i++)
@@ -446,25 +456,38 @@ static sq_status fenced(sq_client *c, const op *o, const char *worker, const sq_
 		/* a rerun committed after the first statement's snapshot: look again
 		 * with a fresh one; what still does not match is lost */
 		if (again)
-			st = fenced_pass(c, o, worker, refs, n, out, SQ_ENOTFOUND, SQ_ELOST, err);
+			st = fenced_pass(c, o, worker, refs, n, out, SQ_ENOTFOUND, SQ_ELOST, lease,
+					 err);
 		if (st == SQ_OK)
-			st = redo_moved(c, o, worker, refs, n, out, SQ_ELOST, err);
+			st = redo_moved(c, o, worker, refs, n, out, SQ_ELOST, lease, err);
 	}
 	return st;
+}
+
+sq_status sq_start_lease(sq_client *c, const char *worker, const sq_job_ref *refs, size_t n,
+			 sq_status *out, int64_t *lease_until_us, sq_error *err)
+{
+	op o = {&stmt_start, 5, {c->ta.names, c->ta.exec_ms}, 2, NULL};
+	return fenced(c, &o, worker, refs, n, out, 0, lease_until_us, err);
 }
 
 sq_status sq_start(sq_client *c, const char *worker, const sq_job_ref *refs, size_t n,
 		   sq_status *out, sq_error *err)
 {
-	op o = {&stmt_start, 5, {c->ta.names, c->ta.exec_ms}, 2, NULL};
-	return fenced(c, &o, worker, refs, n, out, 0, err);
+	return sq_start_lease(c, worker, refs, n, out, NULL, err);
+}
+
+sq_status sq_heartbeat_lease(sq_client *c, const char *worker, const sq_job_ref *refs, size_t n,
+			     sq_status *out, int64_t *lease_until_us, sq_error *err)
+{
+	op o = {&stmt_heartbeat, 5, {c->ta.names, c->ta.exec_ms}, 2, NULL};
+	return fenced(c, &o, worker, refs, n, out, 0, lease_until_us, err);
 }
 
 sq_status sq_heartbeat(sq_client *c, const char *worker, const sq_job_ref *refs, size_t n,
 		       sq_status *out, sq_error *err)
 {
-	op o = {&stmt_heartbeat, 5, {c->ta.names, c->ta.exec_ms}, 2, NULL};
-	return fenced(c, &o, worker, refs, n, out, 0, err);
+	return sq_heartbeat_lease(c, worker, refs, n, out, NULL, err);
 }
 
 sq_status sq_complete(sq_client *c, const char *worker, const sq_job_ref *refs, size_t n,
@@ -473,21 +496,21 @@ sq_status sq_complete(sq_client *c, const char *worker, const sq_job_ref *refs, 
 	char off[32];
 	snprintf(off, sizeof(off), "%lld", (long long)sq_test_clock_offset_s());
 	op o = {&stmt_complete, 6, {c->ta.hist_names, c->ta.hist_days, off}, 3, NULL};
-	return fenced(c, &o, worker, refs, n, out, 1, err);
+	return fenced(c, &o, worker, refs, n, out, 1, NULL, err);
 }
 
 sq_status sq_release(sq_client *c, const char *worker, const sq_job_ref *refs, size_t n,
 		     sq_status *out, sq_error *err)
 {
 	op o = {&stmt_release, 3, {0}, 0, NULL};
-	return fenced(c, &o, worker, refs, n, out, 0, err);
+	return fenced(c, &o, worker, refs, n, out, 0, NULL, err);
 }
 
 sq_status sq_unclaim(sq_client *c, const char *worker, const sq_job_ref *refs, size_t n,
 		     sq_status *out, sq_error *err)
 {
 	op o = {&stmt_unclaim, 3, {0}, 0, NULL};
-	return fenced(c, &o, worker, refs, n, out, 0, err);
+	return fenced(c, &o, worker, refs, n, out, 0, NULL, err);
 }
 
 sq_status sq_fail(sq_client *c, const char *worker, const sq_fail_req *reqs, size_t n,
@@ -504,7 +527,7 @@ sq_status sq_fail(sq_client *c, const char *worker, const sq_fail_req *reqs, siz
 		{c->ta.names, c->ta.backoff, c->ta.base_ms, c->ta.cap_ms, c->ta.jitter},
 		5,
 		reqs};
-	st = fenced(c, &o, worker, refs, n, out, 0, err);
+	st = fenced(c, &o, worker, refs, n, out, 0, NULL, err);
 	free(refs);
 	return st;
 }
@@ -754,7 +777,7 @@ void sq_fenced_collect(sq_client *c, sq_fenced_pending *p, sq_status *out)
 	for (size_t i = 0; i < p->n; i++)
 		out[i] = SQ_EINVAL;
 	(void)fenced_collect(c, p->rows, out,
-			     p->kind == SQ_FENCED_COMPLETE ? SQ_ENOTFOUND : SQ_ELOST, NULL);
+			     p->kind == SQ_FENCED_COMPLETE ? SQ_ENOTFOUND : SQ_ELOST, NULL, NULL);
 	fenced_free(c, p->rows);
 	free(p->todo);
 	free(p);

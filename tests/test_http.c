@@ -327,6 +327,33 @@ static void expect(const hresp *r, int st, const char *code, int line)
 
 #define EXPECT(r, st, code) expect(&(r), (st), (code), __LINE__)
 
+/* lease_until_ms of the first result of a start or heartbeat reply; 0
+ * when it has none. */
+static long long reply_lease(const hresp *r)
+{
+	json_t *j = js(r);
+	json_t *x =
+		json_object_get(json_array_get(json_object_get(j, "results"), 0), "lease_until_ms");
+	long long v = json_is_integer(x) ? (long long)json_integer_value(x) : 0;
+	json_decref(j);
+	return v;
+}
+
+/* The lease of job id as GET /v1/jobs/{id} shows it. */
+static long long job_lease(const char *token, long long id)
+{
+	char path[64];
+	snprintf(path, sizeof(path), "/v1/jobs/%lld", id);
+	hresp r = call("GET", path, token, NULL);
+	EXPECT(r, 200, NULL);
+	json_t *j = js(&r);
+	json_t *x = json_object_get(j, "lease_until_ms");
+	ck_assert_msg(json_is_integer(x), "no lease in %s", r.body);
+	long long v = (long long)json_integer_value(x);
+	json_decref(j);
+	return v;
+}
+
 static long long live(const char *where)
 {
 	char sql[512];
@@ -485,13 +512,24 @@ START_TEST(every_endpoint)
 			 D.worker_id);
 	ck_assert_int_eq(live("status = 'starting'"), 1);
 	char *fb = fence_body(jobs, NULL);
+	long long started_id =
+		(long long)json_integer_value(json_object_get(json_array_get(jobs, 0), "id"));
 	r = call("POST", "/v1/jobs/start", tok_worker, fb);
 	EXPECT(r, 200, NULL);
 	ck_assert_int_eq(live("status = 'running'"), 1);
+	/* start and heartbeat answer the lease they set, as the job shows it */
+	long long lease1 = reply_lease(&r);
+	ck_assert_msg(lease1 > 0, "no lease in the start's reply: %s", r.body);
+	ck_assert_int_eq(lease1, job_lease(tok_producer, started_id));
 	r = call("POST", "/v1/jobs/heartbeat", tok_worker, fb);
 	EXPECT(r, 200, NULL);
+	long long lease2 = reply_lease(&r);
+	ck_assert_msg(lease2 >= lease1, "heartbeat lease %lld before the start's %lld: %s", lease2,
+		      lease1, r.body);
+	ck_assert_int_eq(lease2, job_lease(tok_producer, started_id));
 	r = call("POST", "/v1/jobs/complete", tok_worker, fb);
 	EXPECT(r, 200, NULL);
+	ck_assert_int_eq(reply_lease(&r), 0);
 	ck_assert_int_eq(live("task = 'a'"), 0);
 	/* a second complete: the job is gone */
 	r = call("POST", "/v1/jobs/complete", tok_worker, fb);

@@ -186,6 +186,28 @@ START_TEST(heartbeat_keeps_the_lease)
 		ck_assert_int_lt(round, 4);
 		id = 0;
 	}
+	/* the lease variants answer the lease they set, as the row holds it */
+	{
+		sq_job_ref ref = {id, a1};
+		sq_status st;
+		int64_t lease = -1;
+		sq_error err;
+		OKE(sq_heartbeat_lease(t.client, "w1", &ref, 1, &st, &lease, &err));
+		ck_assert_int_eq(st, SQ_OK);
+		sq_job j = get(id);
+		ck_assert_int_eq(lease, j.lease_until_us);
+		clear(&j);
+		OKE(sq_start_lease(t.client, "w1", &ref, 1, &st, &lease, &err));
+		ck_assert_int_eq(st, SQ_OK);
+		j = get(id);
+		ck_assert_int_eq(lease, j.lease_until_us);
+		clear(&j);
+		/* not ours: lost, and no lease */
+		ref.attempt = a1 + 7;
+		OKE(sq_heartbeat_lease(t.client, "w1", &ref, 1, &st, &lease, &err));
+		ck_assert_int_eq(st, SQ_ELOST);
+		ck_assert_int_eq(lease, 0);
+	}
 	ck_assert_int_eq(one(sq_complete, t.client, "w1", id, a1), SQ_OK);
 	/* heartbeat of a job not ours (or gone) is lost */
 	ck_assert_int_eq(one(sq_heartbeat, t.client, "w1", id, a1), SQ_ELOST);

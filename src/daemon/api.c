@@ -332,7 +332,8 @@ typedef struct res_req {
 	sq_fail_req *fails;
 	const char **workers;
 	sq_status *out;
-	size_t at; /* its first entry in the merged arrays */
+	const int64_t *lease; /* start, heartbeat: the lease of each ok ref */
+	size_t at;            /* its first entry in the merged arrays */
 } res_req;
 
 /* Parses a result request; -1 with the task's error set. */
@@ -466,9 +467,14 @@ static void answer_results(sqd *d, sq_client *c, sqd_task *t, res_req *q, sq_sta
 		sq_buf_putc(&t->resp, '{');
 	}
 	sq_buf_puts(&t->resp, "\"results\":[");
-	for (size_t i = 0; i < n; i++)
-		sq_buf_printf(&t->resp, "%s{\"id\":%lld,\"result\":\"%s\"}", i ? "," : "",
+	for (size_t i = 0; i < n; i++) {
+		sq_buf_printf(&t->resp, "%s{\"id\":%lld,\"result\":\"%s\"", i ? "," : "",
 			      (long long)q->refs[i].id, result_name(q->out[i]));
+		if (q->lease && q->out[i] == SQ_OK && q->lease[i] > 0)
+			sq_buf_printf(&t->resp, ",\"lease_until_ms\":%lld",
+				      (long long)(q->lease[i] / 1000));
+		sq_buf_putc(&t->resp, '}');
+	}
 	sq_buf_puts(&t->resp, "]}");
 }
 
@@ -504,11 +510,14 @@ void sqd_run_results(sqd *d, sq_client *c, sqd_task **tasks, size_t ntasks)
 	sq_job_ref *sub = calloc(total ? total : 1, sizeof(*sub));
 	sq_fail_req *subf = calloc(total ? total : 1, sizeof(*subf));
 	sq_status *subo = calloc(total ? total : 1, sizeof(*subo));
+	int64_t *lease = calloc(total ? total : 1, sizeof(*lease));
+	int64_t *subl = calloc(total ? total : 1, sizeof(*subl));
 	size_t *idx = calloc(total ? total : 1, sizeof(*idx));
 	char *done = calloc(total ? total : 1, 1);
 	sq_status first_err = SQ_OK;
 	sq_error err = {0};
-	if (!ok || !refs || !fails || !workers || !out || !sub || !subf || !subo || !idx || !done) {
+	if (!ok || !refs || !fails || !workers || !out || !sub || !subf || !subo || !lease ||
+	    !subl || !idx || !done) {
 		for (size_t k = 0; k < ntasks; k++)
 			if (!ok || ok[k])
 				sqd_error(tasks[k], 500, "internal", "out of memory");
@@ -536,8 +545,10 @@ void sqd_run_results(sqd *d, sq_client *c, sqd_task **tasks, size_t ntasks)
 			}
 		sq_status st;
 		switch (route) {
-		case R_START: st = sq_start(c, workers[i], sub, k, subo, &err); break;
-		case R_HEARTBEAT: st = sq_heartbeat(c, workers[i], sub, k, subo, &err); break;
+		case R_START: st = sq_start_lease(c, workers[i], sub, k, subo, subl, &err); break;
+		case R_HEARTBEAT:
+			st = sq_heartbeat_lease(c, workers[i], sub, k, subo, subl, &err);
+			break;
 		case R_COMPLETE: st = sq_complete(c, workers[i], sub, k, subo, &err); break;
 		case R_RELEASE: st = sq_unclaim(c, workers[i], sub, k, subo, &err); break;
 		default: st = sq_fail(c, workers[i], subf, k, subo, &err); break;
@@ -546,12 +557,15 @@ void sqd_run_results(sqd *d, sq_client *c, sqd_task **tasks, size_t ntasks)
 			first_err = st;
 			sqd_log("%s: %s", route == R_COMPLETE ? "complete" : "results", err.msg);
 		}
-		for (size_t j = 0; j < k; j++)
+		for (size_t j = 0; j < k; j++) {
 			out[idx[j]] = subo[j];
+			lease[idx[j]] = route == R_START || route == R_HEARTBEAT ? subl[j] : 0;
+		}
 	}
 	for (size_t k = 0; k < ntasks; k++)
 		if (ok[k]) {
 			memcpy(q[k].out, out + q[k].at, q[k].n * sizeof(*out));
+			q[k].lease = lease + q[k].at;
 			answer_results(d, c, tasks[k], &q[k], first_err, &err);
 		}
 	atomic_fetch_add(&d->m.result_calls, 1);
@@ -568,6 +582,8 @@ out:
 	free(sub);
 	free(subf);
 	free(subo);
+	free(lease);
+	free(subl);
 	free(idx);
 	free(done);
 }
