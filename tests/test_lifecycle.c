@@ -433,6 +433,21 @@ static void exec_ok(PGconn *pg, const char *sql)
 	PQclear(r);
 }
 
+/* The lines of an EXPLAIN's result, joined (malloc'd); clears r. */
+static char *plan_lines(PGresult *r)
+{
+	size_t len = 0, cap = 1 << 16;
+	char *out = malloc(cap);
+	ck_assert_ptr_nonnull(out);
+	out[0] = 0;
+	for (int i = 0; i < PQntuples(r); i++)
+		len += (size_t)snprintf(out + len, len < cap ? cap - len : 0, "%s\n",
+					PQgetvalue(r, i, 0));
+	ck_assert_uint_lt(len, cap);
+	PQclear(r);
+	return out;
+}
+
 /* EXPLAIN of fenced write k for the refs ids/atts (array literals) of worker
  * "w", planned for these values (generic 0) or once for all (1); the plan's
  * lines joined, malloc'd. */
@@ -442,8 +457,7 @@ static char *fenced_plan(PGconn *pg, sq_fenced_kind k, const char *ids, const ch
 	PGresult *r;
 	int np;
 	size_t len = 0, cap = 1 << 16;
-	char *out = malloc(cap), *sql = malloc(cap);
-	ck_assert_ptr_nonnull(out);
+	char *sql = malloc(cap);
 	ck_assert_ptr_nonnull(sql);
 	exec_ok(pg, "DEALLOCATE ALL");
 	r = PQprepare(pg, "fenced", sq_fenced_sql(k), 0, NULL);
@@ -461,15 +475,8 @@ static char *fenced_plan(PGconn *pg, sq_fenced_kind k, const char *ids, const ch
 			    : "SET plan_cache_mode = force_custom_plan");
 	r = PQexec(pg, sql);
 	ck_assert_msg(PQresultStatus(r) == PGRES_TUPLES_OK, "explain: %s", PQerrorMessage(pg));
-	len = 0;
-	out[0] = 0;
-	for (int i = 0; i < PQntuples(r); i++)
-		len += (size_t)snprintf(out + len, len < cap ? cap - len : 0, "%s\n",
-					PQgetvalue(r, i, 0));
-	ck_assert_uint_lt(len, cap);
-	PQclear(r);
 	free(sql);
-	return out;
+	return plan_lines(r);
 }
 
 /* Every fenced write, both ways of planning: jobs_pkey, and no other path
@@ -554,50 +561,36 @@ START_TEST(fenced_writes_probe_the_key_whatever_the_statistics)
 }
 END_TEST
 
+/* One statement on the library's own connection to a shard, between its
+ * calls (sq_pgconn_exec leaves and re-enters its pipeline mode). */
+static PGresult *library_exec(sq_pgconn *pc, const char *sql, int nparams, const char *const *vals)
+{
+	sq_error err;
+	PGresult *r = sq_pgconn_exec(pc, sql, nparams, vals, &err);
+	ck_assert_msg(r != NULL, "%s: %s", sql, err.msg);
+	return r;
+}
+
 /* The plan the library's own session cached for statement `name`, as the
  * generic plan (EXPLAIN EXECUTE with `args`); malloc'd lines. */
-static char *cached_plan(PGconn *pg, const char *name, const char *args)
+static char *cached_plan(sq_pgconn *pc, const char *name, const char *args)
 {
 	char sql[512];
-	size_t len = 0, cap = 1 << 16;
-	char *out = malloc(cap);
-	PGresult *r;
-	ck_assert_ptr_nonnull(out);
-	out[0] = 0;
-	/* the library's connection, idle between its calls, is in pipeline
-	 * mode; a plain exchange needs it left, and it is entered again after */
-	ck_assert(PQexitPipelineMode(pg));
-	PQsetnonblocking(pg, 0);
-	exec_ok(pg, "SET plan_cache_mode = force_generic_plan");
 	snprintf(sql, sizeof(sql), "EXPLAIN EXECUTE %s(%s)", name, args);
-	r = PQexec(pg, sql);
-	ck_assert_msg(PQresultStatus(r) == PGRES_TUPLES_OK, "%s: %s", sql, PQerrorMessage(pg));
-	for (int i = 0; i < PQntuples(r); i++)
-		len += (size_t)snprintf(out + len, len < cap ? cap - len : 0, "%s\n",
-					PQgetvalue(r, i, 0));
-	ck_assert_uint_lt(len, cap);
-	PQclear(r);
-	exec_ok(pg, "RESET plan_cache_mode");
-	PQsetnonblocking(pg, 1);
-	ck_assert(PQenterPipelineMode(pg));
+	PQclear(library_exec(pc, "SET plan_cache_mode = force_generic_plan", 0, NULL));
+	char *out = plan_lines(library_exec(pc, sql, 0, NULL));
+	PQclear(library_exec(pc, "RESET plan_cache_mode", 0, NULL));
 	return out;
 }
 
-/* Whether the library's session on pg has prepared statement `name`. */
-static int cached_plan_exists(PGconn *pg, const char *name)
+/* Whether the library's session on pc has prepared statement `name`. */
+static int cached_plan_exists(sq_pgconn *pc, const char *name)
 {
 	const char *v[1] = {name};
-	PGresult *r;
-	int n;
-	ck_assert(PQexitPipelineMode(pg));
-	PQsetnonblocking(pg, 0);
-	r = PQexecParams(pg, "SELECT 1 FROM pg_prepared_statements WHERE name = $1", 1, NULL, v,
-			 NULL, NULL, 0);
-	ck_assert_msg(PQresultStatus(r) == PGRES_TUPLES_OK, "%s", PQerrorMessage(pg));
-	n = PQntuples(r);
+	PGresult *r =
+		library_exec(pc, "SELECT 1 FROM pg_prepared_statements WHERE name = $1", 1, v);
+	int n = PQntuples(r);
 	PQclear(r);
-	PQsetnonblocking(pg, 1);
-	ck_assert(PQenterPipelineMode(pg));
 	return n > 0;
 }
 
@@ -636,7 +629,7 @@ START_TEST(plans_made_on_an_empty_table_keep_to_the_indexes)
 		OKE(sq_enqueue(tp.client, js, BATCH, rs, &err));
 
 	for (int s = 0, completed = 0; s < tp.nshards; s++) {
-		PGconn *pg = w->shards[s].conn;
+		sq_pgconn *pg = &w->shards[s];
 		char *claim =
 			cached_plan(pg, "sq_claim", "'{p}', '{1000}', '{300000}', 'w', '{0}'");
 		ck_assert_msg(!strstr(claim, "Seq Scan on jobs "),
