@@ -8,6 +8,7 @@
 #include "schema.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -86,7 +87,7 @@ static const sq_stmt stmt_claim = {
 	"  SELECT * FROM unnest($1::text[], $2::int[], $3::bigint[], $5::int[])"
 	"           AS t(task, lim, lease_ms, start)"
 	"), " CLAIM_BODY
-	"SELECT " SQ_JOB_COLUMNS " FROM upd j WHERE j.status IN ('starting', 'running')"};
+	"SELECT " SQ_JOB_COLUMNS_BIN " FROM upd j WHERE j.status IN ('starting', 'running')"};
 
 /* A claim with a type that has `rate` or `max_running` (this shard's
  * shares in $6 max_running, $7 rate per second, $8 bucket size; -1: none).
@@ -122,7 +123,7 @@ static const sq_stmt stmt_claim_limited = {
 	"    FROM t WHERE t.avail IS NOT NULL"
 	"  ON CONFLICT (task) DO UPDATE SET tokens = EXCLUDED.tokens, at = EXCLUDED.at"
 	")"
-	"SELECT " SQ_JOB_COLUMNS " FROM upd j WHERE j.status IN ('starting', 'running')"};
+	"SELECT " SQ_JOB_COLUMNS_BIN " FROM upd j WHERE j.status IN ('starting', 'running')"};
 
 /* Before a limited claim, in the same transaction: one lock per limited
  * type, in one order (no deadlock between two claims), after the gate. */
@@ -349,10 +350,10 @@ static void claim_push(sq_client *c, const char *worker, const int *ti, size_t n
 			r->lvals[0] = r->ltypes.data;
 			sq_pgconn_push(&c->shards[s], &stmt_limit_lock, 1, r->lvals);
 			r->claim = c->shards[s].qn;
-			sq_pgconn_push(&c->shards[s], &stmt_claim_limited, 8, r->vals);
+			sq_pgconn_push_binary(&c->shards[s], &stmt_claim_limited, 8, r->vals);
 		} else {
 			r->claim = c->shards[s].qn;
-			sq_pgconn_push(&c->shards[s], &stmt_claim, 5, r->vals);
+			sq_pgconn_push_binary(&c->shards[s], &stmt_claim, 5, r->vals);
 		}
 		if (!c->merge_txn)
 			sq_pgconn_push_sync(&c->shards[s]);
@@ -364,8 +365,8 @@ static void claim_push(sq_client *c, const char *worker, const int *ti, size_t n
 /* Reads a round's answers into out; sr[s].got[] counts them. A shard that
  * failed does not cost the jobs claimed on the others: they are kept, and
  * the first shard's error is returned. */
-static sq_status claim_collect(sq_client *c, const sq_claim_req *reqs, size_t nreqs, shard_req *sr,
-			       job_vec *out, sq_error *err)
+static sq_status claim_collect(sq_client *c, const char *worker, const sq_claim_req *reqs,
+			       size_t nreqs, shard_req *sr, job_vec *out, sq_error *err)
 {
 	sq_status first = SQ_OK;
 	for (int s = 0; s < c->nshards; s++) {
@@ -384,6 +385,18 @@ static sq_status claim_collect(sq_client *c, const sq_claim_req *reqs, size_t nr
 			continue;
 		}
 		PGresult *res = c->shards[s].res[r->claim];
+		const char *bad = sq_jobrow_check_bin(res);
+		if (bad) {
+			/* what it claimed comes back after the starting lease */
+			r->any = 0;
+			if (first == SQ_OK) {
+				first = SQ_EDB;
+				sq_err(err, SQ_EDB,
+				       "shard %s: %s; is its schema up to date? run shardq init",
+				       c->shards[s].shard_id, bad);
+			}
+			continue;
+		}
 		size_t need = out->n + (size_t)PQntuples(res);
 		if (need > out->cap) {
 			sq_job *nv = realloc(out->v, need * sizeof(sq_job));
@@ -393,7 +406,7 @@ static sq_status claim_collect(sq_client *c, const sq_claim_req *reqs, size_t nr
 			out->cap = need;
 		}
 		for (int row = 0; row < PQntuples(res); row++) {
-			if (sq_jobrow_parse(res, row, s, &out->v[out->n]))
+			if (sq_jobrow_parse_bin(res, row, s, worker, &out->v[out->n]))
 				continue; /* out of memory: its lease brings it back */
 			for (size_t k = 0; k < nreqs; k++)
 				if (!strcmp(reqs[k].type, out->v[out->n].type)) {
@@ -414,7 +427,7 @@ static sq_status claim_round(sq_client *c, const char *worker, const sq_claim_re
 	sq_client_reset(c);
 	claim_push(c, worker, ti, nreqs, sr);
 	st = sq_client_send(c, err);
-	st2 = claim_collect(c, reqs, nreqs, sr, out, st == SQ_OK ? err : NULL);
+	st2 = claim_collect(c, worker, reqs, nreqs, sr, out, st == SQ_OK ? err : NULL);
 	sq_client_reset(c);
 	return st != SQ_OK ? st : st2;
 }
@@ -616,6 +629,7 @@ sq_status sq_claim(sq_client *c, const char *worker, const sq_claim_req *reqs, s
 
 struct sq_claim_pending {
 	shard_req *sr;
+	char worker[256]; /* check_reqs: at most 200 bytes */
 	sq_claim_req reqs[SQ_MAX_TYPES];
 	int ti[SQ_MAX_TYPES];
 	size_t nreqs;
@@ -634,6 +648,7 @@ sq_claim_pending *sq_claim_push(sq_client *c, const char *worker, const sq_claim
 		free(p);
 		return NULL;
 	}
+	snprintf(p->worker, sizeof(p->worker), "%s", worker);
 	memcpy(p->reqs, reqs, nreqs * sizeof(*reqs));
 	p->nreqs = nreqs;
 	plan_round1(c, reqs, nreqs, p->ti, only, p->sr);
@@ -645,7 +660,7 @@ sq_status sq_claim_collect(sq_client *c, sq_claim_pending *p, sq_job **jobs, siz
 			   sq_error *err)
 {
 	job_vec jv = {NULL, 0, 0};
-	sq_status st = claim_collect(c, p->reqs, p->nreqs, p->sr, &jv, err);
+	sq_status st = claim_collect(c, p->worker, p->reqs, p->nreqs, p->sr, &jv, err);
 	learn(c, p->nreqs, p->ti, p->sr);
 	if (jv.n > 1)
 		qsort(jv.v, jv.n, sizeof(sq_job), cmp_jobs);

@@ -1,6 +1,7 @@
 /* jobrow.c - job rows as returned by claims and lookups. */
 #include "jobrow.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -45,6 +46,96 @@ int sq_jobrow_parse(PGresult *r, int row, int shard, sq_job *job)
 	job->created_us = i64(r, row, 13);
 	if (!job->type || !job->params || (!job->key && !PQgetisnull(r, row, 7)) ||
 	    (!job->worker && !PQgetisnull(r, row, 9))) {
+		sq_job_clear(job);
+		return -1;
+	}
+	return 0;
+}
+
+/* Type oids of SQ_JOB_COLUMNS_BIN (pg_type.h: int8, int4, text,
+ * timestamptz), and the binary values' sizes (-1: any). */
+enum { OID_INT8 = 20, OID_INT4 = 23, OID_TEXT = 25, OID_TSTZ = 1184 };
+static const unsigned bin_oid[] = {OID_INT8, OID_INT4, OID_INT4, OID_INT4, OID_INT4,
+				   OID_TEXT, OID_TEXT, OID_TEXT, OID_TEXT, OID_TSTZ,
+				   OID_TSTZ, OID_TSTZ, OID_TSTZ};
+#define BIN_COLS ((int)(sizeof(bin_oid) / sizeof(bin_oid[0])))
+/* microseconds from the Unix epoch to PostgreSQL's (2000-01-01) */
+#define PG_EPOCH_US INT64_C(946684800000000)
+
+const char *sq_jobrow_check_bin(const PGresult *r)
+{
+	if (PQnfields(r) != BIN_COLS)
+		return "the claim answered an unexpected number of columns";
+	for (int c = 0; c < BIN_COLS; c++)
+		if (PQfformat(r, c) != 1 || PQftype(r, c) != bin_oid[c])
+			return "the claim answered a column of an unexpected type";
+	return NULL;
+}
+
+static uint64_t be(const char *p, int n)
+{
+	uint64_t v = 0;
+	for (int i = 0; i < n; i++)
+		v = v << 8 | (unsigned char)p[i];
+	return v;
+}
+
+/* An int8, int4 or timestamptz (µs since 2000-01-01, as an int8); 0 for
+ * NULL or a value of the wrong size. */
+static int64_t bin_int(const PGresult *r, int row, int col)
+{
+	int n = PQgetlength(r, row, col);
+	if (PQgetisnull(r, row, col) || (n != 4 && n != 8))
+		return 0;
+	uint64_t v = be(PQgetvalue(r, row, col), n);
+	return n == 8 ? (int64_t)v : (int64_t)(int32_t)(uint32_t)v;
+}
+
+static int64_t bin_time(const PGresult *r, int row, int col)
+{
+	return PQgetisnull(r, row, col) ? 0 : bin_int(r, row, col) + PG_EPOCH_US;
+}
+
+/* A text value (libpq ends binary values with a zero byte too; text has
+ * no other) */
+static char *bin_text(const PGresult *r, int row, int col)
+{
+	if (PQgetisnull(r, row, col))
+		return NULL;
+	size_t n = (size_t)PQgetlength(r, row, col);
+	char *s = malloc(n + 1);
+	if (s) {
+		memcpy(s, PQgetvalue(r, row, col), n);
+		s[n] = '\0';
+	}
+	return s;
+}
+
+int sq_jobrow_parse_bin(const PGresult *r, int row, int shard, const char *worker, sq_job *job)
+{
+	const char *st = PQgetvalue(r, row, 5);
+	int stlen = PQgetlength(r, row, 5);
+	memset(job, 0, sizeof(*job));
+	job->id = bin_int(r, row, 0);
+	job->attempt = (int32_t)bin_int(r, row, 1);
+	job->tries = (int32_t)bin_int(r, row, 2);
+	job->max_attempts = (int32_t)bin_int(r, row, 3);
+	job->priority = (int32_t)bin_int(r, row, 4);
+	job->shard = shard;
+	for (int i = 0; i < 6; i++)
+		if ((size_t)stlen == strlen(status_names[i]) &&
+		    !memcmp(st, status_names[i], (size_t)stlen))
+			job->status = (sq_job_status)i;
+	job->type = bin_text(r, row, 6);
+	job->key = bin_text(r, row, 7);
+	job->params = bin_text(r, row, 8);
+	job->worker = worker ? strdup(worker) : NULL;
+	job->schedule_time_us = bin_time(r, row, 9);
+	job->delay_tolerance_time_us = bin_time(r, row, 10);
+	job->lease_until_us = bin_time(r, row, 11);
+	job->created_us = bin_time(r, row, 12);
+	if (!job->type || !job->params || (!job->key && !PQgetisnull(r, row, 7)) ||
+	    (worker && !job->worker)) {
 		sq_job_clear(job);
 		return -1;
 	}

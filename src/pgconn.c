@@ -151,7 +151,14 @@ void sq_pgconn_push(sq_pgconn *pc, const sq_stmt *st, int nparams, const char *c
 	pc->qnparams[pc->qn] = nparams;
 	pc->qvals[pc->qn] = vals;
 	pc->sync_after[pc->qn] = 0;
+	pc->qbinary[pc->qn] = 0;
 	pc->qn++;
+}
+
+void sq_pgconn_push_binary(sq_pgconn *pc, const sq_stmt *st, int nparams, const char *const *vals)
+{
+	sq_pgconn_push(pc, st, nparams, vals);
+	pc->qbinary[pc->qn - 1] = 1;
 }
 
 void sq_pgconn_push_sync(sq_pgconn *pc)
@@ -204,7 +211,7 @@ static int send_pipeline(sq_pgconn *pc, sq_error *err)
 			pc->keep[pc->expect++] = -1;
 		}
 		if (!PQsendQueryPrepared(pc->conn, st->name, pc->qnparams[i], pc->qvals[i], NULL,
-					 NULL, 0)) {
+					 NULL, pc->qbinary[i])) {
 			conn_failed(pc, err, "cannot send");
 			return -1;
 		}

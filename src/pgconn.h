@@ -40,7 +40,8 @@ typedef struct sq_pgconn {
 	int qn;
 	int qnparams[SQ_PIPE_MAX];
 	const char *const *qvals[SQ_PIPE_MAX];
-	PGresult *res[SQ_PIPE_MAX]; /* results of the q[] in order */
+	unsigned char qbinary[SQ_PIPE_MAX]; /* the result in binary format */
+	PGresult *res[SQ_PIPE_MAX];         /* results of the q[] in order */
 	int nres;
 	int expect;                           /* entries sent (prepares included) */
 	int keep[SQ_PIPE_MAX * 2];            /* per entry sent: index into res, or -1 */
@@ -77,6 +78,9 @@ void sq_pgconn_close(sq_pgconn *pc);
 
 /* Queues one statement; vals must stay valid until sq_pgconn_run returns. */
 void sq_pgconn_push(sq_pgconn *pc, const sq_stmt *st, int nparams, const char *const *vals);
+/* The same, with the result in binary format (the statement's column
+ * types fixed, and read with PQgetlength). */
+void sq_pgconn_push_binary(sq_pgconn *pc, const sq_stmt *st, int nparams, const char *const *vals);
 /* Ends the transaction of the statements queued so far (a Sync): what
  * follows runs in a transaction of its own, whatever happened before. The
  * last transaction is ended by the run itself. */

@@ -139,6 +139,83 @@ START_TEST(delay_tolerance_orders_and_schedule_waits)
 }
 END_TEST
 
+/* The claim's answer comes in binary format, the stored values as they
+ * are; a lookup (sq_get_job) reads the same row as text. Every field must
+ * agree: a negative priority, a NULL key and tolerance, non-ASCII params,
+ * and both statuses a claim hands out. */
+START_TEST(claimed_jobs_read_as_stored)
+{
+	testdb t;
+	sq_error err;
+	testdb_open(&t, "sqt_claim_bin", 2, 64, types);
+	sq_job_spec js[3];
+	sq_enqueue_result rs[3];
+	memset(js, 0, sizeof(js));
+	int64_t now = (int64_t)time(NULL) * 1000000;
+	js[0].type = "a", js[0].key = "k-\xc3\xa9",
+	js[0].params = "{\"u\": \"\xc3\xa9\", \"n\": [1, -2.5]}";
+	js[0].has_priority = 1, js[0].priority = -7, js[0].run_at_us = now - 5000000;
+	js[0].delay_tolerance_ms = 2500, js[0].max_attempts = 3;
+	js[1].type = "a", js[1].has_priority = 1, js[1].priority = 1000000;
+	js[1].delay_tolerance_ms = SQ_NO_DELAY_TOLERANCE;
+	js[2].type = "a", js[2].key = "k-3", js[2].has_priority = 1, js[2].priority = -1000000;
+	OKE(sq_enqueue(t.client, js, 3, rs, &err));
+	sq_claim_req rq = {"a", 3, 1};
+	sq_job *got;
+	size_t n;
+	OKE(sq_claim(t.client, "w-bin", &rq, 1, &got, &n, &err));
+	ck_assert_uint_eq(n, 3);
+	int running = 0;
+	for (size_t i = 0; i < n; i++) {
+		sq_job db;
+		OKE(sq_get_job(t.client, got[i].id, &db, &err));
+		ck_assert_int_eq(got[i].id, db.id);
+		ck_assert_int_eq(got[i].attempt, db.attempt);
+		ck_assert_int_eq(got[i].attempt, 1);
+		ck_assert_int_eq(got[i].tries, db.tries);
+		ck_assert_int_eq(got[i].max_attempts, db.max_attempts);
+		ck_assert_int_eq(got[i].priority, db.priority);
+		ck_assert_int_eq(got[i].status, db.status);
+		ck_assert_int_eq(got[i].shard, db.shard);
+		ck_assert_str_eq(got[i].type, db.type);
+		ck_assert_str_eq(got[i].params, db.params);
+		ck_assert_str_eq(got[i].worker, "w-bin");
+		ck_assert_str_eq(db.worker, "w-bin");
+		ck_assert(!got[i].key == !db.key);
+		if (db.key)
+			ck_assert_str_eq(got[i].key, db.key);
+		ck_assert_int_eq(got[i].schedule_time_us, db.schedule_time_us);
+		ck_assert_int_eq(got[i].delay_tolerance_time_us, db.delay_tolerance_time_us);
+		ck_assert_int_eq(got[i].lease_until_us, db.lease_until_us);
+		ck_assert_int_eq(got[i].created_us, db.created_us);
+		/* and the values are the ones enqueued, on the Unix clock */
+		ck_assert_int_gt(got[i].created_us, now - 3600 * INT64_C(1000000));
+		ck_assert_int_gt(got[i].lease_until_us, got[i].created_us);
+		if (got[i].priority == -7) {
+			ck_assert_str_eq(got[i].key, "k-\xc3\xa9");
+			ck_assert_ptr_nonnull(strstr(got[i].params, "\xc3\xa9"));
+			ck_assert_int_eq(got[i].max_attempts, 3);
+			ck_assert_int_eq(got[i].delay_tolerance_time_us - got[i].schedule_time_us,
+					 2500000);
+		} else if (got[i].priority == 1000000) {
+			ck_assert_ptr_null(got[i].key);
+			ck_assert_int_eq(got[i].delay_tolerance_time_us, 0);
+		} else {
+			ck_assert_int_eq(got[i].priority, -1000000);
+		}
+		running += got[i].status == SQ_RUNNING;
+		ck_assert(got[i].status == SQ_RUNNING || got[i].status == SQ_STARTING);
+		sq_job_clear(&db);
+	}
+	ck_assert_int_eq(running, 1);
+	/* the documented order: highest priority first */
+	ck_assert_int_eq(got[0].priority, 1000000);
+	ck_assert_int_eq(got[2].priority, -1000000);
+	sq_jobs_free(got, n);
+	testdb_close(&t);
+}
+END_TEST
+
 /* The claimers connect first, then all start claiming at once. */
 static pthread_barrier_t claimers_ready;
 
@@ -228,6 +305,7 @@ int main(void)
 	tcase_add_test(tc, three_types_one_statement_per_shard);
 	tcase_add_test(tc, delay_tolerance_orders_and_schedule_waits);
 	tcase_add_test(tc, eight_claimers_each_job_once);
+	tcase_add_test(tc, claimed_jobs_read_as_stored);
 	suite_add_tcase(s, tc);
 	return run_suite(s);
 }
