@@ -16,16 +16,37 @@
 #include <xxhash.h>
 
 /* Columns: per input row, in the order the arrays are given. Policies:
- * i ignore, r replace, m merge, R rerun (see design section 5). */
+ * i ignore, r replace, m merge, R rerun (see design section 5).
+ *
+ * A column whose value every row of the statement shares is sent once, as a
+ * one-element array: unnest pads it with NULLs, which read as the first
+ * row's value. Parsing the arrays was about a quarter of the insert's time
+ * on the shard, and most batches share all but the ids and the params
+ * (docs/benchmarks.md, "Columns sent once"). The id and the params are
+ * always sent whole, and the keys whole or as an empty array (no row has
+ * one): a NULL key is a value, not "the same as the first". */
+#define INPUT_UNNEST                                                                      \
+	"unnest($1::bigint[], $2::int[], $3::text[], $4::text[], $5::text[], $6::int[], " \
+	"$7::bigint[], $8::bigint[], $9::bigint[], $10::int[], $11::text[])"
+#define INPUT_NAMES "id, part, task, uid, params, prio, at_us, delay_ms, tol_ms, maxa, pol"
+#define INPUT_COLS                                                                               \
+	"u.id, COALESCE(u.part, ($2::int[])[1]) AS part, COALESCE(u.task, ($3::text[])[1]) AS "  \
+	"task, "                                                                                 \
+	"u.uid, u.params, COALESCE(u.prio, ($6::int[])[1]) AS prio, "                            \
+	"COALESCE(u.at_us, ($7::bigint[])[1]) AS at_us, "                                        \
+	"COALESCE(u.delay_ms, ($8::bigint[])[1]) AS delay_ms, "                                  \
+	"COALESCE(u.tol_ms, ($9::bigint[])[1]) AS tol_ms, COALESCE(u.maxa, ($10::int[])[1]) AS " \
+	"maxa, "                                                                                 \
+	"COALESCE(u.pol, ($11::text[])[1]) AS pol"
 static const sq_stmt stmt_enqueue = {
 	"sq_enqueue",
-	"WITH input AS ("
-	"  SELECT u.*, CASE WHEN u.at_us <> 0 THEN to_timestamp(u.at_us / 1000000.0)"
-	"              ELSE now() + u.delay_ms * interval '1 millisecond' END AS st"
-	"    FROM unnest($1::bigint[], $2::int[], $3::text[], $4::text[], $5::text[], $6::int[],"
-	"                $7::bigint[], $8::bigint[], $9::bigint[], $10::int[], $11::text[])"
-	"         WITH ORDINALITY AS u(id, part, task, uid, params, prio, at_us, delay_ms, tol_ms,"
-	"                              maxa, pol, ord)"
+	"WITH rows AS ("
+	"  SELECT " INPUT_COLS ", u.ord"
+	"    FROM " INPUT_UNNEST " WITH ORDINALITY AS u(" INPUT_NAMES ", ord)"
+	"), input AS ("
+	"  SELECT r.*, CASE WHEN r.at_us <> 0 THEN to_timestamp(r.at_us / 1000000.0)"
+	"              ELSE now() + r.delay_ms * interval '1 millisecond' END AS st"
+	"    FROM rows r"
 	"), ins AS ("
 	"  INSERT INTO shardq.jobs AS j (id, partition, task, active_uid, params, priority,"
 	"         schedule_time, delay_tolerance_time, max_attempts, dedup_policy)"
@@ -74,9 +95,7 @@ static const sq_stmt stmt_enqueue_keyless = {
 	"SELECT u.id, u.part, u.task, u.params::jsonb, u.prio, s.st,"
 	"       CASE WHEN u.tol_ms > 0 THEN s.st + u.tol_ms * interval '1 millisecond' END,"
 	"       u.maxa, u.pol::\"char\""
-	"  FROM unnest($1::bigint[], $2::int[], $3::text[], $4::text[], $5::text[], $6::int[],"
-	"              $7::bigint[], $8::bigint[], $9::bigint[], $10::int[], $11::text[])"
-	"       AS u(id, part, task, uid, params, prio, at_us, delay_ms, tol_ms, maxa, pol)"
+	"  FROM (SELECT " INPUT_COLS " FROM " INPUT_UNNEST " AS u(" INPUT_NAMES ")) u"
 	"  CROSS JOIN LATERAL (SELECT CASE WHEN u.at_us <> 0"
 	"         THEN to_timestamp(u.at_us / 1000000.0)"
 	"         ELSE now() + u.delay_ms * interval '1 millisecond' END AS st) s"};
@@ -106,7 +125,17 @@ typedef struct round {
 	int64_t *ids; /* the id each row was sent with */
 	size_t n, cap;
 	int keyed; /* a row has a key (else stmt_enqueue_keyless) */
+	/* per column: the rows so far all had the first row's value (so far
+	 * sent once), and that value */
+	unsigned char varies[NCOLS];
+	int64_t first_i[NCOLS];
+	const char *first_s[NCOLS];
 } round;
+
+/* Which columns may be sent once (see INPUT_COLS): all but the id, the key
+ * and the params. Text columns: the type and the policy. */
+static const unsigned char send_once[NCOLS] = {0, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1};
+static const unsigned char text_col[NCOLS] = {0, 0, 1, 1, 1, 0, 0, 0, 0, 0, 1};
 
 /* gate + check + rounds + notify must fit one pipeline */
 #define MAX_ROUNDS (SQ_PIPE_MAX - 3)
@@ -130,8 +159,6 @@ typedef struct shard_batch {
 	const char *parts_val[1];
 	unsigned char *seen_part; /* bitmap of partitions added to parts */
 } shard_batch;
-
-static const char policy_code[] = {'i', 'r', 'm', 'R'};
 
 sq_status sq_job_spec_check(const sq_config *cfg, const sq_job_spec *j, sq_error *err)
 {
@@ -210,6 +237,42 @@ static sq_status validate(const sq_client *c, const sq_job_spec *jobs, size_t n,
 	return SQ_OK;
 }
 
+static void put(sq_buf *b, int text, int64_t i, const char *str)
+{
+	if (text)
+		sq_arr_str(b, str);
+	else
+		sq_arr_i64(b, i);
+}
+
+/* Appends value (i or str) of column k for the round's row r->n. */
+static void round_put(round *r, int k, int64_t i, const char *str)
+{
+	sq_buf *b = &r->col[k];
+	if (!send_once[k]) {
+		put(b, text_col[k], i, str);
+		return;
+	}
+	if (r->n == 0) {
+		r->varies[k] = 0;
+		r->first_i[k] = i;
+		r->first_s[k] = str;
+		put(b, text_col[k], i, str);
+		return;
+	}
+	if (!r->varies[k]) {
+		if (text_col[k] ? !strcmp(str, r->first_s[k]) : i == r->first_i[k])
+			return;
+		/* the first to differ: the rows before it get theirs written */
+		r->varies[k] = 1;
+		for (size_t n = 1; n < r->n; n++)
+			put(b, text_col[k], r->first_i[k], r->first_s[k]);
+	}
+	put(b, text_col[k], i, str);
+}
+
+static const char *const policy_str[] = {"i", "r", "m", "R"};
+
 static void round_add(round *r, const sq_client *c, const sq_job_spec *j, int64_t id, uint32_t part,
 		      size_t input_idx)
 {
@@ -222,23 +285,30 @@ static void round_add(round *r, const sq_client *c, const sq_job_spec *j, int64_
 		r->idx = realloc(r->idx, r->cap * sizeof(size_t));
 		r->ids = realloc(r->ids, r->cap * sizeof(int64_t));
 	}
+	/* the keys: none sent until a row has one, then NULLs for the rows
+	 * before it */
+	if (j->key && !r->keyed)
+		for (size_t n = 0; n < r->n; n++)
+			sq_arr_str(&r->col[3], NULL);
+	if (j->key || r->keyed)
+		sq_arr_str(&r->col[3], j->key);
+	r->keyed |= j->key != NULL;
+	round_put(r, 0, id, NULL);
+	round_put(r, 1, part, NULL);
+	round_put(r, 2, 0, j->type);
+	round_put(r, 4, 0, j->params ? j->params : "{}");
+	round_put(r, 5, j->has_priority ? j->priority : t->priority, NULL);
+	round_put(r, 6, j->run_at_us, NULL);
+	round_put(r, 7, j->delay_ms, NULL);
+	round_put(r, 8,
+		  j->delay_tolerance_ms == SQ_NO_DELAY_TOLERANCE ? 0
+		  : j->delay_tolerance_ms > 0                    ? j->delay_tolerance_ms
+								 : t->delay_tolerance_ms,
+		  NULL);
+	round_put(r, 9, j->max_attempts ? j->max_attempts : t->max_attempts, NULL);
+	round_put(r, 10, 0, policy_str[t->dedup]);
 	r->ids[r->n] = id;
 	r->idx[r->n++] = input_idx;
-	r->keyed |= j->key != NULL;
-	sq_arr_i64(&r->col[0], id);
-	sq_arr_i64(&r->col[1], part);
-	sq_arr_str(&r->col[2], j->type);
-	sq_arr_str(&r->col[3], j->key);
-	sq_arr_str(&r->col[4], j->params ? j->params : "{}");
-	sq_arr_i64(&r->col[5], j->has_priority ? j->priority : t->priority);
-	sq_arr_i64(&r->col[6], j->run_at_us);
-	sq_arr_i64(&r->col[7], j->delay_ms);
-	sq_arr_i64(&r->col[8], j->delay_tolerance_ms == SQ_NO_DELAY_TOLERANCE ? 0
-			       : j->delay_tolerance_ms > 0 ? j->delay_tolerance_ms
-							   : t->delay_tolerance_ms);
-	sq_arr_i64(&r->col[9], j->max_attempts ? j->max_attempts : t->max_attempts);
-	char pol[2] = {policy_code[t->dedup], 0};
-	sq_arr_str(&r->col[10], pol);
 }
 
 static void round_close(round *r)

@@ -269,6 +269,74 @@ START_TEST(keyless_insert_writes_what_keyed_does)
 }
 END_TEST
 
+/* One statement sends a column once when all its rows share the value, and
+ * whole from the first row that differs: every row must still get its own
+ * values. 40 jobs in one call; the keyless ones share a partition (one
+ * statement), and keyed ones joining that shard's statement make it mix
+ * rows with and without keys. Values are shared by the first rows, then
+ * differ, column by column at different rows. */
+START_TEST(a_batch_keeps_each_rows_values)
+{
+	testdb t;
+	testdb_open(&t, "sqt_routing5", test_shard_count(), 1024, "[type t]\n[type u]\n");
+	enum { N = 40 };
+	int64_t now_us = (int64_t)time(NULL) * 1000000;
+	sq_job_spec spec[N];
+	char keys[N][16], params[N][24];
+	sq_enqueue_result r[N];
+	sq_error err;
+	memset(spec, 0, sizeof(spec));
+	for (int i = 0; i < N; i++) {
+		spec[i].type = i < 10 || i % 2 == 0 ? "t" : "u";
+		spec[i].has_priority = 1;
+		spec[i].priority = i < 15 ? 5 : i % 7 - 3;
+		spec[i].max_attempts = i < 25 ? 2 : 3 + i % 4;
+		spec[i].delay_tolerance_ms = i < 20       ? 1000
+					     : i % 3 == 0 ? SQ_NO_DELAY_TOLERANCE
+							  : 100 * i;
+		if (i < 30)
+			spec[i].run_at_us = now_us - 1000000;
+		else
+			spec[i].delay_ms = 60000 * i;
+		if (i % 4 == 3) {
+			snprintf(keys[i], sizeof(keys[i]), "mix-%d", i);
+			spec[i].key = keys[i];
+		}
+		snprintf(params[i], sizeof(params[i]), "{\"i\": %d}", i);
+		spec[i].params = params[i];
+	}
+	OKE(sq_enqueue(t.client, spec, N, r, &err));
+	for (int i = 0; i < N; i++) {
+		sq_job j;
+		ck_assert_int_eq(r[i].outcome, SQ_ENQ_INSERTED);
+		OKE(sq_get_job(t.client, r[i].id, &j, &err));
+		ck_assert_msg(!strcmp(j.type, spec[i].type), "job %d: type %s", i, j.type);
+		ck_assert_msg(j.priority == spec[i].priority, "job %d: priority %d", i, j.priority);
+		ck_assert_msg(j.max_attempts == spec[i].max_attempts, "job %d: max_attempts %d", i,
+			      j.max_attempts);
+		ck_assert_msg(!j.key == !spec[i].key && (!j.key || !strcmp(j.key, spec[i].key)),
+			      "job %d: key %s", i, j.key ? j.key : "(none)");
+		ck_assert_msg(!strcmp(j.params, params[i]), "job %d: params %s", i, j.params);
+		if (i < 30)
+			ck_assert_msg(j.schedule_time_us == spec[i].run_at_us,
+				      "job %d: schedule %" PRId64, i, j.schedule_time_us);
+		else
+			ck_assert_msg(j.schedule_time_us > now_us + (60000LL * i - 30000) * 1000,
+				      "job %d: delay not applied", i);
+		int64_t tol = spec[i].delay_tolerance_ms == SQ_NO_DELAY_TOLERANCE
+				      ? -1
+				      : spec[i].delay_tolerance_ms * 1000;
+		int64_t got = j.delay_tolerance_time_us
+				      ? j.delay_tolerance_time_us - j.schedule_time_us
+				      : -1;
+		ck_assert_msg(got == tol, "job %d: tolerance %" PRId64 " us, not %" PRId64, i, got,
+			      tol);
+		sq_job_clear(&j);
+	}
+	testdb_close(&t);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("routing");
@@ -277,6 +345,7 @@ int main(void)
 	tcase_add_test(tc, random_keys_follow_map_shares);
 	tcase_add_test(tc, same_key_same_place);
 	tcase_add_test(tc, keyless_insert_writes_what_keyed_does);
+	tcase_add_test(tc, a_batch_keeps_each_rows_values);
 	tcase_add_test(tc, init_is_idempotent_and_refuses_other_partition_count);
 	suite_add_tcase(s, tc);
 	return run_suite(s);
