@@ -68,6 +68,7 @@ static void *pool_main(void *arg)
 {
 	sq_pool *p = arg;
 	sq_task *t = NULL;
+	char ebuf[SQ_MAX_ERROR_LEN + 1];
 	sigset_t all;
 	/* signals are the loop's business */
 	sigfillset(&all);
@@ -91,12 +92,23 @@ static void *pool_main(void *arg)
 			pthread_mutex_unlock(&p->mu);
 		}
 
-		/* zeroed, so the loop finds the message's end even if the handler
-		 * left no terminator or a NUL inside it */
-		memset(t->err, 0, sizeof(t->err));
+		/* zeroed, so the message ends at its last non-NUL byte even if
+		 * the handler left no terminator or a NUL inside it */
+		memset(ebuf, 0, sizeof(ebuf));
 		t->started = sq_mono_s();
-		t->result = t->fn(&t->job, t->arg, t->err, sizeof(t->err));
+		t->result = t->fn(&t->job, t->arg, ebuf, sizeof(ebuf));
 		t->finished = sq_mono_s();
+		if (t->result != SQ_RESULT_DONE) {
+			size_t n = sizeof(ebuf);
+			while (n && !ebuf[n - 1])
+				n--;
+			/* without memory, the failure is stored without its text */
+			if ((t->err = malloc(n + 1)) != NULL) {
+				memcpy(t->err, ebuf, n);
+				t->err[n] = '\0';
+				t->err_len = n;
+			}
+		}
 
 		pthread_mutex_lock(&p->mu);
 		p->avg_run_s = 0.9 * p->avg_run_s + 0.1 * (t->finished - t->started);

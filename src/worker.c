@@ -341,6 +341,7 @@ static sq_task *buf_pop(wtype *t)
 static void task_free(sq_task *k)
 {
 	sq_job_clear(&k->job);
+	free(k->err);
 	free(k);
 }
 
@@ -369,18 +370,25 @@ static void running_remove(sq_worker *w, sq_task *k)
 	k->run_prev = k->run_next = NULL;
 }
 
-/* The handler's message as a shard can store it: the pool zeroed the
- * buffer, so the text ends at its last non-NUL byte even if the handler left
- * no terminator or a NUL inside; bytes that are not UTF-8 become U+FFFD and
- * NULs are dropped (sq_utf8_clean). */
+/* The handler's message as a shard can store it: the pool kept its bytes
+ * up to the last non-NUL one (even if the handler left no terminator or a
+ * NUL inside); bytes that are not UTF-8 become U+FFFD and NULs are dropped
+ * (sq_utf8_clean), at most SQ_MAX_ERROR_LEN bytes in all. */
 static void clean_error(sq_task *k)
 {
-	char tmp[sizeof(k->err)];
-	size_t n = sizeof(k->err);
-	while (n && !k->err[n - 1])
-		n--;
-	n = sq_utf8_clean(tmp, sizeof(tmp), k->err, n);
-	memcpy(k->err, tmp, n + 1);
+	char tmp[SQ_MAX_ERROR_LEN + 1];
+	if (!k->err)
+		return;
+	size_t n = sq_utf8_clean(tmp, sizeof(tmp), k->err, k->err_len);
+	char *e = realloc(k->err, n + 1);
+	if (!e) {
+		free(k->err);
+		k->err = NULL;
+		return;
+	}
+	memcpy(e, tmp, n + 1);
+	k->err = e;
+	k->err_len = n;
 }
 
 /* Finished tasks come back from the pool: their slot frees, and their
@@ -720,7 +728,7 @@ static void wbatch_add(wbatch *b, int kind, sq_task *k)
 	b->refs[i].attempt = k->job.attempt;
 	if (kind == WB_FAIL) {
 		b->fails[i].ref = b->refs[i];
-		b->fails[i].error = k->err[0] ? k->err : "the handler failed";
+		b->fails[i].error = k->err && k->err[0] ? k->err : "the handler failed";
 		b->fails[i].permanent = k->result == SQ_RESULT_FAIL;
 	}
 	b->out[i] = SQ_EDB; /* not answered */
@@ -1147,9 +1155,10 @@ static void tick(sq_worker *w, double now, int claiming)
 		}
 		if (st == WB_REFUSED) {
 			/* perhaps it is the text: send a plain one next time */
-			snprintf(k->err, sizeof(k->err),
-				 "the worker could not store this job's error message (the shard "
-				 "refused it)");
+			free(k->err);
+			k->err = strdup("the worker could not store this job's error message (the "
+					"shard refused it)");
+			k->err_len = k->err ? strlen(k->err) : 0;
 		}
 		if (is_moving(st)) {
 			moved |= st == SQ_EMOVED;
