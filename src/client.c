@@ -68,6 +68,9 @@ static void build_type_arrays(sq_client *c)
 	c->ta.history = type_array(c->cfg, 7);
 	c->ta.hist_names = type_array(c->cfg, 8);
 	c->ta.hist_days = type_array(c->cfg, 9);
+	c->ta.any_history = 0;
+	for (int i = 0; i < c->cfg->ntypes; i++)
+		c->ta.any_history |= c->cfg->types[i].history;
 }
 
 /* The server-side settings of a connection, as libpq's `options`.

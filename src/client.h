@@ -31,6 +31,7 @@ void sq_client_push_plans(sq_client *c, int s, int generic);
 typedef struct sq_type_arrays {
 	char *names, *start_ms, *exec_ms, *backoff, *base_ms, *cap_ms, *jitter, *history;
 	char *hist_names, *hist_days;
+	int any_history; /* a type keeps history */
 } sq_type_arrays;
 
 struct sq_client {

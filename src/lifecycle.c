@@ -102,6 +102,24 @@ static const sq_stmt stmt_complete = {
 	"            FROM del WHERE task = ANY($4::text[]))"
 	"SELECT ord FROM rr UNION ALL SELECT ord FROM del"};
 
+/* The same without history, for a client none of whose types keeps it:
+ * the deleted rows need not come back whole for an insert that takes none
+ * of them (returning them cost a session about 1 us a row, a third of the
+ * statement; docs/benchmarks.md, "Columns sent once"). */
+static const sq_stmt stmt_complete_plain = {
+	"sq_complete_plain",
+	"WITH x AS (SELECT * FROM unnest($1::bigint[], $2::int[]) WITH ORDINALITY AS x(id, att, ord)),"
+	" rr AS (UPDATE shardq.jobs j SET status = 'ready', params = j.rerun_params,"
+	"          rerun_params = NULL, attempt_base = j.attempt, worker = NULL,"
+	"          expected_status_change_time = NULL, schedule_time = now(),"
+	"          delay_tolerance_time = now() + (j.delay_tolerance_time - j.schedule_time),"
+	"          updated_at = now()"
+	"          FROM x WHERE " FENCE("IN ('starting', 'running')") " AND j.rerun_params IS NOT NULL"
+	"          RETURNING x.ord),"
+	" del AS (DELETE FROM shardq.jobs j USING x"
+	"          WHERE " FENCE("IN ('starting', 'running')") " AND j.rerun_params IS NULL RETURNING x.ord)"
+	"SELECT ord FROM rr UNION ALL SELECT ord FROM del"};
+
 /* Retry with the type's backoff while tries remain, else failed. A pending
  * rerun outlives a final failure: the job is ready again with it and a
  * fresh budget. $4..$8: per-type backoff kind, base, cap and jitter. */
@@ -490,12 +508,21 @@ sq_status sq_heartbeat(sq_client *c, const char *worker, const sq_job_ref *refs,
 	return sq_heartbeat_lease(c, worker, refs, n, out, NULL, err);
 }
 
+/* The completion this client sends: with history when a type of its config
+ * keeps it (off: $6's text, kept by the caller). */
+static op complete_op(sq_client *c, char *off, size_t offlen)
+{
+	if (!c->ta.any_history)
+		return (op){&stmt_complete_plain, 3, {0}, 0, NULL};
+	snprintf(off, offlen, "%lld", (long long)sq_test_clock_offset_s());
+	return (op){&stmt_complete, 6, {c->ta.hist_names, c->ta.hist_days, off}, 3, NULL};
+}
+
 sq_status sq_complete(sq_client *c, const char *worker, const sq_job_ref *refs, size_t n,
 		      sq_status *out, sq_error *err)
 {
 	char off[32];
-	snprintf(off, sizeof(off), "%lld", (long long)sq_test_clock_offset_s());
-	op o = {&stmt_complete, 6, {c->ta.hist_names, c->ta.hist_days, off}, 3, NULL};
+	op o = complete_op(c, off, sizeof(off));
 	return fenced(c, &o, worker, refs, n, out, 1, NULL, err);
 }
 
@@ -715,6 +742,7 @@ const char *sq_fenced_sql(sq_fenced_kind kind)
 	case SQ_FENCED_START: return stmt_start.sql;
 	case SQ_FENCED_HEARTBEAT: return stmt_heartbeat.sql;
 	case SQ_FENCED_COMPLETE: return stmt_complete.sql;
+	case SQ_FENCED_COMPLETE_PLAIN: return stmt_complete_plain.sql;
 	case SQ_FENCED_FAIL: return stmt_fail.sql;
 	case SQ_FENCED_RELEASE: return stmt_release.sql;
 	}
@@ -739,10 +767,7 @@ sq_fenced_pending *sq_fenced_push(sq_client *c, sq_fenced_kind kind, const char 
 		break;
 	case SQ_FENCED_RELEASE: p->o = (op){&stmt_release, 3, {0}, 0, NULL}; break;
 	case SQ_FENCED_COMPLETE:
-		snprintf(p->off, sizeof(p->off), "%lld", (long long)sq_test_clock_offset_s());
-		p->o = (op){
-			&stmt_complete, 6, {c->ta.hist_names, c->ta.hist_days, p->off}, 3, NULL};
-		break;
+	case SQ_FENCED_COMPLETE_PLAIN: p->o = complete_op(c, p->off, sizeof(p->off)); break;
 	case SQ_FENCED_FAIL:
 		p->o = (op){&stmt_fail,
 			    10,
@@ -777,7 +802,10 @@ void sq_fenced_collect(sq_client *c, sq_fenced_pending *p, sq_status *out)
 	for (size_t i = 0; i < p->n; i++)
 		out[i] = SQ_EINVAL;
 	(void)fenced_collect(c, p->rows, out,
-			     p->kind == SQ_FENCED_COMPLETE ? SQ_ENOTFOUND : SQ_ELOST, NULL, NULL);
+			     p->kind == SQ_FENCED_COMPLETE || p->kind == SQ_FENCED_COMPLETE_PLAIN
+				     ? SQ_ENOTFOUND
+				     : SQ_ELOST,
+			     NULL, NULL);
 	fenced_free(c, p->rows);
 	free(p->todo);
 	free(p);

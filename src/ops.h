@@ -22,9 +22,10 @@ sq_status sq_claim_collect(sq_client *c, sq_claim_pending *p, sq_job **jobs, siz
 typedef enum {
 	SQ_FENCED_START,
 	SQ_FENCED_HEARTBEAT,
-	SQ_FENCED_COMPLETE,
+	SQ_FENCED_COMPLETE, /* with history or without, as the client's types say */
 	SQ_FENCED_FAIL,
 	SQ_FENCED_RELEASE,
+	SQ_FENCED_COMPLETE_PLAIN, /* sq_fenced_sql: the completion without history */
 } sq_fenced_kind;
 
 typedef struct sq_fenced_pending sq_fenced_pending;
