@@ -53,7 +53,7 @@ int sq_jobrow_parse(PGresult *r, int row, int shard, sq_job *job)
 }
 
 /* Type oids of SQ_JOB_COLUMNS_BIN (pg_type.h: int8, int4, text,
- * timestamptz), and the binary values' sizes (-1: any). */
+ * timestamptz). */
 enum { OID_INT8 = 20, OID_INT4 = 23, OID_TEXT = 25, OID_TSTZ = 1184 };
 static const unsigned bin_oid[] = {OID_INT8, OID_INT4, OID_INT4, OID_INT4, OID_INT4,
 				   OID_TEXT, OID_TEXT, OID_TEXT, OID_TEXT, OID_TSTZ,
@@ -93,7 +93,11 @@ static int64_t bin_int(const PGresult *r, int row, int col)
 
 static int64_t bin_time(const PGresult *r, int row, int col)
 {
-	return PQgetisnull(r, row, col) ? 0 : bin_int(r, row, col) + PG_EPOCH_US;
+	int64_t v = bin_int(r, row, col);
+	if (PQgetisnull(r, row, col))
+		return 0;
+	/* 'infinity' (never stored here) stays the largest value */
+	return v > INT64_MAX - PG_EPOCH_US ? INT64_MAX : v + PG_EPOCH_US;
 }
 
 /* A text value (libpq ends binary values with a zero byte too; text has

@@ -105,7 +105,8 @@ static const sq_stmt stmt_complete = {
 /* The same without history, for a client none of whose types keeps it:
  * the deleted rows need not come back whole for an insert that takes none
  * of them (returning them cost a session about 1 us a row, a third of the
- * statement; docs/benchmarks.md, "Columns sent once"). */
+ * statement; docs/benchmarks.md, "A completion that does not return its
+ * rows"). */
 static const sq_stmt stmt_complete_plain = {
 	"sq_complete_plain",
 	"WITH x AS (SELECT * FROM unnest($1::bigint[], $2::int[]) WITH ORDINALITY AS x(id, att, ord)),"
