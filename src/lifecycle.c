@@ -80,19 +80,26 @@ static const sq_stmt stmt_heartbeat = {
  * keep history, $5: their history_retention in whole days (expires_at picks
  * the history partition, docs/operations.md), $6: seconds added to now() for
  * finished_at and expires_at (0; a test clock only in failpoint builds). */
+/* The refs, the rerun arm and the delete (returning `ret`), shared by the
+ * completion with history and the one without. */
+#define COMPLETE_HEAD(ret)                                                              \
+	"WITH x AS (SELECT * FROM unnest($1::bigint[], $2::int[])"                          \
+	"           WITH ORDINALITY AS x(id, att, ord)),"                                   \
+	" rr AS (UPDATE shardq.jobs j SET status = 'ready', params = j.rerun_params,"       \
+	"          rerun_params = NULL, attempt_base = j.attempt, worker = NULL,"           \
+	"          expected_status_change_time = NULL, schedule_time = now(),"              \
+	"          delay_tolerance_time = now() + (j.delay_tolerance_time - j.schedule_time)," \
+	"          updated_at = now()"                                                      \
+	"          FROM x WHERE " FENCE("IN ('starting', 'running')")                       \
+	"            AND j.rerun_params IS NOT NULL"                                        \
+	"          RETURNING x.ord),"                                                       \
+	" del AS (DELETE FROM shardq.jobs j USING x"                                        \
+	"          WHERE " FENCE("IN ('starting', 'running')")                              \
+	"            AND j.rerun_params IS NULL RETURNING " ret ")"
 static const sq_stmt stmt_complete = {
 	"sq_complete",
-	"WITH x AS (SELECT * FROM unnest($1::bigint[], $2::int[]) WITH ORDINALITY AS x(id, att, ord)),"
-	" rr AS (UPDATE shardq.jobs j SET status = 'ready', params = j.rerun_params,"
-	"          rerun_params = NULL, attempt_base = j.attempt, worker = NULL,"
-	"          expected_status_change_time = NULL, schedule_time = now(),"
-	"          delay_tolerance_time = now() + (j.delay_tolerance_time - j.schedule_time),"
-	"          updated_at = now()"
-	"          FROM x WHERE " FENCE("IN ('starting', 'running')") " AND j.rerun_params IS NOT NULL"
-	"          RETURNING x.ord),"
-	" del AS (DELETE FROM shardq.jobs j USING x"
-	"          WHERE " FENCE("IN ('starting', 'running')") " AND j.rerun_params IS NULL RETURNING j.*, x.ord),"
-	" hist AS (INSERT INTO shardq.jobs_history (id, partition, task, status, attempt, worker,"
+	COMPLETE_HEAD("j.*, x.ord")
+	", hist AS (INSERT INTO shardq.jobs_history (id, partition, task, status, attempt, worker,"
 	"            active_uid, params, last_error, created_at, finished_at, expires_at)"
 	"          SELECT id, partition, task, 'completed', attempt - attempt_base, worker,"
 	"                 active_uid, params, last_error, created_at,"
@@ -109,17 +116,7 @@ static const sq_stmt stmt_complete = {
  * rows"). */
 static const sq_stmt stmt_complete_plain = {
 	"sq_complete_plain",
-	"WITH x AS (SELECT * FROM unnest($1::bigint[], $2::int[]) WITH ORDINALITY AS x(id, att, ord)),"
-	" rr AS (UPDATE shardq.jobs j SET status = 'ready', params = j.rerun_params,"
-	"          rerun_params = NULL, attempt_base = j.attempt, worker = NULL,"
-	"          expected_status_change_time = NULL, schedule_time = now(),"
-	"          delay_tolerance_time = now() + (j.delay_tolerance_time - j.schedule_time),"
-	"          updated_at = now()"
-	"          FROM x WHERE " FENCE("IN ('starting', 'running')") " AND j.rerun_params IS NOT NULL"
-	"          RETURNING x.ord),"
-	" del AS (DELETE FROM shardq.jobs j USING x"
-	"          WHERE " FENCE("IN ('starting', 'running')") " AND j.rerun_params IS NULL RETURNING x.ord)"
-	"SELECT ord FROM rr UNION ALL SELECT ord FROM del"};
+	COMPLETE_HEAD("x.ord") " SELECT ord FROM rr UNION ALL SELECT ord FROM del"};
 
 /* Retry with the type's backoff while tries remain, else failed. A pending
  * rerun outlives a final failure: the job is ready again with it and a
