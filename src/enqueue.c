@@ -29,15 +29,17 @@
 	"unnest($1::bigint[], $2::int[], $3::text[], $4::text[], $5::text[], $6::int[], " \
 	"$7::bigint[], $8::bigint[], $9::bigint[], $10::int[], $11::text[])"
 #define INPUT_NAMES "id, part, task, uid, params, prio, at_us, delay_ms, tol_ms, maxa, pol"
-#define INPUT_COLS                                                                               \
-	"u.id, COALESCE(u.part, ($2::int[])[1]) AS part, COALESCE(u.task, ($3::text[])[1]) AS "  \
-	"task, "                                                                                 \
-	"u.uid, u.params, COALESCE(u.prio, ($6::int[])[1]) AS prio, "                            \
-	"COALESCE(u.at_us, ($7::bigint[])[1]) AS at_us, "                                        \
-	"COALESCE(u.delay_ms, ($8::bigint[])[1]) AS delay_ms, "                                  \
-	"COALESCE(u.tol_ms, ($9::bigint[])[1]) AS tol_ms, COALESCE(u.maxa, ($10::int[])[1]) AS " \
-	"maxa, "                                                                                 \
-	"COALESCE(u.pol, ($11::text[])[1]) AS pol"
+#define INPUT_COLS                                              \
+	"u.id,"                                                 \
+	" COALESCE(u.part, ($2::int[])[1]) AS part,"            \
+	" COALESCE(u.task, ($3::text[])[1]) AS task,"           \
+	" u.uid, u.params,"                                     \
+	" COALESCE(u.prio, ($6::int[])[1]) AS prio,"            \
+	" COALESCE(u.at_us, ($7::bigint[])[1]) AS at_us,"       \
+	" COALESCE(u.delay_ms, ($8::bigint[])[1]) AS delay_ms," \
+	" COALESCE(u.tol_ms, ($9::bigint[])[1]) AS tol_ms,"     \
+	" COALESCE(u.maxa, ($10::int[])[1]) AS maxa,"           \
+	" COALESCE(u.pol, ($11::text[])[1]) AS pol"
 static const sq_stmt stmt_enqueue = {
 	"sq_enqueue",
 	"WITH rows AS ("

@@ -25,7 +25,9 @@ typedef enum {
 	SQ_FENCED_COMPLETE, /* with history or without, as the client's types say */
 	SQ_FENCED_FAIL,
 	SQ_FENCED_RELEASE,
-	SQ_FENCED_COMPLETE_PLAIN, /* sq_fenced_sql: the completion without history */
+	/* the completion without history, for sq_fenced_sql (tests); pushed, it
+	 * is SQ_FENCED_COMPLETE, which picks it by the client's types */
+	SQ_FENCED_COMPLETE_PLAIN,
 } sq_fenced_kind;
 
 typedef struct sq_fenced_pending sq_fenced_pending;

@@ -2,6 +2,8 @@
  * database: they take a task, run it, and hand it back to the loop. */
 #include "pool.h"
 
+#include "buf.h"
+
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,6 +66,24 @@ static sq_task *take_todo(sq_pool *p)
 	return t;
 }
 
+/* The handler's message (buf zeroed before the call, len bytes) as a shard
+ * can store it: it ends at its last non-NUL byte even if the handler left no
+ * terminator or a NUL inside; bytes that are not UTF-8 become U+FFFD and
+ * NULs are dropped (sq_utf8_clean). Cleaned here, on the handler's thread,
+ * not by the loop. NULL without memory (the failure is stored without its
+ * text). */
+static char *keep_error(const char *buf, size_t len)
+{
+	char clean[SQ_MAX_ERROR_LEN + 1];
+	while (len && !buf[len - 1])
+		len--;
+	size_t n = sq_utf8_clean(clean, sizeof(clean), buf, len);
+	char *e = malloc(n + 1);
+	if (e)
+		memcpy(e, clean, n + 1);
+	return e;
+}
+
 static void *pool_main(void *arg)
 {
 	sq_pool *p = arg;
@@ -98,17 +118,8 @@ static void *pool_main(void *arg)
 		t->started = sq_mono_s();
 		t->result = t->fn(&t->job, t->arg, ebuf, sizeof(ebuf));
 		t->finished = sq_mono_s();
-		if (t->result != SQ_RESULT_DONE) {
-			size_t n = sizeof(ebuf);
-			while (n && !ebuf[n - 1])
-				n--;
-			/* without memory, the failure is stored without its text */
-			if ((t->err = malloc(n + 1)) != NULL) {
-				memcpy(t->err, ebuf, n);
-				t->err[n] = '\0';
-				t->err_len = n;
-			}
-		}
+		if (t->result != SQ_RESULT_DONE)
+			t->err = keep_error(ebuf, sizeof(ebuf));
 
 		pthread_mutex_lock(&p->mu);
 		p->avg_run_s = 0.9 * p->avg_run_s + 0.1 * (t->finished - t->started);

@@ -27,11 +27,10 @@ typedef struct sq_task {
 	sq_handler fn;
 	void *arg;
 	sq_job_result result; /* written by the pool thread */
-	/* the handler's message when it did not return done: its bytes up to
-	 * the last non-NUL one (err_len of them, then a NUL; malloc'd), else
-	 * NULL. Kept out of the task, so that a task is a small allocation */
+	/* the handler's message when it did not return done, as a shard can
+	 * store it (pool.c, keep_error; malloc'd), else NULL. Kept out of the
+	 * task, so that a task is a small allocation */
 	char *err;
-	size_t err_len;
 	double started, finished; /* monotonic seconds, by the pool thread */
 	double hb_due;            /* loop: next heartbeat */
 	int lost;                 /* loop: the lease was found lost */

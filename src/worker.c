@@ -370,27 +370,6 @@ static void running_remove(sq_worker *w, sq_task *k)
 	k->run_prev = k->run_next = NULL;
 }
 
-/* The handler's message as a shard can store it: the pool kept its bytes
- * up to the last non-NUL one (even if the handler left no terminator or a
- * NUL inside); bytes that are not UTF-8 become U+FFFD and NULs are dropped
- * (sq_utf8_clean), at most SQ_MAX_ERROR_LEN bytes in all. */
-static void clean_error(sq_task *k)
-{
-	char tmp[SQ_MAX_ERROR_LEN + 1];
-	if (!k->err)
-		return;
-	size_t n = sq_utf8_clean(tmp, sizeof(tmp), k->err, k->err_len);
-	char *e = realloc(k->err, n + 1);
-	if (!e) {
-		free(k->err);
-		k->err = NULL;
-		return;
-	}
-	memcpy(e, tmp, n + 1);
-	k->err = e;
-	k->err_len = n;
-}
-
 /* Finished tasks come back from the pool: their slot frees, and their
  * result waits in `pending` until the shards have it. A task whose lease
  * was found lost while it ran is discarded: another worker owns the job. */
@@ -436,8 +415,6 @@ static void take_finished(sq_worker *w)
 			task_free(k);
 			continue;
 		}
-		if (k->result != SQ_RESULT_DONE)
-			clean_error(k);
 		k->retry_at = k->moving_since = 0;
 		k->moving_tries = k->refused = k->looked = 0;
 		k->next = w->pending;
@@ -1158,7 +1135,6 @@ static void tick(sq_worker *w, double now, int claiming)
 			free(k->err);
 			k->err = strdup("the worker could not store this job's error message (the "
 					"shard refused it)");
-			k->err_len = k->err ? strlen(k->err) : 0;
 		}
 		if (is_moving(st)) {
 			moved |= st == SQ_EMOVED;
