@@ -63,6 +63,11 @@ static void usage(FILE *f)
 		"                         took more than 0.25 cores during it\n"
 		"  --note TEXT            recorded with the results (bench/run: the source "
 		"commit)\n"
+		"  --repeat N             run the whole scenario N times (at most 20), each run\n"
+		"                         in DIR/run-K; then DIR/summary.txt and repeat.csv give\n"
+		"                         every figure's median and range over the runs, and\n"
+		"                         of its ratio to each baseline within a run (this\n"
+		"                         machine's noise, told apart from a difference)\n"
 		"  -h, --help             this text\n\n"
 		"exit: 0 every phase ran and every job is accounted for; 1 a phase failed;\n"
 		"2 bad usage; 3 bad scenario file.\n");
@@ -230,6 +235,38 @@ static int write_outputs(const run_result *r, const bench_env *env, int json, in
 	return rc;
 }
 
+/* One run of every step: shardq, then the baselines wanted. */
+static int run_once(bench_env *env, int retries)
+{
+	int rc = EX_OK;
+	for (int i = 0; i < sc.nsteps && !interrupted; i++) {
+		step *st = &res.steps[i];
+		res.nsteps = i + 1;
+		st->backlog = sc.backlog[i];
+		if (sc.nrates > 1)
+			sc.rate = sc.rates[i]; /* the producers read it when they start */
+		st->rate = sc.rate;
+		if (run_phase(env, st, PH_SHARDQ, 0, 0, retries)) {
+			fprintf(stderr, "shardq-bench: shardq phase failed: %s\n",
+				st->ph[PH_SHARDQ].error);
+			return EX_FAIL;
+		}
+		/* the same job count as shardq ran: as many enqueued, as many done */
+		uint64_t enq = st->ph[PH_SHARDQ].enqueued, done = st->ph[PH_SHARDQ].completed;
+		int want[PH_N] = {0, sc.run_a, sc.run_b, sc.run_c};
+		for (int p = PH_A; p < PH_N && !interrupted; p++) {
+			if (!want[p])
+				continue;
+			if (run_phase(env, st, p, enq, done, retries)) {
+				fprintf(stderr, "shardq-bench: baseline %s failed: %s\n",
+					st->ph[p].key, st->ph[p].error);
+				rc = EX_FAIL;
+			}
+		}
+	}
+	return rc;
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -246,6 +283,7 @@ int main(int argc, char **argv)
 		{"note", required_argument, NULL, 'n'},
 		{"wait-quiet", required_argument, NULL, 'w'},
 		{"retry-disturbed", required_argument, NULL, 'r'},
+		{"repeat", required_argument, NULL, 'R'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
@@ -256,8 +294,8 @@ int main(int argc, char **argv)
 	const char **sets = calloc((size_t)argc, sizeof(char *));
 	int nsets = 0, json = 0, pgss = 0, plot = 1, keep = 0, quiet = 0, c;
 	double wait_quiet = 0;
-	int retries = 0;
-	char err[8192];
+	int retries = 0, repeat = 1;
+	char err[8192], *end;
 	int rc = EX_OK;
 	bench_env env;
 	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -275,6 +313,18 @@ int main(int argc, char **argv)
 		case 'n': snprintf(res.note, sizeof(res.note), "%s", optarg); break;
 		case 'w': wait_quiet = atof(optarg); break;
 		case 'r': retries = atoi(optarg); break;
+		case 'R':
+			repeat = (int)strtol(optarg, &end, 10);
+			if (*end || repeat < 1 || repeat > REPORT_MAX_RUNS) {
+				fprintf(stderr,
+					"shardq-bench: --repeat takes a number of runs from 1 to "
+					"%d, "
+					"not '%s'\n",
+					REPORT_MAX_RUNS, optarg);
+				free(sets);
+				return EX_USAGE;
+			}
+			break;
 		case 'h':
 			usage(stdout);
 			free(sets);
@@ -287,6 +337,12 @@ int main(int argc, char **argv)
 	}
 	if (optind != argc - 1) {
 		usage(stderr);
+		free(sets);
+		return EX_USAGE;
+	}
+	if (repeat > 1 && json) {
+		fprintf(stderr, "shardq-bench: --json prints one run's document; with --repeat, "
+				"read each run's result.json (DIR/run-K) or DIR/repeat.csv\n");
 		free(sets);
 		return EX_USAGE;
 	}
@@ -353,58 +409,87 @@ int main(int argc, char **argv)
 	for (int i = 0; i < argc && k < sizeof(res.command) - 2; i++)
 		k += (size_t)snprintf(res.command + k, sizeof(res.command) - k, "%s%s",
 				      i ? " " : "", argv[i]);
+	char top[sizeof(res.out_dir)];
 	if (out) {
-		snprintf(res.out_dir, sizeof(res.out_dir), "%s", out);
+		snprintf(top, sizeof(top), "%s", out);
 	} else {
 		char stamp[32];
 		strftime(stamp, sizeof(stamp), "%Y%m%d-%H%M%S", &tm);
-		snprintf(res.out_dir, sizeof(res.out_dir), "bench-results/%s-%s", sc.name, stamp);
+		snprintf(top, sizeof(top), "bench-results/%s-%s", sc.name, stamp);
 	}
-	if (mkdirs(res.out_dir)) {
-		fprintf(stderr, "shardq-bench: cannot make %s: %s\n", res.out_dir, strerror(errno));
+	if (mkdirs(top)) {
+		fprintf(stderr, "shardq-bench: cannot make %s: %s\n", top, strerror(errno));
 		tally_unmap(env.t);
 		close(env.tally_fd);
 		return EX_FAIL;
 	}
-	env.out_dir = res.out_dir;
 	signal(SIGINT, on_sigint);
 	signal(SIGPIPE, SIG_IGN);
 
-	for (int i = 0; i < sc.nsteps && !interrupted; i++) {
-		step *st = &res.steps[i];
-		res.nsteps = i + 1;
-		st->backlog = sc.backlog[i];
-		if (sc.nrates > 1)
-			sc.rate = sc.rates[i]; /* the producers read it when they start */
-		st->rate = sc.rate;
-		if (run_phase(&env, st, PH_SHARDQ, 0, 0, retries)) {
-			fprintf(stderr, "shardq-bench: shardq phase failed: %s\n",
-				st->ph[PH_SHARDQ].error);
-			rc = EX_FAIL;
-			break;
-		}
-		/* the same job count as shardq ran: as many enqueued, as many done */
-		uint64_t enq = st->ph[PH_SHARDQ].enqueued, done = st->ph[PH_SHARDQ].completed;
-		int want[PH_N] = {0, sc.run_a, sc.run_b, sc.run_c};
-		for (int p = PH_A; p < PH_N && !interrupted; p++) {
-			if (!want[p])
-				continue;
-			if (run_phase(&env, st, p, enq, done, retries)) {
-				fprintf(stderr, "shardq-bench: baseline %s failed: %s\n",
-					st->ph[p].key, st->ph[p].error);
+	report_runs *rr = repeat > 1 ? calloc(1, sizeof(*rr)) : NULL;
+	if (repeat > 1 && !rr) {
+		fprintf(stderr, "shardq-bench: out of memory\n");
+		tally_unmap(env.t);
+		close(env.tally_fd);
+		return EX_FAIL;
+	}
+	double rates0 = sc.rate;
+	for (int run = 1; run <= repeat && rc == EX_OK && !interrupted; run++) {
+		/* every run starts from the scenario as given, on fresh databases */
+		for (int i = 0; i < SC_MAX_STEPS; i++)
+			memset(&res.steps[i], 0, sizeof(res.steps[i]));
+		res.nsteps = 0;
+		sc.rate = rates0;
+		if (repeat > 1) {
+			snprintf(res.out_dir, sizeof(res.out_dir), "%s/run-%d", top, run);
+			if (mkdirs(res.out_dir)) {
+				fprintf(stderr, "shardq-bench: cannot make %s: %s\n", res.out_dir,
+					strerror(errno));
 				rc = EX_FAIL;
+				break;
 			}
+			if (!quiet)
+				fprintf(stderr, "shardq-bench: run %d of %d, in %s\n", run, repeat,
+					res.out_dir);
+		} else {
+			snprintf(res.out_dir, sizeof(res.out_dir), "%s", top);
 		}
+		env.out_dir = res.out_dir;
+		rc = run_once(&env, retries);
+		if (interrupted) {
+			fprintf(stderr, "shardq-bench: interrupted; writing what was measured\n");
+			rc = EX_FAIL;
+		}
+		if (write_outputs(&res, &env, json, plot))
+			rc = EX_FAIL;
+		if (rr && rc == EX_OK)
+			report_runs_add(rr, &res);
+		for (int i = 0; i < res.nsteps; i++)
+			for (int p = 0; p < PH_N; p++)
+				phase_free(&res.steps[i].ph[p]);
 	}
-	if (interrupted) {
-		fprintf(stderr, "shardq-bench: interrupted; writing what was measured\n");
-		rc = EX_FAIL;
+	if (rr && rr->nruns > 0) {
+		FILE *f;
+		if (rr->nruns < repeat)
+			fprintf(stderr,
+				"shardq-bench: only %d of %d runs completed; the summary covers "
+				"those\n",
+				rr->nruns, repeat);
+		if ((f = open_out(top, "summary.txt"))) {
+			report_runs_table(f, rr, &res);
+			fclose(f);
+		}
+		if ((f = open_out(top, "repeat.csv"))) {
+			if (report_runs_csv(f, rr))
+				rc = EX_FAIL;
+			fclose(f);
+		} else {
+			rc = EX_FAIL;
+		}
+		report_runs_table(stdout, rr, &res);
+		fprintf(stdout, "\noutput: %s (summary.txt, repeat.csv; each run in run-K)\n", top);
 	}
-	if (write_outputs(&res, &env, json, plot))
-		rc = EX_FAIL;
-	for (int i = 0; i < res.nsteps; i++)
-		for (int p = 0; p < PH_N; p++)
-			phase_free(&res.steps[i].ph[p]);
+	free(rr);
 	tally_unmap(env.t);
 	close(env.tally_fd);
 	return rc;

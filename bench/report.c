@@ -3,6 +3,7 @@
 
 #include <jansson.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -72,12 +73,7 @@ static int quarter_rates(const phase *ph, double q[4])
 
 /* ---- the table ----------------------------------------------------------- */
 
-typedef struct row {
-	char label[48];
-	double v[PH_N]; /* < 0: none */
-	int decimals;
-	int ratios; /* print shardq / baseline */
-} row;
+typedef report_fig row;
 
 static void fmt(double v, int decimals, char *out, size_t len)
 {
@@ -108,51 +104,109 @@ static void print_row(FILE *f, const row *rw, const step *st)
 	fputc('\n', f);
 }
 
-static void rates_rows(FILE *f, const step *st)
+/* The next row of out (zeroed, labelled); NULL when out is full. */
+static row *add_row(row *out, int *n, int max, int decimals, int ratios, const char *fmt_, ...)
+	__attribute__((format(printf, 6, 7)));
+static row *add_row(row *out, int *n, int max, int decimals, int ratios, const char *fmt_, ...)
 {
-	row rw;
-	const char *labels[] = {"enqueue/s", "claim/s", "complete/s", "end-to-end jobs/s"};
-	for (int k = 0; k < 4; k++) {
-		memset(&rw, 0, sizeof(rw));
-		snprintf(rw.label, sizeof(rw.label), "%s", labels[k]);
-		rw.ratios = 1;
-		for (int p = 0; p < PH_N; p++) {
-			const phase *ph = &st->ph[p];
-			rw.v[p] = k == 0   ? ph->enq_rate
-				  : k == 1 ? ph->claim_rate
-				  : k == 2 ? ph->complete_rate
-					   : ph->e2e_rate;
-		}
-		print_row(f, &rw, st);
-	}
+	static row sink;
+	row *rw = *n < max ? &out[(*n)++] : &sink;
+	va_list ap;
+	memset(rw, 0, sizeof(*rw));
+	va_start(ap, fmt_);
+	vsnprintf(rw->label, sizeof(rw->label), fmt_, ap);
+	va_end(ap);
+	rw->decimals = decimals;
+	rw->ratios = ratios;
+	return rw;
 }
 
-static void latency_rows(FILE *f, const step *st, const char *what, int which)
+int report_figures(const step *st, int extra, report_fig *out, int max)
 {
-	row rw;
-	for (int k = 0; k < REPORT_NPCT; k++) {
-		memset(&rw, 0, sizeof(rw));
-		snprintf(rw.label, sizeof(rw.label), "%s %s ms", k ? "" : what, pct_names[k]);
-		if (k)
-			snprintf(rw.label, sizeof(rw.label), "%*s %s ms", (int)strlen(what), "",
-				 pct_names[k]);
-		rw.decimals = 2;
-		rw.ratios = 1;
+	int n = 0;
+	row *rw = add_row(out, &n, max, 0, 0, "jobs completed");
+	for (int p = 0; p < PH_N; p++)
+		rw->v[p] = st->ph[p].ran ? (double)st->ph[p].completed : -1;
+	const char *rate_labels[] = {"enqueue/s", "claim/s", "complete/s", "end-to-end jobs/s"};
+	for (int k = 0; k < 4; k++) {
+		rw = add_row(out, &n, max, 0, 1, "%s", rate_labels[k]);
 		for (int p = 0; p < PH_N; p++) {
 			const phase *ph = &st->ph[p];
-			const hist *h = which == 0   ? ph->e2s
-					: which == 1 ? ph->claim_rtt
-						     : ph->enq_rtt;
-			rw.v[p] = ph->ran ? pct_ms(h, report_pcts[k]) : -1;
+			rw->v[p] = k == 0   ? ph->enq_rate
+				   : k == 1 ? ph->claim_rate
+				   : k == 2 ? ph->complete_rate
+					    : ph->e2e_rate;
 		}
-		print_row(f, &rw, st);
 	}
+	const char *lat_labels[] = {"enqueue-to-start", "claim round trip", "enqueue round trip"};
+	for (int which = 0; which < 3; which++) {
+		const char *what = lat_labels[which];
+		for (int k = 0; k < REPORT_NPCT; k++) {
+			rw = add_row(out, &n, max, 2, 1, "%*s %s ms", (int)strlen(what),
+				     k ? "" : what, pct_names[k]);
+			for (int p = 0; p < PH_N; p++) {
+				const phase *ph = &st->ph[p];
+				const hist *h = which == 0   ? ph->e2s
+						: which == 1 ? ph->claim_rtt
+							     : ph->enq_rtt;
+				rw->v[p] = ph->ran ? pct_ms(h, report_pcts[k]) : -1;
+			}
+		}
+	}
+	rw = add_row(out, &n, max, 1, 0, "jobs per claim");
+	for (int p = 0; p < PH_N; p++) {
+		const phase *ph = &st->ph[p];
+		uint64_t full = ph->claims - ph->claims_empty;
+		rw->v[p] = ph->ran && full ? (double)ph->claimed / (double)full : -1;
+	}
+	const char *cpu_labels[] = {"CPU s/1000 jobs, bench", "CPU s/1000 jobs, PostgreSQL"};
+	for (int k = 0; k < 2; k++) {
+		rw = add_row(out, &n, max, 3, 1, "%s", cpu_labels[k]);
+		for (int p = 0; p < PH_N; p++) {
+			const phase *ph = &st->ph[p];
+			rw->v[p] =
+				ph->ran ? per1000(k ? ph->cpu_pg_s : ph->cpu_bench_s, ph->completed)
+					: -1;
+		}
+	}
+	if (st->ph[PH_SHARDQ].daemon.ran) {
+		rw = add_row(out, &n, max, 3, 0, "CPU s/1000 jobs, shardqd");
+		for (int p = 0; p < PH_N; p++) {
+			const phase *ph = &st->ph[p];
+			rw->v[p] = ph->ran && ph->daemon.ran
+					   ? per1000(ph->daemon.cpu_s, ph->completed)
+					   : -1;
+		}
+	}
+	rw = add_row(out, &n, max, 3, 0, "bench CPU / PostgreSQL CPU");
+	for (int p = 0; p < PH_N; p++) {
+		const phase *ph = &st->ph[p];
+		rw->v[p] = ph->ran && ph->cpu_pg_s > 0 && ph->cpu_bench_s >= 0
+				   ? ph->cpu_bench_s / ph->cpu_pg_s
+				   : -1;
+	}
+	rw = add_row(out, &n, max, 2, 0, "other load, cores busy");
+	for (int p = 0; p < PH_N; p++) {
+		const phase *ph = &st->ph[p];
+		rw->v[p] = ph->ran && ph->cpu_other_s >= 0 && ph->wall_s > 0
+				   ? ph->cpu_other_s / ph->wall_s
+				   : -1;
+	}
+	const phase *q = &st->ph[PH_SHARDQ];
+	double qr[4];
+	if (extra && q->ran && quarter_rates(q, qr) && qr[0] > 0) {
+		rw = add_row(out, &n, max, 2, 0, "completions last/first quarter");
+		for (int p = 0; p < PH_N; p++)
+			rw->v[p] = -1;
+		rw->v[PH_SHARDQ] = qr[3] / qr[0];
+	}
+	return n < max ? n : max;
 }
 
 static void step_table(FILE *f, const run_result *r, const step *st)
 {
 	const scenario *sc = r->sc;
-	row rw;
+	row rows[REPORT_MAX_FIGS];
 	fprintf(f, "\n");
 	if (st->backlog)
 		fprintf(f, "step: %lld ready jobs preloaded\n", (long long)st->backlog);
@@ -191,70 +245,9 @@ static void step_table(FILE *f, const run_result *r, const step *st)
 		if (st->ph[p].ran)
 			fprintf(f, " %8s", p == 1 ? "/(a)" : p == 2 ? "/(b)" : "/(c)");
 	fprintf(f, "\n");
-	memset(&rw, 0, sizeof(rw));
-	snprintf(rw.label, sizeof(rw.label), "jobs completed");
-	for (int p = 0; p < PH_N; p++)
-		rw.v[p] = st->ph[p].ran ? (double)st->ph[p].completed : -1;
-	print_row(f, &rw, st);
-	rates_rows(f, st);
-	latency_rows(f, st, "enqueue-to-start", 0);
-	latency_rows(f, st, "claim round trip", 1);
-	latency_rows(f, st, "enqueue round trip", 2);
-	memset(&rw, 0, sizeof(rw));
-	snprintf(rw.label, sizeof(rw.label), "jobs per claim");
-	rw.decimals = 1;
-	for (int p = 0; p < PH_N; p++) {
-		const phase *ph = &st->ph[p];
-		uint64_t full = ph->claims - ph->claims_empty;
-		rw.v[p] = ph->ran && full ? (double)ph->claimed / (double)full : -1;
-	}
-	print_row(f, &rw, st);
-	const char *cpu_labels[] = {"CPU s/1000 jobs, bench", "CPU s/1000 jobs, PostgreSQL"};
-	for (int k = 0; k < 2; k++) {
-		memset(&rw, 0, sizeof(rw));
-		snprintf(rw.label, sizeof(rw.label), "%s", cpu_labels[k]);
-		rw.decimals = 3;
-		rw.ratios = 1;
-		for (int p = 0; p < PH_N; p++) {
-			const phase *ph = &st->ph[p];
-			rw.v[p] =
-				ph->ran ? per1000(k ? ph->cpu_pg_s : ph->cpu_bench_s, ph->completed)
-					: -1;
-		}
-		print_row(f, &rw, st);
-	}
-	if (st->ph[PH_SHARDQ].daemon.ran) {
-		memset(&rw, 0, sizeof(rw));
-		snprintf(rw.label, sizeof(rw.label), "CPU s/1000 jobs, shardqd");
-		rw.decimals = 3;
-		for (int p = 0; p < PH_N; p++) {
-			const phase *ph = &st->ph[p];
-			rw.v[p] = ph->ran && ph->daemon.ran
-					  ? per1000(ph->daemon.cpu_s, ph->completed)
-					  : -1;
-		}
-		print_row(f, &rw, st);
-	}
-	memset(&rw, 0, sizeof(rw));
-	snprintf(rw.label, sizeof(rw.label), "bench CPU / PostgreSQL CPU");
-	rw.decimals = 3;
-	for (int p = 0; p < PH_N; p++) {
-		const phase *ph = &st->ph[p];
-		rw.v[p] = ph->ran && ph->cpu_pg_s > 0 && ph->cpu_bench_s >= 0
-				  ? ph->cpu_bench_s / ph->cpu_pg_s
-				  : -1;
-	}
-	print_row(f, &rw, st);
-	memset(&rw, 0, sizeof(rw));
-	snprintf(rw.label, sizeof(rw.label), "other load, cores busy");
-	rw.decimals = 2;
-	for (int p = 0; p < PH_N; p++) {
-		const phase *ph = &st->ph[p];
-		rw.v[p] = ph->ran && ph->cpu_other_s >= 0 && ph->wall_s > 0
-				  ? ph->cpu_other_s / ph->wall_s
-				  : -1;
-	}
-	print_row(f, &rw, st);
+	int n = report_figures(st, 0, rows, REPORT_MAX_FIGS);
+	for (int i = 0; i < n; i++)
+		print_row(f, &rows[i], st);
 	const phase *q = &st->ph[PH_SHARDQ];
 	if (q->ran) {
 		fprintf(f, "\n  shardq jobs per shard:");
@@ -762,4 +755,157 @@ int report_plot_data(const char *dir, const run_result *r)
 				return -1;
 		}
 	return 0;
+}
+
+/* ---- repeated runs ------------------------------------------------------- */
+
+int report_runs_add(report_runs *rr, const run_result *r)
+{
+	if (rr->nruns >= REPORT_MAX_RUNS)
+		return -1;
+	int k = rr->nruns++;
+	if (k == 0 || r->nsteps < rr->nsteps)
+		rr->nsteps = r->nsteps;
+	for (int i = 0; i < r->nsteps; i++) {
+		const step *st = &r->steps[i];
+		int n = report_figures(st, 1, rr->fig[k][i], REPORT_MAX_FIGS);
+		if (k == 0 || n < rr->nfig[i])
+			rr->nfig[i] = n;
+		for (int p = 0; p < PH_N; p++)
+			rr->ran[i][p] = (k == 0 || rr->ran[i][p]) && st->ph[p].ran;
+	}
+	return 0;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return (x > y) - (x < y);
+}
+
+/* Median, minimum and maximum of the n values given (those < 0 are none);
+ * how many there were. */
+static int spread(const double *v, int n, double *med, double *lo, double *hi)
+{
+	double s[REPORT_MAX_RUNS];
+	int m = 0;
+	for (int i = 0; i < n; i++)
+		if (v[i] >= 0)
+			s[m++] = v[i];
+	if (!m)
+		return 0;
+	qsort(s, (size_t)m, sizeof(double), cmp_double);
+	*med = m % 2 ? s[m / 2] : (s[m / 2 - 1] + s[m / 2]) / 2;
+	*lo = s[0];
+	*hi = s[m - 1];
+	return m;
+}
+
+/* Run k's value of figure j of step i: a phase's (col < PH_N), or the
+ * ratio of shardq to baseline col - PH_N + 1 within that run. */
+static double run_value(const report_runs *rr, int k, int i, int j, int col)
+{
+	const report_fig *fg = &rr->fig[k][i][j];
+	if (col < PH_N)
+		return fg->v[col];
+	int b = col - PH_N + 1;
+	return fg->ratios && fg->v[0] >= 0 && fg->v[b] > 0 ? fg->v[0] / fg->v[b] : -1;
+}
+
+static void cell(FILE *f, const report_runs *rr, int i, int j, int col, int decimals, int width)
+{
+	double v[REPORT_MAX_RUNS], med, lo, hi;
+	char b[96];
+	for (int k = 0; k < rr->nruns; k++)
+		v[k] = run_value(rr, k, i, j, col);
+	if (!spread(v, rr->nruns, &med, &lo, &hi))
+		snprintf(b, sizeof(b), "-");
+	else
+		snprintf(b, sizeof(b), "%.*f [%.*f, %.*f]", decimals, med, decimals, lo, decimals,
+			 hi);
+	fprintf(f, " %*s", width, b);
+}
+
+void report_runs_table(FILE *f, const report_runs *rr, const run_result *last)
+{
+	fprintf(f,
+		"\nshardq-bench: %d runs of scenario %s, each on fresh databases (shardq, then "
+		"the baselines);\nmedian [lowest, highest] over the runs; a ratio is taken "
+		"within each run, then summarized\n",
+		rr->nruns, last->sc->name);
+	for (int i = 0; i < rr->nsteps; i++) {
+		const step *st = &last->steps[i];
+		fprintf(f, "\n");
+		if (st->backlog)
+			fprintf(f, "step: %lld ready jobs preloaded\n", (long long)st->backlog);
+		if (last->sc->nrates > 1)
+			fprintf(f, "step: producers offering %.0f jobs/s\n", st->rate);
+		fprintf(f, "  %-30s", "");
+		for (int p = 0; p < PH_N; p++)
+			if (rr->ran[i][p])
+				fprintf(f, " %26s", phase_names[p]);
+		for (int p = 1; p < PH_N; p++)
+			if (rr->ran[i][p])
+				fprintf(f, " %20s", p == 1 ? "/(a)" : p == 2 ? "/(b)" : "/(c)");
+		fprintf(f, "\n");
+		for (int j = 0; j < rr->nfig[i]; j++) {
+			const report_fig *fg = &rr->fig[0][i][j];
+			fprintf(f, "  %-30s", fg->label);
+			for (int p = 0; p < PH_N; p++)
+				if (rr->ran[i][p])
+					cell(f, rr, i, j, p, fg->decimals, 26);
+			for (int p = 1; p < PH_N; p++) {
+				if (!rr->ran[i][p])
+					continue;
+				if (fg->ratios)
+					cell(f, rr, i, j, PH_N + p - 1, 2, 20);
+				else
+					fprintf(f, " %20s", "-");
+			}
+			fputc('\n', f);
+		}
+	}
+}
+
+int report_runs_csv(FILE *f, const report_runs *rr)
+{
+	fprintf(f, "step,figure,of");
+	for (int k = 0; k < rr->nruns; k++)
+		fprintf(f, ",run%d", k + 1);
+	fprintf(f, ",median,min,max\n");
+	char head[sizeof(rr->fig[0][0][0].label)] = "";
+	for (int i = 0; i < rr->nsteps; i++)
+		for (int j = 0; j < rr->nfig[i]; j++) {
+			const report_fig *fg = &rr->fig[0][i][j];
+			/* an indented label continues the last one that was not
+			 * ("enqueue-to-start p50 ms", then "  ...  p90 ms") */
+			char label[2 * sizeof(fg->label)];
+			size_t a = strspn(fg->label, " ");
+			if (a)
+				snprintf(label, sizeof(label), "%.*s%s", (int)a, head,
+					 fg->label + a);
+			else
+				snprintf(head, sizeof(head), "%s", fg->label);
+			if (!a)
+				snprintf(label, sizeof(label), "%s", fg->label);
+			for (int col = 0; col < 2 * PH_N - 1; col++) {
+				int p = col < PH_N ? col : col - PH_N + 1;
+				double v[REPORT_MAX_RUNS], med, lo, hi;
+				if (!rr->ran[i][p] || (col >= PH_N && !fg->ratios))
+					continue;
+				for (int k = 0; k < rr->nruns; k++)
+					v[k] = run_value(rr, k, i, j, col);
+				if (!spread(v, rr->nruns, &med, &lo, &hi))
+					continue;
+				fprintf(f, "%d,\"%s\",%s%s", i + 1, label,
+					col < PH_N ? "" : "shardq/", phase_names[p]);
+				for (int k = 0; k < rr->nruns; k++)
+					if (v[k] >= 0)
+						fprintf(f, ",%.6g", v[k]);
+					else
+						fprintf(f, ",");
+				fprintf(f, ",%.6g,%.6g,%.6g\n", med, lo, hi);
+			}
+		}
+	return ferror(f) ? -1 : 0;
 }
