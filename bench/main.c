@@ -440,6 +440,12 @@ int main(int argc, char **argv)
 			memset(&res.steps[i], 0, sizeof(res.steps[i]));
 		res.nsteps = 0;
 		sc.rate = rates0;
+		if (run > 1) { /* each run's own start, in its summary and JSON */
+			time_t t = time(NULL);
+			struct tm rt;
+			gmtime_r(&t, &rt);
+			strftime(res.started_at, sizeof(res.started_at), "%Y-%m-%dT%H:%M:%SZ", &rt);
+		}
 		if (repeat > 1) {
 			snprintf(res.out_dir, sizeof(res.out_dir), "%s/run-%d", top, run);
 			if (mkdirs(res.out_dir)) {
