@@ -656,6 +656,11 @@ sq_claim_pending *sq_claim_push(sq_client *c, const char *worker, const sq_claim
 	return p;
 }
 
+void sq_claim_skip_shard(sq_claim_pending *p, int s)
+{
+	p->sr[s].any = 0;
+}
+
 sq_status sq_claim_collect(sq_client *c, sq_claim_pending *p, sq_job **jobs, size_t *n,
 			   sq_error *err)
 {

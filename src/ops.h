@@ -1,6 +1,8 @@
 /* ops.h - a claim and the fenced transitions in two halves, push and
  * collect, so that the worker sends several of them in one pipeline per
- * shard (each its own transaction) and pays one round trip per tick. */
+ * shard and pays one round trip per tick. Each is its own transaction,
+ * unless the client's merge_txn leaves out their Syncs (the worker's tick:
+ * one transaction per shard). */
 #ifndef SQ_OPS_H
 #define SQ_OPS_H
 
@@ -14,6 +16,10 @@ typedef struct sq_claim_pending sq_claim_pending;
  * shards' NOTIFY); none marked is every shard. */
 sq_claim_pending *sq_claim_push(sq_client *c, const char *worker, const sq_claim_req *reqs,
 				size_t nreqs, const unsigned char *only, sq_error *err);
+/* Before collect: shard s's claim is not read, as if it had not been
+ * asked (a statement before it in the same transaction failed, and that
+ * error is the one to report). */
+void sq_claim_skip_shard(sq_claim_pending *p, int s);
 /* After sq_client_send: the jobs claimed (free with sq_jobs_free), in the
  * documented order; frees p. */
 sq_status sq_claim_collect(sq_client *c, sq_claim_pending *p, sq_job **jobs, size_t *n,

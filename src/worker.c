@@ -72,6 +72,10 @@ struct sq_worker {
 	double next_claim_at, poll_delay_ms;
 	int wake_pending;
 	unsigned char woke[SQ_MAX_SHARDS];
+	/* a shard whose last claim failed in the tick's one transaction gets
+	 * its writes in a transaction of their own until a claim there works
+	 * again: a claim that keeps failing does not hold its writes back */
+	unsigned char split[SQ_MAX_SHARDS];
 	double rtt_ms;
 	int have_rtt;
 	sq_task *running;  /* list through run_next */
@@ -1002,19 +1006,23 @@ static void tick(sq_worker *w, double now, int claiming)
 
 	sq_client_reset(c);
 	sq_client_check_map(c);
-	/* the writes share one transaction per shard (one commit), the claim
-	 * has its own: two commits a tick, however many jobs */
+	/* one transaction per shard: the writes, then the claim; one commit a
+	 * tick on each shard, however many jobs (docs/benchmarks.md, "One
+	 * commit a tick"); two on a split shard (w->split) */
 	sq_fenced_pending *p[WB_N] = {NULL};
 	c->merge_txn = 1;
 	for (int k = 0; k < WB_N; k++)
 		if (b[k].n)
 			p[k] = sq_fenced_push(c, wb_kind[k], w->id, b[k].refs,
 					      k == WB_FAIL ? b[k].fails : NULL, b[k].n);
-	c->merge_txn = 0;
 	int wend[SQ_MAX_SHARDS];
-	for (int s = 0; s < c->nshards; s++)
+	unsigned char split[SQ_MAX_SHARDS];
+	for (int s = 0; s < c->nshards; s++) {
 		wend[s] = c->shards[s].qn;
-	sq_client_sync_all(c);
+		split[s] = w->split[s] && wend[s];
+		if (split[s])
+			sq_pgconn_push_sync(&c->shards[s]);
+	}
 	sq_error err;
 	sq_claim_pending *pk = NULL;
 	if (asking) {
@@ -1023,6 +1031,8 @@ static void tick(sq_worker *w, double now, int claiming)
 		w->wake_pending = 0;
 		memset(w->woke, 0, sizeof(w->woke));
 	}
+	c->merge_txn = 0;
+	sq_client_sync_all(c);
 	double t0 = sq_mono_s();
 	sq_status sent = sq_client_send(c, &err);
 	double t1 = sq_mono_s(), rtt = (t1 - t0) * 1000.0;
@@ -1031,19 +1041,34 @@ static void tick(sq_worker *w, double now, int claiming)
 	w->local_started = 0;
 	if (sent != SQ_OK)
 		note_error(w, &err);
-	/* the writes of a shard share one transaction: if a statement failed,
-	 * the others on that shard rolled back, whatever they answered */
+	/* a shard's writes and claim share one transaction (unless split): if
+	 * a statement failed, the others on that shard rolled back, whatever
+	 * they answered. A write that failed is noted here, and the claim
+	 * behind it, aborted, is not read; a claim that failed is noted by its
+	 * collect, and the writes before it are sent again, in a transaction of
+	 * their own until a claim on that shard works */
 	unsigned char bad[SQ_MAX_SHARDS] = {0}, refused[SQ_MAX_SHARDS] = {0};
 	int any_refused = 0;
 	for (int s = 0; s < c->nshards; s++) {
 		sq_error e;
-		if (!wend[s] || sq_pgconn_range_error(&c->shards[s], 0, wend[s], &e) == SQ_OK)
+		sq_pgconn *pc = &c->shards[s];
+		int claimed = pc->qn > wend[s];
+		int writes_ok = !wend[s] || sq_pgconn_range_error(pc, 0, wend[s], &e) == SQ_OK;
+		int claim_ok = claimed && sq_pgconn_range_error(pc, wend[s], pc->qn, NULL) == SQ_OK;
+		if (claimed && sent == SQ_OK && (claim_ok || writes_ok || split[s]))
+			w->split[s] = !claim_ok; /* unchanged when a write aborted it */
+		if (writes_ok) {
+			if (wend[s] && claimed && !claim_ok && !split[s])
+				bad[s] = 1; /* rolled back with the claim */
 			continue;
-		const char *st = sq_pgconn_range_sqlstate(&c->shards[s], 0, wend[s]);
+		}
 		bad[s] = 1;
+		const char *st = sq_pgconn_range_sqlstate(pc, 0, wend[s]);
 		if (st && !transient_state(st))
 			refused[s] = 1, any_refused = 1;
 		note_error(w, &e);
+		if (pk && !split[s])
+			sq_claim_skip_shard(pk, s); /* aborted by that write */
 	}
 	for (int k = 0; k < WB_N; k++) {
 		if (p[k])

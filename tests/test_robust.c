@@ -592,6 +592,86 @@ START_TEST(frozen_partition_waits_alone)
 }
 END_TEST
 
+/* ---- a claim that keeps failing on a shard ------------------------------ */
+
+static atomic_int runs;
+
+static sq_job_result count_hold_handler(const sq_job *job, void *arg, char *e, size_t elen)
+{
+	atomic_fetch_add(&runs, 1);
+	return hold_handler(job, arg, e, elen);
+}
+
+/* A tick sends a shard its writes and its claim in one transaction. When
+ * the claim fails there, the completions it carried roll back with it:
+ * they are sent again, and must not wait for the claim to work again. */
+START_TEST(a_failing_claim_does_not_hold_back_completions)
+{
+	enum { N = 6, R = 3 };
+	char keys[N][32], ready[R][32];
+	tworker tw;
+	keys_on_shard(0, "held", N, keys);
+	keys_on_shard(0, "ready", R, ready);
+	atomic_store(&hold_release, 0);
+	atomic_store(&held_now, 0);
+	atomic_store(&runs, 0);
+	for (int i = 0; i < N; i++)
+		enq("q", keys[i]);
+	tworker_create(&tw, "wclaim", 1);
+	tworker_add(&tw, "q", N, count_hold_handler, NULL);
+	shown = &tw;
+	tworker_start(&tw);
+	double moved = mono();
+	while (atomic_load(&held_now) < N) {
+		ck_assert_msg(mono() - moved < stall_s(), "%d of %d jobs started",
+			      atomic_load(&held_now), N);
+		usleep(20000);
+	}
+	/* from now on, every claim of a ready job on shard 0 fails */
+	shard_exec(0, "CREATE FUNCTION public.refuse_claim() RETURNS trigger LANGUAGE plpgsql "
+		      "AS $$BEGIN RAISE EXCEPTION 'claims refused here'; END$$");
+	shard_exec(0, "CREATE TRIGGER refuse_claim BEFORE UPDATE ON shardq.jobs FOR EACH ROW "
+		      "WHEN (OLD.status = 'ready' AND NEW.status <> 'ready') "
+		      "EXECUTE FUNCTION public.refuse_claim()");
+	for (int i = 0; i < R; i++)
+		enq("q", ready[i]);
+	/* the freed slots make the next tick claim there, with the completions */
+	atomic_store(&hold_release, 1);
+	wait_sum("SELECT count(*) FROM shardq.jobs WHERE status = 'running'", 0,
+		 "completions on the shard whose claims fail", show_worker);
+	sq_worker_stats st;
+	moved = mono();
+	for (;;) {
+		sq_worker_get_stats(tw.w, &st);
+		if (strstr(st.last_error, "claims refused here"))
+			break;
+		ck_assert_msg(mono() - moved < stall_s(),
+			      "the failing claim was never reported; last error: %s",
+			      st.last_error);
+		usleep(20000);
+	}
+	ck_assert_int_eq(testdb_sum(&t, "SELECT count(*) FROM shardq.jobs WHERE status = 'ready'"),
+			 R);
+	/* claims work again: the ready ones run, each once */
+	shard_exec(0, "DROP TRIGGER refuse_claim ON shardq.jobs");
+	wait_sum("SELECT count(*) FROM shardq.jobs", 0, "the jobs left once claims work",
+		 show_worker);
+	moved = mono();
+	for (sq_worker_get_stats(tw.w, &st); type_stats(&st, "q")->done < (uint64_t)(N + R);
+	     sq_worker_get_stats(tw.w, &st)) {
+		ck_assert_msg(mono() - moved < stall_s(), "the worker counts %llu done of %d",
+			      (unsigned long long)type_stats(&st, "q")->done, N + R);
+		usleep(20000);
+	}
+	tworker_stop(&tw);
+	sq_worker_destroy(tw.w);
+	shown = NULL;
+	ck_assert_int_eq(atomic_load(&runs), N + R);
+	ck_assert_uint_eq(type_stats(&st, "q")->done, N + R);
+	ck_assert_uint_eq(type_stats(&st, "q")->lost, 0);
+}
+END_TEST
+
 /* ---- item 4: a claim whose answer is lost ------------------------------- */
 
 START_TEST(lost_claim_answer_comes_back_after_the_starting_lease)
@@ -1003,6 +1083,7 @@ static Suite *suite(void)
 	tcase_add_test(tc, poison_error_text_does_not_wedge_the_worker);
 	tcase_add_test(tc, one_refused_write_does_not_block_the_shard);
 	tcase_add_test(tc, frozen_partition_waits_alone);
+	tcase_add_test(tc, a_failing_claim_does_not_hold_back_completions);
 	tcase_add_test(tc, lost_claim_answer_comes_back_after_the_starting_lease);
 	tcase_add_test(tc, long_job_claimed_running_keeps_its_lease);
 	tcase_add_test(tc, long_job_started_from_the_buffer_keeps_its_lease);
