@@ -8,6 +8,7 @@
 #include "handler.h"
 #include "monitor.h"
 #include "pgutil.h"
+#include "pace.h"
 #include "phase.h"
 
 #include <pthread.h>
@@ -74,6 +75,7 @@ typedef struct brun {
 	_Atomic int producing; /* producer threads still running */
 	_Atomic int failed;
 	int64_t t0;
+	pace pace; /* rate-limited producers' schedule */
 	pthread_mutex_t mu;
 	char err[1024];
 } brun;
@@ -181,9 +183,10 @@ static void *producer_main(void *arg)
 	int64_t sent = 0;
 	tbuf types = {0}, params = {0};
 	PGconn *c = connect_prepared(r, names, sqls);
+	int64_t origin = pace_join(&r->pace, &r->failed);
 	while (c && !atomic_load(&r->failed) && !atomic_load(&r->stop)) {
 		if (rate > 0)
-			sleep_us(r->t0 + (int64_t)((double)sent / rate * 1e6) - mono_us());
+			pace_sleep_until(pace_due(&r->pace, origin, th->idx, sent, rate, r->batch));
 		int64_t first = atomic_fetch_add(&r->next, r->batch);
 		if (first >= (int64_t)r->total)
 			break;
@@ -561,6 +564,7 @@ void phase_baseline(bench_env *env, int which, uint64_t enq, uint64_t done, int6
 	}
 	double cpu0 = cpu_self_s(), pg0 = env_cpu_servers(env), all0 = cpu_machine_s();
 	r.t0 = mono_us();
+	pace_init(&r.pace, which == PH_C ? 0 : nprod);
 	if (monitor_start(&mon, ph, t, labels[which], r.t0, sc->sample_ms, env->quiet)) {
 		snprintf(err, sizeof(err), "out of memory");
 		goto fail;

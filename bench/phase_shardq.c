@@ -276,8 +276,12 @@ void phase_shardq(bench_env *env, int64_t backlog, phase *ph)
 	double cpu0 = cpu_self_s(), pg0 = env_cpu_servers(env), all0 = cpu_machine_s();
 	if (dm.pid > 0)
 		d0 = daemon_cpu_s(&dm);
-	int64_t t0 = mono_us();
 	atomic_store(&t->go, 1);
+	/* the producers start once the workers run: what is measured is the
+	 * queue at work, not the workers' start (threads, statements) */
+	if (!sc->workers_http && workerproc_wait_running(t, pids, nprocs, err, sizeof(err)))
+		goto fail;
+	int64_t t0 = mono_us();
 	if (monitor_start(&mon, ph, t, "shardq", t0, sc->sample_ms, env->quiet)) {
 		snprintf(err, sizeof(err), "out of memory");
 		goto fail;

@@ -16,16 +16,6 @@ typedef struct producer {
 	char err[1024];
 } producer;
 
-static void sleep_until(int64_t at_us)
-{
-	int64_t now = mono_us();
-	if (at_us <= now)
-		return;
-	int64_t d = at_us - now;
-	struct timespec ts = {(time_t)(d / 1000000), (long)(d % 1000000) * 1000};
-	nanosleep(&ts, NULL);
-}
-
 /* One batch through shardqd: POST /v1/jobs; the jobs inserted, or -1. */
 static int64_t enqueue_http(producer *p, hconn *hc, hbuf *b, int64_t first, int64_t n, int64_t at)
 {
@@ -82,18 +72,21 @@ static void *producer_main(void *arg)
 	if (!specs || !res || (sc->keys && !keys)) {
 		snprintf(p->err, sizeof(p->err), "producer %d: out of memory", p->idx);
 		p->failed = 1;
+		pace_join(&ps->pace, NULL);
 		goto out;
 	}
 	if (!sc->producers_http && sq_client_open(ps->cfg, 0, &c, &err) != SQ_OK) {
 		snprintf(p->err, sizeof(p->err), "producer %d: %s", p->idx, err.msg);
 		p->failed = 1;
+		pace_join(&ps->pace, NULL);
 		goto out;
 	}
+	int64_t origin = pace_join(&ps->pace, &ps->stop);
 	while (!atomic_load(&ps->stop)) {
 		if (ps->until && mono_us() >= ps->until)
 			break;
 		if (rate > 0)
-			sleep_until(ps->t0 + (int64_t)((double)sent / rate * 1e6));
+			pace_sleep_until(pace_due(&ps->pace, origin, p->idx, sent, rate, b));
 		int64_t first = atomic_fetch_add(&ps->next_job, b);
 		if (first >= ps->total)
 			break;
@@ -163,6 +156,7 @@ int producers_start(producer_set *ps, const scenario *sc, const sq_config *cfg, 
 	ps->total = total > 0 ? total : INT64_MAX;
 	ps->until = until_us;
 	ps->t0 = mono_us();
+	pace_init(&ps->pace, sc->producers);
 	if (!ps->n)
 		return 0;
 	ps->threads = calloc((size_t)ps->n, sizeof(*ps->threads));

@@ -4,6 +4,7 @@
 #ifndef BENCH_PRODUCER_H
 #define BENCH_PRODUCER_H
 
+#include "pace.h"
 #include "tally.h"
 
 #include <pthread.h>
@@ -20,6 +21,7 @@ typedef struct producer_set {
 	int64_t total;            /* jobs to enqueue; INT64_MAX: until `until` */
 	int64_t until;            /* monotonic us when a timed run stops; 0: none */
 	int64_t t0;
+	pace pace; /* rate-limited: the producers' schedule */
 	_Atomic int running;
 	_Atomic int stop;
 } producer_set;

@@ -3,6 +3,7 @@
  * accounts for every job, and the figures the docs quote are present. It
  * never checks speed. */
 #include "hist.h"
+#include "pace.h"
 
 #include <jansson.h>
 #include <stdio.h>
@@ -20,6 +21,25 @@ static int failures;
 			failures++;                       \
 		}                                         \
 	} while (0)
+
+/* The producers' schedule: four producers at 250 jobs/s each in batches of
+ * 100 offer one batch every 0.1 s between them, never two at once. */
+static void check_pace(void)
+{
+	pace p;
+	pace_init(&p, 4);
+	int64_t origin = 1000000, due[8];
+	for (int k = 0; k < 2; k++)
+		for (int i = 0; i < 4; i++)
+			due[k * 4 + i] = pace_due(&p, origin, i, (int64_t)k * 100, 250.0, 100);
+	for (int j = 0; j < 8; j++)
+		CHECK(due[j] == origin + (int64_t)j * 100000,
+		      "batch %d of the four producers due at +%lld us, not +%lld", j,
+		      (long long)(due[j] - origin), (long long)j * 100000);
+	CHECK(pace_due(&p, origin, 2, 500, 0, 100) == 0, "an unlimited producer waits");
+	pace_init(&p, 1);
+	CHECK(pace_join(&p, NULL) > 0, "a lone producer has no origin");
+}
 
 static void check_hist(void)
 {
@@ -116,6 +136,7 @@ int main(int argc, char **argv)
 {
 	json_error_t jerr;
 	check_hist();
+	check_pace();
 	if (argc != 4) {
 		fprintf(stderr, "usage: bench_check RESULT.json JOBS PHASES\n"
 				"  (histogram checks always; JOBS: jobs each phase must complete;\n"

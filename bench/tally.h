@@ -17,7 +17,9 @@
 
 /* What a worker process reports when it exits. */
 typedef struct proc_report {
-	_Atomic int state; /* 0 starting, 1 ready, 2 done, -1 failed */
+	/* 0 starting, 1 ready (waiting for go), 3 running (a library worker
+	 * whose loop has done its first tick), 2 done, -1 failed */
+	_Atomic int state;
 	uint64_t claims;
 	double claim_rtt_ms; /* the runtime's moving average */
 	double slot_idle_ratio;

@@ -39,6 +39,20 @@ static void on_report(const sq_worker_stats *st, void *arg)
 		sq_worker_stop(ch->w, 0);
 }
 
+/* The tally's tick hook, and the first tick marks the process running. */
+typedef struct tick_hook {
+	tally *t;
+	proc_report *pr;
+} tick_hook;
+
+static void on_tick(const sq_worker_tick *tk, void *arg)
+{
+	tick_hook *h = arg;
+	wrap_on_tick(tk, h->t);
+	if (atomic_load(&h->pr->state) == 1)
+		atomic_store(&h->pr->state, 3);
+}
+
 static void sleep_ms(int ms)
 {
 	struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
@@ -84,8 +98,9 @@ int workerproc_main(int fd, int idx)
 	opts.report_ms = 20;
 	opts.report = on_report;
 	opts.report_arg = &ch;
-	opts.on_tick = wrap_on_tick;
-	opts.tick_arg = t;
+	tick_hook hook = {t, pr};
+	opts.on_tick = on_tick;
+	opts.tick_arg = &hook;
 	if (sq_worker_create(cfg, &opts, &ch.w, &err) != SQ_OK) {
 		snprintf(pr->error, sizeof(pr->error), "worker %d: %s", idx, err.msg);
 		goto out;
@@ -166,7 +181,10 @@ static const char *exit_text(int status, char *buf, size_t len)
 	return buf;
 }
 
-int workerproc_wait_ready(tally *t, const pid_t *pids, int n, char *err, size_t errlen)
+/* Waits until every process is in state `want`; -1 when one failed or
+ * exited first. */
+static int wait_state(tally *t, const pid_t *pids, int n, int want, const char *what, char *err,
+		      size_t errlen)
 {
 	for (int waited = 0; waited < 60000; waited += 2) {
 		int ready = 0;
@@ -180,14 +198,24 @@ int workerproc_wait_ready(tally *t, const pid_t *pids, int n, char *err, size_t 
 					 t->procs[i].error[0] ? t->procs[i].error : "no message");
 				return -1;
 			}
-			ready += st == 1;
+			ready += st == want;
 		}
 		if (ready == n)
 			return 0;
 		sleep_ms(2);
 	}
-	snprintf(err, errlen, "worker processes did not start within 60 s");
+	snprintf(err, errlen, "worker processes did not %s within 60 s", what);
 	return -1;
+}
+
+int workerproc_wait_ready(tally *t, const pid_t *pids, int n, char *err, size_t errlen)
+{
+	return wait_state(t, pids, n, 1, "start", err, errlen);
+}
+
+int workerproc_wait_running(tally *t, const pid_t *pids, int n, char *err, size_t errlen)
+{
+	return wait_state(t, pids, n, 3, "begin their first tick", err, errlen);
 }
 
 int workerproc_stop(tally *t, pid_t *pids, int n, double wait_s, char *err, size_t errlen)

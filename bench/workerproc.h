@@ -19,6 +19,10 @@ pid_t workerproc_spawn(int fd, int idx, char *err, size_t errlen);
 /* Waits until every process reported ready (0), or one failed or exited
  * (-1 with its message). */
 int workerproc_wait_ready(tally *t, const pid_t *pids, int n, char *err, size_t errlen);
+/* After go: waits until every library worker's loop has done its first
+ * tick (its handler threads started, its statements prepared), so that the
+ * producers meet running workers; -1 as above. */
+int workerproc_wait_running(tally *t, const pid_t *pids, int n, char *err, size_t errlen);
 
 /* Asks every process to stop gracefully and waits (up to wait_s, then
  * SIGKILL); 0 if all exited cleanly, else -1 with a message. */
