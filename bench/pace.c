@@ -1,15 +1,10 @@
 /* pace.c - see pace.h. */
 #include "pace.h"
 
+#include "tally.h"
+
 #include <stdatomic.h>
 #include <time.h>
-
-static int64_t now_us(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
 
 void pace_init(pace *p, int n)
 {
@@ -21,11 +16,11 @@ void pace_init(pace *p, int n)
 int64_t pace_join(pace *p, const _Atomic int *stop)
 {
 	if (atomic_fetch_add(&p->joined, 1) + 1 >= p->n)
-		atomic_store(&p->origin, now_us());
+		atomic_store(&p->origin, mono_us());
 	int64_t o;
 	while (!(o = atomic_load(&p->origin)) && !(stop && atomic_load(stop)))
-		pace_sleep_until(now_us() + 1000);
-	return o ? o : now_us();
+		pace_sleep_until(mono_us() + 1000);
+	return o ? o : mono_us();
 }
 
 int64_t pace_due(const pace *p, int64_t origin, int i, int64_t sent, double rate, int batch)
@@ -38,7 +33,7 @@ int64_t pace_due(const pace *p, int64_t origin, int i, int64_t sent, double rate
 
 void pace_sleep_until(int64_t at_us)
 {
-	int64_t now = now_us();
+	int64_t now = mono_us();
 	if (at_us <= now)
 		return;
 	int64_t d = at_us - now;

@@ -23,7 +23,7 @@ int64_t pace_join(pace *p, const _Atomic int *stop);
 /* When producer i (of n) may send the batch after `sent` jobs, at `rate`
  * jobs/s for this producer in batches of `batch` jobs. */
 int64_t pace_due(const pace *p, int64_t origin, int i, int64_t sent, double rate, int batch);
-/* Sleeps until at_us (monotonic, CLOCK_MONOTONIC as mono_us). */
+/* Sleeps until at_us (mono_us). */
 void pace_sleep_until(int64_t at_us);
 
 #endif

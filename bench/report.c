@@ -881,13 +881,9 @@ int report_runs_csv(FILE *f, const report_runs *rr)
 			 * ("enqueue-to-start p50 ms", then "  ...  p90 ms") */
 			char label[2 * sizeof(fg->label)];
 			size_t a = strspn(fg->label, " ");
-			if (a)
-				snprintf(label, sizeof(label), "%.*s%s", (int)a, head,
-					 fg->label + a);
-			else
-				snprintf(head, sizeof(head), "%s", fg->label);
 			if (!a)
-				snprintf(label, sizeof(label), "%s", fg->label);
+				snprintf(head, sizeof(head), "%s", fg->label);
+			snprintf(label, sizeof(label), "%.*s%s", (int)a, head, fg->label + a);
 			for (int col = 0; col < 2 * PH_N - 1; col++) {
 				int p = col < PH_N ? col : col - PH_N + 1;
 				double v[REPORT_MAX_RUNS], med, lo, hi;

@@ -253,6 +253,35 @@ static const sq_worker_type_stats *type_stats(const sq_worker_stats *st, const c
 	return NULL;
 }
 
+/* Waits until the worker's last error names `needle`, into *st. Fails
+ * after stall_s() seconds saying what never came. */
+static void wait_last_error(tworker *tw, const char *needle, const char *what, sq_worker_stats *st)
+{
+	double since = mono();
+	for (;;) {
+		sq_worker_get_stats(tw->w, st);
+		if (strstr(st->last_error, needle))
+			return;
+		ck_assert_msg(mono() - since < stall_s(), "%s; last error: %s", what,
+			      st->last_error);
+		usleep(20000);
+	}
+}
+
+/* Waits until the worker counts n jobs of `type` done, into *st: the shard
+ * has the completions before the worker has read their answers. */
+static void wait_done(tworker *tw, const char *type, uint64_t n, sq_worker_stats *st)
+{
+	double since = mono();
+	for (sq_worker_get_stats(tw->w, st); type_stats(st, type)->done < n;
+	     sq_worker_get_stats(tw->w, st)) {
+		ck_assert_msg(mono() - since < stall_s(), "the worker counts %llu done of %llu",
+			      (unsigned long long)type_stats(st, type)->done,
+			      (unsigned long long)n);
+		usleep(20000);
+	}
+}
+
 static char *shard_text(int s, const char *sql)
 {
 	PGconn *c = testdb_pg(&t, s);
@@ -433,16 +462,7 @@ START_TEST(one_refused_write_does_not_block_the_shard)
 	/* the refused completion is answered (dropped, with its reason), not
 	 * retried forever: more work on the same shard adds no error */
 	sq_worker_stats st;
-	double moved = mono();
-	for (;;) {
-		sq_worker_get_stats(tw.w, &st);
-		if (strstr(st.last_error, "dropped"))
-			break;
-		ck_assert_msg(mono() - moved < stall_s(),
-			      "the refused completion was never given up; last error: %s",
-			      st.last_error);
-		usleep(50000);
-	}
+	wait_last_error(&tw, "dropped", "the refused completion was never given up", &st);
 	char idtext[32];
 	snprintf(idtext, sizeof(idtext), "%lld", (long long)pid);
 	ck_assert_msg(strstr(st.last_error, idtext), "the reason names the job: %s", st.last_error);
@@ -450,15 +470,7 @@ START_TEST(one_refused_write_does_not_block_the_shard)
 	for (int i = 0; i < 10; i++)
 		enq("q", more[i]);
 	wait_sum("SELECT count(*) FROM shardq.jobs", 1, "more jobs on the same shard", show_worker);
-	/* the shard has the completions before the worker has read their
-	 * answers: wait for its figures to catch up */
-	moved = mono();
-	for (sq_worker_get_stats(tw.w, &st); type_stats(&st, "q")->done < (uint64_t)N + 10;
-	     sq_worker_get_stats(tw.w, &st)) {
-		ck_assert_msg(mono() - moved < stall_s(), "the worker counts %llu done of %d",
-			      (unsigned long long)type_stats(&st, "q")->done, N + 10);
-		usleep(20000);
-	}
+	wait_done(&tw, "q", (uint64_t)N + 10, &st);
 	ck_assert_msg(st.db_errors == errors, "still retrying: %llu errors, was %llu; last: %s",
 		      (unsigned long long)st.db_errors, (unsigned long long)errors, st.last_error);
 	ck_assert_uint_eq(type_stats(&st, "q")->done, N + 10);
@@ -640,29 +652,14 @@ START_TEST(a_failing_claim_does_not_hold_back_completions)
 	wait_sum("SELECT count(*) FROM shardq.jobs WHERE status = 'running'", 0,
 		 "completions on the shard whose claims fail", show_worker);
 	sq_worker_stats st;
-	moved = mono();
-	for (;;) {
-		sq_worker_get_stats(tw.w, &st);
-		if (strstr(st.last_error, "claims refused here"))
-			break;
-		ck_assert_msg(mono() - moved < stall_s(),
-			      "the failing claim was never reported; last error: %s",
-			      st.last_error);
-		usleep(20000);
-	}
+	wait_last_error(&tw, "claims refused here", "the failing claim was never reported", &st);
 	ck_assert_int_eq(testdb_sum(&t, "SELECT count(*) FROM shardq.jobs WHERE status = 'ready'"),
 			 R);
 	/* claims work again: the ready ones run, each once */
 	shard_exec(0, "DROP TRIGGER refuse_claim ON shardq.jobs");
 	wait_sum("SELECT count(*) FROM shardq.jobs", 0, "the jobs left once claims work",
 		 show_worker);
-	moved = mono();
-	for (sq_worker_get_stats(tw.w, &st); type_stats(&st, "q")->done < (uint64_t)(N + R);
-	     sq_worker_get_stats(tw.w, &st)) {
-		ck_assert_msg(mono() - moved < stall_s(), "the worker counts %llu done of %d",
-			      (unsigned long long)type_stats(&st, "q")->done, N + R);
-		usleep(20000);
-	}
+	wait_done(&tw, "q", N + R, &st);
 	tworker_stop(&tw);
 	sq_worker_destroy(tw.w);
 	shown = NULL;
