@@ -191,6 +191,14 @@ static int setup_cluster(bench_env *env, sq_config **cfg, sq_client **c, char *e
 		snprintf(err, errlen, "%s", e.msg);
 		return -1;
 	}
+	/* the history's days ahead, as `shardq init` makes them */
+	sq_maintain_report rep;
+	sq_status st = sq_maintain(*c, NULL, &rep, &e);
+	sq_maintain_report_free(&rep);
+	if (st != SQ_OK) {
+		snprintf(err, errlen, "history partitions: %s", e.msg);
+		return -1;
+	}
 	return 0;
 }
 

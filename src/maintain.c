@@ -16,6 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
+#include <xxhash.h>
 
 #define DAY_S INT64_C(86400)
 
@@ -354,6 +356,27 @@ static void maintain_pass(void *arg)
 	sq_maintain_report_free(&rep);
 }
 
+int64_t sq_maintain_first_ms(int64_t interval_ms, uint64_t r)
+{
+	int64_t last = interval_ms < SQ_MAINTAIN_SPREAD_MS ? interval_ms : SQ_MAINTAIN_SPREAD_MS;
+	if (last <= SQ_MAINTAIN_FIRST_MS)
+		return interval_ms < SQ_MAINTAIN_FIRST_MS ? interval_ms : SQ_MAINTAIN_FIRST_MS;
+	return SQ_MAINTAIN_FIRST_MS + (int64_t)(r % (uint64_t)(last - SQ_MAINTAIN_FIRST_MS + 1));
+}
+
+/* A draw of its own for each runner: the process, the time, the runner. */
+static uint64_t runner_draw(const void *m)
+{
+	struct timespec ts;
+	uint64_t in[4];
+	clock_gettime(CLOCK_REALTIME, &ts);
+	in[0] = (uint64_t)getpid();
+	in[1] = (uint64_t)ts.tv_sec;
+	in[2] = (uint64_t)ts.tv_nsec;
+	in[3] = (uint64_t)(uintptr_t)m;
+	return XXH3_64bits(in, sizeof(in));
+}
+
 sq_maintainer *sq_maintainer_start(const sq_config *cfg, sq_maintainer_log log, void *log_arg)
 {
 	if (!cfg->maintain_interval_ms)
@@ -365,9 +388,8 @@ sq_maintainer *sq_maintainer_start(const sq_config *cfg, sq_maintainer_log log, 
 	m->log = log;
 	m->log_arg = log_arg;
 	int64_t every = cfg->maintain_interval_ms;
-	m->ticker =
-		sq_ticker_start(maintain_pass, m,
-				every < SQ_MAINTAIN_FIRST_MS ? every : SQ_MAINTAIN_FIRST_MS, every);
+	m->ticker = sq_ticker_start(maintain_pass, m, sq_maintain_first_ms(every, runner_draw(m)),
+				    every);
 	if (!m->ticker) {
 		free(m);
 		return NULL;

@@ -5,9 +5,18 @@
 
 #include "config.h"
 
-/* The first pass runs this long after the start (or after one interval,
- * when that is shorter). */
-#define SQ_MAINTAIN_FIRST_MS 5000
+/* The first pass runs at a random point from SQ_MAINTAIN_FIRST_MS after the
+ * start to one interval after it, and at most SQ_MAINTAIN_SPREAD_MS (an
+ * interval shorter than SQ_MAINTAIN_FIRST_MS: after one interval). Every
+ * process of a fleet started together so makes its passes at its own time,
+ * not all at once on every shard (each pass opens a connection per shard).
+ * `shardq init` makes the days ahead, so nothing waits for that pass. */
+#define SQ_MAINTAIN_FIRST_MS  5000
+#define SQ_MAINTAIN_SPREAD_MS 3600000
+
+/* When the first pass of a runner with this interval comes, for a random
+ * 64-bit draw r: see SQ_MAINTAIN_FIRST_MS. */
+int64_t sq_maintain_first_ms(int64_t interval_ms, uint64_t r);
 
 /* sq_maintain on a config alone: it opens a connection of its own per
  * shard, one after another, and needs no client. */

@@ -611,6 +611,30 @@ START_TEST(cli_maintain)
 	ck_assert_int_eq(testdb_run_cli(out, sizeof(out), "-c %s maintain --lock-timeout 0", path),
 			 2);
 	ck_assert_int_eq(testdb_run_cli(out, sizeof(out), "-c %s maintain extra", path), 2);
+
+	/* `shardq init` makes the days ahead too (a worker's first pass comes
+	 * at a random time within its first maintain_interval) */
+	drop_days();
+	ck_assert_int_eq(testdb_run_cli(out, sizeof(out), "-c %s init", path), 0);
+	ck_assert_msg(strstr(out, "history: 12 day partitions made ahead"), "%s", out);
+	for (int s = 0; s < t.nshards; s++)
+		ck_assert_int_eq(day_parts(s), 6);
+	ck_assert_int_eq(testdb_run_cli(out, sizeof(out), "-c %s init", path), 0);
+	ck_assert_msg(strstr(out, "history: 0 day partitions made ahead"), "%s", out);
+	/* when it cannot (a long transaction on the history of s1), init still
+	 * succeeds, says so, and s2's days are made */
+	drop_days();
+	hold = testdb_pg(&t, 0);
+	r = PQexec(hold, "BEGIN; SELECT count(*) FROM shardq.jobs_history");
+	ck_assert_int_eq(PQresultStatus(r), PGRES_TUPLES_OK);
+	PQclear(r);
+	ck_assert_int_eq(testdb_run_cli(out, sizeof(out), "-c %s init", path), 0);
+	ck_assert_msg(strstr(out, "warning: the history's day partitions were not all made") &&
+			      strstr(out, "shard s1") && strstr(out, "run `shardq maintain`"),
+		      "%s", out);
+	ck_assert_int_eq(day_parts(0), 0);
+	ck_assert_int_eq(day_parts(1), 6);
+	PQfinish(hold);
 }
 END_TEST
 

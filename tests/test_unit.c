@@ -5,6 +5,7 @@
 #include "config.h"
 #include "hrw.h"
 #include "json.h"
+#include "maintain.h"
 #include "pool.h"
 #include "shardq.h"
 #include "testdb.h"
@@ -579,6 +580,33 @@ static void pool_submit_n(sq_pool *p, int n, sq_handler fn, pool_probe *probe)
 /* Every task runs once and comes back; a burst of short tasks does not
  * leave queued tasks behind sleeping threads (short tasks wake one thread
  * at a time), nor do long ones (one each). */
+/* The first maintenance pass of each runner comes at its own point of
+ * [5 s, the interval], at most an hour: a fleet started together does not
+ * open its connections to every shard in the same second. */
+START_TEST(maintain_first_pass_is_spread)
+{
+	const int64_t hour = 3600000;
+	int buckets[10] = {0};
+	for (uint64_t i = 0; i < 10000; i++) {
+		int64_t f = sq_maintain_first_ms(hour, sq_hash_key((const char *)&i, sizeof(i)));
+		ck_assert_int_ge(f, SQ_MAINTAIN_FIRST_MS);
+		ck_assert_int_le(f, hour);
+		buckets[(f - SQ_MAINTAIN_FIRST_MS) * 10 / (hour - SQ_MAINTAIN_FIRST_MS + 1)]++;
+	}
+	for (int b = 0; b < 10; b++)
+		ck_assert_msg(buckets[b] > 800, "tenth %d of the hour has %d first passes of 10000",
+			      b, buckets[b]);
+	/* a longer interval: still within the first hour */
+	ck_assert_int_eq(sq_maintain_first_ms(24 * hour, 0), SQ_MAINTAIN_FIRST_MS);
+	ck_assert_int_eq(sq_maintain_first_ms(24 * hour, UINT64_MAX - 1) <= hour, 1);
+	/* a short one: after one interval, as before */
+	ck_assert_int_eq(sq_maintain_first_ms(1000, 12345), 1000);
+	ck_assert_int_eq(sq_maintain_first_ms(5000, 12345), 5000);
+	ck_assert_int_eq(sq_maintain_first_ms(6000, 0), 5000);
+	ck_assert_int_eq(sq_maintain_first_ms(6000, 1000), 6000);
+}
+END_TEST
+
 START_TEST(pool_runs_each_task_once_and_wakes_threads)
 {
 	int fds[2];
@@ -635,6 +663,7 @@ int main(void)
 	tcase_add_test(tc, json_depth_and_strings);
 	tcase_add_test(tc, config_long_lines_and_repeats);
 	tcase_add_test(tc, config_file_is_a_directory);
+	tcase_add_test(tc, maintain_first_pass_is_spread);
 	suite_add_tcase(s, tc);
 	/* waits for threads, not for a database: its own stall limit */
 	TCase *tp = tcase_create("pool");

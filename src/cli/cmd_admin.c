@@ -32,7 +32,9 @@ int cmd_init(cli *x, int argc, char **argv)
 			       "refused\n"
 			       "if the cluster was made with another partition count, or a "
 			       "database\n"
-			       "belongs to another shard.\n");
+			       "belongs to another shard. Then makes the history's day "
+			       "partitions\n"
+			       "ahead, as `shardq maintain` does.\n");
 			return EX_OK;
 		default: return cli_bad_option("init", c, argv);
 		}
@@ -46,6 +48,23 @@ int cmd_init(cli *x, int argc, char **argv)
 	printf("%s cluster: %d shards, %u partitions, map version %" PRId64 "\n",
 	       created ? "created" : "checked", sq_config_shard_count(x->cfg),
 	       sq_config_partitions(x->cfg), sq_client_map_version(x->client));
+	/* the history's days ahead, so that no worker waits for its first
+	 * maintenance pass (which comes at a random time in its first
+	 * maintain_interval); a failure leaves the schema made and is said */
+	sq_maintain_report rep;
+	size_t made = 0;
+	sq_status mst = sq_maintain(x->client, NULL, &rep, &err);
+	for (int s = 0; s < rep.nshards; s++)
+		made += rep.shards[s].ncreated;
+	if (mst == SQ_OK)
+		printf("history: %zu day partitions made ahead\n", made);
+	else
+		fprintf(stderr,
+			"shardq init: warning: the history's day partitions were not all made "
+			"(%s); run `shardq maintain` (the workers' maintenance pass makes them "
+			"too)\n",
+			err.msg);
+	sq_maintain_report_free(&rep);
 	return EX_OK;
 }
 
