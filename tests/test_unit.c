@@ -577,9 +577,6 @@ static void pool_submit_n(sq_pool *p, int n, sq_handler fn, pool_probe *probe)
 	}
 }
 
-/* Every task runs once and comes back; a burst of short tasks does not
- * leave queued tasks behind sleeping threads (short tasks wake one thread
- * at a time), nor do long ones (one each). */
 /* The first maintenance pass of each runner comes at its own point of
  * [5 s, the interval], at most an hour: a fleet started together does not
  * open its connections to every shard in the same second. */
@@ -607,6 +604,9 @@ START_TEST(maintain_first_pass_is_spread)
 }
 END_TEST
 
+/* Every task runs once and comes back; a burst of short tasks does not
+ * leave queued tasks behind sleeping threads (short tasks wake one thread
+ * at a time), nor do long ones (one each). */
 START_TEST(pool_runs_each_task_once_and_wakes_threads)
 {
 	int fds[2];
