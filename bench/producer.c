@@ -14,6 +14,13 @@ typedef struct producer {
 	int idx;
 	_Atomic int failed;
 	char err[1024];
+	/* closed by producers_join, after the phase: a shard backend's exit
+	 * costs the servers a few ms of CPU each (unmapping the shared buffers
+	 * it touched), and four producers closing their four shard
+	 * connections while their last jobs are being claimed held those
+	 * claims up by 15-40 ms (docs/benchmarks.md, "The last jobs of a
+	 * latency run") */
+	sq_client *client;
 } producer;
 
 /* One batch through shardqd: POST /v1/jobs; the jobs inserted, or -1. */
@@ -137,7 +144,7 @@ static void *producer_main(void *arg)
 out:
 	hconn_close(&hc);
 	hbuf_free(&hb);
-	sq_client_close(c);
+	p->client = c;
 	free(specs);
 	free(res);
 	free(keys);
@@ -172,8 +179,10 @@ int producers_start(producer_set *ps, const scenario *sc, const sq_config *cfg, 
 		if (pthread_create(&ps->threads[i], NULL, producer_main, &ps->p[i])) {
 			atomic_fetch_sub(&ps->running, 1);
 			atomic_store(&ps->stop, 1);
-			for (int k = 0; k < i; k++)
+			for (int k = 0; k < i; k++) {
 				pthread_join(ps->threads[k], NULL);
+				sq_client_close(ps->p[k].client);
+			}
 			free(ps->threads);
 			free(ps->p);
 			ps->threads = NULL;
@@ -208,6 +217,7 @@ int producers_join(producer_set *ps, char *err, size_t errlen)
 	int rc = 0;
 	for (int i = 0; ps->threads && i < ps->n; i++) {
 		pthread_join(ps->threads[i], NULL);
+		sq_client_close(ps->p[i].client);
 		if (ps->p[i].failed && !rc) {
 			snprintf(err, errlen, "%s", ps->p[i].err);
 			rc = -1;
