@@ -83,7 +83,8 @@ typedef struct brun {
 typedef struct bthread {
 	brun *r;
 	int idx;
-	int type; /* the queue a worker claims from */
+	int type;     /* the queue a worker claims from */
+	PGconn *conn; /* a producer's, closed after the phase (see producer.c) */
 } bthread;
 
 static void fail(brun *r, const char *msg)
@@ -233,7 +234,7 @@ static void *producer_main(void *arg)
 	}
 	free(types.p);
 	free(params.p);
-	PQfinish(c);
+	th->conn = c;
 	atomic_fetch_sub(&r->producing, 1);
 	return NULL;
 }
@@ -603,8 +604,10 @@ void phase_baseline(bench_env *env, int which, uint64_t enq, uint64_t done, int6
 		sleep_us(5000);
 	}
 	atomic_store(&r.stop, 1);
-	for (int i = 0; i < started; i++)
+	for (int i = 0; i < started; i++) {
 		pthread_join(tids[i], NULL);
+		PQfinish(ths[i].conn);
+	}
 	ph->cpu_bench_s = cpu_self_s() - cpu0;
 	double pg1 = env_cpu_servers(env);
 	ph->cpu_pg_s = pg0 >= 0 && pg1 >= 0 ? pg1 - pg0 : -1;
