@@ -162,7 +162,6 @@ int producers_start(producer_set *ps, const scenario *sc, const sq_config *cfg, 
 	ps->n = sc->producers;
 	ps->total = total > 0 ? total : INT64_MAX;
 	ps->until = until_us;
-	ps->t0 = mono_us();
 	pace_init(&ps->pace, sc->producers);
 	if (!ps->n)
 		return 0;

@@ -20,8 +20,7 @@ typedef struct producer_set {
 	_Atomic int64_t next_job; /* the next job number to hand out */
 	int64_t total;            /* jobs to enqueue; INT64_MAX: until `until` */
 	int64_t until;            /* monotonic us when a timed run stops; 0: none */
-	int64_t t0;
-	pace pace; /* rate-limited: the producers' schedule */
+	pace pace;                /* rate-limited: the producers' schedule */
 	_Atomic int running;
 	_Atomic int stop;
 } producer_set;
