@@ -6,6 +6,8 @@
 
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 /* numeric's limits (src/backend/utils/adt/numeric.c): the weight of a
  * value's first base-10000 digit fits int16, its display scale 14 bits,
@@ -438,6 +440,19 @@ int sq_json_utf8_valid(const char *s, size_t len, size_t *where)
 
 void sq_json_put_string(sq_buf *out, const char *s)
 {
+	/* JSON text is UTF-8: a byte that begins no well-formed sequence (a
+	 * message cut inside a character, a path sent in another encoding)
+	 * goes out as U+FFFD, not as itself */
+	char *clean = NULL;
+	if (!sq_utf8_valid(s)) {
+		size_t n = strlen(s), cap = n * 3 + 1;
+		if (!(clean = malloc(cap))) {
+			out->oom = 1;
+			return;
+		}
+		sq_utf8_clean(clean, cap, s, n);
+		s = clean;
+	}
 	const unsigned char *p = (const unsigned char *)s;
 	sq_buf_putc(out, '"');
 	for (; *p; p++) {
@@ -458,4 +473,5 @@ void sq_json_put_string(sq_buf *out, const char *s)
 		}
 	}
 	sq_buf_putc(out, '"');
+	free(clean);
 }

@@ -435,6 +435,10 @@ START_TEST(every_endpoint)
 	EXPECT(r, 404, "not_found");
 	r = call("GET", "/v1/claim", tok_worker, NULL);
 	EXPECT(r, 405, "method_not_allowed");
+	r = call("POST", "/v1/jobs/5", tok_admin, NULL);
+	EXPECT(r, 405, "method_not_allowed");
+	r = call("DELETE", "/v1/jobs/5", tok_admin, NULL);
+	EXPECT(r, 405, "method_not_allowed");
 
 	/* enqueue: bad input is refused whole, nothing written */
 	r = call("POST", "/v1/jobs", tok_producer, "{\"jobs\":[{\"type\":\"a\"},");
@@ -448,6 +452,22 @@ START_TEST(every_endpoint)
 	EXPECT(r, 400, "bad_job");
 	r = call("POST", "/v1/jobs", tok_producer, "{\"jobs\":[]}");
 	EXPECT(r, 400, "bad_request");
+	/* a field given twice: refused, as in every other body (and the first
+	 * value is not kept aside meanwhile) */
+	r = call("POST", "/v1/jobs", tok_producer,
+		 "{\"jobs\":[{\"type\":\"a\",\"params\":{\"x\":1},\"params\":{}}]}");
+	EXPECT(r, 400, "bad_json");
+	ck_assert_msg(strstr(r.body, "job 0: field \\\"params\\\" is given twice") != NULL,
+		      "the message names the job and the field: %s", r.body);
+	r = call("POST", "/v1/jobs", tok_producer,
+		 "{\"jobs\":[{\"type\":\"a\"}],\"jobs\":[{\"type\":\"b\"}]}");
+	EXPECT(r, 400, "bad_json");
+	/* an error that quotes a field name cut inside a character is still
+	 * UTF-8 (js() parses every body with jansson, which refuses it else) */
+	r = call("POST", "/v1/jobs", tok_producer,
+		 "{\"jobs\":[{\"type\":\"a\",\"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"
+		 "xxxxxxxxxxxx\xc3\xa9\":1}]}");
+	EXPECT(r, 400, "bad_job");
 	ck_assert_int_eq(live("true"), 0);
 
 	/* enqueue with every dedup outcome this type has: inserted, duplicate;
@@ -559,6 +579,27 @@ START_TEST(every_endpoint)
 	r = call("POST", "/v1/jobs/complete", tok_worker,
 		 "{\"jobs\":[{\"id\":1,\"attempt\":1,\"worker\":\"\"}]}");
 	EXPECT(r, 400, "bad_request");
+	/* each worker name costs a call on the shards: at most 16 a request,
+	 * and the job still held is left alone */
+	{
+		sq_buf many;
+		sq_buf_init(&many);
+		sq_buf_printf(&many, "{\"jobs\":[{\"id\":%lld,\"attempt\":%lld,\"worker\":\"%s\"}",
+			      (long long)id_b,
+			      (long long)json_integer_value(
+				      json_object_get(json_array_get(jobs, 0), "attempt")),
+			      D.worker_id);
+		for (int i = 0; i < 16; i++)
+			sq_buf_printf(&many, ",{\"id\":%d,\"attempt\":1,\"worker\":\"w%d\"}", i + 1,
+				      i);
+		sq_buf_puts(&many, "]}");
+		r = call("POST", "/v1/jobs/complete", tok_worker, many.data);
+		sq_buf_free(&many);
+		EXPECT(r, 400, "bad_request");
+		ck_assert_msg(strstr(r.body, "job 16: more than 16 distinct") != NULL,
+			      "the message names the job and the limit: %s", r.body);
+		ck_assert_int_eq(live("status = 'running'"), 1);
+	}
 	/* fail for good (max_attempts 1): failed, with its error kept */
 	fb = fence_body(jobs, ",\"error\":\"disk full\"");
 	r = call("POST", "/v1/jobs/fail", tok_worker, fb);
@@ -1182,6 +1223,62 @@ START_TEST(disconnect_mid_claim_loses_nothing)
 	json_t *j = js(&r);
 	ck_assert_int_eq((int)json_array_size(json_object_get(j, "jobs")), 3);
 	json_decref(j);
+
+	stop_all();
+}
+END_TEST
+
+/* A client that half-closes its end after sending its claim can still
+ * read the answer. The daemon takes it for gone and gives back what it
+ * was dealt; the answer must then not list those jobs, or the client would
+ * run them while another worker does. The failpoint holds the claimer
+ * after it has dealt the jobs, while the client half-closes. */
+START_TEST(half_closed_client_gets_only_its_own)
+{
+	setenv("SHARDQ_FAILPOINT_SLEEP", "sqd_dealt:1000", 1);
+	start_all("sq_http_half", NULL);
+	unsetenv("SHARDQ_FAILPOINT_SLEEP");
+	int64_t ids[4];
+	enqueue("a", 4, NULL, ids);
+	int fd = hc_connect(D.port);
+	ck_assert_int_eq(hc_send(fd, "POST", "/v1/claim", tok_worker,
+				 "{\"worker\":\"half\",\"types\":[{\"type\":\"a\",\"limit\":2}]}"),
+			 0);
+	/* the claim has taken its jobs: they are dealt, and the claimer is
+	 * held for a second */
+	double since = now_s();
+	while (metric("shardqd_jobs_claimed_total") < 2) {
+		ck_assert_msg(now_s() - since < STALL_S, "the claim took no job in %.0fs", STALL_S);
+		usleep(5000);
+	}
+	shutdown(fd, SHUT_WR);
+	hresp r;
+	ck_assert_msg(hc_recv(fd, &r) == 0, "no answer to a half-closed claim");
+	keep(&r);
+	close(fd);
+	EXPECT(r, 200, NULL);
+	json_t *j = js(&r);
+	json_t *got = json_object_get(j, "jobs");
+	for (size_t i = 0; i < json_array_size(got); i++) {
+		char where[128];
+		long long id = (long long)json_integer_value(
+			json_object_get(json_array_get(got, i), "id"));
+		snprintf(where, sizeof(where), "id = %lld AND status IN ('starting', 'running')",
+			 id);
+		ck_assert_msg(live(where) == 1,
+			      "job %lld was handed to a half-closed client but was given back "
+			      "(%lld ready): %s",
+			      id, live("status = 'ready'"), r.body);
+	}
+	json_decref(j);
+	/* and what it was dealt is back at once, not after a lease */
+	since = now_s();
+	while (live("status = 'ready'") != 4) {
+		ck_assert_msg(now_s() - since < STALL_S,
+			      "%lld of 4 jobs ready %.0fs after the client left: %s",
+			      live("status = 'ready'"), STALL_S, r.body);
+		usleep(20000);
+	}
 	stop_all();
 }
 END_TEST
@@ -1627,6 +1724,7 @@ int main(void)
 	ADD_CASE(s, many_long_polls_few_connections, 3600);
 	ADD_CASE(s, no_double_handout_and_limits, 3600);
 	ADD_CASE(s, disconnect_mid_claim_loses_nothing, 3600);
+	ADD_CASE(s, half_closed_client_gets_only_its_own, 3600);
 	ADD_CASE(s, kill9_jobs_come_back, 3600);
 	ADD_CASE(s, two_daemons_and_a_move, 3600);
 	ADD_CASE(s, sigterm_is_graceful, 3600);

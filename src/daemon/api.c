@@ -142,6 +142,11 @@ typedef struct enq_job {
 	char *type, *key;
 } enq_job;
 
+/* The fields of a job in an enqueue; each may be given once. */
+static const char *const job_fields[] = {
+	"type",         "key", "params", "priority", "run_at_ms", "delay_ms", "delay_tolerance_ms",
+	"max_attempts", NULL};
+
 static void do_enqueue(sqd *d, sq_client *c, sqd_task *t)
 {
 	size_t where;
@@ -158,7 +163,14 @@ static void do_enqueue(sqd *d, sq_client *c, sqd_task *t)
 	const char *arr = NULL;
 	size_t arr_len = 0;
 	while (sq_json_next_member(t->body, t->len, &pos, &m))
-		if (member_is(&m, "jobs") && m.kind == SQ_JSON_ARRAY) {
+		if (member_is(&m, "jobs")) {
+			if (arr) {
+				sqd_error(t, 400, "bad_json",
+					  "\"jobs\" is given twice; send one \"jobs\" array");
+				return;
+			}
+			if (m.kind != SQ_JSON_ARRAY)
+				break;
 			arr = m.val;
 			arr_len = m.val_len;
 		}
@@ -192,19 +204,32 @@ static void do_enqueue(sqd *d, sq_client *c, sqd_task *t)
 			goto out;
 		}
 		size_t fp = 0;
+		unsigned seen = 0;
 		while (sq_json_next_member(e.val, e.val_len, &fp, &f)) {
 			int64_t v;
+			int k = 0;
+			while (job_fields[k] && !member_is(&f, job_fields[k]))
+				k++;
+			if (job_fields[k] && (seen & (1u << k))) {
+				sqd_error(t, 400, "bad_json",
+					  "job %zu: field \"%s\" is given twice; give each field "
+					  "once",
+					  i, job_fields[k]);
+				goto out;
+			}
+			seen |= 1u << k;
 			if (member_is(&f, "type") && f.kind == SQ_JSON_STRING) {
-				s->type = own[i].type = str_of(&f);
+				if (!(s->type = own[i].type = str_of(&f)))
+					goto oom;
 			} else if (member_is(&f, "key") && f.kind == SQ_JSON_STRING) {
-				s->key = own[i].key = str_of(&f);
+				if (!(s->key = own[i].key = str_of(&f)))
+					goto oom;
 			} else if (member_is(&f, "key") && f.kind == SQ_JSON_NULL) {
 			} else if (member_is(&f, "params") && f.kind == SQ_JSON_OBJECT) {
-				params[i] = malloc(f.val_len + 1);
-				if (params[i]) {
-					memcpy(params[i], f.val, f.val_len);
-					params[i][f.val_len] = '\0';
-				}
+				if (!(params[i] = malloc(f.val_len + 1)))
+					goto oom;
+				memcpy(params[i], f.val, f.val_len);
+				params[i][f.val_len] = '\0';
 				s->params = params[i];
 			} else if (member_is(&f, "params") && f.kind == SQ_JSON_NULL) {
 			} else if (member_is(&f, "priority") && !int_of(&f, &v) &&
@@ -283,6 +308,9 @@ static void do_enqueue(sqd *d, sq_client *c, sqd_task *t)
 		sq_buf_putc(&t->resp, '}');
 	}
 	sq_buf_free(&out);
+	goto out;
+oom:
+	sqd_error(t, 500, "internal", "out of memory");
 out:
 	if (own)
 		for (size_t i = 0; i < n; i++) {
@@ -336,6 +364,24 @@ typedef struct res_req {
 	size_t at;            /* its first entry in the merged arrays */
 } res_req;
 
+/* A ref's worker name and its place in the merged arrays. */
+typedef struct worker_ref {
+	const char *w;
+	size_t i;
+} worker_ref;
+
+static int by_worker(const void *a, const void *b)
+{
+	const worker_ref *x = a, *y = b;
+	int c = strcmp(x->w, y->w);
+	return c ? c : (x->i > y->i) - (x->i < y->i);
+}
+
+/* Distinct worker names one result request may carry: each costs a call
+ * (a transaction on every shard its refs are on). The claim gives every
+ * job of a daemon its one worker name. */
+#define MAX_WORKERS 16
+
 /* Parses a result request; -1 with the task's error set. */
 static int parse_results(sqd_task *t, res_req *q)
 {
@@ -361,6 +407,8 @@ static int parse_results(sqd_task *t, res_req *q)
 		sqd_error(t, 500, "internal", "out of memory");
 		return -1;
 	}
+	const char *names[MAX_WORKERS];
+	size_t nw = 0;
 	for (size_t i = 0; i < n; i++) {
 		json_t *j = json_array_get(jobs, i);
 		json_t *id = json_object_get(j, "id"), *at = json_object_get(j, "attempt"),
@@ -378,6 +426,21 @@ static int parse_results(sqd_task *t, res_req *q)
 		q->refs[i].id = json_integer_value(id);
 		q->refs[i].attempt = (int32_t)json_integer_value(at);
 		q->workers[i] = json_string_value(w);
+		size_t k = 0;
+		while (k < nw && strcmp(names[k], q->workers[i]))
+			k++;
+		if (k == nw) {
+			if (nw == MAX_WORKERS) {
+				sqd_error(
+					t, 400, "bad_request",
+					"job %zu: more than %d distinct \"worker\" names in one "
+					"request; send each job's worker as the claim returned it, "
+					"or split the request",
+					i, MAX_WORKERS);
+				return -1;
+			}
+			names[nw++] = q->workers[i];
+		}
 		q->out[i] = SQ_ECONN;
 		if (t->route == R_FAIL) {
 			json_t *e = json_object_get(j, "error"),
@@ -412,7 +475,7 @@ static void answer_results(sqd *d, sq_client *c, sqd_task *t, res_req *q, sq_sta
 			   const sq_error *err)
 {
 	size_t n = q->n;
-	int lost = 0, unavailable = 0;
+	int lost = 0, unavailable = 0, moving = 0;
 	for (size_t i = 0; i < n; i++) {
 		if (q->out[i] == SQ_ELOST) {
 			/* not ours any more: lost, or gone altogether */
@@ -435,6 +498,7 @@ static void answer_results(sqd *d, sq_client *c, sqd_task *t, res_req *q, sq_sta
 		} else {
 			atomic_fetch_add(&d->m.results_other, 1);
 			unavailable++;
+			moving += q->out[i] == SQ_EMOVING || q->out[i] == SQ_EMOVED;
 		}
 	}
 	sq_buf_reset(&t->resp);
@@ -442,14 +506,24 @@ static void answer_results(sqd *d, sq_client *c, sqd_task *t, res_req *q, sq_sta
 		t->status = 503;
 		t->retry_after = 1;
 		sq_buf_puts(&t->resp, "{\"error\":{\"code\":");
-		sq_json_put_string(&t->resp, first_err == SQ_EMOVING || first_err == SQ_EMOVED
-						     ? "moving"
-						     : "unavailable");
+		/* from this request's own jobs: a merged call's other requests
+		 * may have failed otherwise */
+		sq_json_put_string(&t->resp, moving == unavailable ? "moving" : "unavailable");
 		sq_buf_puts(&t->resp, ",\"message\":");
 		char msg[1200];
-		snprintf(msg, sizeof(msg),
-			 "%d of %zu jobs could not be written: %s; send those again in a moment",
-			 unavailable, n, first_err != SQ_OK ? err->msg : "a partition is moving");
+		if (moving == unavailable)
+			snprintf(msg, sizeof(msg),
+				 "%d of %zu jobs could not be written: their partitions are "
+				 "moving; send those again in a moment",
+				 unavailable, n);
+		else
+			snprintf(msg, sizeof(msg),
+				 "%d of %zu jobs could not be written (%d on a partition that is "
+				 "moving, %d on a shard that failed%s%s); send those again in a "
+				 "moment",
+				 unavailable, n, moving, unavailable - moving,
+				 first_err != SQ_OK ? ": " : "",
+				 first_err != SQ_OK ? err->msg : "");
 		sq_json_put_string(&t->resp, msg);
 		sq_buf_puts(&t->resp, "},");
 	} else if (lost) {
@@ -513,11 +587,11 @@ void sqd_run_results(sqd *d, sq_client *c, sqd_task **tasks, size_t ntasks)
 	int64_t *lease = calloc(total ? total : 1, sizeof(*lease));
 	int64_t *subl = calloc(total ? total : 1, sizeof(*subl));
 	size_t *idx = calloc(total ? total : 1, sizeof(*idx));
-	char *done = calloc(total ? total : 1, 1);
+	worker_ref *byw = calloc(total ? total : 1, sizeof(*byw));
 	sq_status first_err = SQ_OK;
-	sq_error err = {0};
+	sq_error err = {0}, first_e = {0};
 	if (!ok || !refs || !fails || !workers || !out || !sub || !subf || !subo || !lease ||
-	    !subl || !idx || !done) {
+	    !subl || !idx || !byw) {
 		for (size_t k = 0; k < ntasks; k++)
 			if (!ok || ok[k])
 				sqd_error(tasks[k], 500, "internal", "out of memory");
@@ -531,18 +605,19 @@ void sqd_run_results(sqd *d, sq_client *c, sqd_task **tasks, size_t ntasks)
 				workers[q[k].at + i] = q[k].workers[i];
 				out[q[k].at + i] = SQ_ECONN;
 			}
-	for (size_t i = 0; i < total; i++) {
-		if (done[i])
-			continue;
-		size_t k = 0;
-		for (size_t j = i; j < total; j++)
-			if (!done[j] && !strcmp(workers[j], workers[i])) {
-				sub[k] = refs[j];
-				subf[k] = fails[j];
-				subo[k] = SQ_ECONN;
-				idx[k++] = j;
-				done[j] = 1;
-			}
+	/* one library call per worker name: the refs sorted by it */
+	for (size_t i = 0; i < total; i++)
+		byw[i].w = workers[i], byw[i].i = i;
+	qsort(byw, total, sizeof(*byw), by_worker);
+	for (size_t g = 0; g < total;) {
+		size_t i = byw[g].i, k = 0;
+		for (; g < total && !strcmp(byw[g].w, workers[i]); g++) {
+			size_t j = byw[g].i;
+			sub[k] = refs[j];
+			subf[k] = fails[j];
+			subo[k] = SQ_ECONN;
+			idx[k++] = j;
+		}
 		sq_status st;
 		switch (route) {
 		case R_START: st = sq_start_lease(c, workers[i], sub, k, subo, subl, &err); break;
@@ -555,6 +630,7 @@ void sqd_run_results(sqd *d, sq_client *c, sqd_task **tasks, size_t ntasks)
 		}
 		if (st != SQ_OK && first_err == SQ_OK) {
 			first_err = st;
+			first_e = err;
 			sqd_log("%s: %s", route == R_COMPLETE ? "complete" : "results", err.msg);
 		}
 		for (size_t j = 0; j < k; j++) {
@@ -566,7 +642,7 @@ void sqd_run_results(sqd *d, sq_client *c, sqd_task **tasks, size_t ntasks)
 		if (ok[k]) {
 			memcpy(q[k].out, out + q[k].at, q[k].n * sizeof(*out));
 			q[k].lease = lease + q[k].at;
-			answer_results(d, c, tasks[k], &q[k], first_err, &err);
+			answer_results(d, c, tasks[k], &q[k], first_err, &first_e);
 		}
 	atomic_fetch_add(&d->m.result_calls, 1);
 	atomic_fetch_add(&d->m.result_requests, ntasks);
@@ -585,7 +661,7 @@ out:
 	free(lease);
 	free(subl);
 	free(idx);
-	free(done);
+	free(byw);
 }
 
 static void do_release_gone(sqd *d, sq_client *c, sqd_task *t)
@@ -658,14 +734,21 @@ static void do_cancel(sqd *d, sq_client *c, sqd_task *t)
 	}
 	sq_status st = sq_cancel(c, v, n, out, &err);
 	if (st != SQ_OK) {
+		/* the error, and what became of each id: those on the shards
+		 * that answered are cancelled (or not found) all the same */
 		fail_status(t, st, &err);
-		goto out;
+		if (!t->resp.len || t->resp.data[t->resp.len - 1] != '}')
+			goto out;
+		t->resp.len--;
+		t->resp.data[t->resp.len] = '\0';
+		sq_buf_puts(&t->resp, ",\"results\":[");
+	} else {
+		sq_buf_reset(&t->resp);
+		sq_buf_puts(&t->resp, "{\"results\":[");
 	}
-	sq_buf_reset(&t->resp);
-	sq_buf_puts(&t->resp, "{\"results\":[");
 	for (size_t i = 0; i < n; i++)
 		sq_buf_printf(&t->resp, "%s{\"id\":%lld,\"result\":\"%s\"}", i ? "," : "",
-			      (long long)v[i], out[i] == SQ_OK ? "ok" : "not_found");
+			      (long long)v[i], result_name(out[i]));
 	sq_buf_puts(&t->resp, "]}");
 out:
 	free(v);

@@ -10,6 +10,7 @@
  * meanwhile) are released at once. */
 #include "client.h"
 #include "daemon.h"
+#include "failpoint.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -113,7 +114,7 @@ static void tick(sqd *d, sq_client *c)
 	sq_claim_req reqs[SQ_MAX_TYPES];
 	const sq_type_conf *tc[SQ_MAX_TYPES];
 	int nreqs = 0;
-	/* drop the claims of clients that went away; sum the rest by type */
+	/* drop the claims of clients that went away */
 	sqd_task *prev = NULL, *t, *next;
 	for (t = C.head; t; t = next) {
 		next = t->next;
@@ -122,14 +123,26 @@ static void tick(sqd *d, sq_client *c)
 			answer(d, t);
 			continue;
 		}
-		sqd_claim *cl = t->claim;
-		int fits = 1;
-		for (int k = 0; k < cl->ntypes && fits; k++)
-			for (int r = 0; r < nreqs; r++)
-				if (tc[r] == cl->types[k].t &&
-				    reqs[r].limit + cl->types[k].limit > 100000)
-					fits = 0; /* this tick is full for the type; next tick */
-		if (fits) {
+		prev = t;
+	}
+	/* sum the rest by type, up to 100,000 jobs of a type a tick. The
+	 * claims the last tick had no room for come first, so that each is in
+	 * the next tick; until then none is answered, even with its wait over
+	 * (claimer_main) */
+	for (int pass = 0; pass < 2; pass++)
+		for (t = C.head; t; t = t->next) {
+			sqd_claim *cl = t->claim;
+			if (cl->skipped != !pass)
+				continue;
+			int fits = 1;
+			for (int k = 0; k < cl->ntypes && fits; k++)
+				for (int r = 0; r < nreqs; r++)
+					if (tc[r] == cl->types[k].t &&
+					    reqs[r].limit + cl->types[k].limit > 100000)
+						fits = 0;
+			cl->fits = fits;
+			if (!fits)
+				continue;
 			for (int k = 0; k < cl->ntypes; k++) {
 				int r = 0;
 				while (r < nreqs && tc[r] != cl->types[k].t)
@@ -145,8 +158,8 @@ static void tick(sqd *d, sq_client *c)
 					reqs[r].start += cl->types[k].limit;
 			}
 		}
-		prev = t;
-	}
+	for (t = C.head; t; t = t->next)
+		t->claim->skipped = !t->claim->fits;
 	if (!nreqs)
 		return;
 	sq_job *jobs = NULL;
@@ -211,6 +224,7 @@ static void tick(sqd *d, sq_client *c)
 		free(out);
 	}
 	free(extra);
+	sq_failpoint("sqd_dealt");
 	/* answer the claims that got jobs, and on a failure those that cannot
 	 * wait */
 	double now = sqd_now();
@@ -279,12 +293,13 @@ static void *claimer_main(void *arg)
 		sqd_task *prev = NULL, *next;
 		for (sqd_task *t = C.head; t; t = next) {
 			next = t->next;
-			if (now >= t->claim->deadline || atomic_load(&t->gone)) {
+			if ((now >= t->claim->deadline && !t->claim->skipped) ||
+			    atomic_load(&t->gone)) {
 				unlink_task(prev, t);
 				answer(d, t);
 				continue;
 			}
-			if (t->claim->deadline < wake)
+			if (t->claim->deadline < wake && !t->claim->skipped)
 				wake = t->claim->deadline;
 			prev = t;
 		}

@@ -53,6 +53,8 @@ typedef struct sqd_claim {
 	} types[SQ_WORKER_MAX_TYPES];
 	int start;       /* jobs come back running */
 	double deadline; /* monotonic seconds: answer by then even if empty */
+	int skipped;     /* the last tick was full for one of its types */
+	int fits;        /* (within a tick) it is in this tick's claim */
 	int njobs;
 	sq_buf jobs; /* the JSON of the jobs given, comma-separated */
 } sqd_claim;

@@ -334,6 +334,18 @@ static void reply(sqd *d, sqd_task *t)
 		if (!c->over)
 			c->deadline = sqd_now() + d->cfg->daemon.request_timeout_ms / 1000.0;
 	}
+	if (t->resp.oom) {
+		/* a cut answer would read as a whole one */
+		static const char oom[] =
+			"{\"error\":{\"code\":\"internal\",\"message\":\"the daemon ran out of "
+			"memory while writing the answer; what the request asked for may have "
+			"been done\"}}";
+		sq_buf_free(&t->resp);
+		sq_buf_init(&t->resp);
+		sq_buf_append(&t->resp, oom, sizeof(oom) - 1);
+		t->status = 500;
+		t->text = t->html = 0;
+	}
 	sqd_observe(d, t->route, t->status, sqd_now() - t->t0);
 	struct evkeyvalq *h = evhttp_request_get_output_headers(req);
 	evhttp_add_header(h, "Content-Type",
@@ -382,6 +394,18 @@ void sqd_done(sqd *d, sqd_task *t)
 
 static void maybe_exit(sqd *d);
 
+/* 1 if the query string has `name=1` (not `smallname=1`, not `name=10`). */
+static int query_flag(const char *query, const char *name)
+{
+	struct evkeyvalq kv;
+	if (!query || evhttp_parse_query_str(query, &kv))
+		return 0;
+	const char *v = evhttp_find_header(&kv, name);
+	int on = v && !strcmp(v, "1");
+	evhttp_clear_headers(&kv);
+	return on;
+}
+
 static void on_done(evutil_socket_t fd, short what, void *arg)
 {
 	sqd *d = arg;
@@ -412,6 +436,10 @@ static void on_done(evutil_socket_t fd, short what, void *arg)
 					atomic_fetch_add(&d->inflight, 1);
 					sqd_submit(d, r);
 				}
+				/* a client that only half-closed its end can still read:
+				 * it must not be handed what was just given back */
+				sq_buf_reset(&t->resp);
+				sq_buf_puts(&t->resp, "{\"jobs\":[]}");
 			}
 			reply(d, t);
 		}
@@ -631,7 +659,12 @@ static void on_request(struct evhttp_request *req, void *arg)
 			if (routes[i].method == cmd)
 				rd = &routes[i];
 		}
-	if (!rd && !path_known && !strncmp(path, "/v1/jobs/", 9) && cmd == EVHTTP_REQ_GET) {
+	if (!rd && !path_known && !strncmp(path, "/v1/jobs/", 9) && cmd != EVHTTP_REQ_GET) {
+		sqd_error(t, 405, "method_not_allowed", "/v1/jobs/ID takes GET only");
+		reply(d, t);
+		return;
+	}
+	if (!rd && !path_known && !strncmp(path, "/v1/jobs/", 9)) {
 		static const route_def get_job = {"/v1/jobs/{id}", EVHTTP_REQ_GET, R_GET_JOB,
 						  SQ_SCOPE_WORKER | SQ_SCOPE_PRODUCER |
 							  SQ_SCOPE_ADMIN};
@@ -662,6 +695,12 @@ static void on_request(struct evhttp_request *req, void *arg)
 	}
 	t->route = rd->route;
 	atomic_fetch_add(&d->m.requests[t->route], 1);
+	if (atomic_load(&d->stopping) && t->route != R_HEALTH) {
+		t->retry_after = 1;
+		sqd_error(t, 503, "unavailable", "the daemon is shutting down; try another one");
+		reply(d, t);
+		return;
+	}
 	if (t->conn && t->conn->over && t->route != R_HEALTH) {
 		t->retry_after = 1;
 		sqd_error(t, 503, "unavailable",
@@ -675,16 +714,8 @@ static void on_request(struct evhttp_request *req, void *arg)
 		reply(d, t);
 		return;
 	}
-	if (atomic_load(&d->stopping) && t->route != R_HEALTH) {
-		t->retry_after = 1;
-		sqd_error(t, 503, "unavailable", "the daemon is shutting down; try another one");
-		reply(d, t);
-		return;
-	}
-	if (query && strstr(query, "all=1"))
-		t->all = 1;
-	if (query && strstr(query, "exact=1"))
-		t->exact = 1;
+	t->all = query_flag(query, "all");
+	t->exact = query_flag(query, "exact");
 	struct evbuffer *in = evhttp_request_get_input_buffer(req);
 	size_t n = evbuffer_get_length(in);
 	t->body = malloc(n + 1);
