@@ -41,7 +41,8 @@
 	"    SELECT u.id, u.expired, row_number() OVER () AS rn FROM (" \
 	"      SELECT e.id, true AS expired FROM (" \
 	"        SELECT j.id FROM shardq.jobs j" \
-	"         WHERE j.task = t.task AND j.status IN ('starting', 'running')" \
+	"         WHERE " SQ_TASK_IS("j.task", "t.task") \
+	"           AND j.status IN ('starting', 'running')" \
 	"           AND j.expected_status_change_time < now()" \
 	"           AND NOT EXISTS (SELECT 1 FROM shardq.partition_state ps" \
 	"                            WHERE ps.partition = j.partition AND ps.state <> 'owned')" \
@@ -50,7 +51,8 @@
 	"      UNION ALL" \
 	"      SELECT r.id, false FROM (" \
 	"        SELECT j.id FROM shardq.jobs j" \
-	"         WHERE j.task = t.task AND j.status = 'ready' AND j.schedule_time <= now()" \
+	"         WHERE " SQ_TASK_IS("j.task", "t.task") \
+	"           AND j.status = 'ready' AND j.schedule_time <= now()" \
 	"           AND NOT EXISTS (SELECT 1 FROM shardq.partition_state ps" \
 	"                            WHERE ps.partition = j.partition AND ps.state <> 'owned')" \
 	"         ORDER BY j.priority DESC, COALESCE(j.delay_tolerance_time, j.schedule_time), j.id" \
@@ -108,7 +110,8 @@ static const sq_stmt stmt_claim_limited = {
 	"    CASE WHEN t0.rate < 0 THEN NULL ELSE least(t0.burst, COALESCE(rb.tokens"
 	"      + extract(epoch FROM now() - rb.at) * t0.rate, 0)) END AS avail,"
 	"    CASE WHEN t0.maxrun < 0 THEN NULL ELSE (SELECT count(*) FROM shardq.jobs j"
-	"      WHERE j.task = t0.task AND j.status IN ('starting', 'running')) END AS busy"
+	"      WHERE " SQ_TASK_IS("j.task", "t0.task")
+	"        AND j.status IN ('starting', 'running')) END AS busy"
 	"    FROM t0 LEFT JOIN shardq.rate_bucket rb ON rb.task = t0.task"
 	"), t AS ("
 	"  SELECT t1.task, t1.lease_ms, t1.start, t1.avail,"

@@ -11,6 +11,10 @@
 #define SQ_MOVE_KEY "1397837138"
 /* A limited type's claims on one shard: (this, hashtext(type)). */
 #define SQ_LIMIT_KEY "1397837139"
+/* The rows of one type, as jobs_ready and jobs_lease find them (schema
+ * version 7): they lead with hashtext(task), and the second condition
+ * drops another type whose name hashes alike. `col` and `type` are SQL. */
+#define SQ_TASK_IS(col, type) "hashtext(" col ") = hashtext(" type ") AND " col " = " type
 
 struct sq_migration {
 	int version;

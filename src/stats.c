@@ -3,6 +3,7 @@
 #include "client.h"
 #include "buf.h"
 #include "error.h"
+#include "schema.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,18 +36,20 @@ static const sq_stmt stmt_stats_fast = {
 	"sq_stats_fast",
 	"SELECT t.task, CASE WHEN r.n >= $2 THEN greatest(shardq.ready_estimate(t.task), r.n)"
 	"                    ELSE r.n END, r.n >= $2,"
-	"  (SELECT count(*) FROM shardq.jobs j WHERE j.task = t.task AND j.status = 'starting'),"
-	"  (SELECT count(*) FROM shardq.jobs j WHERE j.task = t.task AND j.status = 'running'),"
-	"  (SELECT count(*) FROM shardq.jobs j WHERE j.task = t.task"
+	"  (SELECT count(*) FROM shardq.jobs j"
+	"    WHERE " SQ_TASK_IS("j.task", "t.task") " AND j.status = 'starting'),"
+	"  (SELECT count(*) FROM shardq.jobs j"
+	"    WHERE " SQ_TASK_IS("j.task", "t.task") " AND j.status = 'running'),"
+	"  (SELECT count(*) FROM shardq.jobs j WHERE " SQ_TASK_IS("j.task", "t.task")
 	"      AND j.status IN ('starting', 'running') AND j.expected_status_change_time < now()),"
 	"  COALESCE((SELECT (extract(epoch from now() - j.schedule_time) * 1000)::bigint"
-	"     FROM shardq.jobs j WHERE j.task = t.task AND j.status = 'ready'"
+	"     FROM shardq.jobs j WHERE " SQ_TASK_IS("j.task", "t.task") " AND j.status = 'ready'"
 	"      AND j.schedule_time <= now()"
 	"    ORDER BY j.priority DESC, COALESCE(j.delay_tolerance_time, j.schedule_time), j.id"
 	"    LIMIT 1), -1)"
 	"  FROM unnest($1::text[]) AS t(task)"
 	"  CROSS JOIN LATERAL (SELECT count(*) AS n FROM (SELECT 1 FROM shardq.jobs j"
-	"    WHERE j.task = t.task AND j.status = 'ready' LIMIT $2) x) r"};
+	"    WHERE " SQ_TASK_IS("j.task", "t.task") " AND j.status = 'ready' LIMIT $2) x) r"};
 /* clang-format on */
 
 static sq_stats_row *row_for(sq_stats *st, size_t *cap, int shard, const char *type)
