@@ -209,11 +209,13 @@ sq_status sq_client_refresh_map(sq_client *c, sq_error *err)
 	return SQ_OK;
 }
 
-/* Every shard's schema must be the one this build speaks: after an
- * upgrade, `shardq init` applies the new migrations. */
+/* Every shard's schema must be one this build speaks (SQ_SHARD_SCHEMA_MIN
+ * up to its last migration): after an upgrade, `shardq init` applies the
+ * new migrations. */
 static sq_status check_schema(sq_client *c, sq_error *err)
 {
 	int want = sq_shard_migrations[sq_shard_migration_count - 1].version;
+	int least = SQ_SHARD_SCHEMA_MIN;
 	for (int s = 0; s < c->nshards; s++) {
 		sq_error e;
 		if (!c->shards[s].conn)
@@ -227,7 +229,7 @@ static sq_status check_schema(sq_client *c, sq_error *err)
 				      c->cfg->shards[s].id, c->shards[s].addr);
 		int have = atoi(PQgetvalue(r, 0, 0));
 		PQclear(r);
-		if (have < want)
+		if (have < least)
 			return sq_err(
 				err, SQ_ESTATE,
 				"shard %s (%s) has schema version %d and this shardq needs %d; run "

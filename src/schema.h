@@ -22,6 +22,12 @@ struct sq_migration {
 	const char *sql;
 };
 
+/* The oldest shard schema this build runs on. Version 7 only changed how
+ * two indexes lead (hashtext(task)), and this build's statements use either
+ * form, so workers can be rolled to it before `shardq init` applies 7: a
+ * worker of an older release on version 7 would claim by reading all of a
+ * shard's ready jobs (docs/operations.md, "Upgrading"). */
+#define SQ_SHARD_SCHEMA_MIN 6
 extern const struct sq_migration sq_shard_migrations[];
 extern const int sq_shard_migration_count;
 extern const struct sq_migration sq_meta_migrations[];

@@ -679,6 +679,63 @@ START_TEST(plans_made_on_an_empty_table_keep_to_the_indexes)
 }
 END_TEST
 
+/* This build runs on shard schema 6 (SQ_SHARD_SCHEMA_MIN), so workers
+ * are rolled before `shardq init` applies 7: there the claim must still
+ * read each arm by its own index, which then leads with the task's text. */
+START_TEST(claims_keep_to_the_indexes_on_schema_6)
+{
+	enum { N = 5000, BATCH = 1000 };
+	static sq_job_spec js[BATCH];
+	static sq_enqueue_result rs[BATCH];
+	sq_error err;
+	sq_job *cl;
+	size_t n;
+	for (int s = 0; s < tp.nshards; s++) {
+		PGconn *pg = testdb_pg(&tp, s);
+		exec_ok(pg,
+			"DROP INDEX shardq.jobs_ready; DROP INDEX shardq.jobs_lease;"
+			"CREATE INDEX jobs_ready ON shardq.jobs (task, priority DESC,"
+			" (COALESCE(delay_tolerance_time, schedule_time)), id)"
+			" WHERE status = 'ready';"
+			"CREATE INDEX jobs_lease ON shardq.jobs (task, expected_status_change_time)"
+			" WHERE status IN ('starting', 'running');"
+			"DELETE FROM shardq.schema_version WHERE version = 7");
+		PQfinish(pg);
+	}
+	sq_client *w = testdb_client(&tp);
+	memset(js, 0, sizeof(js));
+	for (int i = 0; i < BATCH; i++)
+		js[i].type = "p";
+	for (int b = 0; b < N / BATCH; b++)
+		OKE(sq_enqueue(tp.client, js, BATCH, rs, &err));
+	for (int s = 0; s < tp.nshards; s++) {
+		PGconn *pg = testdb_pg(&tp, s);
+		exec_ok(pg, "ANALYZE shardq.jobs");
+		PQfinish(pg);
+	}
+	n = claim_type(w, "w", "p", 10, &cl);
+	ck_assert_uint_eq(n, 10);
+	sq_jobs_free(cl, n);
+	for (int s = 0; s < tp.nshards; s++) {
+		char *claim = cached_plan(&w->shards[s], "sq_claim",
+					  "'{p}', '{1000}', '{300000}', 'w', '{0}'");
+		ck_assert_msg(strstr(claim, "Index Cond: (task = t.task)") &&
+				      strstr(claim, "jobs_ready") && strstr(claim, "jobs_lease") &&
+				      !strstr(claim, "jobs_partition") && !strstr(claim, "Sort") &&
+				      !strstr(claim, "Seq Scan on jobs "),
+			      "s%d: on schema 6 the claim does not find a type's ready jobs and "
+			      "expired leases by jobs_ready and jobs_lease:\n%s",
+			      s + 1, claim);
+		free(claim);
+	}
+	/* and everything is still handed out, once */
+	n = claim_type(w, "w", "p", N, &cl);
+	ck_assert_uint_eq(n, N - 10);
+	sq_jobs_free(cl, n);
+	sq_client_close(w);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("lifecycle");
@@ -700,6 +757,7 @@ int main(void)
 	tcase_add_checked_fixture(tc, setup_plans, teardown_plans);
 	tcase_add_test(tc, fenced_writes_probe_the_key_whatever_the_statistics);
 	tcase_add_test(tc, plans_made_on_an_empty_table_keep_to_the_indexes);
+	tcase_add_test(tc, claims_keep_to_the_indexes_on_schema_6);
 	suite_add_tcase(s, tc);
 	return run_suite(s);
 }
