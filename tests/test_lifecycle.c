@@ -610,16 +610,6 @@ START_TEST(plans_made_on_an_empty_table_keep_to_the_indexes)
 	memset(js, 0, sizeof(js));
 	for (int i = 0; i < BATCH; i++)
 		js[i].type = "p";
-	/* an idle queue that autovacuum has analyzed: the planner then knows
-	 * the table is empty (a table never analyzed is taken for ten pages) */
-	for (int s = 0; s < tp.nshards; s++) {
-		PGconn *pg = testdb_pg(&tp, s);
-		PGresult *r = PQexec(pg, "VACUUM ANALYZE shardq.jobs");
-		ck_assert_msg(PQresultStatus(r) == PGRES_COMMAND_OK, "s%d: VACUUM: %s", s + 1,
-			      PQerrorMessage(pg));
-		PQclear(r);
-		PQfinish(pg);
-	}
 	ck_assert_uint_eq(claim_type(w, "w", "p", 1000, &cl), 0);
 	sq_jobs_free(cl, 0);
 	/* a completion of a few refs (a plan made once per session too) */
