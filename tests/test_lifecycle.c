@@ -433,6 +433,30 @@ static void exec_ok(PGconn *pg, const char *sql)
 	PQclear(r);
 }
 
+/* Enqueues n keyless jobs of type p, in batches of 1,000. */
+static void enqueue_p(int n)
+{
+	static sq_job_spec js[1000];
+	static sq_enqueue_result rs[1000];
+	sq_error err;
+	memset(js, 0, sizeof(js));
+	for (int i = 0; i < 1000; i++)
+		js[i].type = "p";
+	for (int done = 0; done < n; done += 1000)
+		OKE(sq_enqueue(tp.client, js, (size_t)(n - done < 1000 ? n - done : 1000), rs,
+			       &err));
+}
+
+/* Runs sql on every shard of tp. */
+static void on_every_shard(const char *sql)
+{
+	for (int s = 0; s < tp.nshards; s++) {
+		PGconn *pg = testdb_pg(&tp, s);
+		exec_ok(pg, sql);
+		PQfinish(pg);
+	}
+}
+
 /* The lines of an EXPLAIN's result, joined (malloc'd); clears r. */
 static char *plan_lines(PGresult *r)
 {
@@ -508,10 +532,7 @@ static void check_fenced_plans(PGconn *pg, const char *ids, const char *atts, co
 
 START_TEST(fenced_writes_probe_the_key_whatever_the_statistics)
 {
-	enum { N = 20000, BATCH = 1000, REFS = 250 };
-	static sq_job_spec js[BATCH];
-	static sq_enqueue_result rs[BATCH];
-	sq_error err;
+	enum { N = 20000, REFS = 250 };
 	sq_job *cl;
 	size_t n, len = 0, alen = 0;
 	char *ids = malloc(REFS * 24), *atts = malloc(REFS * 12);
@@ -520,17 +541,9 @@ START_TEST(fenced_writes_probe_the_key_whatever_the_statistics)
 
 	ck_assert_ptr_nonnull(ids);
 	ck_assert_ptr_nonnull(atts);
-	memset(js, 0, sizeof(js));
-	for (int i = 0; i < BATCH; i++)
-		js[i].type = "p";
-	for (int b = 0; b < N / BATCH; b++)
-		OKE(sq_enqueue(tp.client, js, BATCH, rs, &err));
+	enqueue_p(N);
 	/* the statistics of an idle queue: every job ready, none running */
-	for (int s = 0; s < tp.nshards; s++) {
-		pg = testdb_pg(&tp, s);
-		exec_ok(pg, "ANALYZE shardq.jobs, shardq.partition_state");
-		PQfinish(pg);
-	}
+	on_every_shard("ANALYZE shardq.jobs, shardq.partition_state");
 	n = claim_type(tp.client, "w", "p", REFS * 4, &cl);
 	ck_assert_uint_ge(n, REFS);
 	/* the refs of one shard, as the library sends them */
@@ -626,8 +639,7 @@ START_TEST(plans_made_on_an_empty_table_keep_to_the_indexes)
 			ck_assert_int_eq(out[i], SQ_OK);
 	}
 	sq_jobs_free(cl, n);
-	for (int b = 0; b < N / BATCH; b++)
-		OKE(sq_enqueue(tp.client, js, BATCH, rs, &err));
+	enqueue_p(N);
 
 	for (int s = 0, completed = 0; s < tp.nshards; s++) {
 		sq_pgconn *pg = &w->shards[s];
@@ -674,35 +686,19 @@ END_TEST
  * read each arm by its own index, which then leads with the task's text. */
 START_TEST(claims_keep_to_the_indexes_on_schema_6)
 {
-	enum { N = 5000, BATCH = 1000 };
-	static sq_job_spec js[BATCH];
-	static sq_enqueue_result rs[BATCH];
-	sq_error err;
+	enum { N = 5000 };
 	sq_job *cl;
 	size_t n;
-	for (int s = 0; s < tp.nshards; s++) {
-		PGconn *pg = testdb_pg(&tp, s);
-		exec_ok(pg,
-			"DROP INDEX shardq.jobs_ready; DROP INDEX shardq.jobs_lease;"
-			"CREATE INDEX jobs_ready ON shardq.jobs (task, priority DESC,"
-			" (COALESCE(delay_tolerance_time, schedule_time)), id)"
-			" WHERE status = 'ready';"
-			"CREATE INDEX jobs_lease ON shardq.jobs (task, expected_status_change_time)"
-			" WHERE status IN ('starting', 'running');"
-			"DELETE FROM shardq.schema_version WHERE version = 7");
-		PQfinish(pg);
-	}
+	on_every_shard("DROP INDEX shardq.jobs_ready; DROP INDEX shardq.jobs_lease;"
+		       "CREATE INDEX jobs_ready ON shardq.jobs (task, priority DESC,"
+		       " (COALESCE(delay_tolerance_time, schedule_time)), id)"
+		       " WHERE status = 'ready';"
+		       "CREATE INDEX jobs_lease ON shardq.jobs (task, expected_status_change_time)"
+		       " WHERE status IN ('starting', 'running');"
+		       "DELETE FROM shardq.schema_version WHERE version = 7");
 	sq_client *w = testdb_client(&tp);
-	memset(js, 0, sizeof(js));
-	for (int i = 0; i < BATCH; i++)
-		js[i].type = "p";
-	for (int b = 0; b < N / BATCH; b++)
-		OKE(sq_enqueue(tp.client, js, BATCH, rs, &err));
-	for (int s = 0; s < tp.nshards; s++) {
-		PGconn *pg = testdb_pg(&tp, s);
-		exec_ok(pg, "ANALYZE shardq.jobs");
-		PQfinish(pg);
-	}
+	enqueue_p(N);
+	on_every_shard("ANALYZE shardq.jobs");
 	n = claim_type(w, "w", "p", 10, &cl);
 	ck_assert_uint_eq(n, 10);
 	sq_jobs_free(cl, n);
