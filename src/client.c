@@ -215,7 +215,6 @@ sq_status sq_client_refresh_map(sq_client *c, sq_error *err)
 static sq_status check_schema(sq_client *c, sq_error *err)
 {
 	int want = sq_shard_migrations[sq_shard_migration_count - 1].version;
-	int least = SQ_SHARD_SCHEMA_MIN;
 	for (int s = 0; s < c->nshards; s++) {
 		sq_error e;
 		if (!c->shards[s].conn)
@@ -229,12 +228,12 @@ static sq_status check_schema(sq_client *c, sq_error *err)
 				      c->cfg->shards[s].id, c->shards[s].addr);
 		int have = atoi(PQgetvalue(r, 0, 0));
 		PQclear(r);
-		if (have < least)
+		if (have < SQ_SHARD_SCHEMA_MIN)
 			return sq_err(
 				err, SQ_ESTATE,
-				"shard %s (%s) has schema version %d and this shardq needs %d; run "
-				"'shardq init' to upgrade it",
-				c->cfg->shards[s].id, c->shards[s].addr, have, want);
+				"shard %s (%s) has schema version %d and this shardq needs %d "
+				"or newer; run 'shardq init' to upgrade it",
+				c->cfg->shards[s].id, c->shards[s].addr, have, SQ_SHARD_SCHEMA_MIN);
 		if (have > want)
 			return sq_err(err, SQ_ESTATE,
 				      "shard %s (%s) has schema version %d, newer than this shardq "
