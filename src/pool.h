@@ -15,6 +15,7 @@
 #include "shardq.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 
 typedef struct sq_task {
 	struct sq_task *next;     /* in the pool's queues, or the loop's buffer */
@@ -46,6 +47,14 @@ typedef struct sq_task {
 	int unstarted;
 	double local_until;
 	int swapped; /* pool: a handed task took this one's slot as it finished */
+	/* the lease as this worker knows it: stop_by is when a run must have
+	 * stopped (monotonic seconds: from before the write that set the lease
+	 * was sent, plus the lease, less a margin; see lease_stop_by in
+	 * worker.c); gone: the lease is no longer ours (answered lost, or
+	 * stop_by passed). Read by the handler (sq_job_lease_lost), so atomic;
+	 * gone never goes back to 0. */
+	_Atomic double stop_by;
+	atomic_int gone;
 } sq_task;
 
 typedef struct sq_pool {

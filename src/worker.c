@@ -7,6 +7,7 @@
 #include "buf.h"
 #include "client.h"
 #include "error.h"
+#include "failpoint.h"
 #include "jobrow.h"
 #include "maintain.h"
 #include "ops.h"
@@ -20,6 +21,8 @@
 #include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -89,6 +92,8 @@ struct sq_worker {
 	sq_maintainer *maint; /* history maintenance, every maintain_interval */
 	sq_sched *sched;      /* periodic jobs ([schedule NAME]); NULL: none */
 };
+
+static void note_errorf(sq_worker *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 void sq_worker_opts_init(sq_worker_opts *o)
 {
@@ -414,6 +419,18 @@ static void take_finished(sq_worker *w)
 		/* its slot frees, unless the pool gave it a handed job at once */
 		if (!k->swapped && t->nfreed < t->conc)
 			t->freed[(t->freed_head + t->nfreed++) % t->conc] = k->finished;
+		if (!k->lost &&
+		    (atomic_load(&k->gone) || k->finished >= atomic_load(&k->stop_by))) {
+			/* it ended after its lease could have run out: another
+			 * worker may run the job now, so this result must not
+			 * count (a write would be fenced, but a completion from
+			 * `starting` could still match) */
+			note_errorf(w,
+				    "job %lld: it ended after its lease ran out here (no heartbeat "
+				    "got through in time); its result is discarded",
+				    (long long)k->job.id);
+			k->lost = 1;
+		}
 		if (k->lost) {
 			t->st.lost++;
 			task_free(k);
@@ -487,6 +504,65 @@ static void run_task(sq_worker *w, sq_task *k, double now, double hb_due)
 static double exec_hb(const wtype *wt, double now)
 {
 	return now + (double)wt->conf->execution_timeout_ms / 2000.0;
+}
+
+/*
+ * When a run under a lease of lease_ms, set by a write sent at `from` (or
+ * later), must have stopped: the shard's lease ends at the shard's now()
+ * when the write ran plus lease_ms, never before from + lease_ms here (the
+ * clocks run at the same rate); another worker's claim may take the job
+ * from then on. A quarter of the lease (0.1 s to 15 s) is left for the run
+ * to stop: a handler sees it in sq_job_lease_lost, and `shardq work
+ * --exec` kills the command's processes. The heartbeat is due at half the
+ * lease, so a quarter of it is left for the heartbeat to get through.
+ */
+static double lease_stop_by(double from, int64_t lease_ms)
+{
+	double lease = (double)lease_ms / 1000.0, margin = lease / 4;
+	if (margin < 0.1)
+		margin = 0.1;
+	if (margin > 15.0)
+		margin = 15.0;
+	return from + lease - margin;
+}
+
+static void lease_set(sq_task *k, double from, int64_t lease_ms)
+{
+	atomic_store(&k->stop_by, lease_stop_by(from, lease_ms));
+}
+
+int sq_job_lease_lost(const sq_job *job)
+{
+	sq_task *k = (sq_task *)((char *)(uintptr_t)job - offsetof(sq_task, job));
+	if (atomic_load(&k->gone))
+		return 1;
+	if (sq_mono_s() < atomic_load(&k->stop_by))
+		return 0;
+	atomic_store(&k->gone, 1);
+	return 1;
+}
+
+/* Running jobs whose lease this worker can no longer vouch for: answered
+ * lost (gone), or past stop_by with no heartbeat through (a shard down, a
+ * loop held up). Their runs are told to stop, no more heartbeats go out
+ * for them, and their results are discarded when they end. */
+static void check_leases(sq_worker *w, double now)
+{
+	for (sq_task *k = w->running; k; k = k->run_next) {
+		if (k->lost)
+			continue;
+		int gone = atomic_load(&k->gone);
+		if (!gone && now < atomic_load(&k->stop_by))
+			continue;
+		atomic_store(&k->gone, 1);
+		k->lost = 1;
+		if (!gone)
+			note_errorf(w,
+				    "job %lld: its lease runs out with no %s through to its shard; "
+				    "its run is told to stop and its result will be discarded (the "
+				    "job comes back to a worker after the lease)",
+				    (long long)k->job.id, k->unstarted ? "start" : "heartbeat");
+	}
 }
 
 /* The first buffered job of a type whose start may be sent now (not
@@ -646,7 +722,6 @@ static void note_error(sq_worker *w, const sq_error *e)
 	sq_utf8_clean(w->last_error, sizeof(w->last_error), e->msg, strlen(e->msg));
 }
 
-static void note_errorf(sq_worker *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void note_errorf(sq_worker *w, const char *fmt, ...)
 {
 	sq_error e;
@@ -933,8 +1008,10 @@ static int running_written(sq_worker *w, sq_task *k, sq_status st, double now)
 		not_moving(k);
 		k->unstarted = 0;
 		k->hb_due = exec_hb(&w->types[k->type], now);
+		lease_set(k, now, w->types[k->type].conf->execution_timeout_ms);
 	} else if (st == SQ_ELOST) {
-		k->lost = 1; /* its result will be discarded */
+		k->lost = 1; /* its result will be discarded, its run told to stop */
+		atomic_store(&k->gone, 1);
 	} else if (is_moving(st)) {
 		wait_moving(w, k, now);
 		k->hb_due = k->retry_at;
@@ -1004,6 +1081,10 @@ static void tick(sq_worker *w, double now, int claiming)
 		for (int i = 0; i < promoting[t]; i++)
 			wbatch_add(&b[WB_START], WB_START, buf_take(&w->types[t], now, 0));
 
+	/* tests: hold the loop where a lease would be extended (a shard that
+	 * cannot be reached holds it like this) */
+	if (b[WB_HEARTBEAT].n || b[WB_START].n)
+		sq_failpoint("worker_lease_write");
 	sq_client_reset(c);
 	sq_client_check_map(c);
 	/* one transaction per shard: the writes, then the claim; one commit a
@@ -1184,6 +1265,7 @@ static void tick(sq_worker *w, double now, int claiming)
 			continue;
 		}
 		if (st == SQ_OK) {
+			lease_set(k, now, wt->conf->execution_timeout_ms);
 			run_task(w, k, at, exec_hb(wt, now));
 			tk.started++;
 		} else if (st == SQ_ELOST) {
@@ -1234,6 +1316,7 @@ static void tick(sq_worker *w, double now, int claiming)
 			k->type = t;
 			k->fn = w->types[t].fn;
 			k->arg = w->types[t].arg;
+			lease_set(k, t0, w->types[t].conf->starting_timeout_ms);
 			w->types[t].had_work = 1;
 			/* claimed running with the starting lease (counted from before
 			 * the claim was sent): the first heartbeat, at half of it,
@@ -1336,8 +1419,11 @@ static double next_wake(sq_worker *w, double now)
 		}
 	}
 	for (sq_task *k = w->running; k; k = k->run_next)
-		if (!k->lost && k->hb_due < at)
-			at = k->hb_due;
+		if (!k->lost) {
+			double by = atomic_load(&k->stop_by);
+			at = k->hb_due < at ? k->hb_due : at;
+			at = by < at ? by : at;
+		}
 	/* results not yet written, and starts for free slots that wait (a
 	 * moving partition, a failed write): when each may be sent again */
 	for (sq_task *k = w->pending; k; k = k->next)
@@ -1387,6 +1473,7 @@ sq_status sq_worker_run(sq_worker *w, sq_error *err)
 			w->released = 1;
 		}
 		start_fresh(w, now);
+		check_leases(w, now);
 		sq_error se;
 		if (!w->stopping && sq_sched_tick(w->sched, w->c, &se) != SQ_OK)
 			note_error(w, &se);

@@ -657,6 +657,95 @@ START_TEST(startup_refusals)
 }
 END_TEST
 
+/* The job script of the lease tests: each run holds a lock on its job's
+ * file for as long as any process of it lives; a run that finds the lock
+ * taken (another run of the job still alive) notes it in `overlaps`. Runs
+ * of attempt 1 (or every attempt, with `every`) write up.1 and wait long;
+ * others end at once. */
+static void write_lease_job(int every)
+{
+	write_file("job.sh", 1,
+		   "#!/bin/sh\n"
+		   "d=%s\n"
+		   "exec 9>>\"$d/lock.$SHARDQ_JOB_ID\"\n"
+		   "flock -n 9 || echo \"$SHARDQ_JOB_ATTEMPT $SHARDQ_WORKER\" >> \"$d/overlaps\"\n"
+		   "echo \"$SHARDQ_JOB_ATTEMPT $SHARDQ_WORKER\" >> \"$d/starts\"\n"
+		   "if [ %d = 1 ] || [ \"$SHARDQ_JOB_ATTEMPT\" = 1 ]; then\n"
+		   "  echo > \"$d/up.1\"\n"
+		   "  sleep 300 &\n"
+		   "  wait\n"
+		   "fi\n",
+		   dir, every);
+}
+
+/* A worker whose lease writes cannot get through (its loop held where it
+ * would send the start, as a shard that cannot be reached would hold it)
+ * stops its run before the lease runs out; the job comes back to another
+ * worker after the lease, and the two runs never overlap. */
+START_TEST(a_run_whose_lease_ran_out_is_stopped)
+{
+#ifdef SHARDQ_FAILPOINTS
+	setup("sqt_exec_lease", "[type l]\nstarting_timeout = 5s\nexecution_timeout = 5s\n"
+				"history = true\n");
+	write_lease_job(0);
+	int64_t job = enqueue_one(t.client, "l", NULL, NULL, NULL);
+	setenv("SHARDQ_FAILPOINT_SLEEP", "worker_lease_write:900000", 1);
+	pid_t a = spawn_worker("a", "l:1", "job.sh", "--poll 100ms", 0);
+	unsetenv("SHARDQ_FAILPOINT_SLEEP");
+	wait_files("up.", 1, a, "a");
+	pid_t b = spawn_worker("b", "l:1", "job.sh", "--poll 100ms", 0);
+	/* a's run stops by itself: a's loop is held and cannot tell it */
+	double took = wait_no_job_procs("a", "worker a's run, whose lease ran out");
+	sq_job_status st = wait_job_settled(job, b, "b");
+	char starts[4096];
+	snprintf(starts, sizeof(starts), "%s", read_file("starts"));
+	kill(a, SIGKILL);
+	waitpid(a, NULL, 0);
+	kill(b, SIGTERM);
+	ck_assert_int_eq(wait_exit(b, "b", STALL_S), 0);
+	ck_assert_msg(!file_exists("overlaps"), "runs overlapped:\n%s\nall runs:\n%s",
+		      read_file("overlaps"), starts);
+	char want[256];
+	snprintf(want, sizeof(want), "1 a-%s\n2 b-%s\n", mark, mark);
+	ck_assert_msg(!strcmp(starts, want), "runs:\n%swanted:\n%s", starts, want);
+	ck_assert_msg(st == SQ_COMPLETED, "job %lld is %s: %s", (long long)job,
+		      sq_job_status_name(st), job_error(job));
+	printf("lease: worker a's run stopped %.2fs after worker b started; b ran attempt 2 "
+	       "to completion; no overlap\n",
+	       took);
+	cleanup();
+#endif
+}
+END_TEST
+
+/* A running job that is cancelled stops at its worker's next heartbeat or start
+ * (answered lost); the worker goes on. */
+START_TEST(a_cancelled_run_is_stopped)
+{
+	setup("sqt_exec_cancel",
+	      "[type c]\nstarting_timeout = 2s\nexecution_timeout = 4s\nhistory = true\n");
+	write_lease_job(1);
+	int64_t job = enqueue_one(t.client, "c", NULL, NULL, NULL);
+	pid_t a = spawn_worker("a", "c:1", "job.sh", "--poll 100ms", 0);
+	wait_files("up.", 1, a, "a");
+	sq_status out;
+	sq_error err;
+	OKE(sq_cancel(t.client, &job, 1, &out, &err));
+	ck_assert_int_eq(out, SQ_OK);
+	double took = wait_no_job_procs("a", "a cancelled job's run");
+	int status;
+	ck_assert_msg(waitpid(a, &status, WNOHANG) == 0, "worker a exited:\n%s", worker_out("a"));
+	kill(a, SIGTERM);
+	ck_assert_int_eq(wait_exit(a, "a", STALL_S), 0);
+	sq_job j;
+	OKE(sq_get_job(t.client, job, &j, &err));
+	ck_assert_str_eq(sq_job_status_name(j.status), "cancelled");
+	sq_job_clear(&j);
+	printf("cancel: the running job's processes were gone %.2fs after the cancel\n", took);
+	cleanup();
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("exec");
@@ -667,5 +756,7 @@ int main(void)
 	ADD_CASE(s, batch_completes_exactly_once, 3600);
 	ADD_CASE(s, contract_through_the_helper, 3600);
 	ADD_CASE(s, startup_refusals, 3600);
+	ADD_CASE(s, a_run_whose_lease_ran_out_is_stopped, 3600);
+	ADD_CASE(s, a_cancelled_run_is_stopped, 3600);
 	return run_suite(s);
 }

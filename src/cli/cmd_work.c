@@ -19,10 +19,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #define PERMANENT_EXIT 100
+#define LEASE_CHECK_MS 100    /* how often a run looks at its lease */
 #define MAX_SLOTS      1024   /* per type, as sq_worker_add takes */
 #define MAX_HELD       100000 /* --buffer and --prefetch */
 
@@ -220,20 +222,35 @@ static sq_job_result exec_handler(const sq_job *job, void *arg, char *errbuf, si
 	stream so = {.fd = out[0], .to = stdout, .open = 1};
 	stream se = {.fd = er[0], .to = stderr, .open = 1};
 	fcntl(in[1], F_SETFL, O_NONBLOCK);
-	while (so.open || se.open) {
-		struct pollfd p[3];
-		int np = 0, iin = -1, iout = -1, ierr = -1;
+	/* the helper's exit, watched beside the outputs (a command may close
+	 * them and go on); without pidfds, only the outputs are */
+	int pfd = (int)syscall(SYS_pidfd_open, pid, 0), exited = pfd < 0, stopped = 0;
+	while (so.open || se.open || !exited) {
+		struct pollfd p[4];
+		int np = 0, iin = -1, iout = -1, ierr = -1, ipid = -1;
 		if (in[1] >= 0)
 			p[iin = np++] = (struct pollfd){in[1], POLLOUT, 0};
 		if (so.open)
 			p[iout = np++] = (struct pollfd){out[0], POLLIN, 0};
 		if (se.open)
 			p[ierr = np++] = (struct pollfd){er[0], POLLIN, 0};
-		if (poll(p, (nfds_t)np, -1) < 0) {
+		if (!exited)
+			p[ipid = np++] = (struct pollfd){pfd, POLLIN, 0};
+		/* a lease this worker lost: the run stops (the helper kills all
+		 * of it on SIGTERM), before another worker's claim can take the
+		 * job (sq_job_lease_lost) */
+		if (!stopped && sq_job_lease_lost(job)) {
+			kill(pid, SIGTERM);
+			stopped = 1;
+		}
+		int n = poll(p, (nfds_t)np, stopped ? -1 : LEASE_CHECK_MS);
+		if (n < 0) {
 			if (errno == EINTR)
 				continue;
 			break;
 		}
+		if (ipid >= 0 && p[ipid].revents)
+			exited = 1;
 		if (iin >= 0 && p[iin].revents) {
 			ssize_t w = write(in[1], params + sent, plen - sent);
 			if (w > 0)
@@ -250,12 +267,19 @@ static sq_job_result exec_handler(const sq_job *job, void *arg, char *errbuf, si
 	}
 	if (in[1] >= 0)
 		close(in[1]);
+	if (pfd >= 0)
+		close(pfd);
 	close(out[0]);
 	close(er[0]);
 	int status = 0;
 	while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
 		;
 	const char *last = se.last[0] ? se.last : so.last;
+	if (stopped) {
+		/* discarded by the worker in any case: for the log only */
+		snprintf(errbuf, errlen, "stopped: this worker no longer holds the job's lease");
+		return SQ_RESULT_RETRY;
+	}
 	if (WIFEXITED(status)) {
 		int code = WEXITSTATUS(status);
 		if (code == 0)
