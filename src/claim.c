@@ -26,45 +26,28 @@
  * within the starting timeout, not the execution timeout. The worker that
  * has them extends the lease to the execution lease by heartbeat before the
  * starting lease runs out (docs/worker.md). */
-/* The update finds the picked rows by `j.id = ANY (ARRAY(...))`, which
- * only jobs_pkey serves, whatever the plan: in a plan made once for all
- * values (a generic plan, which PostgreSQL may choose for a prepared
- * statement), a bare join on the ids was a merge join that read jobs_pkey
- * from its lowest id, slower with every job the queue had ever held. */
-#define SPENT "(p.expired AND j.attempt - j.attempt_base >= j.max_attempts)"
+/* The updates find the picked rows by `j.id = ANY (ARRAY(...))`, which
+ * only jobs_pkey serves, and join nothing: whatever the plan, each picked
+ * row is one index probe. Two updates of one statement (disjoint rows):
+ * the jobs that go straight to `running` (the first `start` of their
+ * type) and the others, so that no value of a picked row is needed. A job
+ * from the lease arm is one not `ready` (it is locked since it was
+ * picked), and the lease is its type's, from `t`. Before: in a plan made
+ * once for all values (a generic plan, which PostgreSQL may choose for a
+ * prepared statement), a bare join on the ids was a merge join that read
+ * jobs_pkey from its lowest id; and with the ids also matched by ANY, a
+ * plan made on an analyzed empty table joined the picked rows by a nested
+ * loop with a filter, reading every picked row for each one (quadratic in
+ * the claim's size). */
+#define SPENT "(j.status <> 'ready' AND j.attempt - j.attempt_base >= j.max_attempts)"
 #define RERUN "j.rerun_params IS NOT NULL"
-/* The claim's arms and its update, shared by the plain claim and the
- * limited one; `t` holds (task, lim, lease_ms, start). */
-#define CLAIM_BODY \
-	"picked AS (" \
-	"  SELECT c.id, c.expired, c.rn, t.lease_ms, t.start FROM t CROSS JOIN LATERAL (" \
-	"    SELECT u.id, u.expired, row_number() OVER () AS rn FROM (" \
-	"      SELECT e.id, true AS expired FROM (" \
-	"        SELECT j.id FROM shardq.jobs j" \
-	"         WHERE " SQ_TASK_IS("j.task", "t.task") \
-	"           AND j.status IN ('starting', 'running')" \
-	"           AND j.expected_status_change_time < now()" \
-	"           AND NOT EXISTS (SELECT 1 FROM shardq.partition_state ps" \
-	"                            WHERE ps.partition = j.partition AND ps.state <> 'owned')" \
-	"         ORDER BY j.expected_status_change_time" \
-	"         LIMIT t.lim FOR UPDATE SKIP LOCKED) e" \
-	"      UNION ALL" \
-	"      SELECT r.id, false FROM (" \
-	"        SELECT j.id FROM shardq.jobs j" \
-	"         WHERE " SQ_TASK_IS("j.task", "t.task") \
-	"           AND j.status = 'ready' AND j.schedule_time <= now()" \
-	"           AND NOT EXISTS (SELECT 1 FROM shardq.partition_state ps" \
-	"                            WHERE ps.partition = j.partition AND ps.state <> 'owned')" \
-	"         ORDER BY j.priority DESC, COALESCE(j.delay_tolerance_time, j.schedule_time), j.id" \
-	"         LIMIT t.lim FOR UPDATE SKIP LOCKED) r" \
-	"    ) u LIMIT t.lim" \
-	"  ) c" \
-	"), upd AS (" \
+/* The update of the picked rows `which` (a condition on p.rn and p.start)
+ * to status `st` ("running" or "starting"). */
+#define CLAIM_UPDATE(st, which) \
 	"  UPDATE shardq.jobs j SET" \
 	"    status = (CASE WHEN " SPENT " AND NOT " RERUN " THEN 'failed'" \
 	"                   WHEN " SPENT " THEN 'ready'" \
-	"                   WHEN p.rn <= p.start THEN 'running'" \
-	"                   ELSE 'starting' END)::shardq.job_status," \
+	"                   ELSE '" st "' END)::shardq.job_status," \
 	"    worker = CASE WHEN " SPENT " AND NOT " RERUN " THEN j.worker" \
 	"                  WHEN " SPENT " THEN NULL ELSE $4 END," \
 	"    attempt = CASE WHEN " SPENT " THEN j.attempt ELSE j.attempt + 1 END," \
@@ -74,14 +57,45 @@
 	"    rerun_params = CASE WHEN " SPENT " THEN NULL ELSE j.rerun_params END," \
 	"    schedule_time = CASE WHEN " SPENT " AND " RERUN " THEN now() ELSE j.schedule_time END," \
 	"    expected_status_change_time = CASE WHEN " SPENT " THEN NULL" \
-	"        ELSE now() + p.lease_ms * interval '1 millisecond' END," \
+	"        ELSE now() + (SELECT tl.lease_ms FROM t tl WHERE tl.task = j.task LIMIT 1)" \
+	"                     * interval '1 millisecond' END," \
 	"    last_error = CASE WHEN " SPENT \
 	"        THEN format('the lease of try %s of %s expired (worker %s died or hung)'," \
 	"                    j.attempt - j.attempt_base, j.max_attempts, j.worker)" \
 	"        ELSE j.last_error END," \
 	"    updated_at = now()" \
-	"  FROM picked p WHERE j.id = ANY (ARRAY(SELECT pp.id FROM picked pp)) AND j.id = p.id" \
-	"  RETURNING j.*" \
+	"  WHERE j.id = ANY (ARRAY(SELECT p.id FROM picked p WHERE " which "))" \
+	"  RETURNING j.*"
+/* The claim's arms and its updates, shared by the plain claim and the
+ * limited one; `t` holds (task, lim, lease_ms, start). */
+#define CLAIM_BODY \
+	"picked AS (" \
+	"  SELECT c.id, c.rn, t.start FROM t CROSS JOIN LATERAL (" \
+	"    SELECT u.id, row_number() OVER () AS rn FROM (" \
+	"      SELECT e.id FROM (" \
+	"        SELECT j.id FROM shardq.jobs j" \
+	"         WHERE " SQ_TASK_IS("j.task", "t.task") \
+	"           AND j.status IN ('starting', 'running')" \
+	"           AND j.expected_status_change_time < now()" \
+	"           AND NOT EXISTS (SELECT 1 FROM shardq.partition_state ps" \
+	"                            WHERE ps.partition = j.partition AND ps.state <> 'owned')" \
+	"         ORDER BY j.expected_status_change_time" \
+	"         LIMIT t.lim FOR UPDATE SKIP LOCKED) e" \
+	"      UNION ALL" \
+	"      SELECT r.id FROM (" \
+	"        SELECT j.id FROM shardq.jobs j" \
+	"         WHERE " SQ_TASK_IS("j.task", "t.task") \
+	"           AND j.status = 'ready' AND j.schedule_time <= now()" \
+	"           AND NOT EXISTS (SELECT 1 FROM shardq.partition_state ps" \
+	"                            WHERE ps.partition = j.partition AND ps.state <> 'owned')" \
+	"         ORDER BY j.priority DESC, COALESCE(j.delay_tolerance_time, j.schedule_time), j.id" \
+	"         LIMIT t.lim FOR UPDATE SKIP LOCKED) r" \
+	"    ) u LIMIT t.lim" \
+	"  ) c" \
+	"), upd_run AS (" CLAIM_UPDATE("running", "p.rn <= p.start") \
+	"), upd_start AS (" CLAIM_UPDATE("starting", "p.rn > p.start") \
+	"), upd AS (" \
+	"  SELECT * FROM upd_run UNION ALL SELECT * FROM upd_start" \
 	")"
 static const sq_stmt stmt_claim = {
 	"sq_claim",

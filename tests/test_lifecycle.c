@@ -623,6 +623,9 @@ START_TEST(plans_made_on_an_empty_table_keep_to_the_indexes)
 	memset(js, 0, sizeof(js));
 	for (int i = 0; i < BATCH; i++)
 		js[i].type = "p";
+	/* an idle queue that autovacuum has analyzed: the planner then knows
+	 * the table is empty (a table never analyzed is taken for ten pages) */
+	on_every_shard("VACUUM ANALYZE shardq.jobs");
 	ck_assert_uint_eq(claim_type(w, "w", "p", 1000, &cl), 0);
 	sq_jobs_free(cl, 0);
 	/* a completion of a few refs (a plan made once per session too) */
@@ -657,6 +660,14 @@ START_TEST(plans_made_on_an_empty_table_keep_to_the_indexes)
 			      "s%d: the claim's plan, made on an empty table, does not find a "
 			      "type's ready jobs and expired leases by jobs_ready and "
 			      "jobs_lease:\n%s",
+			      s + 1, claim);
+		/* and the update finds the picked rows by jobs_pkey, not by a join
+		 * with them: a plan made on an empty table joined them by a
+		 * nested loop that read all picked rows for each one (a join
+		 * filter), quadratic in the claim's size */
+		ck_assert_msg(!strstr(claim, "Join Filter") && strstr(claim, "jobs_pkey"),
+			      "s%d: the claim's plan, made on an empty table, joins the picked "
+			      "rows to the update by a filter:\n%s",
 			      s + 1, claim);
 		free(claim);
 		/* the 8 jobs were one keyless run: only their shard completed */
@@ -705,13 +716,15 @@ START_TEST(claims_keep_to_the_indexes_on_schema_6)
 	for (int s = 0; s < tp.nshards; s++) {
 		char *claim = cached_plan(&w->shards[s], "sq_claim",
 					  "'{p}', '{1000}', '{300000}', 'w', '{0}'");
-		ck_assert_msg(strstr(claim, "Index Cond: (task = t.task)") &&
-				      strstr(claim, "jobs_ready") && strstr(claim, "jobs_lease") &&
-				      !strstr(claim, "jobs_partition") && !strstr(claim, "Sort") &&
-				      !strstr(claim, "Seq Scan on jobs "),
+		int ok = strstr(claim, "Index Cond: (task = t") && strstr(claim, "jobs_ready") &&
+			 strstr(claim, "jobs_lease") && !strstr(claim, "jobs_partition") &&
+			 !strstr(claim, "Sort") && !strstr(claim, "Seq Scan on jobs ");
+		if (!ok) /* the plan is longer than a check message may be */
+			fprintf(stderr, "s%d: the claim's plan on schema 6:\n%s\n", s + 1, claim);
+		ck_assert_msg(ok,
 			      "s%d: on schema 6 the claim does not find a type's ready jobs and "
-			      "expired leases by jobs_ready and jobs_lease:\n%s",
-			      s + 1, claim);
+			      "expired leases by jobs_ready and jobs_lease (its plan is above)",
+			      s + 1);
 		free(claim);
 	}
 	/* and everything is still handed out, once */
