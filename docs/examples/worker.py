@@ -3,16 +3,24 @@
 
 It claims jobs of the given types with long polls ("start": true, so they come
 back running; a claim waits only while every type has a free slot), runs
-each on a thread of its own, heartbeats each running job every third of
---lease, and completes them, or fails them with the error's text.
+each on a thread of its own, heartbeats each running job a third of the way
+to its lease, and completes them, or fails them with the error's text.
 Completions, failures and heartbeats go in batches, one call per kind per
 round, on a connection of their own.
 
---lease is the shortest lease a job may hold here: the types' starting_timeout
-(the lease a claimed job runs under until its first heartbeat), or their
-execution_timeout if that is shorter. The daemon's replies do not say the
-leases, so the worker must be told; a third of it leaves room for a
-heartbeat that has to be sent again.
+The daemon says each job's lease: the claim's lease_until_ms (the type's
+starting lease) and the lease_until_ms of each ok heartbeat (now + the
+type's execution_timeout). Both are milliseconds since the epoch by the
+shard's clock; the worker turns them into a deadline on its own clock, so
+the two clocks must roughly agree. A third of the way leaves room for a
+heartbeat that has to be sent again. --lease is used only when a reply
+carries no lease_until_ms (or one this host's clock already has past).
+
+A job whose heartbeat answers lost, or whose lease runs out here before a
+heartbeat is answered, is no longer this run's: another worker may run it.
+The worker says so, stops heartbeating and waiting for it (a stop does not
+wait for it either), and drops its result. Its handler cannot be stopped
+from outside: it runs on, and keeps its slot, until it returns.
 
     export SHARDQ_TOKEN=...            # a token with the worker scope
     docs/examples/worker.py --types email:4,sync:2
@@ -186,17 +194,25 @@ def load_handler(spec):
 class Held:
     """A job this worker holds, from its claim to its written result."""
 
-    __slots__ = ("job", "ref", "beat_at", "lost", "outcome", "error", "permanent", "sent")
+    __slots__ = ("job", "ref", "lease_end", "beat_due", "lost", "outcome", "error", "permanent",
+                 "sent")
 
-    def __init__(self, job, claimed_at):
+    def __init__(self, job, lease_end):
         self.job = job
         self.ref = {"id": job["id"], "attempt": job["attempt"], "worker": job["worker"]}
-        self.beat_at = claimed_at  # when the lease was last set (local monotonic clock)
+        self.set_lease(lease_end)
         self.lost = False
         self.outcome = None  # None while it runs; then "complete" or "fail"
         self.error = ""
         self.permanent = False
         self.sent = False  # its result was sent at least once
+
+    def set_lease(self, lease_end):
+        """lease_end: when the lease runs out (local monotonic clock). The
+        next heartbeat is due a third of the way there."""
+        now = time.monotonic()
+        self.lease_end = lease_end
+        self.beat_due = now + max(lease_end - now, 0.0) / 3.0
 
 
 class Worker:
@@ -205,19 +221,52 @@ class Worker:
         self.handler = handler
         self.types = args.types  # {type: concurrency}
         self.lock = threading.Condition()
-        self.held = {}  # job id -> Held
+        self.held = {}  # (id, attempt) -> Held
+        self.adrift = {}  # (id, attempt) -> Held: lost, its handler still running
         self.stopping = False
         self.fatal = None
         self.counts = {"done": 0, "failed": 0, "permanent": 0, "lost": 0}
+        self.clock_warned = False
         timeout = max(60.0, args.wait_ms / 1000.0 + 40.0)
         self.claimer = Client(args.url, args.token, timeout)
         self.writer = Client(args.url, args.token, 60.0)
 
     # ---- claiming (main thread) ----
 
+    def lease_end(self, lease_until_ms, sent_at):
+        """The local monotonic time at which a lease the daemon answered
+        runs out. lease_until_ms is by the shard's clock, read here against
+        this host's. Without it (or with one already past here, which means
+        the two clocks disagree), --lease counted from sent_at, when the
+        call that set the lease was sent."""
+        if isinstance(lease_until_ms, int) and not isinstance(lease_until_ms, bool):
+            left = lease_until_ms / 1000.0 - time.time()
+            if left > 0:
+                return time.monotonic() + left
+            if not self.clock_warned:
+                self.clock_warned = True
+                log(f"a lease the daemon answered is {-left:.1f}s past by this host's clock: "
+                    "the clocks of this host and the shard disagree; using --lease instead")
+        return sent_at + self.args.lease
+
+    def lose(self, h, why):
+        """With the lock held: the job is no longer this run's. Stop
+        heartbeating it and waiting for its result."""
+        if h.lost:
+            return
+        h.lost = True
+        key = (h.job["id"], h.job["attempt"])
+        self.held.pop(key, None)
+        if h.outcome is None:
+            self.adrift[key] = h  # keeps its slot until the handler returns
+        self.counts["lost"] += 1
+        log(f"job {h.job['id']} (attempt {h.job['attempt']}): {why}. Not waiting for it: "
+            "its result will be dropped")
+        self.lock.notify_all()
+
     def free_slots(self):
         used = {t: 0 for t in self.types}
-        for h in self.held.values():
+        for h in list(self.held.values()) + list(self.adrift.values()):
             used[h.job["type"]] = used.get(h.job["type"], 0) + 1
         return {t: n - used[t] for t, n in self.types.items() if n - used[t] > 0}
 
@@ -274,16 +323,13 @@ class Worker:
                 return
             with self.lock:
                 for job in jobs:
-                    h = Held(job, claimed_at)
-                    for old in self.held.values():
-                        if old.job["id"] == job["id"] and not old.lost:
+                    h = Held(job, self.lease_end(job.get("lease_until_ms"), claimed_at))
+                    for old in list(self.held.values()):
+                        if old.job["id"] == job["id"]:
                             # Claimed again while we still hold it: the lease of
                             # the earlier run ran out before its heartbeat.
-                            old.lost = True
-                            self.counts["lost"] += 1
-                            log(f"job {job['id']}: claimed again (attempt {job['attempt']}) "
-                                f"while attempt {old.job['attempt']} still runs here: its lease "
-                                "ran out; its result will be dropped (is --lease too long?)")
+                            self.lose(old, f"claimed again (attempt {job['attempt']}) while "
+                                           "this run still holds it: its lease ran out")
                     self.held[(job["id"], job["attempt"])] = h
                     threading.Thread(target=self.run, args=(h,), daemon=True).start()
             if self.args.verbose and jobs:
@@ -312,8 +358,8 @@ class Worker:
             permanent = bool(getattr(e, "permanent", False))
         with self.lock:
             if h.lost:
-                # A heartbeat found the job no longer ours: drop the result.
-                self.held.pop((h.job["id"], h.job["attempt"]), None)
+                # No longer ours (see lose()): drop the result, free the slot.
+                self.adrift.pop((h.job["id"], h.job["attempt"]), None)
                 self.lock.notify_all()
                 return
             h.outcome, h.error, h.permanent = outcome, error[:2000], permanent
@@ -322,8 +368,9 @@ class Worker:
     # ---- writing results and heartbeats (writer thread) ----
 
     def fenced(self, what, items):
-        """Sends one fenced call in chunks; returns results in input order
-        (None for the items whose call got no usable answer) and the longest
+        """Sends one fenced call in chunks; returns the result objects in
+        input order ({"result": None} for the items whose call got no usable
+        answer, {"result": "dropped"} for those refused) and the longest
         Retry-After seen."""
         out, wait = [], 0.0
         for i in range(0, len(items), BATCH_MAX):
@@ -332,7 +379,7 @@ class Worker:
                 r = self.writer.request("POST", f"/v1/jobs/{what}", {"jobs": chunk})
             except TransportError as e:
                 log(f"{what}: {e}; sending again")
-                out.extend([None] * len(chunk))
+                out.extend([{"result": None}] * len(chunk))
                 wait = max(wait, 1.0)
                 continue
             results = r.body.get("results") if isinstance(r.body, dict) else None
@@ -340,44 +387,46 @@ class Worker:
                 if r.status == 503:
                     log(str(ApiError(what, r.status, r.body)))
                     wait = max(wait, r.retry_after())
-                out.extend(res.get("result") for res in results)
+                out.extend(res if isinstance(res, dict) else {"result": None} for res in results)
             elif r.status == 503:
                 log(str(ApiError(what, r.status, r.body)) + "; sending again")
-                out.extend([None] * len(chunk))
+                out.extend([{"result": None}] * len(chunk))
                 wait = max(wait, r.retry_after())
             elif r.status in (401, 403):
                 self.stop(fatal=ApiError(what, r.status, r.body))
-                out.extend(["dropped"] * len(chunk))
+                out.extend([{"result": "dropped"}] * len(chunk))
             else:
                 # A request the daemon refuses as it is: sending it again would
                 # not help. The jobs' leases bring them back.
                 log(str(ApiError(what, r.status, r.body)) + f"; {len(chunk)} jobs dropped")
-                out.extend(["dropped"] * len(chunk))
+                out.extend([{"result": "dropped"}] * len(chunk))
         return out, wait
 
     def write_round(self):
         now = time.monotonic()
-        every = self.args.lease / 3.0
         with self.lock:
+            for h in list(self.held.values()):
+                if h.outcome is None and now >= h.lease_end:
+                    self.lose(h, "its lease ran out by this host's clock before a heartbeat "
+                                 "was answered: another worker may run it now")
             finished = [h for h in self.held.values() if h.outcome and not h.lost]
             due = [h for h in self.held.values()
-                   if h.outcome is None and not h.lost and now - h.beat_at >= every]
+                   if h.outcome is None and not h.lost and now >= h.beat_due]
         wait = 0.0
         if due:
             sent_at = time.monotonic()
-            res, w = self.fenced("heartbeat", [h.ref for h in due])
+            out, w = self.fenced("heartbeat", [h.ref for h in due])
             wait = max(wait, w)
             with self.lock:
-                for h, r in zip(due, res):
+                for h, res in zip(due, out):
+                    r = res.get("result")
                     if r == "ok":
-                        h.beat_at = sent_at
+                        h.set_lease(self.lease_end(res.get("lease_until_ms"), sent_at))
                     elif r in ("lost", "not_found"):
-                        h.lost = True
-                        log(f"job {h.job['id']}: heartbeat {r} (the lease ran out and another "
-                            "worker may hold it, or it was cancelled); its result will be dropped")
-                        self.counts["lost"] += 1
-                    # moving, unavailable, None: sent again next round (the lease
-                    # still has two thirds to run).
+                        self.lose(h, f"heartbeat {r}: its lease ran out and another worker "
+                                     "may hold it, or it was cancelled")
+                    # moving, unavailable, None: sent again next round, while
+                    # the lease lasts (about two thirds of it are left).
         for kind in ("complete", "fail"):
             batch = [h for h in finished if h.outcome == kind]
             if not batch:
@@ -386,10 +435,11 @@ class Worker:
                 items = [h.ref for h in batch]
             else:
                 items = [dict(h.ref, error=h.error, permanent=h.permanent) for h in batch]
-            res, w = self.fenced(kind, items)
+            out, w = self.fenced(kind, items)
             wait = max(wait, w)
             with self.lock:
-                for h, r in zip(batch, res):
+                for h, res in zip(batch, out):
+                    r = res.get("result")
                     if r in ("ok", "lost", "not_found", "dropped"):
                         self.held.pop((h.job["id"], h.job["attempt"]), None)
                     if r == "ok":
@@ -439,8 +489,11 @@ class Worker:
         w.join(self.args.grace)
         with self.lock:
             left = len(self.held)
+            adrift = len(self.adrift)
             c = dict(self.counts)
         log(f"done {c['done']}, failed {c['failed']} ({c['permanent']} for good), lost {c['lost']}")
+        if adrift:
+            log(f"{adrift} handlers of lost jobs were still running; their results are dropped")
         if left:
             log(f"{left} jobs still held after --grace: their leases bring them back")
             return 1
@@ -478,9 +531,9 @@ def main():
     p.add_argument("--wait-ms", type=int, default=5000,
                    help="how long a claim waits for jobs (%(default)s; the daemon cuts it to claim_wait_max)")
     p.add_argument("--lease", type=float, default=30.0,
-                   help="seconds: the shortest of the types' starting_timeout and execution_timeout "
-                        "(the daemon does not say them); running jobs are heartbeaten every third "
-                        "of it (%(default)s)")
+                   help="seconds: the lease assumed when a reply carries no lease_until_ms (or one "
+                        "already past by this host's clock); set it to the shortest of the types' "
+                        "starting_timeout and execution_timeout (%(default)s)")
     p.add_argument("--grace", type=float, default=30.0,
                    help="seconds running jobs may take to finish after a signal (%(default)s)")
     p.add_argument("--tick", type=float, default=0.1,

@@ -19,10 +19,11 @@
 # Options: --url URL (http://127.0.0.1:8080), --token TOKEN ($SHARDQ_TOKEN),
 # --wait-ms MS (5000), --lease SECONDS (30), --exec CMD, --name NAME.
 #
-# --lease: the types' execution_timeout, or less (the daemon's replies do not
-# say the lease, so the script must be told). A job is heartbeaten every
-# third of it. The jobs of one claim wait their turn under the starting lease
-# (starting_timeout): claim no more at once (N) than run within it.
+# --lease: the types' execution_timeout, or less. A job is heartbeaten every
+# third of it. (The script keeps this fixed rhythm: it does not read the
+# lease_until_ms that start and heartbeat answer; worker.py does.) The jobs
+# of one claim wait their turn under the starting lease (starting_timeout):
+# claim no more at once (N) than run within it.
 #
 # A start, heartbeat, complete, fail or release answered 503 (a shard could
 # not be reached, a partition is moving) is sent again after Retry-After, up
