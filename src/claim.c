@@ -484,16 +484,20 @@ static sq_status check_reqs(sq_client *c, const char *worker, const sq_claim_req
 		const sq_type_conf *t = reqs[k].type ? sq_config_type(cfg, reqs[k].type) : NULL;
 		if (!t)
 			return sq_err(err, SQ_EINVAL,
-				      "claim: unknown task type '%s'; add a [type %s] section",
+				      "unknown task type '%s'; add a [type %s] section",
 				      reqs[k].type ? reqs[k].type : "(null)",
 				      reqs[k].type ? reqs[k].type : "");
+		for (size_t i = 0; i < k; i++)
+			if (!strcmp(reqs[i].type, reqs[k].type))
+				return sq_err(err, SQ_EINVAL,
+					      "type '%s' is named twice in one claim; name each "
+					      "type once",
+					      reqs[k].type);
 		if (reqs[k].limit < 0 || reqs[k].limit > 100000)
-			return sq_err(err, SQ_EINVAL,
-				      "claim: limit %d for type '%s' is outside 0..100000",
+			return sq_err(err, SQ_EINVAL, "limit %d for type '%s' is outside 0..100000",
 				      reqs[k].limit, reqs[k].type);
 		if (reqs[k].start < 0 || reqs[k].start > reqs[k].limit)
-			return sq_err(err, SQ_EINVAL,
-				      "claim: start %d for type '%s' is outside 0..%d",
+			return sq_err(err, SQ_EINVAL, "start %d for type '%s' is outside 0..%d",
 				      reqs[k].start, reqs[k].type, reqs[k].limit);
 		ti[k] = (int)(t - cfg->types);
 	}

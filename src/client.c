@@ -112,6 +112,12 @@ static int connect_timeout_s(const sq_config *cfg)
 	return (int)((cfg->connect_timeout_ms + 999) / 1000);
 }
 
+static void quiet_notice(void *arg, const char *msg)
+{
+	(void)arg;
+	(void)msg;
+}
+
 PGconn *sq_connect_plain(const sq_config *cfg, const char *dsn, const char *role,
 			 int64_t statement_timeout_ms, char *errbuf, size_t errlen)
 {
@@ -135,6 +141,9 @@ PGconn *sq_connect_plain(const sq_config *cfg, const char *dsn, const char *role
 		PQfinish(c);
 		return NULL;
 	}
+	/* a notice, or the FATAL of a server that ends the session while it is
+	 * idle, is not printed: its failure reaches the caller as an error */
+	PQsetNoticeProcessor(c, quiet_notice, NULL);
 	sq_conn_hook_call(role, c);
 	return c;
 }
@@ -272,15 +281,20 @@ sq_status sq_client_open(const sq_config *cfg, int for_init, sq_client **out, sq
 	build_type_arrays(c);
 	/* every shard is tried, so the message names each unreachable one */
 	int allow_down = (for_init & SQ_OPEN_ALLOW_DOWN) != 0, up = 0;
+	char down[sizeof(err->msg)] = "";
 	for_init &= ~SQ_OPEN_ALLOW_DOWN;
 	for (int i = 0; i < cfg->nshards; i++) {
 		sq_error e;
 		if (sq_pgconn_open(&c->shards[i], cfg->shards[i].id, cfg->shards[i].dsn, opts,
 				   timeout_s, &e) == SQ_OK)
 			up++;
-		else if (allow_down && e.code == SQ_ECONN)
-			continue; /* reconnected by the first call that needs it */
-		else {
+		else if (allow_down && e.code == SQ_ECONN) {
+			/* reconnected by the first call that needs it; named if
+			 * no shard at all can be reached */
+			size_t at = strlen(down);
+			snprintf(down + at, sizeof(down) - at, "%s%s", at ? "\n" : "", e.msg);
+			continue;
+		} else {
 			if (st == SQ_OK) {
 				st = e.code;
 				if (err)
@@ -290,7 +304,7 @@ sq_status sq_client_open(const sq_config *cfg, int for_init, sq_client **out, sq
 		}
 	}
 	if (st == SQ_OK && up == 0 && cfg->nshards > 0)
-		st = sq_err(err, SQ_ECONN, "no shard can be reached");
+		st = sq_err(err, SQ_ECONN, "no shard can be reached:\n%s", down);
 	if (st == SQ_OK) {
 		const char *meta_id =
 			cfg->meta_dsn ? "meta"

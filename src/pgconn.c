@@ -4,6 +4,7 @@
 #include "error.h"
 
 #include <event2/event.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +28,21 @@ static void ignore_notice(void *arg, const char *msg)
 {
 	(void)arg;
 	(void)msg;
+}
+
+/* Whether a connection is no use: broken, or closed by the server while
+ * idle (a restart, pg_terminate_backend, an idle-session timeout). A
+ * closed one is readable (its FATAL message, then EOF) while libpq still
+ * says OK. Between calls nothing is due on a connection of ours (no
+ * LISTEN, every result read), so anything to read means the server is
+ * ending the session: it is replaced before a statement is sent on it,
+ * instead of failing the call. One poll() that finds nothing, normally. */
+static int conn_gone(PGconn *c)
+{
+	if (PQstatus(c) != CONNECTION_OK || PQsocket(c) < 0)
+		return 1;
+	struct pollfd p = {PQsocket(c), POLLIN, 0};
+	return poll(&p, 1, 0) != 0;
 }
 
 /* First line of libpq's message, without the "connection to server ..."
@@ -332,7 +348,7 @@ sq_status sq_pgconn_run(struct event_base *base, sq_pgconn **conns, int n, sq_er
 		if (!pc || pc->qn == 0)
 			continue;
 		pc->done = pc->failed = 0;
-		if (!pc->conn || PQstatus(pc->conn) != CONNECTION_OK) {
+		if (!pc->conn || conn_gone(pc->conn)) {
 			if (pc->conn) {
 				PQfinish(pc->conn);
 				pc->conn = NULL;
@@ -429,7 +445,7 @@ PGresult *sq_pgconn_exec(sq_pgconn *pc, const char *sql, int nparams, const char
 	PGresult *r;
 	ExecStatusType s;
 	char msg[512];
-	if (!pc->conn || PQstatus(pc->conn) != CONNECTION_OK) {
+	if (!pc->conn || conn_gone(pc->conn)) {
 		if (pc->conn)
 			PQfinish(pc->conn);
 		pc->conn = NULL;

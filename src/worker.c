@@ -65,6 +65,10 @@ struct sq_worker {
 	struct event *wake_ev, *timer_ev, *sig_ev[2];
 	PGconn *listen[SQ_MAX_SHARDS];
 	struct event *listen_ev[SQ_MAX_SHARDS];
+	/* a shard without its LISTEN connection (down at the start, or the
+	 * connection broke): tried again from then on, once the shard's own
+	 * connection works (see relisten) */
+	double relisten_at[SQ_MAX_SHARDS];
 	atomic_int stop_req, stop_now;
 	int stopping, released;
 	double grace_deadline;
@@ -145,11 +149,13 @@ static void on_listen(evutil_socket_t fd, short what, void *arg)
 		if (!l || PQsocket(l) != fd)
 			continue;
 		if (!PQconsumeInput(l)) {
-			/* the wake-up is lost; polling carries on */
+			/* the wake-up is lost; polling carries on, and the loop
+			 * listens again once the shard can be reached */
 			event_free(w->listen_ev[s]);
 			w->listen_ev[s] = NULL;
 			PQfinish(l);
 			w->listen[s] = NULL;
+			w->relisten_at[s] = 0;
 			return;
 		}
 		while ((n = PQnotifies(l)) != NULL) {
@@ -170,25 +176,66 @@ void sq_worker_stop(sq_worker *w, int at_once)
 	(void)r;
 }
 
-static sq_status open_listeners(sq_worker *w, sq_error *err)
+static void note_error(sq_worker *w, const sq_error *e);
+
+/* Opens shard s's LISTEN connection; on failure, says why in err. */
+static sq_status open_listener(sq_worker *w, int s, sq_error *err)
+{
+	char msg[512];
+	PGconn *l = sq_connect_plain(w->cfg, w->cfg->shards[s].dsn, "listen", -1, msg, sizeof(msg));
+	if (!l)
+		return sq_err(err, SQ_ECONN,
+			      "shard %s (%s): listen connection: %s; wake-ups from it wait for "
+			      "the poll until it is back",
+			      w->cfg->shards[s].id, w->c->shards[s].addr, msg);
+	PGresult *r = PQexec(l, "LISTEN shardq_jobs");
+	int ok = PQresultStatus(r) == PGRES_COMMAND_OK;
+	PQclear(r);
+	if (!ok || PQsetnonblocking(l, 1) ||
+	    !(w->listen_ev[s] =
+		      event_new(w->base, PQsocket(l), EV_READ | EV_PERSIST, on_listen, w))) {
+		sq_err(err, SQ_ECONN, "shard %s (%s): LISTEN failed: %s", w->cfg->shards[s].id,
+		       w->c->shards[s].addr, PQerrorMessage(l));
+		PQfinish(l);
+		return SQ_ECONN;
+	}
+	w->listen[s] = l;
+	event_add(w->listen_ev[s], NULL);
+	return SQ_OK;
+}
+
+/* At the start: every shard that can be reached; a shard that is down is
+ * listened to once it is back (relisten). */
+static void open_listeners(sq_worker *w)
 {
 	for (int s = 0; s < w->c->nshards; s++) {
-		char msg[512];
-		PGconn *l = sq_connect_plain(w->cfg, w->cfg->shards[s].dsn, "listen", -1, msg,
-					     sizeof(msg));
-		PGresult *r;
-		if (!l)
-			return sq_err(err, SQ_ECONN, "shard %s (%s): listen connection: %s",
-				      w->cfg->shards[s].id, w->c->shards[s].addr, msg);
-		r = PQexec(l, "LISTEN shardq_jobs");
-		PQclear(r);
-		PQsetnonblocking(l, 1);
-		w->listen[s] = l;
-		w->listen_ev[s] =
-			event_new(w->base, PQsocket(l), EV_READ | EV_PERSIST, on_listen, w);
-		event_add(w->listen_ev[s], NULL);
+		sq_error e;
+		if (!w->c->shards[s].conn || open_listener(w, s, &e) != SQ_OK)
+			w->relisten_at[s] = 0;
 	}
-	return SQ_OK;
+}
+
+/* A shard without its LISTEN connection gets one again once its own
+ * connection works (so the connect does not hold the loop on a shard that
+ * is down), at most every RELISTEN_S; the shard is claimed from at once,
+ * since its wake-ups in between were lost. */
+#define RELISTEN_S 2.0
+static void relisten(sq_worker *w, double now)
+{
+	for (int s = 0; w->opts.listen && s < w->c->nshards; s++) {
+		PGconn *conn = w->c->shards[s].conn;
+		if (w->listen[s] || now < w->relisten_at[s] || !conn ||
+		    PQstatus(conn) != CONNECTION_OK)
+			continue;
+		sq_error e;
+		w->relisten_at[s] = now + RELISTEN_S;
+		if (open_listener(w, s, &e) != SQ_OK) {
+			note_error(w, &e);
+			continue;
+		}
+		w->woke[s] = 1;
+		w->wake_pending = 1;
+	}
 }
 
 sq_status sq_worker_create(const sq_config *cfg, const sq_worker_opts *opts, sq_worker **out,
@@ -240,14 +287,14 @@ sq_status sq_worker_create(const sq_config *cfg, const sq_worker_opts *opts, sq_
 	w->wake_ev = event_new(w->base, w->wake[0], EV_READ | EV_PERSIST, on_wake, w);
 	w->timer_ev = evtimer_new(w->base, on_timer, w);
 	event_add(w->wake_ev, NULL);
-	if ((st = sq_client_open(cfg, 0, &w->c, err)) != SQ_OK) {
+	/* a shard that is down does not stop the worker: its writes and
+	 * claims connect again on every tick until it is back */
+	if ((st = sq_client_open(cfg, SQ_OPEN_ALLOW_DOWN, &w->c, err)) != SQ_OK) {
 		sq_worker_destroy(w);
 		return st;
 	}
-	if (w->opts.listen && (st = open_listeners(w, err)) != SQ_OK) {
-		sq_worker_destroy(w);
-		return st;
-	}
+	if (w->opts.listen)
+		open_listeners(w);
 	w->maint = sq_maintainer_start(cfg, NULL, NULL);
 	w->sched = sq_sched_new(cfg, w->id);
 	*out = w;
@@ -1474,6 +1521,7 @@ sq_status sq_worker_run(sq_worker *w, sq_error *err)
 		}
 		start_fresh(w, now);
 		check_leases(w, now);
+		relisten(w, now);
 		sq_error se;
 		if (!w->stopping && sq_sched_tick(w->sched, w->c, &se) != SQ_OK)
 			note_error(w, &se);

@@ -3,6 +3,7 @@
  * sizes; and the same through the CLI. */
 #include "test_common.h"
 
+#include <signal.h>
 #include <stdarg.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -187,6 +188,10 @@ START_TEST(cli_errors)
 	testdb_path(path, sizeof(path), "errors.ini");
 	testdb_path(jobs, sizeof(jobs), "errors.jsonl");
 
+	/* the version, without a config */
+	ck_assert_int_eq(testdb_run_cli(out, sizeof(out), "--version"), 0);
+	ck_assert_msg(!strncmp(out, "shardq ", 7) && out[7] >= '0' && out[7] <= '9', "%s", out);
+
 	/* a malformed config: every bad key with its line, exit 3 */
 	write_file(path,
 		   "[cluster]\npartitions = 3\n[shard s1]\nweight = x\n[type t]\nretries = 2\n");
@@ -255,27 +260,37 @@ START_TEST(cli_errors)
 }
 END_TEST
 
+/* Writes the cluster's config with shard i+1 (or every shard: -1) at a
+ * port where nothing listens, as down.ini; its path in path. */
+static void down_ini(testdb *t, char *path, size_t len, int which)
+{
+	char *ini = strdup(t->ini), port[32];
+	for (int i = 0; i < t->nshards; i++) {
+		if (which >= 0 && i != which)
+			continue;
+		snprintf(port, sizeof(port), "port=%d ", t->ports[i]);
+		char *at = strstr(ini, port);
+		ck_assert_ptr_nonnull(at);
+		memmove(at + 7, at + strlen(port), strlen(at + strlen(port)) + 1);
+		memcpy(at, "port=1 ", 7);
+	}
+	testdb_path(path, len, which < 0 ? "all-down.ini" : "down.ini");
+	write_file(path, ini);
+	free(ini);
+}
+
 /* `shardq stats` with a shard whose database refuses connections: the down
  * shard is named, the other one's jobs are still counted, exit 4. */
 START_TEST(stats_with_a_shard_down)
 {
 	testdb t;
-	char out[16384], path[600], port[32], *ini;
+	char out[16384], path[600];
 	testdb_open(&t, "sqt_errors_down", 2, 64, types);
 	for (int i = 0; i < 40; i++)
 		enqueue_one(t.client, "t", NULL, NULL, NULL);
 	long long on_s1 = testdb_scalar(&t, 0, "SELECT count(*) FROM shardq.jobs");
 	ck_assert_int_gt(on_s1, 0);
-	/* the same cluster, with s2 at a port where nothing listens */
-	ini = strdup(t.ini);
-	snprintf(port, sizeof(port), "port=%d ", t.ports[1]);
-	char *at = strstr(ini, port);
-	ck_assert_ptr_nonnull(at);
-	memmove(at + 7, at + strlen(port), strlen(at + strlen(port)) + 1);
-	memcpy(at, "port=1 ", 7);
-	testdb_path(path, sizeof(path), "down.ini");
-	write_file(path, ini);
-	free(ini);
+	down_ini(&t, path, sizeof(path), 1);
 	ck_assert_int_eq(testdb_run_cli(out, sizeof(out), "-c %s stats", path), 4);
 	ck_assert_msg(strstr(out, "shard s2 (127.0.0.1:1)") != NULL, "%s", out);
 	char want[64];
@@ -285,6 +300,161 @@ START_TEST(stats_with_a_shard_down)
 	ck_assert_msg(strstr(out, "{\"shard\":\"s2\",\"partitions_owned\":0,"
 				  "\"partitions_moving\":0,\"error\":\"") != NULL,
 		      "%s", out);
+	testdb_close(&t);
+}
+END_TEST
+
+/* With one shard down, the commands still work for the jobs on the other:
+ * get, cancel and a worker (which runs them); a job on the down shard gets
+ * exit 4 naming it, and an enqueue reports which jobs were not written.
+ * With every shard down, the error names each one. */
+START_TEST(commands_with_a_shard_down)
+{
+	enum { N = 40 };
+	testdb t;
+	char out[16384], path[600], all[600];
+	testdb_open(&t, "sqt_errors_down2", 2, 64, "[type t]\nhistory = true\n");
+	sq_job_spec js[N];
+	sq_enqueue_result rs[N];
+	sq_error err;
+	char keys[N][16];
+	memset(js, 0, sizeof(js));
+	for (int i = 0; i < N; i++) {
+		snprintf(keys[i], sizeof(keys[i]), "j%d", i);
+		js[i].type = "t";
+		js[i].key = keys[i]; /* keyed: spread over both shards */
+	}
+	OKE(sq_enqueue(t.client, js, N, rs, &err));
+	int64_t on_s1 = -1, on_s2 = -1, cancel_s1 = -1;
+	for (int i = 0; i < N; i++) {
+		if (rs[i].shard == 0 && on_s1 < 0)
+			on_s1 = rs[i].id;
+		else if (rs[i].shard == 0 && cancel_s1 < 0)
+			cancel_s1 = rs[i].id;
+		else if (rs[i].shard == 1 && on_s2 < 0)
+			on_s2 = rs[i].id;
+	}
+	ck_assert_msg(on_s1 > 0 && cancel_s1 > 0 && on_s2 > 0, "%d jobs did not reach both shards",
+		      N);
+	down_ini(&t, path, sizeof(path), 1);
+	down_ini(&t, all, sizeof(all), -1);
+
+	int rc = testdb_run_cli(out, sizeof(out), "-c %s get %lld", path, (long long)on_s1);
+	ck_assert_msg(rc == 0 && strstr(out, "\"status\":\"ready\""), "get on s1: exit %d:\n%s", rc,
+		      out);
+	rc = testdb_run_cli(out, sizeof(out), "-c %s get %lld", path, (long long)on_s2);
+	ck_assert_msg(rc == 4 && strstr(out, "shard s2 (127.0.0.1:1)"), "get on s2: exit %d:\n%s",
+		      rc, out);
+	rc = testdb_run_cli(out, sizeof(out), "-c %s cancel %lld", path, (long long)cancel_s1);
+	ck_assert_msg(rc == 0, "cancel on s1: exit %d:\n%s", rc, out);
+	/* keyed jobs: each goes to its partition's shard */
+	long long written = 0, refused = 0;
+	for (int k = 1; k <= 8; k++) {
+		rc = testdb_run_cli(out, sizeof(out), "-c %s enqueue --type t --key key%d", path,
+				    k);
+		if (rc == 0 && strstr(out, "\"outcome\":\"inserted\""))
+			written++;
+		else {
+			ck_assert_msg(rc == 4 && strstr(out, "not_written") &&
+					      strstr(out, "shard s2 (127.0.0.1:1)"),
+				      "enqueue key%d: exit %d:\n%s", k, rc, out);
+			refused++;
+		}
+	}
+	ck_assert_msg(written > 0 && refused > 0, "8 keys: %lld written, %lld refused", written,
+		      refused);
+	ck_assert_int_eq(
+		testdb_scalar(&t, 0,
+			      "SELECT count(*) FROM shardq.jobs WHERE active_uid LIKE 'key%'"),
+		written);
+
+	/* a worker runs what is on s1, all of it, with s2 down */
+	long long s1_live = testdb_scalar(&t, 0,
+					  "SELECT count(*) FROM shardq.jobs WHERE "
+					  "status = 'ready'");
+	char wout[700], cmd[2048];
+	testdb_path(wout, sizeof(wout), "work.out");
+	snprintf(cmd, sizeof(cmd),
+		 "exec %s -c %s work --worker wd --types t:4 --exec true --poll 100ms > %s 2>&1",
+		 getenv("SHARDQ_CLI"), path, wout);
+	pid_t w = fork();
+	ck_assert_int_ge(w, 0);
+	if (w == 0) {
+		execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+		_exit(127);
+	}
+	double since = test_now_s();
+	long long left = s1_live, was = -1;
+	while ((left = testdb_scalar(&t, 0,
+				     "SELECT count(*) FROM shardq.jobs WHERE status IN "
+				     "('ready', 'starting', 'running')")) > 0) {
+		int st;
+		if (left != was)
+			was = left, since = test_now_s();
+		if (waitpid(w, &st, WNOHANG) == w || test_now_s() - since > testdb_stall_s()) {
+			kill(w, SIGKILL);
+			waitpid(w, NULL, 0);
+			FILE *f = fopen(wout, "r");
+			size_t n = f ? fread(out, 1, sizeof(out) - 1, f) : 0;
+			out[n] = '\0';
+			if (f)
+				fclose(f);
+			ck_assert_msg(0,
+				      "the worker with s2 down left %lld of %lld jobs of s1 undone "
+				      "(stalled %.0fs, or exited); its output:\n%s",
+				      left, s1_live, test_now_s() - since, out);
+		}
+		usleep(50000);
+	}
+	kill(w, SIGTERM);
+	int st;
+	waitpid(w, &st, 0);
+	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the worker's exit: %d", st);
+	ck_assert_int_eq(testdb_scalar(&t, 0,
+				       "SELECT count(*) FROM shardq.jobs_history WHERE "
+				       "status = 'completed' AND worker = 'wd'"),
+			 s1_live);
+	/* s2's jobs are untouched */
+	ck_assert_int_eq(testdb_scalar(&t, 1,
+				       "SELECT count(*) FROM shardq.jobs WHERE status <> "
+				       "'ready'"),
+			 0);
+
+	/* no shard at all: each is named */
+	rc = testdb_run_cli(out, sizeof(out), "-c %s get %lld", all, (long long)on_s1);
+	ck_assert_msg(rc == 4 && strstr(out, "no shard can be reached") &&
+			      strstr(out, "shard s1 (127.0.0.1:1)") &&
+			      strstr(out, "shard s2 (127.0.0.1:1)"),
+		      "every shard down: exit %d:\n%s", rc, out);
+	testdb_close(&t);
+}
+END_TEST
+
+/* More ready jobs of a type on a shard than stats counts exactly (10,000):
+ * the row shows PostgreSQL's estimate with ~, and so does the total. */
+START_TEST(stats_marks_estimates_in_the_total)
+{
+	enum { N = 24000, B = 1000 };
+	testdb t;
+	char out[16384], path[600];
+	testdb_open(&t, "sqt_errors_est", 2, 64, types);
+	static sq_job_spec js[B];
+	static sq_enqueue_result rs[B];
+	sq_error err;
+	memset(js, 0, sizeof(js));
+	for (int i = 0; i < B; i++)
+		js[i].type = "t";
+	for (int i = 0; i < N; i += B)
+		OKE(sq_enqueue(t.client, js, B, rs, &err));
+	for (int s = 0; s < t.nshards; s++)
+		ck_assert_int_gt(testdb_scalar(&t, s, "SELECT count(*) FROM shardq.jobs"), 10000);
+	testdb_path(path, sizeof(path), "est.ini");
+	write_file(path, t.ini);
+	ck_assert_int_eq(testdb_run_cli(out, sizeof(out), "-c %s stats", path), 0);
+	char *total = strstr(out, "\ntotal ");
+	ck_assert_msg(strstr(out, " ~") && total, "%s", out);
+	ck_assert_msg(strchr(total, '~') && strchr(total, '~') < strchr(total + 1, '\n'),
+		      "the total's READY is not marked as an estimate:\n%s", out);
 	testdb_close(&t);
 }
 END_TEST
@@ -301,6 +471,8 @@ int main(void)
 	tcase_add_test(tc, database_of_another_shard_refused);
 	tcase_add_test(tc, cli_errors);
 	tcase_add_test(tc, stats_with_a_shard_down);
+	tcase_add_test(tc, commands_with_a_shard_down);
+	tcase_add_test(tc, stats_marks_estimates_in_the_total);
 	suite_add_tcase(s, tc);
 	return run_suite(s);
 }

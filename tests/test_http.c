@@ -435,8 +435,10 @@ START_TEST(every_endpoint)
 	EXPECT(r, 404, "not_found");
 	r = call("GET", "/v1/claim", tok_worker, NULL);
 	EXPECT(r, 405, "method_not_allowed");
+	ck_assert_msg(strcasestr(r.head, "\r\nAllow: POST\r\n"), "%s", r.head);
 	r = call("POST", "/v1/jobs/5", tok_admin, NULL);
 	EXPECT(r, 405, "method_not_allowed");
+	ck_assert_msg(strcasestr(r.head, "\r\nAllow: GET\r\n"), "%s", r.head);
 	r = call("DELETE", "/v1/jobs/5", tok_admin, NULL);
 	EXPECT(r, 405, "method_not_allowed");
 
@@ -1715,6 +1717,108 @@ START_TEST(admin_page_matches_shards)
 }
 END_TEST
 
+/* A listen address the daemon cannot have is named, with the reason: a
+ * host that does not resolve, and a port in use (by a running daemon). */
+START_TEST(listen_errors_name_the_address)
+{
+	start_all("sq_http_listen", NULL);
+	const char *ini = slurp(ini_path);
+	char *text = strdup(ini);
+	const char *from = "listen = 127.0.0.1:0";
+	char *at = strstr(text, from);
+	ck_assert_ptr_nonnull(at);
+	struct {
+		const char *listen, *want;
+		char port_in_use;
+	} cases[] = {{"no-such-host.invalid:8080",
+		      "the host 'no-such-host.invalid' does not resolve", 0},
+		     {NULL, "Address already in use", 1}};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		char listen[128], path[600], cmd[1400], out[4096];
+		if (cases[i].port_in_use)
+			snprintf(listen, sizeof(listen), "127.0.0.1:%d", D.port);
+		else
+			snprintf(listen, sizeof(listen), "%s", cases[i].listen);
+		testdb_path(path, sizeof(path), "bad-listen.ini");
+		FILE *f = fopen(path, "w");
+		ck_assert_ptr_nonnull(f);
+		fprintf(f, "%.*slisten = %s%s", (int)(at - text), text, listen, at + strlen(from));
+		fclose(f);
+		snprintf(cmd, sizeof(cmd), "%s -c %s 2>&1", getenv("SHARDQ_DAEMON"), path);
+		FILE *p = popen(cmd, "r");
+		ck_assert_ptr_nonnull(p);
+		size_t n = fread(out, 1, sizeof(out) - 1, p);
+		out[n] = '\0';
+		int st = pclose(p);
+		char named[160];
+		snprintf(named, sizeof(named), "cannot listen on %s: ", listen);
+		ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 1 && strstr(out, named) &&
+				      strstr(out, cases[i].want) && !strstr(out, "Success"),
+			      "listen = %s: exit %d, wanted '%s%s':\n%s", listen,
+			      WIFEXITED(st) ? WEXITSTATUS(st) : -1, named, cases[i].want, out);
+	}
+	free(text);
+	/* and its version */
+	char cmd[700], out[256];
+	snprintf(cmd, sizeof(cmd), "%s --version", getenv("SHARDQ_DAEMON"));
+	FILE *p = popen(cmd, "r");
+	size_t n = fread(out, 1, sizeof(out) - 1, p);
+	out[n] = '\0';
+	ck_assert_int_eq(pclose(p), 0);
+	ck_assert_msg(!strncmp(out, "shardqd ", 8) && out[8] >= '0' && out[8] <= '9', "%s", out);
+	stop_all();
+}
+END_TEST
+
+/* The daemon's connections are cut by the shards while idle (as a shard's
+ * restart cuts them): the next requests are answered, not 503, since each
+ * thread replaces a closed connection before it sends on it. */
+START_TEST(cut_connections_are_replaced_before_a_request)
+{
+	enum { N = 8 };
+	start_all("sq_http_cut", NULL);
+	int64_t ids[N];
+	enqueue("a", N, NULL, ids);
+	for (int i = 0; i < N; i++) {
+		char path[64];
+		snprintf(path, sizeof(path), "/v1/jobs/%lld", (long long)ids[i]);
+		hresp r = call("GET", path, tok_worker, NULL);
+		EXPECT(r, 200, NULL);
+	}
+	const char *daemons = "datname = current_database() AND application_name LIKE 'sqd%' "
+			      "AND pid <> pg_backend_pid()";
+	char sql[512];
+	snprintf(sql, sizeof(sql),
+		 "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE %s", daemons);
+	ck_assert_int_gt(testdb_sum(&t, sql), 0);
+	/* wait until they are gone (their sockets closed) */
+	snprintf(sql, sizeof(sql), "SELECT count(*) FROM pg_stat_activity WHERE %s", daemons);
+	double since = now_s();
+	long long left, was = -1;
+	while ((left = testdb_sum(&t, sql)) > 0) {
+		if (left != was)
+			was = left, since = now_s();
+		ck_assert_msg(now_s() - since < STALL_S,
+			      "%lld of the daemon's sessions still there %.0fs after they were "
+			      "terminated",
+			      left, STALL_S);
+		usleep(20000);
+	}
+	for (int i = 0; i < N; i++) {
+		char path[64];
+		snprintf(path, sizeof(path), "/v1/jobs/%lld", (long long)ids[i]);
+		hresp r = call("GET", path, tok_worker, NULL);
+		ck_assert_msg(r.status == 200, "GET %d of %d after the cut: %d %s", i + 1, N,
+			      r.status, r.body);
+		r = call("POST", "/v1/jobs", tok_producer, "{\"jobs\":[{\"type\":\"b\"}]}");
+		ck_assert_msg(r.status == 200, "enqueue %d of %d after the cut: %d %s", i + 1, N,
+			      r.status, r.body);
+	}
+	ck_assert_int_eq(live("task = 'b'"), N);
+	stop_all();
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("http");
@@ -1729,5 +1833,7 @@ int main(void)
 	ADD_CASE(s, two_daemons_and_a_move, 3600);
 	ADD_CASE(s, sigterm_is_graceful, 3600);
 	ADD_CASE(s, admin_page_matches_shards, 3600);
+	ADD_CASE(s, listen_errors_name_the_address, 3600);
+	ADD_CASE(s, cut_connections_are_replaced_before_a_request, 3600);
 	return run_suite(s);
 }

@@ -816,6 +816,93 @@ START_TEST(notify_wakes_idle_worker)
 }
 END_TEST
 
+/* The LISTEN connections of an idle worker are cut (as a shard's restart
+ * cuts them): it listens again on every shard once the shard answers, and
+ * a NOTIFY wakes it as before (its poll is 10 minutes away). */
+START_TEST(listens_again_after_its_connections_are_cut)
+{
+	const double poll_s = 600, limit_s = 30;
+	sq_error err;
+	setup_with("sqt_work_relisten", "[type n]\nhistory = true\n");
+	sq_worker_opts o;
+	sq_worker *w;
+	pthread_t th;
+	sq_worker_opts_init(&o);
+	o.worker_id = "wR";
+	o.listen = 1;
+	o.poll_min_ms = o.poll_max_ms = (int64_t)(poll_s * 1000);
+	OKE(sq_worker_create(t.cfg, &o, &w, &err));
+	OKE(sq_worker_add(w, "n", 1, note_start, NULL, &err));
+	pthread_create(&th, NULL, run_worker, w);
+	sq_worker_stats st;
+	double since = test_now_s();
+	do {
+		usleep(20000);
+		sq_worker_get_stats(w, &st);
+	} while (st.claims == 0 && test_now_s() - since < testdb_stall_s());
+	ck_assert_msg(st.claims > 0, "the worker made no claim");
+	/* cut each shard's LISTEN connection, noting when */
+	char cut_at[16][64];
+	ck_assert_int_le(t.nshards, 16);
+	for (int s = 0; s < t.nshards; s++) {
+		PGconn *pg = testdb_pg(&t, s);
+		PGresult *r =
+			PQexec(pg, "SELECT now()::text, (SELECT count(pg_terminate_backend(pid))"
+				   " FROM pg_stat_activity WHERE query = 'LISTEN shardq_jobs'"
+				   " AND datname = current_database()"
+				   " AND pid <> pg_backend_pid())");
+		ck_assert_msg(PQresultStatus(r) == PGRES_TUPLES_OK, "s%d: %s", s + 1,
+			      PQerrorMessage(pg));
+		snprintf(cut_at[s], sizeof(cut_at[s]), "%s", PQgetvalue(r, 0, 0));
+		ck_assert_msg(atoi(PQgetvalue(r, 0, 1)) == 1,
+			      "s%d: %s LISTEN connections of the worker, not 1", s + 1,
+			      PQgetvalue(r, 0, 1));
+		PQclear(r);
+		PQfinish(pg);
+	}
+	/* it listens again: a new LISTEN connection on every shard */
+	since = test_now_s();
+	for (;;) {
+		int back = 0;
+		for (int s = 0; s < t.nshards; s++) {
+			char sql[256];
+			snprintf(
+				sql, sizeof(sql),
+				"SELECT count(*) FROM pg_stat_activity WHERE query = 'LISTEN "
+				"shardq_jobs' AND datname = current_database() AND backend_start > "
+				"'%s'",
+				cut_at[s]);
+			back += testdb_scalar(&t, s, sql) == 1;
+		}
+		if (back == t.nshards)
+			break;
+		sq_worker_get_stats(w, &st);
+		ck_assert_msg(test_now_s() - since < testdb_stall_s(),
+			      "the worker listens again on only %d of %d shards %.0fs after its "
+			      "LISTEN connections were cut (last error: %s)",
+			      back, t.nshards, test_now_s() - since, st.last_error);
+		usleep(50000);
+	}
+	usleep(300000); /* idle again: the claim after listening found nothing */
+	double t0 = test_now_s();
+	enqueue_one(t.client, "n", NULL, NULL, NULL);
+	while (woke_count() < 1 && test_now_s() - t0 < limit_s)
+		usleep(2000);
+	ck_assert_msg(woke_count() == 1,
+		      "the idle worker did not start the job within %.0fs of its enqueue (its "
+		      "poll is %.0fs away: did NOTIFY wake it after it listened again?)",
+		      limit_s, poll_s);
+	printf("LISTEN: the worker listened again on all %d shards %.2fs after the cut; it "
+	       "started the next job %.1f ms after its enqueue\n",
+	       t.nshards, t0 - since, (woke.started[0] - t0) * 1000);
+	sq_worker_stop(w, 0);
+	pthread_join(th, NULL);
+	sq_worker_destroy(w);
+	ck_assert_int_eq(completed_once(), 1);
+	cleanup();
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("worker");
@@ -827,5 +914,6 @@ int main(void)
 	ADD_CASE(s, expired_lease_result_discarded, 3600);
 	ADD_CASE(s, exec_contract, 3600);
 	ADD_CASE(s, notify_wakes_idle_worker, 3600);
+	ADD_CASE(s, listens_again_after_its_connections_are_cut, 3600);
 	return run_suite(s);
 }

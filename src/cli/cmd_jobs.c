@@ -325,7 +325,7 @@ int cmd_enqueue(cli *x, int argc, char **argv)
 		if (sq_job_spec_check(x->cfg, &one, &err) != SQ_OK)
 			return cli_fail("enqueue", &err);
 	}
-	rc = n ? cli_connect(x, "enqueue", 0) : EX_OK;
+	rc = n ? cli_connect(x, "enqueue", SQ_OPEN_ALLOW_DOWN) : EX_OK;
 	if (n && !rc)
 		rc = send_jobs(x, specs, jobs, n, batch ? (size_t)batch : 1000, quiet);
 	if (file) {
@@ -392,10 +392,20 @@ int cmd_claim(cli *x, int argc, char **argv)
 			return EX_USAGE;
 		}
 		*colon = '\0';
-		if ((rc = cli_opt_int("claim", "the limit", colon + 1, 0, 100000, &lim))) {
+		if ((rc = cli_opt_int("claim", "the limit", colon + 1, 1, 100000, &lim))) {
 			free(names);
 			return rc;
 		}
+		for (size_t k = 0; k < nreqs; k++)
+			if (!strcmp(reqs[k].type, tok)) {
+				fprintf(stderr,
+					"shardq claim: type '%s' is named twice in --types; name "
+					"each "
+					"type once, with the limit you want\n",
+					tok);
+				free(names);
+				return EX_USAGE;
+			}
 		reqs[nreqs].type = tok;
 		reqs[nreqs].limit = (int32_t)lim;
 		reqs[nreqs].start = 0;
@@ -406,7 +416,7 @@ int cmd_claim(cli *x, int argc, char **argv)
 		free(names);
 		return EX_USAGE;
 	}
-	if ((rc = cli_open(x, "claim", 0))) {
+	if ((rc = cli_open(x, "claim", SQ_OPEN_ALLOW_DOWN))) {
 		free(names);
 		return rc;
 	}
@@ -478,7 +488,7 @@ static int fenced_cmd(cli *x, const char *cmd, fenced_fn fn, int is_fail, int ar
 	long n = cli_read_refs(cmd, argc - optind, argv + optind, &refs, &rc);
 	if (n < 0)
 		return rc;
-	if ((rc = cli_open(x, cmd, 0))) {
+	if ((rc = cli_open(x, cmd, SQ_OPEN_ALLOW_DOWN))) {
 		free(refs);
 		return rc;
 	}
@@ -579,7 +589,7 @@ int cmd_cancel(cli *x, int argc, char **argv)
 			return rc;
 		}
 	}
-	if ((rc = cli_open(x, "cancel", 0))) {
+	if ((rc = cli_open(x, "cancel", SQ_OPEN_ALLOW_DOWN))) {
 		free(ids);
 		return rc;
 	}
@@ -630,7 +640,7 @@ int cmd_get(cli *x, int argc, char **argv)
 	optind++;
 	if ((rc = cli_no_args("get", argc, argv, "get takes one job id")))
 		return rc;
-	if ((rc = cli_open(x, "get", 0)))
+	if ((rc = cli_open(x, "get", SQ_OPEN_ALLOW_DOWN)))
 		return rc;
 	sq_job j;
 	sq_error err;

@@ -5,6 +5,7 @@
 #include "maintain.h"
 
 #include <errno.h>
+#include <netdb.h>
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/event.h>
@@ -660,6 +661,7 @@ static void on_request(struct evhttp_request *req, void *arg)
 				rd = &routes[i];
 		}
 	if (!rd && !path_known && !strncmp(path, "/v1/jobs/", 9) && cmd != EVHTTP_REQ_GET) {
+		evhttp_add_header(evhttp_request_get_output_headers(req), "Allow", "GET");
 		sqd_error(t, 405, "method_not_allowed", "/v1/jobs/ID takes GET only");
 		reply(d, t);
 		return;
@@ -684,9 +686,22 @@ static void on_request(struct evhttp_request *req, void *arg)
 		path_known = 1;
 	}
 	if (!rd) {
-		if (path_known)
+		if (path_known) {
+			/* the methods it takes, in the Allow header (RFC 9110) */
+			char allow[64] = "";
+			for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++)
+				if (!strcmp(path, routes[i].path)) {
+					size_t at = strlen(allow);
+					snprintf(allow + at, sizeof(allow) - at, "%s%s", at ? ", " : "",
+						 routes[i].method == EVHTTP_REQ_GET	 ? "GET"
+						 : routes[i].method == EVHTTP_REQ_POST	 ? "POST"
+						 : routes[i].method == EVHTTP_REQ_DELETE ? "DELETE"
+											 : "PUT");
+				}
+			evhttp_add_header(evhttp_request_get_output_headers(req), "Allow", allow);
 			sqd_error(t, 405, "method_not_allowed", "%s does not take this method",
 				  path);
+		}
 		else
 			sqd_error(t, 404, "not_found",
 				  "no endpoint %s; the API is under /v1 (docs/http.md)", path);
@@ -818,6 +833,7 @@ static void usage(FILE *f)
 		   "                     sections (conf/shardq.ini documents every key)\n"
 		   "  --hash-token       read a token on stdin, print the line to put in a\n"
 		   "                     [token NAME] section: hash = sha256:HEX\n"
+		   "  --version          the version of shardqd\n"
 		   "  -h, --help         this text\n");
 }
 
@@ -854,6 +870,9 @@ int main(int argc, char **argv)
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
 			usage(stdout);
+			return 0;
+		} else if (!strcmp(argv[i], "--version")) {
+			printf("shardqd %s\n", SHARDQ_VERSION);
 			return 0;
 		} else if (!strcmp(argv[i], "--hash-token")) {
 			return hash_token();
@@ -956,13 +975,36 @@ int main(int argc, char **argv)
 		host[strlen(host) - 1] = '\0';
 		bind_host = host + 1;
 	}
+	/* the host first: a name that does not resolve is named as such (the
+	 * bind would only say "Success") */
+	{
+		struct addrinfo hints, *ai = NULL;
+		char portstr[16];
+		memset(&hints, 0, sizeof(hints));
+		hints.ai_family = AF_UNSPEC;
+		hints.ai_socktype = SOCK_STREAM;
+		hints.ai_flags = AI_PASSIVE;
+		snprintf(portstr, sizeof(portstr), "%d", port);
+		int gai = getaddrinfo(bind_host[0] ? bind_host : NULL, portstr, &hints, &ai);
+		if (gai) {
+			fprintf(stderr,
+				"shardqd: cannot listen on %s: the host '%s' does not resolve "
+				"(%s); "
+				"set [daemon] listen to an address of this machine, for example "
+				"127.0.0.1:8080\n",
+				dc->listen, bind_host, gai_strerror(gai));
+			return 1;
+		}
+		freeaddrinfo(ai);
+	}
+	errno = 0;
 	struct evhttp_bound_socket *bs =
 		evhttp_bind_socket_with_handle(S.http, bind_host, (ev_uint16_t)port);
 	if (!bs) {
 		fprintf(stderr,
 			"shardqd: cannot listen on %s: %s; set [daemon] listen to a free "
-			"HOST:PORT\n",
-			dc->listen, strerror(errno));
+			"HOST:PORT of this machine\n",
+			dc->listen, errno ? strerror(errno) : "the address cannot be bound");
 		return 1;
 	}
 	{
