@@ -584,6 +584,12 @@ void sq_move_opts_init(sq_move_opts *o);
  * returns the move's id and its figures in *info (may be NULL). */
 SQ_MUST_CHECK sq_status sq_move(sq_client *c, const uint32_t *parts, size_t n, const char *to,
 				const sq_move_opts *o, sq_move_info *info, sq_error *err);
+/* Checks, and changes nothing, what sq_move checks before it starts: the
+ * shard and the partitions, that they are on one shard and not on `to`,
+ * that no unfinished move holds any of them, that the meta database and
+ * both shards answer, and that the destination owns none of them. */
+SQ_MUST_CHECK sq_status sq_move_check(sq_client *c, const uint32_t *parts, size_t n, const char *to,
+				      sq_error *err);
 /* Runs an unfinished move from where it stopped. */
 SQ_MUST_CHECK sq_status sq_move_resume(sq_client *c, int64_t move_id, const sq_move_opts *o,
 				       sq_move_info *info, sq_error *err);

@@ -61,11 +61,16 @@ static const sq_stmt stmt_start = {
 	"  FROM unnest($1::bigint[], $2::int[]) WITH ORDINALITY AS x(id, att, ord)"
 	" WHERE " FENCE("IN ('starting', 'running')") " RETURNING x.ord, " LEASE_US};
 
+/* running -> running, the lease extended. A job still `starting` (a
+ * worker that runs it without having sent its start) is started by it, as
+ * a start would: the worker that holds it is running it, and answering
+ * `lost` would make it drop a job that is still its own. */
 static const sq_stmt stmt_heartbeat = {
 	"sq_heartbeat",
-	"UPDATE shardq.jobs j SET updated_at = now(), expected_status_change_time = " EXEC_LEASE
+	"UPDATE shardq.jobs j SET status = 'running', updated_at = now(),"
+	"       expected_status_change_time = " EXEC_LEASE
 	"  FROM unnest($1::bigint[], $2::int[]) WITH ORDINALITY AS x(id, att, ord)"
-	" WHERE " FENCE("= 'running'") " RETURNING x.ord, " LEASE_US};
+	" WHERE " FENCE("IN ('starting', 'running')") " RETURNING x.ord, " LEASE_US};
 
 /* A completion or failure takes a job that is running, or still starting:
  * a worker starts a buffered job on a free slot at once, under its starting

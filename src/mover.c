@@ -841,6 +841,37 @@ static sq_status move_set(sq_client *c, const uint32_t *parts, size_t n, int fro
 	return st;
 }
 
+/* What a move of these partitions to `to` needs of its arguments and the
+ * map: the source shard in *src, the destination in *dst. */
+static sq_status move_args(sq_client *c, const uint32_t *parts, size_t n, const char *to, int *src,
+			   int *dst, sq_error *err)
+{
+	sq_status st;
+	*dst = to ? sq_config_shard_index(c->cfg, to) : -1;
+	*src = -1;
+	if (*dst < 0)
+		return sq_err(err, SQ_EINVAL, "no shard '%s' in the config", to ? to : "(null)");
+	if (n == 0)
+		return sq_err(err, SQ_EINVAL, "no partition given");
+	if ((st = sq_client_refresh_map(c, err)))
+		return st;
+	for (size_t i = 0; i < n; i++) {
+		if (parts[i] >= c->partitions)
+			return sq_err(err, SQ_EINVAL, "partition %u is out of range (0..%u)",
+				      parts[i], c->partitions - 1);
+		int s = c->map[parts[i]];
+		if (*src >= 0 && s != *src)
+			return sq_err(err, SQ_EINVAL,
+				      "partitions %u and %u are on different shards (%s, %s); move "
+				      "each shard's set on its own",
+				      parts[0], parts[i], sid(c, *src), sid(c, s));
+		*src = s;
+	}
+	if (*src == *dst)
+		return sq_err(err, SQ_EINVAL, "the partitions are on %s already", to);
+	return SQ_OK;
+}
+
 sq_status sq_move(sq_client *c, const uint32_t *parts, size_t n, const char *to,
 		  const sq_move_opts *opts, sq_move_info *info, sq_error *err)
 {
@@ -849,36 +880,82 @@ sq_status sq_move(sq_client *c, const uint32_t *parts, size_t n, const char *to,
 		err = &local_err; /* the steps read err->code */
 	sq_move_opts o;
 	sq_status st;
-	int dst = to ? sq_config_shard_index(c->cfg, to) : -1;
+	int src, dst;
 	if (opts)
 		o = *opts;
 	else
 		sq_move_opts_init(&o);
-	if (dst < 0)
-		return sq_err(err, SQ_EINVAL, "no shard '%s' in the config", to ? to : "(null)");
-	if (n == 0)
-		return sq_err(err, SQ_EINVAL, "no partition given");
-	if ((st = sq_client_refresh_map(c, err)))
+	if ((st = move_args(c, parts, n, to, &src, &dst, err)))
 		return st;
-	int src = -1;
-	for (size_t i = 0; i < n; i++) {
-		if (parts[i] >= c->partitions)
-			return sq_err(err, SQ_EINVAL, "partition %u is out of range (0..%u)",
-				      parts[i], c->partitions - 1);
-		int s = c->map[parts[i]];
-		if (src >= 0 && s != src)
-			return sq_err(err, SQ_EINVAL,
-				      "partitions %u and %u are on different shards (%s, %s); move "
-				      "each shard's set on its own",
-				      parts[0], parts[i], sid(c, src), sid(c, s));
-		src = s;
-	}
-	if (src == dst)
-		return sq_err(err, SQ_EINVAL, "the partitions are on %s already", to);
 	st = move_set(c, parts, n, src, dst, &o, 1, 1, info, err);
 	if (st == SQ_OK)
 		vacuum(c, src);
 	refresh_quietly(c);
+	return st;
+}
+
+sq_status sq_move_check(sq_client *c, const uint32_t *parts, size_t n, const char *to,
+			sq_error *err)
+{
+	sq_error local_err;
+	if (!err)
+		err = &local_err;
+	sq_status st;
+	int src, dst;
+	move m;
+	if ((st = move_args(c, parts, n, to, &src, &dst, err)))
+		return st;
+	memset(&m, 0, sizeof(m));
+	m.n = n;
+	m.parts = malloc(n * sizeof(uint32_t));
+	if (!m.parts)
+		return sq_err(err, SQ_ENOMEM, "out of memory");
+	memcpy(m.parts, parts, n * sizeof(uint32_t));
+	set_lit(&m);
+	const char *v[1] = {m.lit};
+	char who[96];
+	PGresult *r = NULL;
+	/* the meta database: no unfinished move holds any of them */
+	if (!(m.meta = connect_to(c, "meta", sq_config_meta_dsn(c->cfg), err)) ||
+	    !(r = run(m.meta, "meta",
+		      "SELECT count(*), min(move_id) FROM shardq_meta.move_lock "
+		      "WHERE partition = ANY($1::int[])",
+		      1, v, err))) {
+		st = err->code;
+		goto out;
+	}
+	if (atoll(PQgetvalue(r, 0, 0)) > 0) {
+		st = sq_err(err, SQ_ESTATE,
+			    "%s of these partitions are in unfinished move %s; resume or abort it "
+			    "first (shardq moves)",
+			    PQgetvalue(r, 0, 0), PQgetvalue(r, 0, 1));
+		goto out;
+	}
+	PQclear(r);
+	r = NULL;
+	/* both shards answer, and the destination does not own any of them */
+	snprintf(who, sizeof(who), "shard %s (source)", sid(c, src));
+	if (!(m.src = connect_to(c, who, c->cfg->shards[src].dsn, err)) ||
+	    !(r = run(m.src, who, "SELECT 1", 0, NULL, err))) {
+		st = err->code;
+		goto out;
+	}
+	PQclear(r);
+	snprintf(who, sizeof(who), "shard %s (destination)", sid(c, dst));
+	if (!(m.dst = connect_to(c, who, c->cfg->shards[dst].dsn, err)) ||
+	    !(r = run(m.dst, who,
+		      "SELECT count(*) FROM shardq.partition_state WHERE partition = "
+		      "ANY($1::int[]) AND state IN ('owned', 'moving_out')",
+		      1, v, err))) {
+		st = err->code;
+		goto out;
+	}
+	if (atoll(PQgetvalue(r, 0, 0)) > 0)
+		st = sq_err(err, SQ_ESTATE, "%s already owns %s of these partitions", who,
+			    PQgetvalue(r, 0, 0));
+out:
+	PQclear(r);
+	move_close(&m);
 	return st;
 }
 

@@ -211,6 +211,22 @@ START_TEST(heartbeat_keeps_the_lease)
 	ck_assert_int_eq(one(sq_complete, t.client, "w1", id, a1), SQ_OK);
 	/* heartbeat of a job not ours (or gone) is lost */
 	ck_assert_int_eq(one(sq_heartbeat, t.client, "w1", id, a1), SQ_ELOST);
+	/* a heartbeat of a job still starting (its start never sent) starts it:
+	 * it is the worker's, and running */
+	id = enqueue_one(t.client, "short", "hb-starting", NULL, NULL);
+	ck_assert_int_eq(claim1(t.client, "w1", "short", &a1), id);
+	sq_job j = get(id);
+	ck_assert_str_eq(sq_job_status_name(j.status), "starting");
+	clear(&j);
+	ck_assert_int_eq(one(sq_heartbeat, t.client, "w1", id, a1), SQ_OK);
+	j = get(id);
+	ck_assert_str_eq(sq_job_status_name(j.status), "running");
+	ck_assert_str_eq(j.worker, "w1");
+	ck_assert_int_eq(j.attempt, a1);
+	clear(&j);
+	/* and another worker's heartbeat of it is lost */
+	ck_assert_int_eq(one(sq_heartbeat, w2, "w2", id, a1), SQ_ELOST);
+	ck_assert_int_eq(one(sq_complete, t.client, "w1", id, a1), SQ_OK);
 	sq_client_close(w2);
 }
 END_TEST

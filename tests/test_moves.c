@@ -748,6 +748,36 @@ START_TEST(abort_refused_while_mover_runs)
 	ck_assert_msg(rc == 8, "abort while the mover runs exited %d:\n%s", rc, cli_out);
 	rc = cli(NULL, "moves --resume all");
 	ck_assert_msg(rc == 8, "resume while the mover runs exited %d:\n%s", rc, cli_out);
+	/* a dry run of the same move is refused as the move itself is, and
+	 * changes nothing; the refused move names no move to resume */
+	long long moves_before = testdb_scalar(&t, 0, "SELECT count(*) FROM shardq_meta.moves");
+	rc = cli(NULL, "move --count 8 --from s1 --to s2 --dry-run");
+	ck_assert_msg(rc != 0 && strstr(cli_out, "unfinished move") &&
+			      strstr(cli_out, "nothing was changed") &&
+			      !strstr(cli_out, "would move"),
+		      "a dry run of partitions in a move exited %d:\n%s", rc, cli_out);
+	rc = cli(NULL, "move --count 8 --from s1 --to s2");
+	ck_assert_msg(rc != 0 && strstr(cli_out, "unfinished move") && !strstr(cli_out, "--resume"),
+		      "a move of partitions in a move exited %d:\n%s", rc, cli_out);
+	ck_assert_int_eq(testdb_scalar(&t, 0, "SELECT count(*) FROM shardq_meta.moves"),
+			 moves_before);
+	/* partitions of two shards: refused by the dry run as by the move */
+	char both[64];
+	snprintf(both, sizeof(both), "move --partitions %u,%u --to s2 --dry-run",
+		 (unsigned)testdb_scalar(&t, 0,
+					 "SELECT min(partition) FROM shardq_meta.partition_map "
+					 "WHERE shard_id = 's1'"),
+		 (unsigned)testdb_scalar(&t, 0,
+					 "SELECT min(partition) FROM shardq_meta.partition_map "
+					 "WHERE shard_id = 's2'"));
+	rc = cli(NULL, both);
+	ck_assert_msg(rc != 0 && strstr(cli_out, "different shards"), "%s exited %d:\n%s", both, rc,
+		      cli_out);
+	/* an id that names no move: resume and abort say so alike */
+	rc = cli(NULL, "moves --resume 987654");
+	int rc2 = cli(NULL, "moves --abort 987654");
+	ck_assert_msg(rc != 0 && rc == rc2 && strstr(cli_out, "no move with id 987654"),
+		      "resume of no move exited %d, abort %d:\n%s", rc, rc2, cli_out);
 	/* the mover is still there, held in its copy */
 	ck_assert_int_eq(waitpid(pid, NULL, WNOHANG), 0);
 	kill(pid, SIGKILL);
@@ -760,6 +790,10 @@ START_TEST(abort_refused_while_mover_runs)
 			 1);
 	check_ownership();
 	ck_assert_int_eq(testdb_sum(&t, "SELECT count(*) FROM shardq.jobs"), 50);
+	snprintf(args, sizeof(args), "moves --resume %lld", (long long)last_move());
+	rc = cli(NULL, args);
+	ck_assert_msg(rc == 0 && strstr(cli_out, "is done; nothing to do"),
+		      "resume of a finished move exited %d:\n%s", rc, cli_out);
 	testdb_tmpdir_remove();
 	testdb_close(&t);
 }

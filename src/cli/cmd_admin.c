@@ -164,6 +164,7 @@ int cmd_stats(cli *x, int argc, char **argv)
 		printf("]}\n");
 	} else {
 		int64_t tot[6] = {0};
+		int tot_est = 0; /* the READY total holds an estimate */
 		printf("%-8s %-16s %9s %9s %9s %9s %9s %9s %8s %7s\n", "SHARD", "TYPE", "READY",
 		       "STARTING", "RUNNING", "DONE(h)", "FAILED", "CANCELLED", "OLDEST",
 		       "EXPIRED");
@@ -180,18 +181,22 @@ int cmd_stats(cli *x, int argc, char **argv)
 						 r->count[k]);
 				if (r->count[k] > 0)
 					tot[k] += r->count[k];
+				if (k == 0 && r->ready_estimated && r->count[k] >= 0)
+					tot_est = 1;
 			}
 			printf("%-8s %-16s %9s %9s %9s %9s %9s %9s %8s %7" PRId64 "\n",
 			       sq_config_shard_id(x->cfg, r->shard), r->type, cnt[0], cnt[1],
 			       cnt[2], cnt[3], cnt[4], cnt[5], age, r->expired_leases);
 		}
+		char tready[24];
+		snprintf(tready, sizeof(tready), "%s%" PRId64, tot_est ? "~" : "", tot[0]);
 		if (exact)
-			printf("%-8s %-16s %9" PRId64 " %9" PRId64 " %9" PRId64 " %9" PRId64
-			       " %9" PRId64 " %9" PRId64 "\n",
-			       "total", "", tot[0], tot[1], tot[2], tot[3], tot[4], tot[5]);
+			printf("%-8s %-16s %9s %9" PRId64 " %9" PRId64 " %9" PRId64 " %9" PRId64
+			       " %9" PRId64 "\n",
+			       "total", "", tready, tot[1], tot[2], tot[3], tot[4], tot[5]);
 		else
-			printf("%-8s %-16s %9" PRId64 " %9" PRId64 " %9" PRId64 "\n", "total", "",
-			       tot[0], tot[1], tot[2]);
+			printf("%-8s %-16s %9s %9" PRId64 " %9" PRId64 "\n", "total", "", tready,
+			       tot[1], tot[2]);
 		printf("\npartitions (map version %" PRId64 "):", st->map_version);
 		for (int s = 0; s < st->nshards; s++) {
 			if (st->shard_error && st->shard_error[s]) {

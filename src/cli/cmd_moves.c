@@ -5,6 +5,7 @@
 
 #include <getopt.h>
 #include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -248,6 +249,20 @@ int cmd_move(cli *x, int argc, char **argv)
 		}
 	}
 	if (dry) {
+		/* each set as the move would take it: the same checks, nothing
+		 * changed */
+		for (long i = 0; i < n; i += o.set_size) {
+			size_t k = (size_t)(n - i < o.set_size ? n - i : o.set_size);
+			sq_error err;
+			if (sq_move_check(x->client, parts + i, k, to, &err) != SQ_OK) {
+				rc = cli_fail("move", &err);
+				fprintf(stderr, "shardq move: --dry-run: the move would be "
+						"refused; nothing "
+						"was changed\n");
+				free(parts);
+				return rc;
+			}
+		}
 		int ns = sq_config_shard_count(x->cfg);
 		long *per = calloc((size_t)ns, sizeof(long));
 		for (long i = 0; per && i < n; i++)
@@ -273,7 +288,7 @@ int cmd_move(cli *x, int argc, char **argv)
 			if (pr.tty)
 				fprintf(stderr, "\n");
 			rc = cli_fail("move", &err);
-			if (mi.move_id)
+			if (mi.move_id && mi.step[0])
 				fprintf(stderr,
 					"shardq move: move %" PRId64 " stopped at step '%s'; run "
 					"`shardq moves --resume %" PRId64 "` (or --abort)\n",
@@ -430,8 +445,25 @@ int cmd_moves(cli *x, int argc, char **argv)
 			int found = 0;
 			for (size_t i = 0; i < n; i++)
 				found |= v[i].move_id == one;
-			if (!found)
-				printf("move %" PRId64 " is not unfinished; nothing to do\n", one);
+			sq_move_info *every = NULL;
+			size_t nall = 0;
+			if (!found && sq_moves_list(x->client, 1, &every, &nall, &err) != SQ_OK)
+				rc = cli_fail("moves", &err);
+			for (size_t i = 0; !found && rc == EX_OK && i < nall; i++)
+				if (every[i].move_id == one) {
+					found = 1;
+					printf("move %" PRId64 " is %s; nothing to do\n", one,
+					       every[i].step);
+				}
+			if (!found && rc == EX_OK) {
+				/* as --abort of an unknown id says it */
+				err.code = SQ_ENOTFOUND;
+				snprintf(err.msg, sizeof(err.msg),
+					 "no move with id %" PRId64 " (see shardq moves --all)",
+					 one);
+				rc = cli_fail("moves", &err);
+			}
+			free(every);
 		}
 		free(v);
 		return rc;

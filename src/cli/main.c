@@ -48,7 +48,8 @@ static void usage(FILE *f)
 		fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
 	fprintf(f, "\nOptions:\n"
 		   "  -c, --config FILE  the config (default: $SHARDQ_CONFIG, else ./shardq.ini)\n"
-		   "  -h, --help         this text; `shardq COMMAND --help` for a command\n\n"
+		   "  -h, --help         this text; `shardq COMMAND --help` for a command\n"
+		   "  --version          the version of shardq\n\n"
 		   "Exit codes:\n"
 		   "  0 ok            1 other failure    2 bad command line  3 invalid config\n"
 		   "  4 unreachable   5 invalid input    6 lease lost        7 not found\n"
@@ -344,6 +345,7 @@ int main(int argc, char **argv)
 	static const struct option opts[] = {
 		{"config", required_argument, NULL, 'c'},
 		{"help", no_argument, NULL, 'h'},
+		{"version", no_argument, NULL, 'V'},
 		{NULL, 0, NULL, 0},
 	};
 	cli x;
@@ -354,6 +356,7 @@ int main(int argc, char **argv)
 		switch (c) {
 		case 'c': x.config_path = optarg; break;
 		case 'h': usage(stdout); return EX_OK;
+		case 'V': printf("shardq %s\n", SHARDQ_VERSION); return EX_OK;
 		default:
 			if (c == ':')
 				fprintf(stderr, "shardq: option '%s' needs a value\n",
