@@ -1183,11 +1183,12 @@ END_TEST
  * next batch (a write naming sq_enqueue) and then cuts that connection's
  * client side at the shard's first answer, while still draining the shard's
  * side: the shard has the whole batch, commits it, and the client never
- * hears of it.
+ * hears of it. Refusing, it closes every new connection at once (the
+ * shard cannot be reached).
  */
 typedef struct proxy {
 	int lfd, port, target;
-	atomic_int armed, cuts, stop;
+	atomic_int armed, cuts, stop, refuse;
 	pthread_t th;
 } proxy;
 
@@ -1260,7 +1261,8 @@ static void *proxy_main(void *arg)
 						 .sin_port = htons((uint16_t)px->target)};
 			int c = accept(px->lfd, NULL, NULL), s = socket(AF_INET, SOCK_STREAM, 0);
 			sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-			if (c >= 0 && s >= 0 && !connect(s, (struct sockaddr *)&sa, sizeof(sa))) {
+			if (c >= 0 && s >= 0 && !atomic_load(&px->refuse) &&
+			    !connect(s, (struct sockaddr *)&sa, sizeof(sa))) {
 				v[n++] = (proxy_pair){c, s, 0};
 			} else {
 				if (c >= 0)
@@ -1328,6 +1330,20 @@ static long long jobs_with(const char *k)
 	return testdb_sum(&t, sql);
 }
 
+/* Ends the client's session on shard s2 from the server's side, and waits
+ * until it is gone. */
+static void terminate_session(sq_client *c)
+{
+	PGconn *pg = testdb_pg(&t, 1);
+	char sql[128];
+	snprintf(sql, sizeof(sql), "SELECT pg_terminate_backend(%d, 10000)",
+		 PQbackendPID(c->shards[1].conn));
+	PGresult *r = PQexec(pg, sql);
+	ck_assert_str_eq(PQgetvalue(r, 0, 0), "t");
+	PQclear(r);
+	PQfinish(pg);
+}
+
 /* How many of the n ids are jobs on the shards (one query per shard). */
 static long long jobs_there(const int64_t *ids, int n)
 {
@@ -1343,9 +1359,11 @@ static long long jobs_there(const int64_t *ids, int n)
 }
 
 /* Through the library: (a) the shard commits but its answer is lost: the
- * jobs are reported written, with their ids; (b) the shard's session is
- * gone when the batch comes: its jobs are reported not written, and sending
- * exactly those again leaves every job once. */
+ * jobs are reported written, with their ids; (b) the shard ended the
+ * session while it was idle: the client connects again before it sends,
+ * and the whole batch is written; (c) the same, but the shard cannot be
+ * reached then: its jobs are reported not written, and sending exactly
+ * those again leaves every job once. */
 START_TEST(lost_shard_reports_exact_set)
 {
 	proxy px;
@@ -1388,17 +1406,22 @@ START_TEST(lost_shard_reports_exact_set)
 		      N);
 	ck_assert_int_eq(jobs_with("a"), N);
 
-	/* (b) the shard's session ended before the batch: not written */
-	PGconn *pg = testdb_pg(&t, 1);
-	char sql[128];
-	snprintf(sql, sizeof(sql), "SELECT pg_terminate_backend(%d, 10000)",
-		 PQbackendPID(c->shards[1].conn));
-	PGresult *r = PQexec(pg, sql);
-	ck_assert_str_eq(PQgetvalue(r, 0, 0), "t");
-	PQclear(r);
-	PQfinish(pg);
+	/* (b) the shard's session ended while idle: connected again, written */
+	terminate_session(c);
 	for (int i = 0; i < N; i++) {
 		snprintf(params[i], sizeof(params[i]), "{\"b\":%d}", i);
+		js[i].params = params[i];
+	}
+	ck_assert_msg(sq_enqueue(c, js, N, rs, &err) == SQ_OK, "%s", err.msg);
+	for (int i = 0; i < N; i++)
+		ck_assert_int_eq(rs[i].outcome, SQ_ENQ_INSERTED);
+	ck_assert_int_eq(jobs_with("b"), N);
+
+	/* (c) ended, and the shard cannot be reached: not written */
+	atomic_store(&px.refuse, 1);
+	terminate_session(c);
+	for (int i = 0; i < N; i++) {
+		snprintf(params[i], sizeof(params[i]), "{\"c\":%d}", i);
 		js[i].params = params[i];
 	}
 	ck_assert_int_eq(sq_enqueue(c, js, N, rs, &err), SQ_ECONN);
@@ -1416,11 +1439,12 @@ START_TEST(lost_shard_reports_exact_set)
 	}
 	ck_assert_int_eq(jobs_there(ids, written), written);
 	ck_assert_int_gt(nagain, 0);
-	ck_assert_int_eq(jobs_with("b"), written);
+	ck_assert_int_eq(jobs_with("c"), written);
+	atomic_store(&px.refuse, 0);
 	ck_assert_int_eq(sq_enqueue(c, again, (size_t)nagain, rs, &err), SQ_OK);
-	ck_assert_int_eq(jobs_with("b"), N);
-	ck_assert_int_eq(testdb_sum(&t, "SELECT count(DISTINCT params->>'b') FROM shardq.jobs "
-					"WHERE params ? 'b'"),
+	ck_assert_int_eq(jobs_with("c"), N);
+	ck_assert_int_eq(testdb_sum(&t, "SELECT count(DISTINCT params->>'c') FROM shardq.jobs "
+					"WHERE params ? 'c'"),
 			 N);
 	sq_client_close(c);
 	sq_config_free(cfg);
