@@ -198,9 +198,21 @@ sq_status sq_job_spec_check(const sq_config *cfg, const sq_job_spec *j, sq_error
 			return sq_err(err, SQ_EINVAL,
 				      "params are %zu bytes, more than the limit of %d", len,
 				      SQ_MAX_PARAMS_LEN);
-		if (sq_json_validate_object(j->params, len, &where, &what))
+		if (sq_json_validate_object(j->params, len, &where, &what)) {
+			/* JSON, but not an object: say what it is */
+			const char *p = j->params + strspn(j->params, " \t\r\n");
+			if (*p && *p != '{')
+				return sq_err(
+					err, SQ_EINVAL,
+					"params must be a JSON object ({...}), not %s; wrap "
+					"the value in an object, for example {\"items\": ...}",
+					*p == '['                                 ? "an array"
+					: *p == '"'                               ? "a string"
+					: (*p == '-' || (*p >= '0' && *p <= '9')) ? "a number"
+										  : "a literal");
 			return sq_err(err, SQ_EINVAL, "params are not valid JSON: %s at byte %zu",
 				      what, where);
+		}
 	}
 	if (j->has_priority && (j->priority < SQ_MIN_PRIORITY || j->priority > SQ_MAX_PRIORITY))
 		return sq_err(err, SQ_EINVAL, "priority %d is outside %d..%d", (int)j->priority,

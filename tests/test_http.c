@@ -452,6 +452,13 @@ START_TEST(every_endpoint)
 	r = call("POST", "/v1/jobs", tok_producer,
 		 "{\"jobs\":[{\"type\":\"a\",\"priority\":\"x\"}]}");
 	EXPECT(r, 400, "bad_job");
+	ck_assert_msg(strstr(r.body, "job 0: \\\"priority\\\" must be an integer in "
+				     "-1000000..1000000"),
+		      "the message names the field and what it takes: %s", r.body);
+	r = call("POST", "/v1/jobs", tok_producer, "{\"jobs\":[{\"type\":\"a\",\"prio\":1}]}");
+	EXPECT(r, 400, "bad_job");
+	ck_assert_msg(strstr(r.body, "job 0: unknown field \\\"prio\\\"; a job's fields are"),
+		      "the message names the unknown field: %s", r.body);
 	r = call("POST", "/v1/jobs", tok_producer, "{\"jobs\":[]}");
 	EXPECT(r, 400, "bad_request");
 	/* a field given twice: refused, as in every other body (and the first

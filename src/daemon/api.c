@@ -146,6 +146,17 @@ typedef struct enq_job {
 static const char *const job_fields[] = {
 	"type",         "key", "params", "priority", "run_at_ms", "delay_ms", "delay_tolerance_ms",
 	"max_attempts", NULL};
+/* What each of job_fields takes, for the message that refuses a value. */
+static const char *const job_field_rules[] = {
+	"a string, a type of the config",
+	"a string or null",
+	"a JSON object or null",
+	"an integer in -1000000..1000000",
+	"an integer, milliseconds since the epoch, 1..253402300799999",
+	"an integer in 0..3155760000000 (milliseconds)",
+	"an integer in 1..31536000000 (milliseconds), or null for none",
+	"an integer in 1..1000000",
+};
 
 static void do_enqueue(sqd *d, sq_client *c, sqd_task *t)
 {
@@ -250,14 +261,17 @@ static void do_enqueue(sqd *d, sq_client *c, sqd_task *t)
 			} else if (member_is(&f, "max_attempts") && !int_of(&f, &v) && v >= 1 &&
 				   v <= SQ_MAX_ATTEMPTS) {
 				s->max_attempts = (int32_t)v;
-			} else {
+			} else if (!job_fields[k]) {
 				sqd_error(
 					t, 400, "bad_job",
-					"job %zu: field \"%.*s\" is unknown or its value is not "
-					"accepted (type: a string; key: a string or null; params: "
-					"an object; priority, run_at_ms, delay_ms, "
-					"delay_tolerance_ms, max_attempts: integers in range)",
+					"job %zu: unknown field \"%.*s\"; a job's fields are type, "
+					"key, params, priority, run_at_ms, delay_ms, "
+					"delay_tolerance_ms and max_attempts",
 					i, (int)(f.key_len > 64 ? 64 : f.key_len), f.key);
+				goto out;
+			} else {
+				sqd_error(t, 400, "bad_job", "job %zu: \"%s\" must be %s", i,
+					  job_fields[k], job_field_rules[k]);
 				goto out;
 			}
 		}
