@@ -436,8 +436,8 @@ typedef sq_job_result (*sq_handler)(const sq_job *job, void *arg, char *errbuf, 
  * That is when a heartbeat or start was answered lost (another worker took
  * the job after its lease ran out, or it was cancelled), or when the lease
  * is about to run out with no heartbeat through (its shard unreachable, the
- * worker's loop held up): a quarter of the lease before its end, at least
- * 0.1 s and at most 15 s. Another worker may run the job from the lease's
+ * worker's loop held up): a quarter of the lease before its end, at most
+ * 15 s. Another worker may run the job from the lease's
  * end, so a handler that runs long and ignores this may run beside it. The
  * result of such a run is discarded, whatever it is. Once nonzero, it stays
  * so. Cheap (an atomic load and a clock read); only for the job passed to

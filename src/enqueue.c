@@ -162,6 +162,23 @@ typedef struct shard_batch {
 	unsigned char *seen_part; /* bitmap of partitions added to parts */
 } shard_batch;
 
+/* Whether s (len bytes) is one valid JSON value: checked as the member of
+ * an object, by the object validator. Only for an error message. */
+static int json_value_valid(const char *s, size_t len)
+{
+	char *o = malloc(len + 8);
+	size_t where;
+	const char *what;
+	if (!o)
+		return 0;
+	memcpy(o, "{\"v\":", 5);
+	memcpy(o + 5, s, len);
+	o[len + 5] = '}';
+	int ok = sq_json_validate_object(o, len + 6, &where, &what) == 0;
+	free(o);
+	return ok;
+}
+
 sq_status sq_job_spec_check(const sq_config *cfg, const sq_job_spec *j, sq_error *err)
 {
 	size_t where;
@@ -199,9 +216,9 @@ sq_status sq_job_spec_check(const sq_config *cfg, const sq_job_spec *j, sq_error
 				      "params are %zu bytes, more than the limit of %d", len,
 				      SQ_MAX_PARAMS_LEN);
 		if (sq_json_validate_object(j->params, len, &where, &what)) {
-			/* JSON, but not an object: say what it is */
+			/* valid JSON, but not an object: say what it is */
 			const char *p = j->params + strspn(j->params, " \t\r\n");
-			if (*p && *p != '{')
+			if (*p && *p != '{' && json_value_valid(j->params, len))
 				return sq_err(
 					err, SQ_EINVAL,
 					"params must be a JSON object ({...}), not %s; wrap "
@@ -465,7 +482,6 @@ static sq_status send_all(sq_client *c, shard_batch *sb, const sq_job_spec *jobs
 		if (!b->nrounds)
 			continue;
 		sent[s] = c->shards[s].statements_sent;
-		pid[s] = c->shards[s].conn ? PQbackendPID(c->shards[s].conn) : 0;
 		sq_client_push_guard(c, s, b->parts_val);
 		for (int k = 0; k < b->nrounds; k++)
 			sq_pgconn_push(&c->shards[s],
@@ -476,7 +492,13 @@ static sq_status send_all(sq_client *c, shard_batch *sb, const sq_job_spec *jobs
 	}
 	/* every shard that answered is read, even when another failed: its
 	 * jobs are committed and the caller must learn their ids */
+	for (int s = 0; s < c->nshards; s++)
+		c->shards[s].sent_pid = 0;
 	sq_status first = sq_client_send(c, err);
+	/* the backend each batch went to: a connection the server had closed
+	 * is replaced before the send (pgconn.c, needs_connect) */
+	for (int s = 0; s < c->nshards; s++)
+		pid[s] = c->shards[s].sent_pid;
 	for (int s = 0; s < c->nshards; s++) {
 		sq_pgconn *pc = &c->shards[s];
 		sq_error e;

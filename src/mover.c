@@ -941,6 +941,7 @@ sq_status sq_move_check(sq_client *c, const uint32_t *parts, size_t n, const cha
 		goto out;
 	}
 	PQclear(r);
+	r = NULL;
 	snprintf(who, sizeof(who), "shard %s (destination)", sid(c, dst));
 	if (!(m.dst = connect_to(c, who, c->cfg->shards[dst].dsn, err)) ||
 	    !(r = run(m.dst, who,

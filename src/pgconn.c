@@ -4,10 +4,12 @@
 #include "error.h"
 
 #include <event2/event.h>
+#include <math.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static sq_conn_hook conn_hook;
 static void *conn_hook_arg;
@@ -42,7 +44,25 @@ static int conn_gone(PGconn *c)
 	if (PQstatus(c) != CONNECTION_OK || PQsocket(c) < 0)
 		return 1;
 	struct pollfd p = {PQsocket(c), POLLIN, 0};
-	return poll(&p, 1, 0) != 0;
+	return poll(&p, 1, 0) > 0;
+}
+
+/* A connection to replace before a call: none, or gone. One that is gone
+ * inside a transaction (BEGIN sent by an earlier call) is not replaced
+ * silently, since the next statement would run outside it: libpq is made
+ * to see the end (CONNECTION_BAD), the call fails as it did before, and
+ * the one after it connects again. */
+static int needs_connect(sq_pgconn *pc)
+{
+	if (!pc->conn)
+		return 1;
+	if (!conn_gone(pc->conn))
+		return 0;
+	if (PQtransactionStatus(pc->conn) != PQTRANS_IDLE && PQstatus(pc->conn) == CONNECTION_OK) {
+		(void)PQconsumeInput(pc->conn);
+		return 0;
+	}
+	return 1;
 }
 
 /* First line of libpq's message, without the "connection to server ..."
@@ -348,19 +368,47 @@ sq_status sq_pgconn_run(struct event_base *base, sq_pgconn **conns, int n, sq_er
 		if (!pc || pc->qn == 0)
 			continue;
 		pc->done = pc->failed = 0;
-		if (!pc->conn || conn_gone(pc->conn)) {
+		if (needs_connect(pc)) {
 			if (pc->conn) {
 				PQfinish(pc->conn);
 				pc->conn = NULL;
 			}
+			/* a shard that could not be reached is not tried again on
+			 * every call: a connect may block up to connect_timeout
+			 * (a host that does not answer), and a worker's loop would
+			 * spend its ticks there instead of on the other shards */
+			struct timespec ts;
+			clock_gettime(CLOCK_MONOTONIC, &ts);
+			double now = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 			sq_error cerr;
+			if (now < pc->connect_retry_at) {
+				pc->failed = pc->done = 1;
+				if (err->code == SQ_OK)
+					sq_err(err, SQ_ECONN,
+					       "shard %s (%s): cannot be reached (tried %.1fs ago: "
+					       "%s); "
+					       "tried again in %.1fs",
+					       pc->shard_id, pc->addr,
+					       now - (pc->connect_retry_at - pc->connect_backoff),
+					       pc->connect_error, pc->connect_retry_at - now);
+				continue;
+			}
 			if (connect_now(pc, &cerr) != SQ_OK) {
+				pc->connect_backoff = pc->connect_backoff > 0
+							      ? fmin(pc->connect_backoff * 2, 2.0)
+							      : 0.25;
+				pc->connect_retry_at = now + pc->connect_backoff;
+				snprintf(pc->connect_error, sizeof(pc->connect_error), "%s",
+					 cerr.msg);
 				pc->failed = pc->done = 1;
 				if (err->code == SQ_OK)
 					*err = cerr;
 				continue;
 			}
+			pc->connect_backoff = 0;
+			pc->connect_retry_at = 0;
 		}
+		pc->sent_pid = PQbackendPID(pc->conn);
 		if (send_pipeline(pc, err))
 			continue;
 		int f = PQflush(pc->conn);
@@ -445,7 +493,7 @@ PGresult *sq_pgconn_exec(sq_pgconn *pc, const char *sql, int nparams, const char
 	PGresult *r;
 	ExecStatusType s;
 	char msg[512];
-	if (!pc->conn || conn_gone(pc->conn)) {
+	if (needs_connect(pc)) {
 		if (pc->conn)
 			PQfinish(pc->conn);
 		pc->conn = NULL;

@@ -34,6 +34,11 @@ typedef struct sq_pgconn {
 	const sq_stmt *prepared[64];
 	int nprepared;
 	uint64_t statements_sent;
+	int sent_pid; /* the backend the last pipeline was sent to (0: none) */
+	/* after a failed connect: no new try before connect_retry_at
+	 * (monotonic seconds), backing off 0.25 s to 2 s */
+	double connect_retry_at, connect_backoff;
+	char connect_error[256];
 
 	/* the pipeline being built or run */
 	const sq_stmt *q[SQ_PIPE_MAX];

@@ -466,6 +466,10 @@ static void take_finished(sq_worker *w)
 		/* its slot frees, unless the pool gave it a handed job at once */
 		if (!k->swapped && t->nfreed < t->conc)
 			t->freed[(t->freed_head + t->nfreed++) % t->conc] = k->finished;
+		/* check_leases may have marked it between its end and this take:
+		 * a run that ended before its stop-by keeps its result */
+		if (k->lost && k->lease_ran_out && k->finished < atomic_load(&k->stop_by))
+			k->lost = 0;
 		if (!k->lost &&
 		    (atomic_load(&k->gone) || k->finished >= atomic_load(&k->stop_by))) {
 			/* it ended after its lease could have run out: another
@@ -558,7 +562,7 @@ static double exec_hb(const wtype *wt, double now)
  * later), must have stopped: the shard's lease ends at the shard's now()
  * when the write ran plus lease_ms, never before from + lease_ms here (the
  * clocks run at the same rate); another worker's claim may take the job
- * from then on. A quarter of the lease (0.1 s to 15 s) is left for the run
+ * from then on. A quarter of the lease (at most 15 s) is left for the run
  * to stop: a handler sees it in sq_job_lease_lost, and `shardq work
  * --exec` kills the command's processes. The heartbeat is due at half the
  * lease, so a quarter of it is left for the heartbeat to get through.
@@ -566,8 +570,6 @@ static double exec_hb(const wtype *wt, double now)
 static double lease_stop_by(double from, int64_t lease_ms)
 {
 	double lease = (double)lease_ms / 1000.0, margin = lease / 4;
-	if (margin < 0.1)
-		margin = 0.1;
 	if (margin > 15.0)
 		margin = 15.0;
 	return from + lease - margin;
@@ -603,6 +605,7 @@ static void check_leases(sq_worker *w, double now)
 			continue;
 		atomic_store(&k->gone, 1);
 		k->lost = 1;
+		k->lease_ran_out = !gone;
 		if (!gone)
 			note_errorf(w,
 				    "job %lld: its lease runs out with no %s through to its shard; "

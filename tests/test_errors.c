@@ -420,6 +420,13 @@ START_TEST(commands_with_a_shard_down)
 				       "'ready'"),
 			 0);
 
+	/* a (dry run of a) move to the down shard: refused, naming it; a move
+	 * needs both of its shards and the meta database */
+	rc = testdb_run_cli(out, sizeof(out), "-c %s move --count 1 --from s1 --to s2 --dry-run",
+			    path);
+	ck_assert_msg(rc == 4 && strstr(out, "shard s2 (127.0.0.1:1)"),
+		      "dry run to a down shard: exit %d:\n%s", rc, out);
+
 	/* no shard at all: each is named */
 	rc = testdb_run_cli(out, sizeof(out), "-c %s get %lld", all, (long long)on_s1);
 	ck_assert_msg(rc == 4 && strstr(out, "no shard can be reached") &&

@@ -284,6 +284,7 @@ int cmd_move(cli *x, int argc, char **argv)
 	for (long i = 0; i < n && rc == EX_OK; i += o.set_size) {
 		size_t k = (size_t)(n - i < o.set_size ? n - i : o.set_size);
 		sq_move_info mi;
+		memset(&mi, 0, sizeof(mi)); /* sq_move may fail before it fills it */
 		if (sq_move(x->client, parts + i, k, to, &o, &mi, &err) != SQ_OK) {
 			if (pr.tty)
 				fprintf(stderr, "\n");

@@ -224,7 +224,12 @@ static sq_job_result exec_handler(const sq_job *job, void *arg, char *errbuf, si
 	fcntl(in[1], F_SETFL, O_NONBLOCK);
 	/* the helper's exit, watched beside the outputs (a command may close
 	 * them and go on); without pidfds, only the outputs are */
-	int pfd = (int)syscall(SYS_pidfd_open, pid, 0), exited = pfd < 0, stopped = 0;
+#ifdef SYS_pidfd_open
+	int pfd = (int)syscall(SYS_pidfd_open, pid, 0);
+#else
+	int pfd = -1;
+#endif
+	int exited = pfd < 0, stopped = 0;
 	while (so.open || se.open || !exited) {
 		struct pollfd p[4];
 		int np = 0, iin = -1, iout = -1, ierr = -1, ipid = -1;
