@@ -12,6 +12,7 @@
  * without a join") has the commands. Only for a shard on this machine.
  */
 #include "client.h"
+#include "cpu.h"
 #include "config.h"
 #include "shardq.h"
 
@@ -20,28 +21,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-/* The process's user + system CPU seconds, or -1. */
-static double cpu_of(int pid)
-{
-	char path[64], buf[1024];
-	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
-	FILE *f = fopen(path, "r");
-	if (!f)
-		return -1;
-	size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-	fclose(f);
-	buf[n] = '\0';
-	/* after the command's ")": field 3 (state) on; utime is 14, stime 15 */
-	char *p = strrchr(buf, ')'), *save = NULL;
-	long ticks = 0;
-	int field = 2;
-	for (char *tok = p ? strtok_r(p + 1, " ", &save) : NULL; tok;
-	     tok = strtok_r(NULL, " ", &save))
-		if (++field == 14 || field == 15)
-			ticks += atol(tok);
-	return (double)ticks / (double)sysconf(_SC_CLK_TCK);
-}
 
 static int claim_all(sq_client *c, sq_claim_req *req, size_t *total, sq_error *err)
 {
@@ -100,7 +79,7 @@ int main(int argc, char **argv)
 		sq_jobs_free(jobs, got);
 		total += got;
 		int pid = PQbackendPID(c->shards[0].conn);
-		double c0 = cpu_of(pid);
+		double c0 = cpu_process_s(pid);
 		req.limit = 2048;
 		req.start = start;
 		int claims = claim_all(c, &req, &total, &err);
@@ -108,7 +87,7 @@ int main(int argc, char **argv)
 			fprintf(stderr, "claim-probe: claim: %s\n", err.msg);
 			return 1;
 		}
-		double c1 = cpu_of(PQbackendPID(c->shards[0].conn));
+		double c1 = cpu_process_s(PQbackendPID(c->shards[0].conn));
 		printf("round %d: %zu jobs claimed in %d claims; backend CPU %.3f s (%.2f "
 		       "us/job)\n",
 		       r + 1, total, claims, c1 - c0, (c1 - c0) * 1e6 / (double)total);

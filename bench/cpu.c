@@ -54,6 +54,12 @@ double cpu_self_s(void)
 	return ticks(ps.utime + ps.stime + ps.cutime + ps.cstime);
 }
 
+double cpu_process_s(int pid)
+{
+	pstat ps;
+	return read_stat(pid, &ps) ? -1 : ticks(ps.utime + ps.stime);
+}
+
 int cpu_parent_of(int pid)
 {
 	pstat ps;

@@ -13,6 +13,9 @@ double cpu_servers_s(const int *pids, int n);
 /* Busy CPU seconds of the whole machine (all processes, all cores), from
  * /proc/stat: what is left after the bench and the servers is other load. */
 double cpu_machine_s(void);
+/* utime + stime of one process (all its threads), in seconds; -1 if
+ * unreadable. */
+double cpu_process_s(int pid);
 /* The parent of a process (a backend's postmaster); -1 if unknown. */
 int cpu_parent_of(int pid);
 

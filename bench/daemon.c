@@ -1,6 +1,7 @@
 /* daemon.c - shardqd for the HTTP phases (see daemon.h). */
 #define _GNU_SOURCE
 #include "daemon.h"
+#include "cpu.h"
 #include "http.h"
 #include "tally.h"
 
@@ -189,24 +190,7 @@ int daemon_start(bench_daemon *d, const scenario *sc, const char *lib_config, co
 
 double daemon_cpu_s(const bench_daemon *d)
 {
-	char path[64], buf[1024];
-	if (d->pid <= 0)
-		return -1;
-	snprintf(path, sizeof(path), "/proc/%d/stat", (int)d->pid);
-	FILE *f = fopen(path, "r");
-	if (!f)
-		return -1;
-	size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-	fclose(f);
-	buf[n] = '\0';
-	char *p = strrchr(buf, ')');
-	unsigned long long ut, st;
-	/* fields 14 and 15: utime, stime (all threads) */
-	if (!p ||
-	    sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
-		return -1;
-	long hz = sysconf(_SC_CLK_TCK);
-	return (double)(ut + st) / (double)(hz > 0 ? hz : 100);
+	return d->pid > 0 ? cpu_process_s((int)d->pid) : -1;
 }
 
 /* The value of the sample line NAME (exactly, labels included). */

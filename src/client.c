@@ -112,12 +112,6 @@ static int connect_timeout_s(const sq_config *cfg)
 	return (int)((cfg->connect_timeout_ms + 999) / 1000);
 }
 
-static void quiet_notice(void *arg, const char *msg)
-{
-	(void)arg;
-	(void)msg;
-}
-
 PGconn *sq_connect_plain(const sq_config *cfg, const char *dsn, const char *role,
 			 int64_t statement_timeout_ms, char *errbuf, size_t errlen)
 {
@@ -141,9 +135,7 @@ PGconn *sq_connect_plain(const sq_config *cfg, const char *dsn, const char *role
 		PQfinish(c);
 		return NULL;
 	}
-	/* a notice, or the FATAL of a server that ends the session while it is
-	 * idle, is not printed: its failure reaches the caller as an error */
-	PQsetNoticeProcessor(c, quiet_notice, NULL);
+	PQsetNoticeProcessor(c, sq_pq_ignore_notice, NULL);
 	sq_conn_hook_call(role, c);
 	return c;
 }

@@ -162,23 +162,6 @@ typedef struct shard_batch {
 	unsigned char *seen_part; /* bitmap of partitions added to parts */
 } shard_batch;
 
-/* Whether s (len bytes) is one valid JSON value: checked as the member of
- * an object, by the object validator. Only for an error message. */
-static int json_value_valid(const char *s, size_t len)
-{
-	char *o = malloc(len + 8);
-	size_t where;
-	const char *what;
-	if (!o)
-		return 0;
-	memcpy(o, "{\"v\":", 5);
-	memcpy(o + 5, s, len);
-	o[len + 5] = '}';
-	int ok = sq_json_validate_object(o, len + 6, &where, &what) == 0;
-	free(o);
-	return ok;
-}
-
 sq_status sq_job_spec_check(const sq_config *cfg, const sq_job_spec *j, sq_error *err)
 {
 	size_t where;
@@ -218,7 +201,7 @@ sq_status sq_job_spec_check(const sq_config *cfg, const sq_job_spec *j, sq_error
 		if (sq_json_validate_object(j->params, len, &where, &what)) {
 			/* valid JSON, but not an object: say what it is */
 			const char *p = j->params + strspn(j->params, " \t\r\n");
-			if (*p && *p != '{' && json_value_valid(j->params, len))
+			if (*p && *p != '{' && sq_json_is_value(j->params, len))
 				return sq_err(
 					err, SQ_EINVAL,
 					"params must be a JSON object ({...}), not %s; wrap "
@@ -492,11 +475,9 @@ static sq_status send_all(sq_client *c, shard_batch *sb, const sq_job_spec *jobs
 	}
 	/* every shard that answered is read, even when another failed: its
 	 * jobs are committed and the caller must learn their ids */
-	for (int s = 0; s < c->nshards; s++)
-		c->shards[s].sent_pid = 0;
 	sq_status first = sq_client_send(c, err);
-	/* the backend each batch went to: a connection the server had closed
-	 * is replaced before the send (pgconn.c, needs_connect) */
+	/* the backend each batch went to (0: not sent): a connection the
+	 * server had closed is replaced at the send (pgconn.c, ensure_conn) */
 	for (int s = 0; s < c->nshards; s++)
 		pid[s] = c->shards[s].sent_pid;
 	for (int s = 0; s < c->nshards; s++) {

@@ -282,6 +282,16 @@ static int value(scan *x)
 	}
 }
 
+int sq_json_is_value(const char *s, size_t len)
+{
+	scan x = {(const unsigned char *)s, len, 0, NULL, 0};
+	ws(&x);
+	if (value(&x))
+		return 0;
+	ws(&x);
+	return x.pos == len;
+}
+
 int sq_json_validate_object(const char *s, size_t len, size_t *where, const char **what)
 {
 	scan x = {(const unsigned char *)s, len, 0, NULL, 0};

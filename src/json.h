@@ -17,6 +17,9 @@
  * first problem and *what to a constant description.
  */
 int sq_json_validate_object(const char *s, size_t len, size_t *where, const char **what);
+/* Whether s (len bytes) is one JSON value of any kind, with white space
+ * around it allowed (for saying what a document that is not an object is). */
+int sq_json_is_value(const char *s, size_t len);
 
 typedef enum sq_json_kind {
 	SQ_JSON_OBJECT,

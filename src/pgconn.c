@@ -2,6 +2,7 @@
  * pipeline per shard per round, all shards in flight at once. */
 #include "pgconn.h"
 #include "error.h"
+#include "pool.h"
 
 #include <event2/event.h>
 #include <math.h>
@@ -9,7 +10,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 static sq_conn_hook conn_hook;
 static void *conn_hook_arg;
@@ -26,7 +26,7 @@ void sq_conn_hook_call(const char *role, PGconn *conn)
 		conn_hook(role, conn, conn_hook_arg);
 }
 
-static void ignore_notice(void *arg, const char *msg)
+void sq_pq_ignore_notice(void *arg, const char *msg)
 {
 	(void)arg;
 	(void)msg;
@@ -124,7 +124,7 @@ static sq_status connect_now(sq_pgconn *pc, sq_error *err)
 			      "shard %s (%s): %s; is it running, and is the dsn right?",
 			      pc->shard_id, pc->addr, msg);
 	}
-	PQsetNoticeProcessor(pc->conn, ignore_notice, NULL);
+	PQsetNoticeProcessor(pc->conn, sq_pq_ignore_notice, NULL);
 	sq_conn_hook_call("pipeline", pc->conn);
 	if (PQsetnonblocking(pc->conn, 1) || !PQenterPipelineMode(pc->conn)) {
 		short_pq_error(PQerrorMessage(pc->conn), msg, sizeof(msg));
@@ -134,6 +134,42 @@ static sq_status connect_now(sq_pgconn *pc, sq_error *err)
 			      pc->shard_id, pc->addr, msg);
 	}
 	pc->nprepared = 0;
+	return SQ_OK;
+}
+
+/* Makes pc's connection usable for a call, replacing one that is gone
+ * (needs_connect). A shard that could not be reached is not tried again
+ * on every call: a connect may block up to connect_timeout (a host that
+ * does not answer), and a worker's loop would spend its ticks there
+ * instead of on the other shards. After a failed connect, the next try
+ * waits 0.25 s, doubling to 2 s; until then the call fails at once. */
+static sq_status ensure_conn(sq_pgconn *pc, sq_error *err)
+{
+	sq_error e;
+	if (!needs_connect(pc))
+		return SQ_OK;
+	if (pc->conn) {
+		PQfinish(pc->conn);
+		pc->conn = NULL;
+	}
+	double now = sq_mono_s();
+	if (now < pc->connect_retry_at)
+		return sq_err(err, SQ_ECONN,
+			      "shard %s (%s): cannot be reached (tried %.1fs ago: %s); tried again "
+			      "in %.1fs",
+			      pc->shard_id, pc->addr,
+			      now - (pc->connect_retry_at - pc->connect_backoff), pc->connect_error,
+			      pc->connect_retry_at - now);
+	if (connect_now(pc, &e) != SQ_OK) {
+		pc->connect_backoff =
+			pc->connect_backoff > 0 ? fmin(pc->connect_backoff * 2, 2.0) : 0.25;
+		pc->connect_retry_at = now + pc->connect_backoff;
+		snprintf(pc->connect_error, sizeof(pc->connect_error), "%s", e.msg);
+		if (err)
+			*err = e;
+		return e.code;
+	}
+	pc->connect_backoff = pc->connect_retry_at = 0;
 	return SQ_OK;
 }
 
@@ -368,45 +404,13 @@ sq_status sq_pgconn_run(struct event_base *base, sq_pgconn **conns, int n, sq_er
 		if (!pc || pc->qn == 0)
 			continue;
 		pc->done = pc->failed = 0;
-		if (needs_connect(pc)) {
-			if (pc->conn) {
-				PQfinish(pc->conn);
-				pc->conn = NULL;
-			}
-			/* a shard that could not be reached is not tried again on
-			 * every call: a connect may block up to connect_timeout
-			 * (a host that does not answer), and a worker's loop would
-			 * spend its ticks there instead of on the other shards */
-			struct timespec ts;
-			clock_gettime(CLOCK_MONOTONIC, &ts);
-			double now = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-			sq_error cerr;
-			if (now < pc->connect_retry_at) {
-				pc->failed = pc->done = 1;
-				if (err->code == SQ_OK)
-					sq_err(err, SQ_ECONN,
-					       "shard %s (%s): cannot be reached (tried %.1fs ago: "
-					       "%s); "
-					       "tried again in %.1fs",
-					       pc->shard_id, pc->addr,
-					       now - (pc->connect_retry_at - pc->connect_backoff),
-					       pc->connect_error, pc->connect_retry_at - now);
-				continue;
-			}
-			if (connect_now(pc, &cerr) != SQ_OK) {
-				pc->connect_backoff = pc->connect_backoff > 0
-							      ? fmin(pc->connect_backoff * 2, 2.0)
-							      : 0.25;
-				pc->connect_retry_at = now + pc->connect_backoff;
-				snprintf(pc->connect_error, sizeof(pc->connect_error), "%s",
-					 cerr.msg);
-				pc->failed = pc->done = 1;
-				if (err->code == SQ_OK)
-					*err = cerr;
-				continue;
-			}
-			pc->connect_backoff = 0;
-			pc->connect_retry_at = 0;
+		pc->sent_pid = 0;
+		sq_error cerr;
+		if (ensure_conn(pc, &cerr) != SQ_OK) {
+			pc->failed = pc->done = 1;
+			if (err->code == SQ_OK)
+				*err = cerr;
+			continue;
 		}
 		pc->sent_pid = PQbackendPID(pc->conn);
 		if (send_pipeline(pc, err))
@@ -493,13 +497,8 @@ PGresult *sq_pgconn_exec(sq_pgconn *pc, const char *sql, int nparams, const char
 	PGresult *r;
 	ExecStatusType s;
 	char msg[512];
-	if (needs_connect(pc)) {
-		if (pc->conn)
-			PQfinish(pc->conn);
-		pc->conn = NULL;
-		if (connect_now(pc, err) != SQ_OK)
-			return NULL;
-	}
+	if (ensure_conn(pc, err) != SQ_OK)
+		return NULL;
 	PQexitPipelineMode(pc->conn);
 	PQsetnonblocking(pc->conn, 0);
 	if (nparams)

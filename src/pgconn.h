@@ -125,4 +125,9 @@ const char *sq_pgconn_range_sqlstate(sq_pgconn *pc, int from, int to);
 PGresult *sq_pgconn_exec(sq_pgconn *pc, const char *sql, int nparams, const char *const *vals,
 			 sq_error *err);
 
+/* A libpq notice processor that prints nothing: a notice, or the FATAL
+ * of a server that ends an idle session, reaches the caller as an error
+ * of its next call instead. */
+void sq_pq_ignore_notice(void *arg, const char *msg);
+
 #endif

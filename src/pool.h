@@ -55,7 +55,7 @@ typedef struct sq_task {
 	 * gone never goes back to 0. */
 	_Atomic double stop_by;
 	atomic_int gone;
-	int lease_ran_out; /* loop: marked lost by its stop-by, not by an answer */
+	int answered_lost; /* loop: a start or heartbeat of it answered lost */
 } sq_task;
 
 typedef struct sq_pool {

@@ -466,22 +466,18 @@ static void take_finished(sq_worker *w)
 		/* its slot frees, unless the pool gave it a handed job at once */
 		if (!k->swapped && t->nfreed < t->conc)
 			t->freed[(t->freed_head + t->nfreed++) % t->conc] = k->finished;
-		/* check_leases may have marked it between its end and this take:
-		 * a run that ended before its stop-by keeps its result */
-		if (k->lost && k->lease_ran_out && k->finished < atomic_load(&k->stop_by))
-			k->lost = 0;
-		if (!k->lost &&
-		    (atomic_load(&k->gone) || k->finished >= atomic_load(&k->stop_by))) {
-			/* it ended after its lease could have run out: another
-			 * worker may run the job now, so this result must not
-			 * count (a write would be fenced, but a completion from
-			 * `starting` could still match) */
+		/* its result counts unless a write of it answered lost, or it
+		 * ended after its stop-by: another worker may run the job from
+		 * then on (a write would be fenced, but a completion from
+		 * `starting` could still match). check_leases may have marked a
+		 * run that ended in time, between its end and this take. */
+		int late = k->finished >= atomic_load(&k->stop_by);
+		if (late && !k->answered_lost && !k->lost)
 			note_errorf(w,
 				    "job %lld: it ended after its lease ran out here (no heartbeat "
 				    "got through in time); its result is discarded",
 				    (long long)k->job.id);
-			k->lost = 1;
-		}
+		k->lost = k->answered_lost || late;
 		if (k->lost) {
 			t->st.lost++;
 			task_free(k);
@@ -605,7 +601,6 @@ static void check_leases(sq_worker *w, double now)
 			continue;
 		atomic_store(&k->gone, 1);
 		k->lost = 1;
-		k->lease_ran_out = !gone;
 		if (!gone)
 			note_errorf(w,
 				    "job %lld: its lease runs out with no %s through to its shard; "
@@ -1060,7 +1055,8 @@ static int running_written(sq_worker *w, sq_task *k, sq_status st, double now)
 		k->hb_due = exec_hb(&w->types[k->type], now);
 		lease_set(k, now, w->types[k->type].conf->execution_timeout_ms);
 	} else if (st == SQ_ELOST) {
-		k->lost = 1; /* its result will be discarded, its run told to stop */
+		/* its result will be discarded, its run told to stop */
+		k->lost = k->answered_lost = 1;
 		atomic_store(&k->gone, 1);
 	} else if (is_moving(st)) {
 		wait_moving(w, k, now);

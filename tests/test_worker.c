@@ -746,6 +746,31 @@ static void *run_worker(void *arg)
 	return NULL;
 }
 
+/* A worker of type n (one slot, note_start) that listens, with its poll
+ * at poll_s from the first empty claim on (poll_min = poll_max), running
+ * on *th; returned once it is idle (its first claim made). */
+static sq_worker *idle_listening_worker(const char *id, double poll_s, pthread_t *th)
+{
+	sq_worker_opts o;
+	sq_worker *w;
+	sq_error err;
+	sq_worker_opts_init(&o);
+	o.worker_id = id;
+	o.listen = 1;
+	o.poll_min_ms = o.poll_max_ms = (int64_t)(poll_s * 1000);
+	OKE(sq_worker_create(t.cfg, &o, &w, &err));
+	OKE(sq_worker_add(w, "n", 1, note_start, NULL, &err));
+	pthread_create(th, NULL, run_worker, w);
+	sq_worker_stats st;
+	double since = test_now_s();
+	do {
+		usleep(20000);
+		sq_worker_get_stats(w, &st);
+	} while (st.claims == 0 && test_now_s() - since < testdb_stall_s());
+	ck_assert_msg(st.claims > 0, "the worker made no claim in %.0fs", testdb_stall_s());
+	return w;
+}
+
 /*
  * An idle worker whose poll never comes within the test (10 minutes, from
  * the first empty claim on: poll_min = poll_max) starts each new job at
@@ -767,24 +792,8 @@ START_TEST(notify_wakes_idle_worker)
 		free(ini);
 		OKE(sq_client_open(quiet_cfg, 0, &producer, &err));
 	}
-	sq_worker_opts o;
-	sq_worker *w;
 	pthread_t th;
-	sq_worker_opts_init(&o);
-	o.worker_id = "wN";
-	o.listen = 1;
-	o.poll_min_ms = o.poll_max_ms = (int64_t)(poll_s * 1000);
-	OKE(sq_worker_create(t.cfg, &o, &w, &err));
-	OKE(sq_worker_add(w, "n", 1, note_start, NULL, &err));
-	pthread_create(&th, NULL, run_worker, w);
-	/* idle: its first claim found nothing, the next poll is 10 min away */
-	sq_worker_stats st;
-	double end = test_now_s() + testdb_stall_s();
-	do {
-		usleep(20000);
-		sq_worker_get_stats(w, &st);
-	} while (st.claims == 0 && test_now_s() < end);
-	ck_assert_msg(st.claims > 0, "the worker made no claim");
+	sq_worker *w = idle_listening_worker("wN", poll_s, &th);
 	usleep(300000);
 	double best = 1e9, worst = 0;
 	for (int i = 0; i < ROUNDS; i++) {
@@ -822,25 +831,10 @@ END_TEST
 START_TEST(listens_again_after_its_connections_are_cut)
 {
 	const double poll_s = 600, limit_s = 30;
-	sq_error err;
 	setup_with("sqt_work_relisten", "[type n]\nhistory = true\n");
-	sq_worker_opts o;
-	sq_worker *w;
 	pthread_t th;
-	sq_worker_opts_init(&o);
-	o.worker_id = "wR";
-	o.listen = 1;
-	o.poll_min_ms = o.poll_max_ms = (int64_t)(poll_s * 1000);
-	OKE(sq_worker_create(t.cfg, &o, &w, &err));
-	OKE(sq_worker_add(w, "n", 1, note_start, NULL, &err));
-	pthread_create(&th, NULL, run_worker, w);
+	sq_worker *w = idle_listening_worker("wR", poll_s, &th);
 	sq_worker_stats st;
-	double since = test_now_s();
-	do {
-		usleep(20000);
-		sq_worker_get_stats(w, &st);
-	} while (st.claims == 0 && test_now_s() - since < testdb_stall_s());
-	ck_assert_msg(st.claims > 0, "the worker made no claim");
 	/* cut each shard's LISTEN connection, noting when */
 	char cut_at[16][64];
 	ck_assert_int_le(t.nshards, 16);
@@ -861,7 +855,7 @@ START_TEST(listens_again_after_its_connections_are_cut)
 		PQfinish(pg);
 	}
 	/* it listens again: a new LISTEN connection on every shard */
-	since = test_now_s();
+	double since = test_now_s();
 	for (;;) {
 		int back = 0;
 		for (int s = 0; s < t.nshards; s++) {

@@ -256,9 +256,9 @@ int cmd_move(cli *x, int argc, char **argv)
 			sq_error err;
 			if (sq_move_check(x->client, parts + i, k, to, &err) != SQ_OK) {
 				rc = cli_fail("move", &err);
-				fprintf(stderr, "shardq move: --dry-run: the move would be "
-						"refused; nothing "
-						"was changed\n");
+				fprintf(stderr,
+					"shardq move: --dry-run: the move would be refused; "
+					"nothing was changed\n");
 				free(parts);
 				return rc;
 			}

@@ -692,17 +692,16 @@ static void on_request(struct evhttp_request *req, void *arg)
 			for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++)
 				if (!strcmp(path, routes[i].path)) {
 					size_t at = strlen(allow);
-					snprintf(allow + at, sizeof(allow) - at, "%s%s", at ? ", " : "",
-						 routes[i].method == EVHTTP_REQ_GET	 ? "GET"
-						 : routes[i].method == EVHTTP_REQ_POST	 ? "POST"
-						 : routes[i].method == EVHTTP_REQ_DELETE ? "DELETE"
-											 : "PUT");
+					/* the routes take GET or POST */
+					snprintf(allow + at, sizeof(allow) - at, "%s%s",
+						 at ? ", " : "",
+						 routes[i].method == EVHTTP_REQ_GET ? "GET"
+										    : "POST");
 				}
 			evhttp_add_header(evhttp_request_get_output_headers(req), "Allow", allow);
 			sqd_error(t, 405, "method_not_allowed", "%s does not take this method",
 				  path);
-		}
-		else
+		} else
 			sqd_error(t, 404, "not_found",
 				  "no endpoint %s; the API is under /v1 (docs/http.md)", path);
 		reply(d, t);
