@@ -39,6 +39,7 @@ static int grow(sq_buf *b, size_t extra)
 	p = realloc(b->data, cap);
 	if (!p) {
 		b->oom = 1;
+		b->cap = 0; /* so that sq_buf_append's fast path is never taken again */
 		return -1;
 	}
 	b->data = p;
@@ -46,7 +47,7 @@ static int grow(sq_buf *b, size_t extra)
 	return 0;
 }
 
-void sq_buf_append(sq_buf *b, const char *s, size_t n)
+void sq_buf_append_slow(sq_buf *b, const char *s, size_t n)
 {
 	if (grow(b, n))
 		return;
@@ -62,7 +63,12 @@ void sq_buf_puts(sq_buf *b, const char *s)
 
 void sq_buf_putc(sq_buf *b, char c)
 {
-	sq_buf_append(b, &c, 1);
+	if (b->len + 1 < b->cap) {
+		b->data[b->len++] = c;
+		b->data[b->len] = '\0';
+		return;
+	}
+	sq_buf_append_slow(b, &c, 1);
 }
 
 void sq_buf_printf(sq_buf *b, const char *fmt, ...)
@@ -80,11 +86,12 @@ void sq_buf_printf(sq_buf *b, const char *fmt, ...)
 	b->len += (size_t)n;
 }
 
-void sq_buf_i64(sq_buf *b, int64_t v)
+/* v in decimal, ending at end (exclusive); returns where it starts */
+static char *i64_text(char *end, int64_t v)
 {
 	/* by hand: snprintf was a tenth of a worker's own CPU (every id of
 	 * every batch goes through here) */
-	char tmp[24], *p = tmp + sizeof(tmp);
+	char *p = end;
 	uint64_t u = v < 0 ? 0 - (uint64_t)v : (uint64_t)v;
 	do {
 		*--p = (char)('0' + u % 10);
@@ -92,6 +99,12 @@ void sq_buf_i64(sq_buf *b, int64_t v)
 	} while (u);
 	if (v < 0)
 		*--p = '-';
+	return p;
+}
+
+void sq_buf_i64(sq_buf *b, int64_t v)
+{
+	char tmp[24], *p = i64_text(tmp + sizeof(tmp), v);
 	sq_buf_append(b, p, (size_t)(tmp + sizeof(tmp) - p));
 }
 
@@ -119,8 +132,10 @@ void sq_arr_close(sq_buf *b)
 
 void sq_arr_i64(sq_buf *b, int64_t v)
 {
-	sq_buf_i64(b, v);
-	sq_buf_putc(b, ',');
+	char tmp[24], *p;
+	tmp[sizeof(tmp) - 1] = ',';
+	p = i64_text(tmp + sizeof(tmp) - 1, v);
+	sq_buf_append(b, p, (size_t)(tmp + sizeof(tmp) - p));
 }
 
 void sq_arr_f64(sq_buf *b, double v)
@@ -130,20 +145,21 @@ void sq_arr_f64(sq_buf *b, double v)
 
 void sq_arr_str(sq_buf *b, const char *s)
 {
-	const char *p, *run;
 	if (!s) {
 		sq_buf_append(b, "NULL,", 5);
 		return;
 	}
 	sq_buf_putc(b, '"');
-	for (run = p = s; *p; p++) {
-		if (*p == '"' || *p == '\\') {
-			sq_buf_append(b, run, (size_t)(p - run));
-			sq_buf_putc(b, '\\');
-			run = p;
-		}
+	/* the runs between the characters to escape, each in one append */
+	for (;;) {
+		size_t run = strcspn(s, "\"\\");
+		sq_buf_append(b, s, run);
+		s += run;
+		if (!*s)
+			break;
+		char esc[2] = {'\\', *s++};
+		sq_buf_append(b, esc, 2);
 	}
-	sq_buf_append(b, run, (size_t)(p - run));
 	sq_buf_append(b, "\",", 2);
 }
 

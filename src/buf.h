@@ -4,6 +4,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 typedef struct sq_buf {
 	char *data; /* always NUL-terminated once anything was added */
@@ -15,7 +16,21 @@ typedef struct sq_buf {
 void sq_buf_init(sq_buf *b);
 void sq_buf_free(sq_buf *b);
 void sq_buf_reset(sq_buf *b);
-void sq_buf_append(sq_buf *b, const char *s, size_t n);
+/* Appends n bytes; the part that may grow the buffer is out of line, the
+ * common case (room enough) is a copy (arrays of a batch's rows are built
+ * an element at a time). After a failed allocation (oom) cap is 0, so every
+ * append takes the slow path, which does nothing. */
+void sq_buf_append_slow(sq_buf *b, const char *s, size_t n);
+static inline void sq_buf_append(sq_buf *b, const char *s, size_t n)
+{
+	if (b->len + n < b->cap) {
+		memcpy(b->data + b->len, s, n);
+		b->len += n;
+		b->data[b->len] = '\0';
+		return;
+	}
+	sq_buf_append_slow(b, s, n);
+}
 void sq_buf_puts(sq_buf *b, const char *s);
 void sq_buf_putc(sq_buf *b, char c);
 void sq_buf_printf(sq_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -132,6 +132,8 @@ typedef struct round {
 	unsigned char varies[NCOLS];
 	int64_t first_i[NCOLS];
 	const char *first_s[NCOLS];
+	const char *type_name; /* the last row's type, and its config */
+	const sq_type_conf *type;
 } round;
 
 /* Which columns may be sent once (see INPUT_COLS): all but the id, the key
@@ -275,7 +277,9 @@ static void round_put(round *r, int k, int64_t i, const char *str)
 		return;
 	}
 	if (!r->varies[k]) {
-		if (text_col[k] ? !strcmp(str, r->first_s[k]) : i == r->first_i[k])
+		/* the same pointer is the same text within one call */
+		if (text_col[k] ? str == r->first_s[k] || !strcmp(str, r->first_s[k])
+				: i == r->first_i[k])
 			return;
 		/* the first to differ: the rows before it get theirs written */
 		r->varies[k] = 1;
@@ -290,7 +294,12 @@ static const char *const policy_str[] = {"i", "r", "m", "R"};
 static void round_add(round *r, const sq_client *c, const sq_job_spec *j, int64_t id, uint32_t part,
 		      size_t input_idx)
 {
-	const sq_type_conf *t = sq_config_type(c->cfg, j->type);
+	/* the same pointer is the same type within one call */
+	if (j->type != r->type_name) {
+		r->type_name = j->type;
+		r->type = sq_config_type(c->cfg, j->type);
+	}
+	const sq_type_conf *t = r->type;
 	if (r->n == 0)
 		for (int k = 0; k < NCOLS; k++)
 			sq_arr_open(&r->col[k]);
@@ -585,11 +594,17 @@ sq_status sq_enqueue(sq_client *c, const sq_job_spec *jobs, size_t n, sq_enqueue
 		free(parts);
 		return sq_err(err, SQ_ENOMEM, "out of memory");
 	}
+	const char *type_name = NULL;
+	int limited = 0;
 	for (size_t i = 0, keyless = 0; i < n; i++) {
+		if (!jobs[i].key && jobs[i].type != type_name) {
+			type_name = jobs[i].type;
+			limited = sq_type_limited(sq_config_type(c->cfg, type_name));
+		}
 		if (jobs[i].key) {
 			parts[i] = sq_partition_of_key(jobs[i].key, strlen(jobs[i].key),
 						       c->partitions);
-		} else if (sq_type_limited(sq_config_type(c->cfg, jobs[i].type))) {
+		} else if (limited) {
 			parts[i] = partition_of_unique(c, first + (int64_t)i);
 		} else {
 			if (keyless++ % KEYLESS_RUN == 0)

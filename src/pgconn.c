@@ -358,9 +358,14 @@ typedef struct run_ctx {
 	int pending;
 } run_ctx;
 
+/* Watches the connection for the run: persistent, so that a result that
+ * comes in many reads costs no epoll_ctl per read; made again only when
+ * the wish to write changes (a send that did not fit the socket). */
 static void arm(sq_pgconn *pc, run_ctx *rc)
 {
-	short flags = EV_READ | (pc->want_write ? EV_WRITE : 0);
+	short flags = EV_READ | EV_PERSIST | (pc->want_write ? EV_WRITE : 0);
+	if (pc->ev && event_get_events(pc->ev) == flags)
+		return;
 	if (pc->ev)
 		event_free(pc->ev);
 	pc->ev = event_new(rc->base, PQsocket(pc->conn), flags, on_event, pc);
@@ -423,6 +428,10 @@ sq_status sq_pgconn_run(struct event_base *base, sq_pgconn **conns, int n, sq_er
 		pc->want_write = f == 1;
 		rc.pending++;
 		pc->run = &rc;
+		if (pc->ev) { /* a run's event ends with it; never an older one */
+			event_free(pc->ev);
+			pc->ev = NULL;
+		}
 		arm(pc, &rc);
 	}
 	if (rc.pending)

@@ -19,6 +19,62 @@
 #include <string.h>
 #include <unistd.h>
 
+/* Strings in statement arrays: quotes and backslashes escaped, the runs
+ * between them copied whole; NULL as the literal NULL. Checked against a
+ * character-at-a-time escaper over enough elements that the buffer grows
+ * many times mid-element. */
+static void naive_arr_str(sq_buf *b, const char *s)
+{
+	if (!s) {
+		sq_buf_puts(b, "NULL,");
+		return;
+	}
+	sq_buf_putc(b, '"');
+	for (; *s; s++) {
+		if (*s == '"' || *s == '\\')
+			sq_buf_putc(b, '\\');
+		sq_buf_putc(b, *s);
+	}
+	sq_buf_puts(b, "\",");
+}
+
+START_TEST(array_strings)
+{
+	static const char *const v[] = {"",       "a",         "a\"b", "\\",     "\"\\\"",
+					"x\\\\y", "{\"t\":1}", NULL,   "tail\\", "\"head"};
+	sq_buf b, want;
+	sq_buf_init(&b);
+	sq_arr_open(&b);
+	for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++)
+		sq_arr_str(&b, v[i]);
+	sq_arr_close(&b);
+	ck_assert_str_eq(b.data,
+			 "{\"\",\"a\",\"a\\\"b\",\"\\\\\",\"\\\"\\\\\\\"\","
+			 "\"x\\\\\\\\y\",\"{\\\"t\\\":1}\",NULL,\"tail\\\\\",\"\\\"head\"}");
+	sq_buf_free(&b);
+
+	char s[300];
+	sq_buf_init(&b);
+	sq_buf_init(&want);
+	sq_arr_open(&b);
+	sq_buf_putc(&want, '{');
+	for (int i = 0; i < 2000; i++) {
+		int n = (i * 37) % (int)(sizeof(s) - 1);
+		for (int k = 0; k < n; k++)
+			s[k] = "ab\"c\\d"[(i + k) % 6];
+		s[n] = '\0';
+		sq_arr_str(&b, i % 97 == 0 ? NULL : s);
+		naive_arr_str(&want, i % 97 == 0 ? NULL : s);
+	}
+	sq_arr_close(&b);
+	want.data[want.len - 1] = '}';
+	ck_assert_uint_eq(b.len, want.len);
+	ck_assert_str_eq(b.data, want.data);
+	sq_buf_free(&b);
+	sq_buf_free(&want);
+}
+END_TEST
+
 /* XXH3_64bits output is frozen since xxHash 0.8.0: a change here would remap
  * every partition of every cluster. */
 /* Integers in statement arrays are written by hand, not by printf: the
@@ -652,6 +708,7 @@ int main(void)
 	TCase *tc = tcase_create("unit");
 	tcase_add_test(tc, hash_golden);
 	tcase_add_test(tc, array_integers);
+	tcase_add_test(tc, array_strings);
 	tcase_add_test(tc, hrw_weights_and_minimal_moves);
 	tcase_add_test(tc, config_good);
 	tcase_add_test(tc, config_every_bad_key_with_line);
