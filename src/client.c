@@ -244,6 +244,13 @@ static sq_status check_schema(sq_client *c, sq_error *err)
 	return SQ_OK;
 }
 
+void sq_client_connect_wait(sq_client *c, double wait_s)
+{
+	for (int s = 0; s < c->nshards; s++)
+		sq_pgconn_set_connect_wait(&c->shards[s], wait_s);
+	sq_pgconn_set_connect_wait(&c->meta, wait_s);
+}
+
 sq_status sq_client_open(const sq_config *cfg, int for_init, sq_client **out, sq_error *err)
 {
 	sq_client *c = calloc(1, sizeof(*c));

@@ -106,35 +106,125 @@ static char *dsn_addr(const char *dsn)
 	return strdup(buf);
 }
 
-static sq_status connect_now(sq_pgconn *pc, sq_error *err)
+static const char *const connect_kw[] = {"dbname", "options", "connect_timeout", NULL};
+
+static sq_status unreachable(sq_pgconn *pc, const char *why, sq_error *err)
 {
-	char timeout[16], msg[512];
-	const char *kw[] = {"dbname", "options", "connect_timeout", NULL};
-	const char *vals[] = {pc->dsn, pc->options, timeout, NULL};
-	snprintf(timeout, sizeof(timeout), "%d", pc->connect_timeout_s);
-	pc->conn = PQconnectdbParams(kw, vals, 1);
-	if (!pc->conn)
-		return sq_err(err, SQ_ENOMEM, "shard %s (%s): out of memory", pc->shard_id,
-			      pc->addr);
-	if (PQstatus(pc->conn) != CONNECTION_OK) {
-		short_pq_error(PQerrorMessage(pc->conn), msg, sizeof(msg));
-		PQfinish(pc->conn);
-		pc->conn = NULL;
-		return sq_err(err, SQ_ECONN,
-			      "shard %s (%s): %s; is it running, and is the dsn right?",
-			      pc->shard_id, pc->addr, msg);
-	}
-	PQsetNoticeProcessor(pc->conn, sq_pq_ignore_notice, NULL);
-	sq_conn_hook_call("pipeline", pc->conn);
-	if (PQsetnonblocking(pc->conn, 1) || !PQenterPipelineMode(pc->conn)) {
-		short_pq_error(PQerrorMessage(pc->conn), msg, sizeof(msg));
-		PQfinish(pc->conn);
-		pc->conn = NULL;
+	char msg[512];
+	short_pq_error(why, msg, sizeof(msg));
+	return sq_err(err, SQ_ECONN, "shard %s (%s): %s; is it running, and is the dsn right?",
+		      pc->shard_id, pc->addr, msg);
+}
+
+/* A connection that is up becomes pc's, in pipeline mode. */
+static sq_status take_conn(sq_pgconn *pc, PGconn *conn, sq_error *err)
+{
+	char msg[512];
+	PQsetNoticeProcessor(conn, sq_pq_ignore_notice, NULL);
+	sq_conn_hook_call("pipeline", conn);
+	if (PQsetnonblocking(conn, 1) || !PQenterPipelineMode(conn)) {
+		short_pq_error(PQerrorMessage(conn), msg, sizeof(msg));
+		PQfinish(conn);
 		return sq_err(err, SQ_ECONN, "shard %s (%s): cannot enter pipeline mode: %s",
 			      pc->shard_id, pc->addr, msg);
 	}
+	pc->conn = conn;
 	pc->nprepared = 0;
 	return SQ_OK;
+}
+
+static sq_status connect_now(sq_pgconn *pc, sq_error *err)
+{
+	char timeout[16];
+	const char *vals[] = {pc->dsn, pc->options, timeout, NULL};
+	snprintf(timeout, sizeof(timeout), "%d", pc->connect_timeout_s);
+	PGconn *conn = PQconnectdbParams(connect_kw, vals, 1);
+	if (!conn)
+		return sq_err(err, SQ_ENOMEM, "shard %s (%s): out of memory", pc->shard_id,
+			      pc->addr);
+	if (PQstatus(conn) != CONNECTION_OK) {
+		sq_status st = unreachable(pc, PQerrorMessage(conn), err);
+		PQfinish(conn);
+		return st;
+	}
+	return take_conn(pc, conn, err);
+}
+
+static void connect_abandon(sq_pgconn *pc)
+{
+	if (pc->connecting)
+		PQfinish(pc->connecting);
+	pc->connecting = NULL;
+}
+
+/* Starts a connection without waiting for it (PQconnectStartParams). */
+static sq_status connect_begin(sq_pgconn *pc, double now, sq_error *err)
+{
+	char timeout[16];
+	const char *vals[] = {pc->dsn, pc->options, timeout, NULL};
+	snprintf(timeout, sizeof(timeout), "%d", pc->connect_timeout_s);
+	PGconn *conn = PQconnectStartParams(connect_kw, vals, 1);
+	if (!conn)
+		return sq_err(err, SQ_ENOMEM, "shard %s (%s): out of memory", pc->shard_id,
+			      pc->addr);
+	if (PQstatus(conn) == CONNECTION_BAD) {
+		sq_status st = unreachable(pc, PQerrorMessage(conn), err);
+		PQfinish(conn);
+		return st;
+	}
+	pc->connecting = conn;
+	pc->connect_poll = PGRES_POLLING_WRITING; /* as libpq asks: wait to write first */
+	pc->connect_started = now;
+	return SQ_OK;
+}
+
+/*
+ * Takes the connection under way as far as it goes within connect_wait_s:
+ * SQ_OK once it is up; SQ_ECONN with `*under_way` set while it still waits
+ * on the server (the caller's part for this shard fails now and the next
+ * call goes on from here); SQ_ECONN when it failed or took longer than
+ * connect_timeout (libpq leaves that limit to whoever polls).
+ */
+static sq_status connect_step(sq_pgconn *pc, int *under_way, sq_error *err)
+{
+	double now = sq_mono_s(), until = now + pc->connect_wait_s;
+	double give_up = pc->connect_started + (double)pc->connect_timeout_s;
+	*under_way = 0;
+	for (;;) {
+		if (pc->connect_poll == PGRES_POLLING_OK) {
+			PGconn *conn = pc->connecting;
+			pc->connecting = NULL;
+			return take_conn(pc, conn, err);
+		}
+		if (pc->connect_poll == PGRES_POLLING_FAILED) {
+			sq_status st = unreachable(pc, PQerrorMessage(pc->connecting), err);
+			connect_abandon(pc);
+			return st;
+		}
+		if (now >= give_up) {
+			connect_abandon(pc);
+			return sq_err(
+				err, SQ_ECONN,
+				"shard %s (%s): no answer within connect_timeout (%ds); is it "
+				"running, and is the dsn right?",
+				pc->shard_id, pc->addr, pc->connect_timeout_s);
+		}
+		if (now >= until) {
+			*under_way = 1;
+			return sq_err(err, SQ_ECONN,
+				      "shard %s (%s): still connecting (%.1fs so far, at most "
+				      "connect_timeout, %ds)",
+				      pc->shard_id, pc->addr, now - pc->connect_started,
+				      pc->connect_timeout_s);
+		}
+		double wait = (until < give_up ? until : give_up) - now;
+		struct pollfd p = {PQsocket(pc->connecting),
+				   pc->connect_poll == PGRES_POLLING_READING ? POLLIN : POLLOUT, 0};
+		int r = p.fd < 0 ? 1 : poll(&p, 1, (int)ceil(wait * 1000));
+		if (r > 0)
+			pc->connect_poll = PQconnectPoll(pc->connecting);
+		now = sq_mono_s();
+	}
 }
 
 /* Makes pc's connection usable for a call, replacing one that is gone
@@ -142,35 +232,66 @@ static sq_status connect_now(sq_pgconn *pc, sq_error *err)
  * on every call: a connect may block up to connect_timeout (a host that
  * does not answer), and a worker's loop would spend its ticks there
  * instead of on the other shards. After a failed connect, the next try
- * waits 0.25 s, doubling to 2 s; until then the call fails at once. */
+ * waits 0.25 s, doubling to 2 s; until then the call fails at once. With
+ * connect_wait_s set, a connect does not block either: each call waits for
+ * it at most that long and fails while it is under way. */
 static sq_status ensure_conn(sq_pgconn *pc, sq_error *err)
 {
 	sq_error e;
-	if (!needs_connect(pc))
-		return SQ_OK;
-	if (pc->conn) {
-		PQfinish(pc->conn);
-		pc->conn = NULL;
-	}
+	sq_status st;
+	int under_way = 0;
 	double now = sq_mono_s();
-	if (now < pc->connect_retry_at)
-		return sq_err(err, SQ_ECONN,
-			      "shard %s (%s): cannot be reached (tried %.1fs ago: %s); tried again "
-			      "in %.1fs",
-			      pc->shard_id, pc->addr,
-			      now - (pc->connect_retry_at - pc->connect_backoff), pc->connect_error,
-			      pc->connect_retry_at - now);
-	if (connect_now(pc, &e) != SQ_OK) {
+	if (pc->connecting) {
+		st = connect_step(pc, &under_way, &e);
+	} else {
+		if (!needs_connect(pc))
+			return SQ_OK;
+		if (pc->conn) {
+			PQfinish(pc->conn);
+			pc->conn = NULL;
+		}
+		if (now < pc->connect_retry_at)
+			return sq_err(
+				err, SQ_ECONN,
+				"shard %s (%s): cannot be reached (tried %.1fs ago: %s); tried "
+				"again in %.1fs",
+				pc->shard_id, pc->addr,
+				now - (pc->connect_retry_at - pc->connect_backoff),
+				pc->connect_error, pc->connect_retry_at - now);
+		if (pc->connect_wait_s > 0) {
+			st = connect_begin(pc, now, &e);
+			if (st == SQ_OK)
+				st = connect_step(pc, &under_way, &e);
+		} else {
+			st = connect_now(pc, &e);
+		}
+	}
+	if (st == SQ_OK) {
+		pc->connect_backoff = pc->connect_retry_at = 0;
+		return SQ_OK;
+	}
+	if (!under_way) {
+		now = sq_mono_s();
 		pc->connect_backoff =
 			pc->connect_backoff > 0 ? fmin(pc->connect_backoff * 2, 2.0) : 0.25;
 		pc->connect_retry_at = now + pc->connect_backoff;
-		snprintf(pc->connect_error, sizeof(pc->connect_error), "%s", e.msg);
-		if (err)
-			*err = e;
-		return e.code;
+		/* kept without the "shard ID (ADDR): " the message repeats it in */
+		char prefix[200];
+		int pl =
+			snprintf(prefix, sizeof(prefix), "shard %s (%s): ", pc->shard_id, pc->addr);
+		const char *why = e.msg;
+		if (pl > 0 && (size_t)pl < sizeof(prefix) && !strncmp(why, prefix, (size_t)pl))
+			why += pl;
+		snprintf(pc->connect_error, sizeof(pc->connect_error), "%s", why);
 	}
-	pc->connect_backoff = pc->connect_retry_at = 0;
-	return SQ_OK;
+	if (err)
+		*err = e;
+	return e.code;
+}
+
+void sq_pgconn_set_connect_wait(sq_pgconn *pc, double wait_s)
+{
+	pc->connect_wait_s = wait_s;
 }
 
 sq_status sq_pgconn_open(sq_pgconn *pc, const char *shard_id, const char *dsn, const char *options,
@@ -208,6 +329,7 @@ void sq_pgconn_close(sq_pgconn *pc)
 		event_free(pc->ev);
 	if (pc->conn)
 		PQfinish(pc->conn);
+	connect_abandon(pc);
 	free(pc->shard_id);
 	free(pc->dsn);
 	free(pc->options);
@@ -255,11 +377,14 @@ static int is_prepared(sq_pgconn *pc, const sq_stmt *st)
 static void conn_failed(sq_pgconn *pc, sq_error *err, const char *what)
 {
 	char msg[512];
+	sq_error e;
 	short_pq_error(pc->conn ? PQerrorMessage(pc->conn) : "not connected", msg, sizeof(msg));
 	pc->failed = 1;
 	pc->done = 1;
+	sq_err(&e, SQ_ECONN, "shard %s (%s): %s: %s", pc->shard_id, pc->addr, what, msg);
+	snprintf(pc->fail_msg, sizeof(pc->fail_msg), "%s", e.msg);
 	if (err && err->code == SQ_OK)
-		sq_err(err, SQ_ECONN, "shard %s (%s): %s: %s", pc->shard_id, pc->addr, what, msg);
+		*err = e;
 }
 
 static int send_pipeline(sq_pgconn *pc, sq_error *err)
@@ -411,8 +536,10 @@ sq_status sq_pgconn_run(struct event_base *base, sq_pgconn **conns, int n, sq_er
 		pc->done = pc->failed = 0;
 		pc->sent_pid = 0;
 		sq_error cerr;
+		pc->fail_msg[0] = '\0';
 		if (ensure_conn(pc, &cerr) != SQ_OK) {
 			pc->failed = pc->done = 1;
+			snprintf(pc->fail_msg, sizeof(pc->fail_msg), "%s", cerr.msg);
 			if (err->code == SQ_OK)
 				*err = cerr;
 			continue;
@@ -484,6 +611,8 @@ sq_status sq_pgconn_range_error(sq_pgconn *pc, int from, int to, sq_error *err)
 			      "shard %s (%s): pipeline aborted (a statement could not be "
 			      "prepared; is the shard's schema up to date? run shardq init)",
 			      pc->shard_id, pc->addr);
+	if (pc->nres < to && pc->failed && pc->fail_msg[0]) /* why, as the run saw it */
+		return sq_err(err, SQ_EDB, "%s", pc->fail_msg);
 	if (pc->nres < to)
 		return sq_err(err, SQ_EDB, "shard %s (%s): %d of %d results missing", pc->shard_id,
 			      pc->addr, to - pc->nres, to - from);

@@ -39,6 +39,14 @@ typedef struct sq_pgconn {
 	 * (monotonic seconds), backing off 0.25 s to 2 s */
 	double connect_retry_at, connect_backoff;
 	char connect_error[256];
+	/* connect_wait_s > 0: a reconnect does not block for up to
+	 * connect_timeout; each call waits at most this long for it to get on,
+	 * and fails at once while it is under way (see ensure_conn). The
+	 * connection being made, how its last step ended, and when it began */
+	double connect_wait_s;
+	PGconn *connecting;
+	PostgresPollingStatusType connect_poll;
+	double connect_started;
 
 	/* the pipeline being built or run */
 	const sq_stmt *q[SQ_PIPE_MAX];
@@ -60,7 +68,8 @@ typedef struct sq_pgconn {
 	int pending_null; /* a result came; the NULL that ends its entry is due */
 	int seen;         /* entries whose results were read */
 	int done;
-	int failed; /* connection-level failure during the run */
+	int failed;         /* connection-level failure during the run */
+	char fail_msg[256]; /* what it was (shard, address, cause) */
 	struct event *ev;
 	int want_write;
 	void *run; /* the run in progress */
@@ -80,6 +89,12 @@ void sq_conn_hook_call(const char *role, PGconn *conn);
 SQ_MUST_CHECK sq_status sq_pgconn_open(sq_pgconn *pc, const char *shard_id, const char *dsn,
 				       const char *options, int connect_timeout_s, sq_error *err);
 void sq_pgconn_close(sq_pgconn *pc);
+/* From now on a lost connection is made again without blocking the
+ * caller for more than wait_s per call (0: blocking, up to connect_timeout,
+ * the default). For a loop that serves every shard, such as a worker's:
+ * one shard that does not answer must not hold up the others. The host
+ * name lookup still blocks (a dsn with hostaddr avoids it). */
+void sq_pgconn_set_connect_wait(sq_pgconn *pc, double wait_s);
 
 /* Queues one statement; vals must stay valid until sq_pgconn_run returns. */
 void sq_pgconn_push(sq_pgconn *pc, const sq_stmt *st, int nparams, const char *const *vals);

@@ -288,11 +288,14 @@ sq_status sq_worker_create(const sq_config *cfg, const sq_worker_opts *opts, sq_
 	w->timer_ev = evtimer_new(w->base, on_timer, w);
 	event_add(w->wake_ev, NULL);
 	/* a shard that is down does not stop the worker: its writes and
-	 * claims connect again on every tick until it is back */
+	 * claims connect again on every tick until it is back, and a connect
+	 * to a host that does not answer holds a tick up for 50 ms at most
+	 * (the other shards' heartbeats must go out) */
 	if ((st = sq_client_open(cfg, SQ_OPEN_ALLOW_DOWN, &w->c, err)) != SQ_OK) {
 		sq_worker_destroy(w);
 		return st;
 	}
+	sq_client_connect_wait(w->c, SQ_LOOP_CONNECT_WAIT_S);
 	if (w->opts.listen)
 		open_listeners(w);
 	w->maint = sq_maintainer_start(cfg, NULL, NULL);

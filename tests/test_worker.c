@@ -4,8 +4,12 @@
  * asserted from a log the job command writes, not from the code's intent. */
 #include "test_common.h"
 
+#include <arpa/inet.h>
 #include <math.h>
+#include <netinet/in.h>
 #include <pthread.h>
+#include <stdatomic.h>
+#include <sys/socket.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -897,6 +901,140 @@ START_TEST(listens_again_after_its_connections_are_cut)
 }
 END_TEST
 
+/* A host that takes connections and never answers, as one that is gone
+ * without a trace does (no RST): a socket that listens and never accepts.
+ * The kernel completes the first connects into its backlog, and a client
+ * then waits for the server's first message; later ones wait in SYN_SENT.
+ * Returns the socket; its port in *port. */
+static int black_hole(int *port)
+{
+	struct sockaddr_in a;
+	socklen_t len = sizeof(a);
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	ck_assert_int_ge(fd, 0);
+	memset(&a, 0, sizeof(a));
+	a.sin_family = AF_INET;
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+	ck_assert_int_eq(listen(fd, 1), 0);
+	ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+	*port = ntohs(a.sin_port);
+	return fd;
+}
+
+static atomic_int hole_runs, hole_lost;
+
+/* Runs 6 s, and notes whether its lease was ever lost meanwhile. */
+static sq_job_result run_6s(const sq_job *job, void *arg, char *e, size_t elen)
+{
+	(void)arg, (void)e, (void)elen;
+	double until = test_now_s() + 6;
+	atomic_fetch_add(&hole_runs, 1);
+	while (test_now_s() < until) {
+		if (sq_job_lease_lost(job)) {
+			atomic_fetch_add(&hole_lost, 1);
+			break;
+		}
+		usleep(20000);
+	}
+	return SQ_RESULT_DONE;
+}
+
+/*
+ * A worker with one shard that does not answer (s2 points at a black
+ * hole; connect_timeout 5 s) runs the other shards' jobs through: its
+ * loop tries s2 again on every tick after the backoff, and each try may
+ * hold a tick up for 50 ms, not 5 s. The lease is 4 s: a heartbeat that
+ * waits for a blocking connect of 5 s comes after the run's stop-by (3 s
+ * after the last write), and the run is stopped and its result discarded.
+ * Asserted: every run kept its lease to the end, each job was completed
+ * once, on its first run, and the worker's error names s2.
+ */
+START_TEST(a_shard_that_does_not_answer_holds_no_run_up)
+{
+	enum { N = 4 };
+	sq_error err;
+	setup_with("sqt_work_hole",
+		   "[type h]\nhistory = true\nstarting_timeout = 4s\nexecution_timeout = 4s\n");
+	/* N jobs on the other shards (keys whose partition they hold); any on
+	 * s2 stay there */
+	int others = 0;
+	for (int i = 0; others < N; i++) {
+		char key[32];
+		sq_job_spec j;
+		sq_enqueue_result r;
+		snprintf(key, sizeof(key), "hole-%d", i);
+		memset(&j, 0, sizeof(j));
+		j.type = "h";
+		j.key = key;
+		OKE(sq_enqueue(t.client, &j, 1, &r, &err));
+		others += r.shard != 1;
+		ck_assert_int_lt(i, 1000);
+	}
+	int port, hole = black_hole(&port);
+	char *ini = testdb_ini(&t, NULL, "\n[connection]\nconnect_timeout = 5s\n");
+	char from[64], to[64], *at;
+	snprintf(from, sizeof(from), "port=%d ", t.ports[1]);
+	snprintf(to, sizeof(to), "port=%-5d ", port);
+	ck_assert_uint_eq(strlen(from), strlen(to));
+	ck_assert_msg((at = strstr(ini, from)) != NULL, "no %s in the config", from);
+	memcpy(at, to, strlen(to));
+	sq_config *cfg;
+	OKE(sq_config_parse(ini, "hole.ini", &cfg, &err));
+	free(ini);
+
+	sq_worker_opts o;
+	sq_worker *w;
+	sq_worker_opts_init(&o);
+	o.worker_id = "wH";
+	o.poll_min_ms = o.poll_max_ms = 100;
+	OKE(sq_worker_create(cfg, &o, &w, &err)); /* s2 is tried once here: 5 s */
+	OKE(sq_worker_add(w, "h", N, run_6s, NULL, &err));
+	pthread_t th;
+	pthread_create(&th, NULL, run_worker, w);
+	const char *done_sql = "SELECT count(*) FROM shardq.jobs_history WHERE status = "
+			       "'completed' AND task = 'h'";
+	long long done = 0, last = -1;
+	int runs = 0;
+	double since = test_now_s();
+	while ((done = testdb_sum(&t, done_sql)) < N) {
+		if (done != last || atomic_load(&hole_runs) != runs) {
+			last = done;
+			runs = atomic_load(&hole_runs);
+			since = test_now_s();
+		}
+		sq_worker_stats st;
+		sq_worker_get_stats(w, &st);
+		ck_assert_msg(test_now_s() - since < testdb_stall_s(),
+			      "%lld of %d jobs off s2 completed, %d runs begun, and nothing moved "
+			      "for %.0fs; the worker's last error: %s",
+			      done, N, runs, testdb_stall_s(), st.last_error);
+		usleep(50000);
+	}
+	sq_worker_stats st;
+	sq_worker_get_stats(w, &st);
+	sq_worker_stop(w, 0);
+	pthread_join(th, NULL);
+	printf("black hole: %d runs off s2, %d lost their lease; the worker's last error: %s\n",
+	       atomic_load(&hole_runs), atomic_load(&hole_lost), st.last_error);
+	ck_assert_msg(atomic_load(&hole_lost) == 0 && st.types[0].lost == 0,
+		      "%d of %d runs off s2 lost their lease (%llu writes answered lost) while "
+		      "s2 did not answer: the worker's loop was held up (last error: %s)",
+		      atomic_load(&hole_lost), atomic_load(&hole_runs),
+		      (unsigned long long)st.types[0].lost, st.last_error);
+	ck_assert_int_eq(atomic_load(&hole_runs), N);
+	ck_assert_int_eq(testdb_sum(&t, "SELECT count(DISTINCT id) FROM shardq.jobs_history WHERE "
+					"status = 'completed' AND task = 'h' AND attempt = 1"),
+			 N);
+	ck_assert_msg(strstr(st.last_error, "s2") != NULL,
+		      "the worker's last error does not name s2: %s", st.last_error);
+	sq_worker_destroy(w);
+	sq_config_free(cfg);
+	close(hole);
+	cleanup();
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("worker");
@@ -909,5 +1047,6 @@ int main(void)
 	ADD_CASE(s, exec_contract, 3600);
 	ADD_CASE(s, notify_wakes_idle_worker, 3600);
 	ADD_CASE(s, listens_again_after_its_connections_are_cut, 3600);
+	ADD_CASE(s, a_shard_that_does_not_answer_holds_no_run_up, 3600);
 	return run_suite(s);
 }
