@@ -251,6 +251,14 @@ void sq_client_connect_wait(sq_client *c, double wait_s)
 	sq_pgconn_set_connect_wait(&c->meta, wait_s);
 }
 
+int sq_client_advance_connects(sq_client *c)
+{
+	int n = sq_pgconn_advance(&c->meta);
+	for (int s = 0; s < c->nshards; s++)
+		n += sq_pgconn_advance(&c->shards[s]);
+	return n;
+}
+
 sq_status sq_client_open(const sq_config *cfg, int for_init, sq_client **out, sq_error *err)
 {
 	sq_client *c = calloc(1, sizeof(*c));

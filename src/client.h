@@ -91,6 +91,10 @@ void sq_client_check_map(sq_client *c);
  * most SQ_LOOP_CONNECT_WAIT_S, not connect_timeout (sq_pgconn_set_connect_wait). */
 #define SQ_LOOP_CONNECT_WAIT_S 0.05
 void sq_client_connect_wait(sq_client *c, double wait_s);
+/* sq_pgconn_advance on every shard's and the meta connection; returns how
+ * many connects are still under way (the loop should come back within
+ * SQ_LOOP_CONNECT_WAIT_S while any is). */
+int sq_client_advance_connects(sq_client *c);
 
 /*
  * After a shard answered "moving" (moved = 0) or "moved" (moved = 1): waits

@@ -106,6 +106,26 @@ static char *dsn_addr(const char *dsn)
 	return strdup(buf);
 }
 
+/* Whether the dsn names more than one host (host=a,b): libpq gives each
+ * its own connect_timeout and goes on to the next, which only its blocking
+ * connect does for an address that never answers. */
+static int dsn_multi_host(const char *dsn)
+{
+	char *errmsg = NULL;
+	int multi = 0;
+	PQconninfoOption *opts = PQconninfoParse(dsn, &errmsg), *o;
+	if (!opts) {
+		PQfreemem(errmsg);
+		return 0;
+	}
+	for (o = opts; o->keyword; o++)
+		if ((!strcmp(o->keyword, "host") || !strcmp(o->keyword, "hostaddr")) && o->val &&
+		    strchr(o->val, ','))
+			multi = 1;
+	PQconninfoFree(opts);
+	return multi;
+}
+
 static const char *const connect_kw[] = {"dbname", "options", "connect_timeout", NULL};
 
 static sq_status unreachable(sq_pgconn *pc, const char *why, sq_error *err)
@@ -175,20 +195,30 @@ static sq_status connect_begin(sq_pgconn *pc, double now, sq_error *err)
 	pc->connecting = conn;
 	pc->connect_poll = PGRES_POLLING_WRITING; /* as libpq asks: wait to write first */
 	pc->connect_started = now;
+	pc->connect_fd = PQsocket(conn);
 	return SQ_OK;
 }
 
-/*
- * Takes the connection under way as far as it goes within connect_wait_s:
- * SQ_OK once it is up; SQ_ECONN with `*under_way` set while it still waits
- * on the server (the caller's part for this shard fails now and the next
- * call goes on from here); SQ_ECONN when it failed or took longer than
- * connect_timeout (libpq leaves that limit to whoever polls).
- */
-static sq_status connect_step(sq_pgconn *pc, int *under_way, sq_error *err)
+/* libpq counts connect_timeout 1 as 2 (its minimum); so does this */
+static double connect_limit_s(const sq_pgconn *pc)
 {
-	double now = sq_mono_s(), until = now + pc->connect_wait_s;
-	double give_up = pc->connect_started + (double)pc->connect_timeout_s;
+	return pc->connect_timeout_s < 2 ? 2.0 : (double)pc->connect_timeout_s;
+}
+
+/*
+ * Takes the connection under way as far as it goes, waiting at most wait_s
+ * for the server: SQ_OK once it is up; SQ_ECONN with `*under_way` set while
+ * it still waits on the server (the caller's part for this shard fails now,
+ * and the next call or sq_pgconn_advance goes on from here); SQ_ECONN when
+ * it failed or got no answer within connect_timeout (libpq leaves that
+ * limit to whoever polls; counted again from each new socket, as libpq
+ * counts it per address). What the socket has for it is always taken
+ * before the limit is checked, so a slow caller never drops a connection
+ * that is ready.
+ */
+static sq_status connect_step(sq_pgconn *pc, double wait_s, int *under_way, sq_error *err)
+{
+	double now = sq_mono_s(), until = now + wait_s;
 	*under_way = 0;
 	for (;;) {
 		if (pc->connect_poll == PGRES_POLLING_OK) {
@@ -201,30 +231,67 @@ static sq_status connect_step(sq_pgconn *pc, int *under_way, sq_error *err)
 			connect_abandon(pc);
 			return st;
 		}
+		int fd = PQsocket(pc->connecting);
+		if (fd != pc->connect_fd) { /* libpq went on to another address */
+			pc->connect_fd = fd;
+			pc->connect_started = now;
+		}
+		double give_up = pc->connect_started + connect_limit_s(pc);
+		double wait = (until < give_up ? until : give_up) - now;
+		struct pollfd p = {fd, pc->connect_poll == PGRES_POLLING_READING ? POLLIN : POLLOUT,
+				   0};
+		int r = fd < 0 ? 1 : poll(&p, 1, wait > 0 ? (int)ceil(wait * 1000) : 0);
+		now = sq_mono_s();
+		if (r > 0) {
+			pc->connect_poll = PQconnectPoll(pc->connecting);
+			continue;
+		}
 		if (now >= give_up) {
 			connect_abandon(pc);
 			return sq_err(
 				err, SQ_ECONN,
-				"shard %s (%s): no answer within connect_timeout (%ds); is it "
+				"shard %s (%s): no answer within connect_timeout (%.0fs); is it "
 				"running, and is the dsn right?",
-				pc->shard_id, pc->addr, pc->connect_timeout_s);
+				pc->shard_id, pc->addr, connect_limit_s(pc));
 		}
 		if (now >= until) {
 			*under_way = 1;
 			return sq_err(err, SQ_ECONN,
 				      "shard %s (%s): still connecting (%.1fs so far, at most "
-				      "connect_timeout, %ds)",
+				      "connect_timeout, %.0fs)",
 				      pc->shard_id, pc->addr, now - pc->connect_started,
-				      pc->connect_timeout_s);
+				      connect_limit_s(pc));
 		}
-		double wait = (until < give_up ? until : give_up) - now;
-		struct pollfd p = {PQsocket(pc->connecting),
-				   pc->connect_poll == PGRES_POLLING_READING ? POLLIN : POLLOUT, 0};
-		int r = p.fd < 0 ? 1 : poll(&p, 1, (int)ceil(wait * 1000));
-		if (r > 0)
-			pc->connect_poll = PQconnectPoll(pc->connecting);
-		now = sq_mono_s();
 	}
+}
+
+/* After a connect's end (st) or while it is under way: a failure starts or
+ * doubles the backoff and is kept for the messages in between; success
+ * ends it. */
+static sq_status connect_settle(sq_pgconn *pc, sq_status st, int under_way, const sq_error *e,
+				sq_error *err)
+{
+	if (st == SQ_OK) {
+		pc->connect_backoff = pc->connect_retry_at = 0;
+		return SQ_OK;
+	}
+	if (!under_way) {
+		double now = sq_mono_s();
+		pc->connect_backoff =
+			pc->connect_backoff > 0 ? fmin(pc->connect_backoff * 2, 2.0) : 0.25;
+		pc->connect_retry_at = now + pc->connect_backoff;
+		/* kept without the "shard ID (ADDR): " the message repeats it in */
+		char prefix[200];
+		int pl =
+			snprintf(prefix, sizeof(prefix), "shard %s (%s): ", pc->shard_id, pc->addr);
+		const char *why = e->msg;
+		if (pl > 0 && (size_t)pl < sizeof(prefix) && !strncmp(why, prefix, (size_t)pl))
+			why += pl;
+		snprintf(pc->connect_error, sizeof(pc->connect_error), "%s", why);
+	}
+	if (err)
+		*err = *e;
+	return e->code;
 }
 
 /* Makes pc's connection usable for a call, replacing one that is gone
@@ -233,16 +300,19 @@ static sq_status connect_step(sq_pgconn *pc, int *under_way, sq_error *err)
  * does not answer), and a worker's loop would spend its ticks there
  * instead of on the other shards. After a failed connect, the next try
  * waits 0.25 s, doubling to 2 s; until then the call fails at once. With
- * connect_wait_s set, a connect does not block either: each call waits for
- * it at most that long and fails while it is under way. */
+ * connect_wait_s set, a connect does not block either: a call waits for
+ * it at most that long (and not again within 0.1 s, so a loop that makes
+ * many calls waits once), and fails while it is under way. */
 static sq_status ensure_conn(sq_pgconn *pc, sq_error *err)
 {
 	sq_error e;
 	sq_status st;
 	int under_way = 0;
 	double now = sq_mono_s();
+	double wait = now - pc->connect_waited_at < 0.1 ? 0 : pc->connect_wait_s;
 	if (pc->connecting) {
-		st = connect_step(pc, &under_way, &e);
+		pc->connect_waited_at = now;
+		st = connect_step(pc, wait, &under_way, &e);
 	} else {
 		if (!needs_connect(pc))
 			return SQ_OK;
@@ -258,35 +328,27 @@ static sq_status ensure_conn(sq_pgconn *pc, sq_error *err)
 				pc->shard_id, pc->addr,
 				now - (pc->connect_retry_at - pc->connect_backoff),
 				pc->connect_error, pc->connect_retry_at - now);
-		if (pc->connect_wait_s > 0) {
+		if (pc->connect_wait_s > 0 && !pc->multi_host) {
+			pc->connect_waited_at = now;
 			st = connect_begin(pc, now, &e);
 			if (st == SQ_OK)
-				st = connect_step(pc, &under_way, &e);
+				st = connect_step(pc, wait, &under_way, &e);
 		} else {
 			st = connect_now(pc, &e);
 		}
 	}
-	if (st == SQ_OK) {
-		pc->connect_backoff = pc->connect_retry_at = 0;
-		return SQ_OK;
-	}
-	if (!under_way) {
-		now = sq_mono_s();
-		pc->connect_backoff =
-			pc->connect_backoff > 0 ? fmin(pc->connect_backoff * 2, 2.0) : 0.25;
-		pc->connect_retry_at = now + pc->connect_backoff;
-		/* kept without the "shard ID (ADDR): " the message repeats it in */
-		char prefix[200];
-		int pl =
-			snprintf(prefix, sizeof(prefix), "shard %s (%s): ", pc->shard_id, pc->addr);
-		const char *why = e.msg;
-		if (pl > 0 && (size_t)pl < sizeof(prefix) && !strncmp(why, prefix, (size_t)pl))
-			why += pl;
-		snprintf(pc->connect_error, sizeof(pc->connect_error), "%s", why);
-	}
-	if (err)
-		*err = e;
-	return e.code;
+	return connect_settle(pc, st, under_way, &e, err);
+}
+
+int sq_pgconn_advance(sq_pgconn *pc)
+{
+	sq_error e;
+	int under_way = 0;
+	if (!pc->connecting)
+		return 0;
+	sq_status st = connect_step(pc, 0, &under_way, &e);
+	connect_settle(pc, st, under_way, &e, NULL);
+	return under_way;
 }
 
 void sq_pgconn_set_connect_wait(sq_pgconn *pc, double wait_s)
@@ -302,6 +364,7 @@ sq_status sq_pgconn_open(sq_pgconn *pc, const char *shard_id, const char *dsn, c
 	pc->dsn = strdup(dsn);
 	pc->options = strdup(options ? options : "");
 	pc->addr = dsn_addr(dsn);
+	pc->multi_host = dsn_multi_host(dsn);
 	pc->connect_timeout_s = connect_timeout_s;
 	if (!pc->shard_id || !pc->dsn || !pc->options || !pc->addr)
 		return sq_err(err, SQ_ENOMEM, "out of memory");

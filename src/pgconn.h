@@ -46,7 +46,11 @@ typedef struct sq_pgconn {
 	double connect_wait_s;
 	PGconn *connecting;
 	PostgresPollingStatusType connect_poll;
-	double connect_started;
+	double connect_started; /* of the attempt on the current socket */
+	int connect_fd;         /* that socket */
+	double connect_waited_at;
+	int multi_host; /* the dsn names several hosts: connects block (see
+			   sq_pgconn_set_connect_wait) */
 
 	/* the pipeline being built or run */
 	const sq_stmt *q[SQ_PIPE_MAX];
@@ -90,11 +94,19 @@ SQ_MUST_CHECK sq_status sq_pgconn_open(sq_pgconn *pc, const char *shard_id, cons
 				       const char *options, int connect_timeout_s, sq_error *err);
 void sq_pgconn_close(sq_pgconn *pc);
 /* From now on a lost connection is made again without blocking the
- * caller for more than wait_s per call (0: blocking, up to connect_timeout,
- * the default). For a loop that serves every shard, such as a worker's:
- * one shard that does not answer must not hold up the others. The host
- * name lookup still blocks (a dsn with hostaddr avoids it). */
+ * caller for more than wait_s per call, and not again within 0.1 s (0:
+ * blocking, up to connect_timeout, the default). For a loop that serves
+ * every shard, such as a worker's: one shard that does not answer must not
+ * hold up the others. The host name lookup still blocks (a dsn with
+ * hostaddr avoids it), and so does the connect of a dsn that names several
+ * hosts (host=a,b): only libpq's blocking connect goes on to the next host
+ * when one never answers. A host name with several addresses gets one
+ * connect_timeout for the address that does not answer. */
 void sq_pgconn_set_connect_wait(sq_pgconn *pc, double wait_s);
+/* Takes a connect under way as far as it goes without waiting (for a loop
+ * to call on every pass, so that a connect goes on between calls that use
+ * the connection). Returns 1 while one is still under way. */
+int sq_pgconn_advance(sq_pgconn *pc);
 
 /* Queues one statement; vals must stay valid until sq_pgconn_run returns. */
 void sq_pgconn_push(sq_pgconn *pc, const sq_stmt *st, int nparams, const char *const *vals);

@@ -1542,6 +1542,9 @@ sq_status sq_worker_run(sq_worker *w, sq_error *err)
 			break;
 
 		double at = next_wake(w, sq_mono_s()), wait = at - sq_mono_s();
+		/* a connect under way goes on between ticks */
+		if (sq_client_advance_connects(w->c) > 0 && wait > SQ_LOOP_CONNECT_WAIT_S)
+			wait = SQ_LOOP_CONNECT_WAIT_S;
 		if (wait > 0) {
 			struct timeval tv = {(time_t)wait,
 					     (suseconds_t)((wait - floor(wait)) * 1e6)};

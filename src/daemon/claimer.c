@@ -308,8 +308,12 @@ static void *claimer_main(void *arg)
 		pf[npf].fd = d->wake[0];
 		pf[npf].events = POLLIN;
 		pf_shard[npf++] = -1;
+		/* LISTEN again once the shard's claim connection is up (its connect
+		 * does not block this thread; a LISTEN connect does, and a shard
+		 * that does not answer would hold every claim up) */
 		for (int s = 0; s < ns; s++) {
-			if (!C.listen[s] && now >= C.listen_retry[s])
+			if (!C.listen[s] && now >= C.listen_retry[s] && c->shards[s].conn &&
+			    PQstatus(c->shards[s].conn) == CONNECTION_OK)
 				listen_open(d, s);
 			if (C.listen[s]) {
 				pf[npf].fd = PQsocket(C.listen[s]);
@@ -324,6 +328,10 @@ static void *claimer_main(void *arg)
 		} else {
 			timeout = 5000; /* to retry broken LISTEN connections */
 		}
+		/* a connect under way goes on between claims */
+		if (sq_client_advance_connects(c) > 0 &&
+		    (timeout < 0 || timeout > SQ_LOOP_CONNECT_WAIT_S * 1000))
+			timeout = (int)(SQ_LOOP_CONNECT_WAIT_S * 1000);
 		int r = poll(pf, (nfds_t)npf, timeout);
 		if (r < 0 && errno != EINTR)
 			sqd_log("claimer: poll: %s", strerror(errno));
