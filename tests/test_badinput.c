@@ -411,8 +411,8 @@ static const bad_case cases[] = {
 	 "jobs.jsonl:1: \"key\" must be a string or null"},
 	{FILE_ENQ, NULL, "{\"type\":\"t\",\"params\":[1]}\n", NULL, 5,
 	 "jobs.jsonl:1: \"params\" must be a JSON object"},
-	{FILE_ENQ, NULL, "{\"type\":\"t\",\"params\":null}\n", NULL, 5,
-	 "jobs.jsonl:1: \"params\" must be a JSON object"},
+	{FILE_ENQ, NULL, "{\"type\":\"t\",\"params\":\"{}\"}\n", NULL, 5,
+	 "jobs.jsonl:1: \"params\" must be a JSON object ({...}) or null"},
 	{FILE_ENQ, NULL, "{\"type\":\"t\",\"params\":{\"a\":1e1000000}}\n", NULL, 5,
 	 "jobs.jsonl:1: invalid JSON: number out of range"},
 	{FILE_ENQ, NULL, "{\"type\":\"t\",\"params\":{\"a\":1e-16384}}\n", NULL, 5,
@@ -450,6 +450,15 @@ static const bad_case cases[] = {
 	 "jobs.jsonl:1: \"run_at_us\" 99999999999999999999 is out of range"},
 	{FILE_ENQ, NULL, "{\"type\":\"t\",\"run_at_us\":1,\"delay_ms\":5}\n", NULL, 5,
 	 "jobs.jsonl:1: give run_at_us or delay_ms, not both"},
+	{FILE_ENQ, NULL, "{\"type\":\"t\",\"run_at_ms\":1,\"delay_ms\":5}\n", NULL, 5,
+	 "jobs.jsonl:1: give run_at_ms or delay_ms, not both"},
+	{FILE_ENQ, NULL, "{\"type\":\"t\",\"run_at_us\":5,\"run_at_ms\":5}\n", NULL, 5,
+	 "jobs.jsonl:1: give run_at_us or run_at_ms, not both"},
+	{FILE_ENQ, NULL, "{\"type\":\"t\",\"run_at_ms\":0}\n", NULL, 5,
+	 "jobs.jsonl:1: \"run_at_ms\" 0 is out of range; it takes an integer in "
+	 "1..253402300799999"},
+	{FILE_ENQ, NULL, "{\"type\":\"t\",\"delay_tolerance_ms\":\"x\"}\n", NULL, 5,
+	 "jobs.jsonl:1: \"delay_tolerance_ms\" \"x\" is not an integer"},
 	{FILE_ENQ, NULL, "{\"type\":\"t\",\"delay_tolerance_ms\":99999999999999}\n", NULL, 5,
 	 "jobs.jsonl:1: \"delay_tolerance_ms\" 99999999999999 is out of range"},
 	{FILE_ENQ, NULL, "{\"type\":\"t\",\"delay_tolerance_ms\":-1}\n", NULL, 5,
@@ -1161,6 +1170,27 @@ START_TEST(good_input_passes_whole)
 			      strstr(j.params, "123456789012345678901234567890") &&
 			      strstr(j.params, "caf\xc3\xa9"),
 		      "params: %s", j.params);
+	sq_job_clear(&j);
+
+	/* a line as HTTP takes it: run_at_ms, a null tolerance for none, null
+	 * params for {} */
+	int64_t at_ms = (int64_t)time(NULL) * 1000 + 3600 * 1000 + 123;
+	char http_line[256];
+	snprintf(http_line, sizeof(http_line),
+		 "{\"type\":\"tol\",\"key\":\"http-line\",\"run_at_ms\":%" PRId64
+		 ",\"delay_tolerance_ms\":null,\"params\":null}\n",
+		 at_ms);
+	write_bytes(file, http_line, strlen(http_line));
+	ck_assert_msg(run_cli(a2, NULL, 0, &out, &err) == 0, "http line: %s", err);
+	ck_assert_int_eq(sscanf(out, "{\"id\":%" SCNd64, &id), 1);
+	free(out);
+	free(err);
+	ck_assert_int_eq(sq_get_job(t.client, id, &j, &e), SQ_OK);
+	ck_assert_int_eq(j.schedule_time_us, at_ms * 1000);
+	ck_assert_str_eq(j.params, "{}");
+	ck_assert_msg(j.delay_tolerance_time_us == 0,
+		      "a null delay_tolerance_ms gave a tolerance (the type's is 5s): %" PRId64,
+		      j.delay_tolerance_time_us);
 	sq_job_clear(&j);
 
 	/* a claimed job with 100 KiB of params goes through `start -` (the

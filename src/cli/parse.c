@@ -118,17 +118,25 @@ enum {
 	F_RUN_AT,
 	F_TOLERANCE,
 	F_MAX_ATTEMPTS,
+	F_RUN_AT_MS, /* as HTTP takes it */
 	NFIELDS
 };
-static const char *const field_name[NFIELDS] = {
-	"type",        "key", "params", "priority", "delay_ms", "run_at_us", "delay_tolerance_ms",
-	"max_attempts"};
+static const char *const field_name[NFIELDS] = {"type",
+						"key",
+						"params",
+						"priority",
+						"delay_ms",
+						"run_at_us",
+						"delay_tolerance_ms",
+						"max_attempts",
+						"run_at_ms"};
 /* the integers' bounds, checked before anything is narrowed */
-static const int64_t field_lo[NFIELDS] = {[F_PRIORITY] = SQ_MIN_PRIORITY, [F_MAX_ATTEMPTS] = 1};
+static const int64_t field_lo[NFIELDS] = {
+	[F_PRIORITY] = SQ_MIN_PRIORITY, [F_MAX_ATTEMPTS] = 1, [F_RUN_AT_MS] = 1};
 static const int64_t field_hi[NFIELDS] = {
 	[F_PRIORITY] = SQ_MAX_PRIORITY,     [F_DELAY] = SQ_MAX_DELAY_MS,
 	[F_RUN_AT] = SQ_MAX_RUN_AT_US,      [F_TOLERANCE] = SQ_MAX_DELAY_TOLERANCE_MS,
-	[F_MAX_ATTEMPTS] = SQ_MAX_ATTEMPTS,
+	[F_MAX_ATTEMPTS] = SQ_MAX_ATTEMPTS, [F_RUN_AT_MS] = SQ_MAX_RUN_AT_US / 1000,
 };
 
 /* A string member's value, decoded (valid UTF-8, no NUL: the validator saw
@@ -161,6 +169,7 @@ static const char *int_member(line_job *lj, int f, const sq_json_member *m, char
 	case F_PRIORITY: lj->spec.has_priority = 1, lj->spec.priority = (int32_t)v; break;
 	case F_DELAY: lj->spec.delay_ms = v; break;
 	case F_RUN_AT: lj->spec.run_at_us = v; break;
+	case F_RUN_AT_MS: lj->spec.run_at_us = v * 1000; break;
 	/* in a file, 0 says "none"; leaving the field out takes the type's */
 	case F_TOLERANCE: lj->spec.delay_tolerance_ms = v ? v : SQ_NO_DELAY_TOLERANCE; break;
 	default: lj->spec.max_attempts = (int32_t)v; break;
@@ -170,8 +179,9 @@ static const char *int_member(line_job *lj, int f, const sq_json_member *m, char
 
 /* One JSON-lines job: {"type", "key", "params", "priority", "delay_ms",
  * "run_at_us", "delay_tolerance_ms", "max_attempts"}, checked as sq_enqueue
- * will check it. params are kept as written, byte for byte. Returns NULL or
- * what is wrong. */
+ * will check it; also a line of an HTTP enqueue's "jobs" ("run_at_ms", and
+ * "delay_tolerance_ms": null for none). params are kept as written, byte
+ * for byte. Returns NULL or what is wrong. */
 const char *cli_parse_job_line(const sq_config *cfg, const char *text, size_t len, line_job *lj,
 			       char *why, size_t wlen)
 {
@@ -195,7 +205,8 @@ const char *cli_parse_job_line(const sq_config *cfg, const char *text, size_t le
 		if (f == NFIELDS) {
 			snprintf(why, wlen,
 				 "unknown field \"%.*s\" (known: type, key, params, priority, "
-				 "delay_ms, run_at_us, delay_tolerance_ms, max_attempts)",
+				 "delay_ms, run_at_us or run_at_ms, delay_tolerance_ms, "
+				 "max_attempts)",
 				 (int)(m.key_len > 40 ? 40 : m.key_len), m.key);
 			return why;
 		}
@@ -204,8 +215,14 @@ const char *cli_parse_job_line(const sq_config *cfg, const char *text, size_t le
 			return why;
 		}
 		seen |= 1u << f;
-		if (f == F_KEY && m.kind == SQ_JSON_NULL)
+		if ((seen & (1u << F_RUN_AT)) && (seen & (1u << F_RUN_AT_MS)))
+			return "give run_at_us or run_at_ms, not both";
+		if ((f == F_KEY || f == F_PARAMS) && m.kind == SQ_JSON_NULL)
+			continue;                                 /* none; params: {} */
+		if (f == F_TOLERANCE && m.kind == SQ_JSON_NULL) { /* none, as over HTTP */
+			lj->spec.delay_tolerance_ms = SQ_NO_DELAY_TOLERANCE;
 			continue;
+		}
 		if (f == F_TYPE || f == F_KEY) {
 			char **dst = f == F_TYPE ? &lj->type : &lj->key;
 			if (m.kind != SQ_JSON_STRING) {
@@ -217,7 +234,7 @@ const char *cli_parse_job_line(const sq_config *cfg, const char *text, size_t le
 				return "out of memory";
 		} else if (f == F_PARAMS) {
 			if (m.kind != SQ_JSON_OBJECT)
-				return "\"params\" must be a JSON object ({...})";
+				return "\"params\" must be a JSON object ({...}) or null";
 			if (!(lj->params = strndup(m.val, m.val_len)))
 				return "out of memory";
 		} else if ((bad = int_member(lj, f, &m, why, wlen))) {
@@ -226,6 +243,8 @@ const char *cli_parse_job_line(const sq_config *cfg, const char *text, size_t le
 	}
 	if (!lj->type)
 		return "\"type\" (a string) is required";
+	if ((seen & (1u << F_RUN_AT_MS)) && lj->spec.delay_ms)
+		return "give run_at_ms or delay_ms, not both";
 	lj->spec.type = lj->type;
 	lj->spec.key = lj->key;
 	lj->spec.params = lj->params;
