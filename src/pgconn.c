@@ -153,21 +153,32 @@ static sq_status take_conn(sq_pgconn *pc, PGconn *conn, sq_error *err)
 	return SQ_OK;
 }
 
-static sq_status connect_now(sq_pgconn *pc, sq_error *err)
+/* A connection to pc's shard: made (blocking, up to connect_timeout), or
+ * only started (PQconnectStartParams; see connect_step). */
+static sq_status open_conn(sq_pgconn *pc, int blocking, PGconn **out, sq_error *err)
 {
 	char timeout[16];
 	const char *vals[] = {pc->dsn, pc->options, timeout, NULL};
 	snprintf(timeout, sizeof(timeout), "%d", pc->connect_timeout_s);
-	PGconn *conn = PQconnectdbParams(connect_kw, vals, 1);
+	PGconn *conn = blocking ? PQconnectdbParams(connect_kw, vals, 1)
+				: PQconnectStartParams(connect_kw, vals, 1);
 	if (!conn)
 		return sq_err(err, SQ_ENOMEM, "shard %s (%s): out of memory", pc->shard_id,
 			      pc->addr);
-	if (PQstatus(conn) != CONNECTION_OK) {
+	if (blocking ? PQstatus(conn) != CONNECTION_OK : PQstatus(conn) == CONNECTION_BAD) {
 		sq_status st = unreachable(pc, PQerrorMessage(conn), err);
 		PQfinish(conn);
 		return st;
 	}
-	return take_conn(pc, conn, err);
+	*out = conn;
+	return SQ_OK;
+}
+
+static sq_status connect_now(sq_pgconn *pc, sq_error *err)
+{
+	PGconn *conn;
+	sq_status st = open_conn(pc, 1, &conn, err);
+	return st != SQ_OK ? st : take_conn(pc, conn, err);
 }
 
 static void connect_abandon(sq_pgconn *pc)
@@ -177,21 +188,13 @@ static void connect_abandon(sq_pgconn *pc)
 	pc->connecting = NULL;
 }
 
-/* Starts a connection without waiting for it (PQconnectStartParams). */
+/* Starts a connection without waiting for it. */
 static sq_status connect_begin(sq_pgconn *pc, double now, sq_error *err)
 {
-	char timeout[16];
-	const char *vals[] = {pc->dsn, pc->options, timeout, NULL};
-	snprintf(timeout, sizeof(timeout), "%d", pc->connect_timeout_s);
-	PGconn *conn = PQconnectStartParams(connect_kw, vals, 1);
-	if (!conn)
-		return sq_err(err, SQ_ENOMEM, "shard %s (%s): out of memory", pc->shard_id,
-			      pc->addr);
-	if (PQstatus(conn) == CONNECTION_BAD) {
-		sq_status st = unreachable(pc, PQerrorMessage(conn), err);
-		PQfinish(conn);
+	PGconn *conn;
+	sq_status st = open_conn(pc, 0, &conn, err);
+	if (st != SQ_OK)
 		return st;
-	}
 	pc->connecting = conn;
 	pc->connect_poll = PGRES_POLLING_WRITING; /* as libpq asks: wait to write first */
 	pc->connect_started = now;
