@@ -63,12 +63,7 @@ void sq_buf_puts(sq_buf *b, const char *s)
 
 void sq_buf_putc(sq_buf *b, char c)
 {
-	if (b->len + 1 < b->cap) {
-		b->data[b->len++] = c;
-		b->data[b->len] = '\0';
-		return;
-	}
-	sq_buf_append_slow(b, &c, 1);
+	sq_buf_append(b, &c, 1);
 }
 
 void sq_buf_printf(sq_buf *b, const char *fmt, ...)

@@ -80,11 +80,16 @@ static void short_pq_error(const char *m, char *out, size_t outlen)
 	out[n] = '\0';
 }
 
-static char *dsn_addr(const char *dsn)
+/* "host:port" of a dsn, for messages; *multi_host: it names more than one
+ * host (host=a,b). libpq gives each its own connect_timeout and goes on to
+ * the next, which only its blocking connect does for an address that never
+ * answers. */
+static char *dsn_addr(const char *dsn, int *multi_host)
 {
 	char *errmsg = NULL, buf[300];
 	const char *host = NULL, *port = NULL, *hostaddr = NULL;
 	PQconninfoOption *opts = PQconninfoParse(dsn, &errmsg), *o;
+	*multi_host = 0;
 	if (!opts) {
 		PQfreemem(errmsg);
 		return strdup("?");
@@ -97,6 +102,7 @@ static char *dsn_addr(const char *dsn)
 		else if (!strcmp(o->keyword, "port") && o->val)
 			port = o->val;
 	}
+	*multi_host = (host && strchr(host, ',')) || (hostaddr && strchr(hostaddr, ','));
 	snprintf(buf, sizeof(buf), "%s:%s",
 		 host       ? host
 		 : hostaddr ? hostaddr
@@ -104,26 +110,6 @@ static char *dsn_addr(const char *dsn)
 		 port ? port : "5432");
 	PQconninfoFree(opts);
 	return strdup(buf);
-}
-
-/* Whether the dsn names more than one host (host=a,b): libpq gives each
- * its own connect_timeout and goes on to the next, which only its blocking
- * connect does for an address that never answers. */
-static int dsn_multi_host(const char *dsn)
-{
-	char *errmsg = NULL;
-	int multi = 0;
-	PQconninfoOption *opts = PQconninfoParse(dsn, &errmsg), *o;
-	if (!opts) {
-		PQfreemem(errmsg);
-		return 0;
-	}
-	for (o = opts; o->keyword; o++)
-		if ((!strcmp(o->keyword, "host") || !strcmp(o->keyword, "hostaddr")) && o->val &&
-		    strchr(o->val, ','))
-			multi = 1;
-	PQconninfoFree(opts);
-	return multi;
 }
 
 static const char *const connect_kw[] = {"dbname", "options", "connect_timeout", NULL};
@@ -366,8 +352,7 @@ sq_status sq_pgconn_open(sq_pgconn *pc, const char *shard_id, const char *dsn, c
 	pc->shard_id = strdup(shard_id);
 	pc->dsn = strdup(dsn);
 	pc->options = strdup(options ? options : "");
-	pc->addr = dsn_addr(dsn);
-	pc->multi_host = dsn_multi_host(dsn);
+	pc->addr = dsn_addr(dsn, &pc->multi_host);
 	pc->connect_timeout_s = connect_timeout_s;
 	if (!pc->shard_id || !pc->dsn || !pc->options || !pc->addr)
 		return sq_err(err, SQ_ENOMEM, "out of memory");
