@@ -1220,147 +1220,10 @@ END_TEST
 
 /* ---- a shard lost half-way through a batch ----------------------------------- */
 
-/*
- * A TCP proxy in front of one shard. Armed, it lets through a connection's
- * next batch (a write naming sq_enqueue) and then cuts that connection's
- * client side at the shard's first answer, while still draining the shard's
- * side: the shard has the whole batch, commits it, and the client never
- * hears of it. Refusing, it closes every new connection at once (the
- * shard cannot be reached).
- */
-typedef struct proxy {
-	int lfd, port, target;
-	atomic_int armed, cuts, stop, refuse;
-	pthread_t th;
-} proxy;
-
-typedef struct proxy_pair {
-	int c, s, seen;
-} proxy_pair;
-
-static void write_all(int fd, const char *p, ssize_t n)
-{
-	while (n > 0) {
-		ssize_t w = write(fd, p, (size_t)n);
-		if (w <= 0)
-			return;
-		p += w, n -= w;
-	}
-}
-
-static void *proxy_main(void *arg)
-{
-	proxy *px = arg;
-	proxy_pair v[32];
-	int n = 0;
-	static char buf[1 << 16];
-	while (!atomic_load(&px->stop)) {
-		struct pollfd fds[1 + 2 * 32];
-		int k = 0, live = n;
-		fds[k++] = (struct pollfd){px->lfd, POLLIN, 0};
-		for (int i = 0; i < live; i++) {
-			fds[k++] = (struct pollfd){v[i].c, POLLIN, 0};
-			fds[k++] = (struct pollfd){v[i].s, POLLIN, 0};
-		}
-		if (poll(fds, (nfds_t)k, 50) <= 0)
-			continue;
-		for (int i = 0; i < live; i++) {
-			struct pollfd *fc = &fds[1 + 2 * i], *fs = &fds[2 + 2 * i];
-			ssize_t r;
-			if (v[i].c >= 0 && fc->revents) {
-				r = read(v[i].c, buf, sizeof(buf));
-				if (r <= 0) {
-					close(v[i].c);
-					close(v[i].s);
-					v[i].c = v[i].s = -1;
-					continue;
-				}
-				if (atomic_load(&px->armed) &&
-				    memmem(buf, (size_t)r, "sq_enqueue", 10))
-					v[i].seen = 1;
-				write_all(v[i].s, buf, r);
-			}
-			if (v[i].s >= 0 && fs->revents) {
-				r = read(v[i].s, buf, sizeof(buf));
-				if (r <= 0) {
-					if (v[i].c >= 0)
-						close(v[i].c);
-					close(v[i].s);
-					v[i].c = v[i].s = -1;
-				} else if (v[i].c >= 0 && v[i].seen && atomic_load(&px->armed)) {
-					shutdown(v[i].c, SHUT_RDWR);
-					close(v[i].c);
-					v[i].c = -1;
-					atomic_store(&px->armed, 0);
-					atomic_fetch_add(&px->cuts, 1);
-				} else if (v[i].c >= 0) {
-					write_all(v[i].c, buf, r);
-				}
-			}
-		}
-		if ((fds[0].revents & POLLIN) && n < 32) {
-			struct sockaddr_in sa = {.sin_family = AF_INET,
-						 .sin_port = htons((uint16_t)px->target)};
-			int c = accept(px->lfd, NULL, NULL), s = socket(AF_INET, SOCK_STREAM, 0);
-			sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-			if (c >= 0 && s >= 0 && !atomic_load(&px->refuse) &&
-			    !connect(s, (struct sockaddr *)&sa, sizeof(sa))) {
-				v[n++] = (proxy_pair){c, s, 0};
-			} else {
-				if (c >= 0)
-					close(c);
-				if (s >= 0)
-					close(s);
-			}
-		}
-		int w = 0;
-		for (int i = 0; i < n; i++)
-			if (v[i].s >= 0)
-				v[w++] = v[i];
-		n = w;
-	}
-	for (int i = 0; i < n; i++) {
-		if (v[i].c >= 0)
-			close(v[i].c);
-		close(v[i].s);
-	}
-	return NULL;
-}
-
-static void proxy_start(proxy *px, int target)
-{
-	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = 0};
-	socklen_t len = sizeof(sa);
-	memset(px, 0, sizeof(*px));
-	px->target = target;
-	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	px->lfd = socket(AF_INET, SOCK_STREAM, 0);
-	ck_assert_int_ge(px->lfd, 0);
-	ck_assert_int_eq(bind(px->lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-	ck_assert_int_eq(listen(px->lfd, 16), 0);
-	ck_assert_int_eq(getsockname(px->lfd, (struct sockaddr *)&sa, &len), 0);
-	px->port = ntohs(sa.sin_port);
-	ck_assert_int_eq(pthread_create(&px->th, NULL, proxy_main, px), 0);
-}
-
-static void proxy_stop(proxy *px)
-{
-	atomic_store(&px->stop, 1);
-	pthread_join(px->th, NULL);
-	close(px->lfd);
-}
-
 /* This cluster's config with shard 2 reached through port `port`. */
 static char *ini_via(int port)
 {
-	char from[64], to[64];
-	snprintf(from, sizeof(from), "port=%d ", t.ports[1]);
-	snprintf(to, sizeof(to), "port=%d ", port);
-	char *at = strstr(t.ini, from);
-	ck_assert_ptr_nonnull(at);
-	char *ini = malloc(strlen(t.ini) + 16);
-	sprintf(ini, "%.*s%s%s", (int)(at - t.ini), t.ini, to, at + strlen(from));
-	return ini;
+	return testdb_ini_via(t.ini, t.ports[1], port);
 }
 
 /* How many jobs carry params key `k` (on every shard), and whether the job
@@ -1408,7 +1271,7 @@ static long long jobs_there(const int64_t *ids, int n)
  * those again leaves every job once. */
 START_TEST(lost_shard_reports_exact_set)
 {
-	proxy px;
+	testdb_proxy px;
 	sq_config *cfg;
 	sq_client *c;
 	sq_error err;
@@ -1418,7 +1281,7 @@ START_TEST(lost_shard_reports_exact_set)
 	sq_job_spec js[N];
 	sq_enqueue_result rs[N];
 	char params[N][24];
-	proxy_start(&px, t.ports[1]);
+	testdb_proxy_start(&px, t.ports[1]);
 	char *ini = ini_via(px.port);
 	ck_assert_int_eq(sq_config_parse(ini, "via-proxy", &cfg, &err), SQ_OK);
 	ck_assert_msg(sq_client_open(cfg, 0, &c, &err) == SQ_OK, "%s", err.msg);
@@ -1507,7 +1370,7 @@ START_TEST(lost_shard_reports_exact_set)
 	sq_client_close(c);
 	sq_config_free(cfg);
 	free(ini);
-	proxy_stop(&px);
+	testdb_proxy_stop(&px);
 }
 END_TEST
 
@@ -1516,13 +1379,13 @@ END_TEST
  * not written, and sending those again leaves each line's job once. */
 START_TEST(cli_names_the_lines_written)
 {
-	proxy px;
+	testdb_proxy px;
 	char cfg[1024], file[1024], again[1024];
 	char *out, *err;
 	/* batches of 8 keyless runs of 256 (a run shares a partition), so that
 	 * the first reaches both shards */
 	enum { B = 8 * 256, N = 3 * B };
-	proxy_start(&px, t.ports[1]);
+	testdb_proxy_start(&px, t.ports[1]);
 	char *ini = ini_via(px.port);
 	path_in(cfg, sizeof(cfg), "lost.ini");
 	path_in(file, sizeof(file), "jobs.jsonl");
@@ -1598,7 +1461,7 @@ START_TEST(cli_names_the_lines_written)
 			 N);
 	free(out);
 	free(err);
-	proxy_stop(&px);
+	testdb_proxy_stop(&px);
 }
 END_TEST
 

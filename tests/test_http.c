@@ -73,13 +73,21 @@ static void hash_line(const char *token, char *out, size_t len)
 
 /* The daemon's config: the cluster's, with [daemon], the tokens and
  * application_name = sqd (so its connections can be counted). */
-static void write_ini(const char *daemon_keys, const char *extra_tokens)
+static void write_ini_via(const char *daemon_keys, const char *extra_tokens,
+			  const char *connection_keys, int s2_via)
 {
-	char hw[160], hp[160], ha[160];
+	char hw[160], hp[160], ha[160], conn[256];
 	hash_line(tok_worker, hw, sizeof(hw));
 	hash_line(tok_producer, hp, sizeof(hp));
 	hash_line(tok_admin, ha, sizeof(ha));
-	char *ini = testdb_ini(&t, NULL, "\n[connection]\napplication_name = sqd\n");
+	snprintf(conn, sizeof(conn), "\n[connection]\napplication_name = sqd\n%s",
+		 connection_keys ? connection_keys : "");
+	char *ini = testdb_ini(&t, NULL, conn);
+	if (s2_via) {
+		char *via = testdb_ini_via(ini, t.ports[1], s2_via);
+		free(ini);
+		ini = via;
+	}
 	testdb_path(ini_path, sizeof(ini_path), "shardqd.ini");
 	FILE *f = fopen(ini_path, "w");
 	ck_assert_msg(f != NULL, "%s: %s", ini_path, strerror(errno));
@@ -90,6 +98,12 @@ static void write_ini(const char *daemon_keys, const char *extra_tokens)
 		ini, daemon_keys ? daemon_keys : "", hw, hp, ha, extra_tokens ? extra_tokens : "");
 	fclose(f);
 	free(ini);
+}
+
+/* The same, shards reached directly. */
+static void write_ini(const char *daemon_keys, const char *extra_tokens)
+{
+	write_ini_via(daemon_keys, extra_tokens, NULL, 0);
 }
 
 /* Starts shardqd -c the config; waits for its "listening on" line. */
@@ -234,7 +248,9 @@ static int hc_recv(int fd, hresp *r)
 			buf = realloc(buf, cap *= 2);
 		ssize_t n = recv(fd, buf + have, cap - have - 1, 0);
 		if (n <= 0) {
+			int e = n ? errno : 0;
 			free(buf);
+			errno = e;
 			return -1;
 		}
 		have += (size_t)n;
@@ -277,14 +293,24 @@ static void keep(const hresp *r)
 	bodies[nbodies++] = r->body;
 }
 
+/* > 0: call() fails when no reply comes within this many seconds. */
+static double call_timeout_s;
+
 /* One request on a fresh connection. */
 static hresp call(const char *method, const char *path, const char *token, const char *body)
 {
 	hresp r;
 	int fd = hc_connect(D.port);
+	if (call_timeout_s > 0) {
+		struct timeval tv = {(time_t)call_timeout_s, 0};
+		setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	}
 	ck_assert_msg(hc_send(fd, method, path, token, body) == 0, "send %s %s", method, path);
-	ck_assert_msg(hc_recv(fd, &r) == 0, "%s %s: the connection ended without a reply", method,
-		      path);
+	int got = hc_recv(fd, &r);
+	ck_assert_msg(got == 0 || !(errno == EAGAIN || errno == EWOULDBLOCK),
+		      "%s %s: no reply within %.0fs; the daemon's output:\n%s", method, path,
+		      call_timeout_s, slurp(D.out));
+	ck_assert_msg(got == 0, "%s %s: the connection ended without a reply", method, path);
 	close(fd);
 	keep(&r);
 	return r;
@@ -1826,6 +1852,163 @@ START_TEST(cut_connections_are_replaced_before_a_request)
 }
 END_TEST
 
+/* A body of n jobs of `type` with keys PREFIX0..: a key goes to the same
+ * partition every time, and sending a live key again adds no job. */
+static char *keyed_body(const char *type, const char *prefix, int n)
+{
+	sq_buf b;
+	sq_buf_init(&b);
+	sq_buf_puts(&b, "{\"jobs\":[");
+	for (int i = 0; i < n; i++)
+		sq_buf_printf(&b, "%s{\"type\":\"%s\",\"key\":\"%s%d\"}", i ? "," : "", type,
+			      prefix, i);
+	sq_buf_puts(&b, "]}");
+	return b.data;
+}
+
+/* How many results of a reply have `field` equal to `value`; the id of
+ * the last of them in *id (if id). */
+static int results_with(const hresp *r, const char *field, const char *value, long long *id)
+{
+	json_t *j = js(r);
+	json_t *res = json_object_get(j, "results");
+	int n = 0;
+	for (size_t i = 0; i < json_array_size(res); i++) {
+		json_t *x = json_array_get(res, i);
+		if (strcmp(json_string_value(json_object_get(x, field)) ?: "", value))
+			continue;
+		n++;
+		if (id)
+			*id = (long long)json_integer_value(json_object_get(x, "id"));
+	}
+	json_decref(j);
+	return n;
+}
+
+static int outcomes(const hresp *r, const char *outcome)
+{
+	return results_with(r, "outcome", outcome, NULL);
+}
+
+/*
+ * Shard 2's host vanishes while the daemon runs: a proxy in front of it
+ * cuts the daemon's connections, then takes new ones and never answers.
+ * connect_timeout is 10 minutes, above the test's stall limit, so a
+ * request thread that waited for the connect fails the test
+ * (call_timeout_s). Instead, a request that needs shard 2 gets 503
+ * `still connecting` in a bounded time; the other shard's jobs are
+ * written, read, claimed and completed meanwhile; and nothing answered
+ * not_written is on shard 2. When the host is back, the batch is sent
+ * again until no job is not_written, and every key is there once.
+ */
+START_TEST(a_shard_that_does_not_answer_holds_no_request_up)
+{
+	enum { N = 40 };
+	testdb_proxy px;
+	testdb_open(&t, "sq_http_hole", 2, 64, types_ini);
+	testdb_proxy_start(&px, t.ports[1]);
+	write_ini_via(NULL, NULL, "connect_timeout = 10m\n", px.port);
+	daemon_start(&D, "shardqd.out");
+	call_timeout_s = STALL_S;
+
+	/* both shards answer through the proxy; the b jobs are claimed later */
+	char *body = keyed_body("b", "w", N);
+	hresp r = call("POST", "/v1/jobs", tok_producer, body);
+	free(body);
+	EXPECT(r, 200, NULL);
+	long long b_on_s1 =
+		testdb_scalar(&t, 0, "SELECT count(*) FROM shardq.jobs WHERE task = 'b'");
+	ck_assert_msg(b_on_s1 > 0 && b_on_s1 < N, "the %d keys went to one shard (s1 has %lld)", N,
+		      b_on_s1);
+
+	testdb_proxy_hole(&px, 1);
+	/* the first requests find their connection to s2 cut; the next ones
+	 * connect again, and must not wait for it */
+	body = keyed_body("a", "h", N);
+	int still = 0, tries = 0, inserted = 0;
+	long long s1_job = 0;
+	char last[512] = "";
+	while (!still) {
+		ck_assert_msg(++tries <= 50,
+			      "50 enqueues with s2 unreachable, and none answered `still "
+			      "connecting`; the last: %s",
+			      last);
+		r = call("POST", "/v1/jobs", tok_producer, body);
+		snprintf(last, sizeof(last), "%d %s", r.status, r.body);
+		EXPECT(r, 503, "unavailable");
+		/* s2's part: not_written, or unknown when its connection was
+		 * found cut after the part was sent (then not asked) */
+		ck_assert_msg(outcomes(&r, "inserted") + outcomes(&r, "duplicate") +
+					      outcomes(&r, "not_written") +
+					      outcomes(&r, "unknown") ==
+				      N,
+			      "a reply without a result for each of the %d jobs: %s", N, r.body);
+		results_with(&r, "outcome", "inserted", &s1_job);
+		inserted += outcomes(&r, "inserted");
+		still = strstr(r.body, "still connecting") != NULL;
+	}
+	ck_assert_msg(strstr(r.body, "shard s2") != NULL, "the reply does not name s2: %s", r.body);
+	printf("s2 gone: %d enqueues until one answered `still connecting`: %.300s\n", tries,
+	       r.body);
+	/* what was answered not_written is not there; s1's part is, once */
+	ck_assert_int_eq(testdb_scalar(&t, 1, "SELECT count(*) FROM shardq.jobs WHERE task = 'a'"),
+			 0);
+	long long a_on_s1 =
+		testdb_scalar(&t, 0, "SELECT count(*) FROM shardq.jobs WHERE task = 'a'");
+	ck_assert_int_eq(a_on_s1, inserted);
+	ck_assert_int_eq(outcomes(&r, "not_written"), N - a_on_s1);
+
+	/* the other shard is served meanwhile, by every request thread */
+	ck_assert_int_gt(s1_job, 0);
+	for (int i = 0; i < 8; i++) {
+		char path[64];
+		snprintf(path, sizeof(path), "/v1/jobs/%lld", s1_job);
+		r = call("GET", path, tok_worker, NULL);
+		EXPECT(r, 200, NULL);
+	}
+	r = call("POST", "/v1/claim", tok_worker,
+		 "{\"worker\":\"w1\",\"types\":[{\"type\":\"b\",\"limit\":100}],\"wait_ms\":0}");
+	EXPECT(r, 200, NULL);
+	json_t *j = js(&r);
+	json_t *jobs = json_object_get(j, "jobs");
+	long long claimed = (long long)json_array_size(jobs);
+	ck_assert_msg(claimed > 0 && claimed <= b_on_s1,
+		      "claimed %lld b jobs with s2 unreachable; s1 holds %lld", claimed, b_on_s1);
+	char *fb = fence_body(jobs, NULL);
+	json_decref(j);
+	r = call("POST", "/v1/jobs/complete", tok_worker, fb);
+	free(fb);
+	EXPECT(r, 200, NULL);
+	ck_assert_int_eq(results_with(&r, "result", "ok", NULL), claimed);
+	ck_assert_int_eq(testdb_scalar(&t, 0, "SELECT count(*) FROM shardq.jobs WHERE task = 'b'"),
+			 b_on_s1 - claimed);
+
+	/* the host is back: the same batch again until every key is written */
+	testdb_proxy_hole(&px, 0);
+	double since = now_s();
+	int best = -1;
+	for (;;) {
+		r = call("POST", "/v1/jobs", tok_producer, body);
+		int nw = outcomes(&r, "not_written") + outcomes(&r, "unknown");
+		if (r.status == 200 && nw == 0)
+			break;
+		EXPECT(r, 503, NULL);
+		if (best < 0 || nw < best)
+			best = nw, since = now_s();
+		ck_assert_msg(now_s() - since < STALL_S,
+			      "%d of %d jobs still not written %.0fs after s2 came back: %s", nw, N,
+			      STALL_S, r.body);
+		usleep(100000);
+	}
+	free(body);
+	ck_assert_int_eq(live("task = 'a'"), N);
+	ck_assert_int_eq(live("task = 'a' AND active_uid LIKE 'h%'"), N);
+	call_timeout_s = 0;
+	testdb_proxy_stop(&px);
+	stop_all();
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("http");
@@ -1842,5 +2025,6 @@ int main(void)
 	ADD_CASE(s, admin_page_matches_shards, 3600);
 	ADD_CASE(s, listen_errors_name_the_address, 3600);
 	ADD_CASE(s, cut_connections_are_replaced_before_a_request, 3600);
+	ADD_CASE(s, a_shard_that_does_not_answer_holds_no_request_up, 3600);
 	return run_suite(s);
 }

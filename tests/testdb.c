@@ -1,4 +1,5 @@
 /* testdb.c - per-suite databases on the local shards, and small helpers. */
+#define _GNU_SOURCE /* memmem */
 #include "testdb.h"
 
 #include <check.h>
@@ -6,10 +7,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
 #include <dirent.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <poll.h>
 #include <unistd.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 
 int testdb_ports(int *ports, int max)
@@ -356,4 +361,152 @@ int testdb_run_cli(char *out, size_t outlen, const char *fmt, ...)
 	out[n] = '\0';
 	int rc = pclose(f);
 	return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+/* ---- a proxy in front of one shard (testdb.h) ------------------------------ */
+
+typedef struct proxy_pair {
+	int c, s, seen;
+} proxy_pair;
+
+static void write_all(int fd, const char *p, ssize_t n)
+{
+	while (n > 0) {
+		ssize_t w = write(fd, p, (size_t)n);
+		if (w <= 0)
+			return;
+		p += w, n -= w;
+	}
+}
+
+static void *proxy_main(void *arg)
+{
+	testdb_proxy *px = arg;
+	proxy_pair v[32];
+	int n = 0;
+	static char buf[1 << 16];
+	while (!atomic_load(&px->stop)) {
+		struct pollfd fds[1 + 2 * 32];
+		int k = 0, hole = atomic_load(&px->hole);
+		if (hole) { /* gone: what it held is cut, what comes waits */
+			for (int i = 0; i < n; i++) {
+				if (v[i].c >= 0)
+					close(v[i].c);
+				close(v[i].s);
+			}
+			n = 0;
+		}
+		atomic_store(&px->hole_seen, hole);
+		int live = n;
+		fds[k++] = (struct pollfd){hole ? -1 : px->lfd, POLLIN, 0};
+		for (int i = 0; i < live; i++) {
+			fds[k++] = (struct pollfd){v[i].c, POLLIN, 0};
+			fds[k++] = (struct pollfd){v[i].s, POLLIN, 0};
+		}
+		if (poll(fds, (nfds_t)k, 50) <= 0)
+			continue;
+		for (int i = 0; i < live; i++) {
+			struct pollfd *fc = &fds[1 + 2 * i], *fs = &fds[2 + 2 * i];
+			ssize_t r;
+			if (v[i].c >= 0 && fc->revents) {
+				r = read(v[i].c, buf, sizeof(buf));
+				if (r <= 0) {
+					close(v[i].c);
+					close(v[i].s);
+					v[i].c = v[i].s = -1;
+					continue;
+				}
+				if (atomic_load(&px->armed) &&
+				    memmem(buf, (size_t)r, "sq_enqueue", 10))
+					v[i].seen = 1;
+				write_all(v[i].s, buf, r);
+			}
+			if (v[i].s >= 0 && fs->revents) {
+				r = read(v[i].s, buf, sizeof(buf));
+				if (r <= 0) {
+					if (v[i].c >= 0)
+						close(v[i].c);
+					close(v[i].s);
+					v[i].c = v[i].s = -1;
+				} else if (v[i].c >= 0 && v[i].seen && atomic_load(&px->armed)) {
+					shutdown(v[i].c, SHUT_RDWR);
+					close(v[i].c);
+					v[i].c = -1;
+					atomic_store(&px->armed, 0);
+					atomic_fetch_add(&px->cuts, 1);
+				} else if (v[i].c >= 0) {
+					write_all(v[i].c, buf, r);
+				}
+			}
+		}
+		if ((fds[0].revents & POLLIN) && n < 32) {
+			struct sockaddr_in sa = {.sin_family = AF_INET,
+						 .sin_port = htons((uint16_t)px->target)};
+			int c = accept(px->lfd, NULL, NULL), s = socket(AF_INET, SOCK_STREAM, 0);
+			sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+			if (c >= 0 && s >= 0 && !atomic_load(&px->refuse) &&
+			    !connect(s, (struct sockaddr *)&sa, sizeof(sa))) {
+				v[n++] = (proxy_pair){c, s, 0};
+			} else {
+				if (c >= 0)
+					close(c);
+				if (s >= 0)
+					close(s);
+			}
+		}
+		int w = 0;
+		for (int i = 0; i < n; i++)
+			if (v[i].s >= 0)
+				v[w++] = v[i];
+		n = w;
+	}
+	for (int i = 0; i < n; i++) {
+		if (v[i].c >= 0)
+			close(v[i].c);
+		close(v[i].s);
+	}
+	return NULL;
+}
+
+void testdb_proxy_start(testdb_proxy *px, int target)
+{
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = 0};
+	socklen_t len = sizeof(sa);
+	memset(px, 0, sizeof(*px));
+	px->target = target;
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	px->lfd = socket(AF_INET, SOCK_STREAM, 0);
+	ck_assert_int_ge(px->lfd, 0);
+	ck_assert_int_eq(bind(px->lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	ck_assert_int_eq(listen(px->lfd, 16), 0);
+	ck_assert_int_eq(getsockname(px->lfd, (struct sockaddr *)&sa, &len), 0);
+	px->port = ntohs(sa.sin_port);
+	ck_assert_int_eq(pthread_create(&px->th, NULL, proxy_main, px), 0);
+}
+
+void testdb_proxy_hole(testdb_proxy *px, int on)
+{
+	atomic_store(&px->hole, on);
+	while (atomic_load(&px->hole_seen) != on)
+		usleep(1000);
+}
+
+void testdb_proxy_stop(testdb_proxy *px)
+{
+	atomic_store(&px->stop, 1);
+	pthread_join(px->th, NULL);
+	close(px->lfd);
+}
+
+char *testdb_ini_via(const char *ini, int port, int via)
+{
+	char from[64], to[64];
+	snprintf(from, sizeof(from), "port=%d ", port);
+	snprintf(to, sizeof(to), "port=%d ", via);
+	const char *at = strstr(ini, from);
+	ck_assert_msg(at != NULL, "no '%s' in the config", from);
+	char *out = malloc(strlen(ini) + 16);
+	ck_assert_ptr_nonnull(out);
+	sprintf(out, "%.*s%s%s", (int)(at - ini), ini, to, at + strlen(from));
+	return out;
 }

@@ -6,6 +6,8 @@
 #include "shardq.h"
 
 #include <libpq-fe.h>
+#include <pthread.h>
+#include <stdatomic.h>
 
 /* Ports of the local shards: $SHARDQ_TEST_PORTS ("55431,55432,..."), at
  * least two. */
@@ -83,5 +85,34 @@ typedef struct testdb_proc {
 int testdb_procs(const char *want, testdb_proc *v, int max);
 /* "  pid P (parent Q): CMD" lines for a failure message. */
 void testdb_procs_describe(const testdb_proc *v, int n, char *out, size_t len);
+
+/*
+ * A TCP proxy on a port of its own in front of one shard (127.0.0.1:target),
+ * run by a thread; set its modes with atomic_store. By default it passes
+ * everything through.
+ * - armed: lets through a connection's next batch (a write naming
+ *   sq_enqueue), then cuts that connection's client side at the shard's
+ *   first answer while still draining the shard's side: the shard has the
+ *   whole batch and commits it, and the client never hears of it. Counted
+ *   in cuts; disarms itself.
+ * - refuse: closes every new connection at once (the shard cannot be
+ *   reached).
+ * - hole: a host that is gone without a trace. The connections it holds
+ *   are closed, and new ones are not accepted: they wait in the listen
+ *   queue, their startup packet unanswered. Cleared, it accepts them again
+ *   and passes them through. Set it with testdb_proxy_hole, which returns
+ *   once the proxy acts on it.
+ */
+typedef struct testdb_proxy {
+	int lfd, port, target;
+	atomic_int armed, cuts, stop, refuse, hole, hole_seen;
+	pthread_t th;
+} testdb_proxy;
+void testdb_proxy_start(testdb_proxy *px, int target);
+void testdb_proxy_hole(testdb_proxy *px, int on);
+void testdb_proxy_stop(testdb_proxy *px);
+/* A copy of config text `ini` (malloc'd) whose shard at `port` is reached
+ * through port `via` instead. */
+char *testdb_ini_via(const char *ini, int port, int via);
 
 #endif

@@ -1,6 +1,7 @@
 /* server.c - shardqd's main thread: the HTTP server, connection limits,
  * auth, routing, the request threads and the process (docs/http.md). */
 #include "daemon.h"
+#include "client.h"
 #include "error.h"
 #include "maintain.h"
 
@@ -473,14 +474,45 @@ typedef struct thread_arg {
 
 static thread_arg targs[64];
 
+/* A request that needs a shard whose connection is being made again waits
+ * at most this long for it, then gets 503 (`still connecting`): long
+ * enough for a reconnect to a server that answers (a few round trips, with
+ * TLS and SCRAM), short enough that a host that never answers does not
+ * hold the thread, and the other shards' requests, for connect_timeout. */
+#define SQD_REQUEST_CONNECT_WAIT_S 0.25
+
+/* Between requests, a request thread whose client has a connect under way
+ * takes it on this often (sq_client_advance_connects), so that it is up
+ * when the next request needs that shard. */
+static void wait_for_work(sqd *d, sq_client *c, int *connecting)
+{
+	while (!d->work.head && !(atomic_load(&d->stopping) == 2)) {
+		if (!*connecting) {
+			pthread_cond_wait(&d->work.cv, &d->work.mu);
+			continue;
+		}
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_nsec += (long)(SQ_LOOP_CONNECT_WAIT_S * 1e9);
+		if (ts.tv_nsec >= 1000000000L)
+			ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+		if (pthread_cond_timedwait(&d->work.cv, &d->work.mu, &ts) == ETIMEDOUT) {
+			pthread_mutex_unlock(&d->work.mu);
+			*connecting = sq_client_advance_connects(c) > 0;
+			pthread_mutex_lock(&d->work.mu);
+		}
+	}
+}
+
 static void *request_thread(void *arg)
 {
 	thread_arg *a = arg;
 	sqd *d = a->d;
+	sq_client *c = d->clients[a->i];
+	int connecting = 0;
 	for (;;) {
 		pthread_mutex_lock(&d->work.mu);
-		while (!d->work.head && !(atomic_load(&d->stopping) == 2))
-			pthread_cond_wait(&d->work.cv, &d->work.mu);
+		wait_for_work(d, c, &connecting);
 		sqd_task *t = d->work.head;
 		if (!t) {
 			pthread_mutex_unlock(&d->work.mu);
@@ -516,10 +548,11 @@ static void *request_thread(void *arg)
 		pthread_mutex_unlock(&d->work.mu);
 		atomic_fetch_add(&d->m.threads_busy, 1);
 		if (nb > 1 || (t->route >= R_START && t->route <= R_RELEASE))
-			sqd_run_results(d, d->clients[a->i], batch, nb);
+			sqd_run_results(d, c, batch, nb);
 		else
-			sqd_run(d, d->clients[a->i], t);
+			sqd_run(d, c, t);
 		atomic_fetch_sub(&d->m.threads_busy, 1);
+		connecting = sq_client_advance_connects(c) > 0;
 		for (size_t k = 0; k < nb; k++)
 			sqd_done(d, batch[k]);
 	}
@@ -941,6 +974,10 @@ int main(int argc, char **argv)
 			fprintf(stderr, "shardqd: %s\n", err.msg);
 			return 1;
 		}
+		/* a shard connected again holds a request up for at most this,
+		 * not connect_timeout: the thread serves the other shards'
+		 * requests meanwhile */
+		sq_client_connect_wait(d->clients[i], SQD_REQUEST_CONNECT_WAIT_S);
 	}
 	d->open_flags = open_flags;
 	sq_sched_thread *sched = sq_sched_thread_start(d->cfg, d->worker_id, SQ_OPEN_ALLOW_DOWN,
