@@ -87,8 +87,9 @@ static inline int sq_shard_of_id(const sq_client *c, int64_t id)
  * and the version moved. Cheap when nothing changed. */
 void sq_client_check_map(sq_client *c);
 /* A loop that serves every shard (a worker's, shardqd's claimer): a shard
- * or meta database that must be connected again holds each call up for at
- * most SQ_LOOP_CONNECT_WAIT_S, not connect_timeout (sq_pgconn_set_connect_wait). */
+ * or meta database that must be connected again holds the calls up for at
+ * most SQ_LOOP_CONNECT_WAIT_S per connect, not connect_timeout
+ * (sq_pgconn_set_connect_wait). */
 #define SQ_LOOP_CONNECT_WAIT_S 0.05
 void sq_client_connect_wait(sq_client *c, double wait_s);
 /* sq_pgconn_advance on every shard's and the meta connection; returns how

@@ -289,19 +289,19 @@ static sq_status connect_settle(sq_pgconn *pc, sq_status st, int under_way, cons
  * does not answer), and a worker's loop would spend its ticks there
  * instead of on the other shards. After a failed connect, the next try
  * waits 0.25 s, doubling to 2 s; until then the call fails at once. With
- * connect_wait_s set, a connect does not block either: a call waits for
- * it at most that long (and not again within 0.1 s, so a loop that makes
- * many calls waits once), and fails while it is under way. */
+ * connect_wait_s set, a connect does not block either: the calls wait for
+ * it at most that long in all, counted from its start (a server that
+ * answers is connected by then; one that does not costs the wait once, not
+ * once per call), and fail while it is under way. */
 static sq_status ensure_conn(sq_pgconn *pc, sq_error *err)
 {
 	sq_error e;
 	sq_status st;
 	int under_way = 0;
 	double now = sq_mono_s();
-	double wait = now - pc->connect_waited_at < 0.1 ? 0 : pc->connect_wait_s;
 	if (pc->connecting) {
-		pc->connect_waited_at = now;
-		st = connect_step(pc, wait, &under_way, &e);
+		double wait = pc->connect_wait_until - now;
+		st = connect_step(pc, wait > 0 ? wait : 0, &under_way, &e);
 	} else {
 		if (!needs_connect(pc))
 			return SQ_OK;
@@ -318,10 +318,10 @@ static sq_status ensure_conn(sq_pgconn *pc, sq_error *err)
 				now - (pc->connect_retry_at - pc->connect_backoff),
 				pc->connect_error, pc->connect_retry_at - now);
 		if (pc->connect_wait_s > 0 && !pc->multi_host) {
-			pc->connect_waited_at = now;
+			pc->connect_wait_until = now + pc->connect_wait_s;
 			st = connect_begin(pc, now, &e);
 			if (st == SQ_OK)
-				st = connect_step(pc, wait, &under_way, &e);
+				st = connect_step(pc, pc->connect_wait_s, &under_way, &e);
 		} else {
 			st = connect_now(pc, &e);
 		}

@@ -48,7 +48,8 @@ typedef struct sq_pgconn {
 	PostgresPollingStatusType connect_poll;
 	double connect_started; /* of the attempt on the current socket */
 	int connect_fd;         /* that socket */
-	double connect_waited_at;
+	double connect_wait_until; /* calls wait for this connect until then, in all
+				      (connect_wait_s from its start) */
 	int multi_host; /* the dsn names several hosts: connects block (see
 			   sq_pgconn_set_connect_wait) */
 
@@ -94,8 +95,8 @@ SQ_MUST_CHECK sq_status sq_pgconn_open(sq_pgconn *pc, const char *shard_id, cons
 				       const char *options, int connect_timeout_s, sq_error *err);
 void sq_pgconn_close(sq_pgconn *pc);
 /* From now on a lost connection is made again without blocking the
- * caller for more than wait_s per call, and not again within 0.1 s (0:
- * blocking, up to connect_timeout, the default). For a loop that serves
+ * callers for more than wait_s in all per connect (0: blocking, up to
+ * connect_timeout, the default). For a loop that serves
  * every shard, such as a worker's: one shard that does not answer must not
  * hold up the others. The host name lookup still blocks (a dsn with
  * hostaddr avoids it), and so does the connect of a dsn that names several

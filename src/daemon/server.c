@@ -474,12 +474,14 @@ typedef struct thread_arg {
 
 static thread_arg targs[64];
 
-/* A request that needs a shard whose connection is being made again waits
- * at most this long for it, then gets 503 (`still connecting`): long
- * enough for a reconnect to a server that answers (a few round trips, with
- * TLS and SCRAM), short enough that a host that never answers does not
- * hold the thread, and the other shards' requests, for connect_timeout. */
-#define SQD_REQUEST_CONNECT_WAIT_S 0.25
+/* The requests that need a shard whose connection is being made again
+ * wait at most this long for it in all, counted from the connect's start;
+ * then they get 503 (`still connecting`) at once. Long enough for a
+ * reconnect to a server that answers (a few round trips, with TLS and
+ * SCRAM, on a loaded machine); a host that never answers holds the thread,
+ * and the other shards' requests, for this once per connect instead of
+ * for connect_timeout. */
+#define SQD_REQUEST_CONNECT_WAIT_S 1.0
 
 /* Between requests, a request thread whose client has a connect under way
  * takes it on this often (sq_client_advance_connects), so that it is up
