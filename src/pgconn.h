@@ -46,11 +46,11 @@ typedef struct sq_pgconn {
 	double connect_wait_s;
 	PGconn *connecting;
 	PostgresPollingStatusType connect_poll;
-	double connect_started; /* of the attempt on the current socket */
-	int connect_fd;         /* that socket */
+	double connect_started;    /* of the attempt on the current socket */
+	int connect_fd;            /* that socket */
 	double connect_wait_until; /* calls wait for this connect until then, in all
 				      (connect_wait_s from its start) */
-	int multi_host; /* the dsn names several hosts: connects block (see
+	int multi_host;            /* the dsn names several hosts: connects block (see
 			   sq_pgconn_set_connect_wait) */
 
 	/* the pipeline being built or run */
