@@ -46,12 +46,14 @@ typedef struct sq_pgconn {
 	double connect_wait_s;
 	PGconn *connecting;
 	PostgresPollingStatusType connect_poll;
-	double connect_started;    /* of the attempt on the current socket */
-	int connect_fd;            /* that socket */
-	double connect_wait_until; /* calls wait for this connect until then, in all
-				      (connect_wait_s from its start) */
-	int multi_host;            /* the dsn names several hosts: connects block (see
-			   sq_pgconn_set_connect_wait) */
+	double connect_started; /* of the attempt on the current socket */
+	int connect_fd;         /* that socket */
+	/* calls wait for this connect until then, in all (connect_wait_s
+	 * from its start) */
+	double connect_wait_until;
+	/* the dsn names several hosts: connects block (see
+	 * sq_pgconn_set_connect_wait) */
+	int multi_host;
 
 	/* the pipeline being built or run */
 	const sq_stmt *q[SQ_PIPE_MAX];
