@@ -40,8 +40,8 @@ typedef struct sq_pgconn {
 	double connect_retry_at, connect_backoff;
 	char connect_error[256];
 	/* connect_wait_s > 0: a reconnect does not block for up to
-	 * connect_timeout; each call waits at most this long for it to get on,
-	 * and fails at once while it is under way (see ensure_conn). The
+	 * connect_timeout; the calls wait at most this long in all for it to
+	 * get on, and fail at once while it is under way (see ensure_conn). The
 	 * connection being made, how its last step ended, and when it began */
 	double connect_wait_s;
 	PGconn *connecting;
