@@ -17,14 +17,19 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
+#define SQ_TASK_MAGIC UINT64_C(0x73715f7461736b21) /* "sq_task!" */
+
 typedef struct sq_task {
 	struct sq_task *next;     /* in the pool's queues, or the loop's buffer */
 	struct sq_task *run_next; /* the loop's list of running tasks (and the
 				     pool's list of tasks it started) */
 	struct sq_task *run_prev; /* the loop's list of running tasks, so that a
 				     finished task leaves it at once */
-	sq_job job;               /* owned by the task */
-	int type;                 /* index of the worker's type */
+	/* SQ_TASK_MAGIC while the task lives, right before its job, so that
+	 * sq_job_lease_lost can tell a job it was not meant for */
+	uint64_t magic;
+	sq_job job; /* owned by the task */
+	int type;   /* index of the worker's type */
 	sq_handler fn;
 	void *arg;
 	sq_job_result result; /* written by the pool thread */

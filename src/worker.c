@@ -399,6 +399,7 @@ static sq_task *buf_pop(wtype *t)
 
 static void task_free(sq_task *k)
 {
+	k->magic = 0;
 	sq_job_clear(&k->job);
 	free(k->err);
 	free(k);
@@ -581,7 +582,19 @@ static void lease_set(sq_task *k, double from, int64_t lease_ms)
 
 int sq_job_lease_lost(const sq_job *job)
 {
-	sq_task *k = (sq_task *)((char *)(uintptr_t)job - offsetof(sq_task, job));
+	/* Only a job a worker passed to a handler has a task around it. Any
+	 * other (one of sq_claim or sq_get_job, a copy) would be answered from
+	 * whatever memory lies before it: a program error, stopped here with a
+	 * message rather than answered at random. */
+	sq_task *k = job ? (sq_task *)((char *)(uintptr_t)job - offsetof(sq_task, job)) : NULL;
+	if (!k || k->magic != SQ_TASK_MAGIC) {
+		fprintf(stderr,
+			"shardq: sq_job_lease_lost() was given %s; it answers only for the job "
+			"a worker passed to a handler (not a job of sq_claim or sq_get_job, "
+			"nor a copy of one), while the handler runs\n",
+			job ? "a job that is not one a worker's handler was given" : "NULL");
+		abort();
+	}
 	if (atomic_load(&k->gone))
 		return 1;
 	if (sq_mono_s() < atomic_load(&k->stop_by))
@@ -1362,6 +1375,7 @@ static void tick(sq_worker *w, double now, int claiming)
 				continue;
 			}
 			k->job = jobs[i];
+			k->magic = SQ_TASK_MAGIC;
 			k->type = t;
 			k->fn = w->types[t].fn;
 			k->arg = w->types[t].arg;

@@ -5,6 +5,7 @@
 #include "test_common.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <math.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -1040,6 +1041,70 @@ START_TEST(a_shard_that_does_not_answer_holds_no_run_up)
 }
 END_TEST
 
+/* Runs sq_job_lease_lost(job) in a child; returns what it printed, and
+ * whether it was stopped by SIGABRT in *aborted. */
+static char *lease_lost_in_child(const sq_job *job, int *aborted)
+{
+	static char out[2048];
+	const char *path = tmp("lease_lost.err");
+	pid_t pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+		dup2(fd, 2);
+		int r = sq_job_lease_lost(job);
+		fprintf(stderr, "returned %d\n", r);
+		_exit(0);
+	}
+	int st;
+	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+	*aborted = WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT;
+	FILE *f = fopen(path, "r");
+	size_t n = f ? fread(out, 1, sizeof(out) - 1, f) : 0;
+	if (f)
+		fclose(f);
+	out[n] = '\0';
+	return out;
+}
+
+/*
+ * sq_job_lease_lost answers only for the job a worker passed to a handler
+ * (the task around it says whether the lease is held). Given a job of
+ * sq_claim (here a copy, in memory the test owns, so that what lies before
+ * it is readable) or NULL, it stops the program with a message that names
+ * the mistake, instead of answering from whatever memory lies before the
+ * job. (The handler's own job is asked in a_shard_that_does_not_answer_
+ * holds_no_run_up and by `shardq work --exec`.)
+ */
+START_TEST(lease_lost_refuses_a_job_no_handler_was_given)
+{
+	setup_with("sqt_work_misuse", "[type m]\n");
+	enqueue_n("m", 1, NULL);
+	sq_claim_req req = {"m", 1, 0};
+	sq_job *jobs = NULL;
+	size_t n = 0;
+	sq_error err;
+	OKE(sq_claim(t.client, "wm", &req, 1, &jobs, &n, &err));
+	ck_assert_int_eq(n, 1);
+	struct {
+		char before[256];
+		sq_job job;
+	} copy;
+	memset(copy.before, 0, sizeof(copy.before));
+	copy.job = jobs[0];
+	int aborted;
+	const char *out = lease_lost_in_child(&copy.job, &aborted);
+	ck_assert_msg(aborted && strstr(out, "sq_job_lease_lost() was given a job that is not one "
+					     "a worker's handler was given"),
+		      "a job of sq_claim: aborted %d, printed: %s", aborted, out);
+	out = lease_lost_in_child(NULL, &aborted);
+	ck_assert_msg(aborted && strstr(out, "sq_job_lease_lost() was given NULL"),
+		      "NULL: aborted %d, printed: %s", aborted, out);
+	sq_jobs_free(jobs, n);
+	cleanup();
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("worker");
@@ -1053,5 +1118,6 @@ int main(void)
 	ADD_CASE(s, notify_wakes_idle_worker, 3600);
 	ADD_CASE(s, listens_again_after_its_connections_are_cut, 3600);
 	ADD_CASE(s, a_shard_that_does_not_answer_holds_no_run_up, 3600);
+	ADD_CASE(s, lease_lost_refuses_a_job_no_handler_was_given, 3600);
 	return run_suite(s);
 }
