@@ -290,10 +290,25 @@ sq_status sq_client_open(const sq_config *cfg, int for_init, sq_client **out, sq
 	int allow_down = (for_init & SQ_OPEN_ALLOW_DOWN) != 0, up = 0;
 	char down[sizeof(err->msg)] = "";
 	for_init &= ~SQ_OPEN_ALLOW_DOWN;
+	/* all shards at once: n shards take as long as the slowest to connect,
+	 * and as long as one connect_timeout when some never answer */
+	sq_status *sst = calloc((size_t)cfg->nshards + 1, sizeof(*sst));
+	sq_error *serr = calloc((size_t)cfg->nshards + 1, sizeof(*serr));
+	int ready = sst && serr;
+	for (int i = 0; ready && i < cfg->nshards; i++)
+		ready = sq_pgconn_init(&c->shards[i], cfg->shards[i].id, cfg->shards[i].dsn, opts,
+				       timeout_s, &serr[i]) == SQ_OK;
+	if (!ready) {
+		free(sst);
+		free(serr);
+		free(opts);
+		sq_client_close(c);
+		return sq_err(err, SQ_ENOMEM, "out of memory");
+	}
+	sq_pgconn_connect_all(c->shards, cfg->nshards, sst, serr);
 	for (int i = 0; i < cfg->nshards; i++) {
-		sq_error e;
-		if (sq_pgconn_open(&c->shards[i], cfg->shards[i].id, cfg->shards[i].dsn, opts,
-				   timeout_s, &e) == SQ_OK)
+		const sq_error e = serr[i];
+		if (sst[i] == SQ_OK)
 			up++;
 		else if (allow_down && e.code == SQ_ECONN) {
 			/* reconnected by the first call that needs it; named if
@@ -310,6 +325,8 @@ sq_status sq_client_open(const sq_config *cfg, int for_init, sq_client **out, sq
 				strcat(strcat(err->msg, "\n"), e.msg);
 		}
 	}
+	free(sst);
+	free(serr);
 	if (st == SQ_OK && up == 0 && cfg->nshards > 0)
 		st = sq_err(err, SQ_ECONN, "no shard can be reached:\n%s", down);
 	if (st == SQ_OK) {

@@ -345,7 +345,7 @@ void sq_pgconn_set_connect_wait(sq_pgconn *pc, double wait_s)
 	pc->connect_wait_s = wait_s;
 }
 
-sq_status sq_pgconn_open(sq_pgconn *pc, const char *shard_id, const char *dsn, const char *options,
+sq_status sq_pgconn_init(sq_pgconn *pc, const char *shard_id, const char *dsn, const char *options,
 			 int connect_timeout_s, sq_error *err)
 {
 	memset(pc, 0, sizeof(*pc));
@@ -356,7 +356,53 @@ sq_status sq_pgconn_open(sq_pgconn *pc, const char *shard_id, const char *dsn, c
 	pc->connect_timeout_s = connect_timeout_s;
 	if (!pc->shard_id || !pc->dsn || !pc->options || !pc->addr)
 		return sq_err(err, SQ_ENOMEM, "out of memory");
-	return connect_now(pc, err);
+	return SQ_OK;
+}
+
+sq_status sq_pgconn_open(sq_pgconn *pc, const char *shard_id, const char *dsn, const char *options,
+			 int connect_timeout_s, sq_error *err)
+{
+	sq_status st = sq_pgconn_init(pc, shard_id, dsn, options, connect_timeout_s, err);
+	return st != SQ_OK ? st : connect_now(pc, err);
+}
+
+void sq_pgconn_connect_all(sq_pgconn *pcs, int n, sq_status *st, sq_error *errs)
+{
+	struct pollfd *fds = calloc((size_t)n + 1, sizeof(*fds));
+	int left = 0;
+	double now = sq_mono_s();
+	/* a dsn with several hosts keeps the blocking connect (see
+	 * sq_pgconn_set_connect_wait); the others are started, all at once */
+	for (int i = 0; i < n; i++) {
+		if (pcs[i].multi_host || !fds) {
+			st[i] = connect_now(&pcs[i], &errs[i]);
+			continue;
+		}
+		st[i] = connect_begin(&pcs[i], now, &errs[i]);
+		left += st[i] == SQ_OK && pcs[i].connecting;
+	}
+	while (left > 0) {
+		int k = 0;
+		for (int i = 0; i < n; i++) {
+			sq_pgconn *pc = &pcs[i];
+			if (!pc->connecting)
+				continue;
+			int under_way;
+			st[i] = connect_step(pc, 0, &under_way, &errs[i]);
+			if (!under_way) {
+				left--;
+				continue;
+			}
+			fds[k++] = (struct pollfd){
+				PQsocket(pc->connecting),
+				pc->connect_poll == PGRES_POLLING_READING ? POLLIN : POLLOUT, 0};
+		}
+		/* connect_step checks each one's connect_timeout; 50 ms at most
+		 * between the checks */
+		if (k > 0)
+			(void)poll(fds, (nfds_t)k, 50);
+	}
+	free(fds);
 }
 
 void sq_pgconn_reset(sq_pgconn *pc)

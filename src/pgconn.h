@@ -91,6 +91,16 @@ typedef void (*sq_conn_hook)(const char *role, PGconn *conn, void *arg);
 void sq_set_conn_hook(sq_conn_hook fn, void *arg);
 void sq_conn_hook_call(const char *role, PGconn *conn);
 
+/* Fills pc for a shard without connecting; sq_pgconn_connect_all or the
+ * first call connects. Free with sq_pgconn_close(). */
+SQ_MUST_CHECK sq_status sq_pgconn_init(sq_pgconn *pc, const char *shard_id, const char *dsn,
+				       const char *options, int connect_timeout_s, sq_error *err);
+/* Connects n connections (filled by sq_pgconn_init) at once, each waiting
+ * at most connect_timeout for its server, so that n shards take as long
+ * as the slowest, not the sum; a dsn with several hosts connects on its
+ * own, blocking. st[i] and errs[i] say how each went (errs name the shard
+ * and its address). */
+void sq_pgconn_connect_all(sq_pgconn *pcs, int n, sq_status *st, sq_error *errs);
 /* Connects (blocking, with connect_timeout). On failure, err names the shard
  * and its address. Free with sq_pgconn_close(). */
 SQ_MUST_CHECK sq_status sq_pgconn_open(sq_pgconn *pc, const char *shard_id, const char *dsn,

@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <math.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <sys/socket.h>
@@ -974,15 +975,9 @@ START_TEST(a_shard_that_does_not_answer_holds_no_run_up)
 		ck_assert_int_lt(i, 1000);
 	}
 	int port, hole = black_hole(&port);
-	char *ini = testdb_ini(&t, NULL, "\n[connection]\nconnect_timeout = 8s\n");
-	char from[32], *at;
-	snprintf(from, sizeof(from), "port=%d ", t.ports[1]);
-	ck_assert_msg((at = strstr(ini, from)) != NULL, "no %s in the config", from);
-	size_t len = strlen(ini) + 32;
-	char *hole_ini = malloc(len);
-	snprintf(hole_ini, len, "%.*sport=%d %s", (int)(at - ini), ini, port, at + strlen(from));
-	free(ini);
-	ini = hole_ini;
+	char *direct = testdb_ini(&t, NULL, "\n[connection]\nconnect_timeout = 8s\n");
+	char *ini = testdb_ini_via(direct, t.ports[1], port);
+	free(direct);
 	sq_config *cfg;
 	OKE(sq_config_parse(ini, "hole.ini", &cfg, &err));
 	free(ini);
@@ -1105,6 +1100,77 @@ START_TEST(lease_lost_refuses_a_job_no_handler_was_given)
 }
 END_TEST
 
+typedef struct open_arg {
+	sq_config *cfg;
+	sq_status st;
+	sq_error err;
+	sq_client *c;
+	atomic_int done;
+} open_arg;
+
+static void *open_client(void *p)
+{
+	open_arg *a = p;
+	a->st = sq_client_open(a->cfg, 0, &a->c, &a->err);
+	atomic_store(&a->done, 1);
+	return NULL;
+}
+
+/*
+ * A client connects to its shards all at once. s2 and s3 point at two
+ * black holes, connect_timeout is 10 minutes: the test takes each hole's
+ * connection (and answers nothing) and waits until both have one while the
+ * open is still under way, which a client that connects one shard after
+ * another never gets to (it waits on s2 for connect_timeout, and the test
+ * fails on its stall limit). Then it closes them: the open fails, naming
+ * s2 and s3 and not s1.
+ */
+START_TEST(a_client_connects_its_shards_at_once)
+{
+	sq_error err;
+	testdb_open(&t, "sqt_open_holes", 3, 64, "[type m]\n");
+	int pa, pb, ha = black_hole(&pa), hb = black_hole(&pb);
+	char *direct = testdb_ini(&t, NULL, "\n[connection]\nconnect_timeout = 10m\n");
+	char *via_a = testdb_ini_via(direct, t.ports[1], pa);
+	char *ini = testdb_ini_via(via_a, t.ports[2], pb);
+	free(direct);
+	free(via_a);
+	open_arg a;
+	memset(&a, 0, sizeof(a));
+	OKE(sq_config_parse(ini, "holes.ini", &a.cfg, &err));
+	free(ini);
+	pthread_t th;
+	pthread_create(&th, NULL, open_client, &a);
+	int got[2] = {-1, -1}, holes[2] = {ha, hb};
+	double since = test_now_s();
+	while (got[0] < 0 || got[1] < 0) {
+		for (int i = 0; i < 2; i++) {
+			struct pollfd p = {holes[i], POLLIN, 0};
+			if (got[i] < 0 && poll(&p, 1, 20) > 0)
+				got[i] = accept(holes[i], NULL, NULL);
+		}
+		ck_assert_msg(!atomic_load(&a.done),
+			      "the open ended before both holes were connected to: %s", a.err.msg);
+		ck_assert_msg(test_now_s() - since < testdb_stall_s(),
+			      "after %.0fs, s2's hole %s a connection and s3's %s: the shards are "
+			      "not connected at once",
+			      testdb_stall_s(), got[0] >= 0 ? "has" : "has no",
+			      got[1] >= 0 ? "has" : "has no");
+	}
+	close(got[0]);
+	close(got[1]);
+	pthread_join(th, NULL);
+	ck_assert_int_eq(a.st, SQ_ECONN);
+	ck_assert_msg(strstr(a.err.msg, "shard s2 (") && strstr(a.err.msg, "shard s3 (") &&
+			      !strstr(a.err.msg, "shard s1 ("),
+		      "the open's error should name s2 and s3, not s1: %s", a.err.msg);
+	sq_config_free(a.cfg);
+	close(ha);
+	close(hb);
+	cleanup();
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("worker");
@@ -1119,5 +1185,6 @@ int main(void)
 	ADD_CASE(s, listens_again_after_its_connections_are_cut, 3600);
 	ADD_CASE(s, a_shard_that_does_not_answer_holds_no_run_up, 3600);
 	ADD_CASE(s, lease_lost_refuses_a_job_no_handler_was_given, 3600);
+	ADD_CASE(s, a_client_connects_its_shards_at_once, 3600);
 	return run_suite(s);
 }
