@@ -188,6 +188,13 @@ static sq_status connect_begin(sq_pgconn *pc, double now, sq_error *err)
 	return SQ_OK;
 }
 
+/* What the connect under way waits for on its socket, as libpq asked. */
+static struct pollfd connect_pollfd(const sq_pgconn *pc)
+{
+	return (struct pollfd){PQsocket(pc->connecting),
+			       pc->connect_poll == PGRES_POLLING_READING ? POLLIN : POLLOUT, 0};
+}
+
 /* libpq counts connect_timeout 1 as 2 (its minimum); so does this */
 static double connect_limit_s(const sq_pgconn *pc)
 {
@@ -220,16 +227,14 @@ static sq_status connect_step(sq_pgconn *pc, double wait_s, int *under_way, sq_e
 			connect_abandon(pc);
 			return st;
 		}
-		int fd = PQsocket(pc->connecting);
-		if (fd != pc->connect_fd) { /* libpq went on to another address */
-			pc->connect_fd = fd;
+		struct pollfd p = connect_pollfd(pc);
+		if (p.fd != pc->connect_fd) { /* libpq went on to another address */
+			pc->connect_fd = p.fd;
 			pc->connect_started = now;
 		}
 		double give_up = pc->connect_started + connect_limit_s(pc);
 		double wait = (until < give_up ? until : give_up) - now;
-		struct pollfd p = {fd, pc->connect_poll == PGRES_POLLING_READING ? POLLIN : POLLOUT,
-				   0};
-		int r = fd < 0 ? 1 : poll(&p, 1, wait > 0 ? (int)ceil(wait * 1000) : 0);
+		int r = p.fd < 0 ? 1 : poll(&p, 1, wait > 0 ? (int)ceil(wait * 1000) : 0);
 		now = sq_mono_s();
 		if (r > 0) {
 			pc->connect_poll = PQconnectPoll(pc->connecting);
@@ -393,9 +398,7 @@ void sq_pgconn_connect_all(sq_pgconn *pcs, int n, sq_status *st, sq_error *errs)
 				left--;
 				continue;
 			}
-			fds[k++] = (struct pollfd){
-				PQsocket(pc->connecting),
-				pc->connect_poll == PGRES_POLLING_READING ? POLLIN : POLLOUT, 0};
+			fds[k++] = connect_pollfd(pc);
 		}
 		/* connect_step checks each one's connect_timeout; 50 ms at most
 		 * between the checks */
