@@ -259,6 +259,28 @@ int sq_client_advance_connects(sq_client *c)
 	return n;
 }
 
+int sq_client_down_shards(const sq_client *c, char *out, size_t len)
+{
+	int n = 0;
+	size_t at = 0;
+	if (len)
+		out[0] = '\0';
+	for (int s = 0; s < c->nshards; s++) {
+		const sq_pgconn *pc = &c->shards[s];
+		if (pc->conn || pc->connecting)
+			continue;
+		if (at < len) {
+			int w = snprintf(out + at, len - at, "%sshard %s (%s): %s", n ? "\n" : "",
+					 pc->shard_id, pc->addr,
+					 pc->connect_error[0] ? pc->connect_error
+							      : "not connected");
+			at += w > 0 ? (size_t)w : 0;
+		}
+		n++;
+	}
+	return n;
+}
+
 sq_status sq_client_open(const sq_config *cfg, int for_init, sq_client **out, sq_error *err)
 {
 	sq_client *c = calloc(1, sizeof(*c));

@@ -96,6 +96,9 @@ void sq_client_connect_wait(sq_client *c, double wait_s);
  * many connects are still under way (the loop should come back within
  * SQ_LOOP_CONNECT_WAIT_S while any is). */
 int sq_client_advance_connects(sq_client *c);
+/* The shards a client opened with SQ_OPEN_ALLOW_DOWN could not reach, one
+ * line each ("shard ID (ADDR): why"), into out; returns how many. */
+int sq_client_down_shards(const sq_client *c, char *out, size_t len);
 
 /*
  * After a shard answered "moving" (moved = 0) or "moved" (moved = 1): waits

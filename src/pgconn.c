@@ -381,9 +381,12 @@ void sq_pgconn_connect_all(sq_pgconn *pcs, int n, sq_status *st, sq_error *errs)
 	for (int i = 0; i < n; i++) {
 		if (pcs[i].multi_host || !fds) {
 			st[i] = connect_now(&pcs[i], &errs[i]);
+			st[i] = connect_settle(&pcs[i], st[i], 0, &errs[i], NULL);
 			continue;
 		}
 		st[i] = connect_begin(&pcs[i], now, &errs[i]);
+		if (st[i] != SQ_OK)
+			connect_settle(&pcs[i], st[i], 0, &errs[i], NULL);
 		left += st[i] == SQ_OK && pcs[i].connecting;
 	}
 	while (left > 0) {
@@ -395,6 +398,9 @@ void sq_pgconn_connect_all(sq_pgconn *pcs, int n, sq_status *st, sq_error *errs)
 			int under_way;
 			st[i] = connect_step(pc, 0, &under_way, &errs[i]);
 			if (!under_way) {
+				/* a failure is kept, and backed off from, as a
+				 * call's would be */
+				connect_settle(pc, st[i], 0, &errs[i], NULL);
 				left--;
 				continue;
 			}

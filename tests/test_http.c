@@ -106,8 +106,8 @@ static void write_ini(const char *daemon_keys, const char *extra_tokens)
 	write_ini_via(daemon_keys, extra_tokens, NULL, 0);
 }
 
-/* Starts shardqd -c the config; waits for its "listening on" line. */
-static void daemon_start(daemon_proc *dp, const char *name)
+/* Starts shardqd -c the config, without waiting (see daemon_wait). */
+static void daemon_spawn(daemon_proc *dp, const char *name)
 {
 	const char *bin = getenv("SHARDQ_DAEMON");
 	ck_assert_msg(bin != NULL, "SHARDQ_DAEMON is not set (run through ctest)");
@@ -123,6 +123,13 @@ static void daemon_start(daemon_proc *dp, const char *name)
 		_exit(127);
 	}
 	dp->pid = pid;
+}
+
+/* Waits for the "listening on" line of the shardqd started by
+ * daemon_spawn. */
+static void daemon_wait(daemon_proc *dp)
+{
+	pid_t pid = dp->pid;
 	double since = now_s();
 	for (;;) {
 		const char *out = slurp(dp->out);
@@ -143,6 +150,13 @@ static void daemon_start(daemon_proc *dp, const char *name)
 			      STALL_S, out);
 		usleep(20000);
 	}
+}
+
+/* Starts shardqd -c the config; waits for its "listening on" line. */
+static void daemon_start(daemon_proc *dp, const char *name)
+{
+	daemon_spawn(dp, name);
+	daemon_wait(dp);
 }
 
 /* Stops it with a signal; returns its exit status (128+N for a signal). */
@@ -2017,6 +2031,111 @@ START_TEST(a_shard_that_does_not_answer_holds_no_request_up)
 }
 END_TEST
 
+/* The connects a black hole took (testdb_black_hole), held unanswered
+ * until the test cuts them (closes them: the connect fails at once). */
+typedef struct hole_keeper {
+	int lfd;
+	int fds[256];
+	atomic_int n, took, cut, stop;
+	pthread_t th;
+} hole_keeper;
+
+static void *keep_hole(void *arg)
+{
+	hole_keeper *h = arg;
+	while (!atomic_load(&h->stop)) {
+		int n = atomic_load(&h->n);
+		if (atomic_load(&h->cut)) {
+			for (int i = 0; i < n; i++)
+				close(h->fds[i]);
+			atomic_store(&h->n, n = 0);
+			atomic_store(&h->cut, 0);
+		}
+		struct pollfd p = {h->lfd, POLLIN, 0};
+		if (poll(&p, 1, 20) <= 0)
+			continue;
+		int fd = accept(h->lfd, NULL, NULL);
+		if (fd < 0)
+			continue;
+		atomic_fetch_add(&h->took, 1);
+		if (n < 256) {
+			h->fds[n] = fd;
+			atomic_store(&h->n, n + 1);
+		} else {
+			close(fd);
+		}
+	}
+	for (int i = 0; i < atomic_load(&h->n); i++)
+		close(h->fds[i]);
+	return NULL;
+}
+
+/* A shard whose host is gone without a trace when shardqd starts: the
+ * request threads' clients and the claimer's connect to it at once, so the
+ * start waits for it once (connect_timeout), not once per client; the
+ * start does not wait for its LISTEN connection; the daemon then serves
+ * the other shard. */
+START_TEST(a_shard_that_does_not_answer_holds_the_start_up_once)
+{
+	enum { N = 40, CLIENTS = 3 }; /* 2 request threads and the claimer */
+	testdb_open(&t, "sq_http_start_hole", 2, 64, types_ini);
+	hole_keeper h;
+	memset(&h, 0, sizeof(h));
+	int port;
+	h.lfd = testdb_black_hole(64, &port);
+	write_ini_via(NULL, NULL, "connect_timeout = 10m\n", port);
+	ck_assert_int_eq(pthread_create(&h.th, NULL, keep_hole, &h), 0);
+	daemon_spawn(&D, "shardqd-hole.out");
+	double since = now_s();
+	while (atomic_load(&h.n) < CLIENTS) {
+		int st;
+		ck_assert_msg(waitpid(D.pid, &st, WNOHANG) != D.pid,
+			      "shardqd exited while starting; its output:\n%s", slurp(D.out));
+		ck_assert_msg(now_s() - since < STALL_S,
+			      "after %.0fs, s2's host holds %d of shardqd's connects unanswered, "
+			      "%d wanted at once (2 request threads and the claimer): its clients "
+			      "are opened one after another, each waiting connect_timeout (10 "
+			      "min). Its output:\n%s",
+			      STALL_S, atomic_load(&h.n), CLIENTS, slurp(D.out));
+		usleep(20000);
+	}
+	printf("start with s2 gone: %d connects to it held at once\n", atomic_load(&h.n));
+	/* those connects fail; what connects later is held (a LISTEN connect
+	 * to s2 would hold the start up for 10 minutes) */
+	atomic_store(&h.cut, 1);
+	daemon_wait(&D);
+	const char *out = slurp(D.out);
+	ck_assert_msg(strstr(out, "starting without the shards") && strstr(out, "shard s2 ("),
+		      "the log does not name s2 as down at the start:\n%s", out);
+
+	/* s1 is served: its part of a batch is written, s2's is not */
+	char *body = keyed_body("a", "h", N);
+	hresp r = call("POST", "/v1/jobs", tok_producer, body);
+	free(body);
+	EXPECT(r, 503, "unavailable");
+	long long on_s1 = testdb_scalar(&t, 0, "SELECT count(*) FROM shardq.jobs WHERE task = 'a'");
+	ck_assert_msg(on_s1 > 0 && on_s1 < N, "the %d keys went to one shard (s1 has %lld)", N,
+		      on_s1);
+	ck_assert_int_eq(outcomes(&r, "inserted"), on_s1);
+	ck_assert_int_eq(outcomes(&r, "not_written"), N - on_s1);
+	ck_assert_msg(strstr(r.body, "shard s2") != NULL, "the reply does not name s2: %s", r.body);
+	r = call("POST", "/v1/claim", tok_worker,
+		 "{\"worker\":\"w1\",\"types\":[{\"type\":\"a\",\"limit\":100}],\"wait_ms\":0}");
+	EXPECT(r, 200, NULL);
+	json_t *j = js(&r);
+	ck_assert_int_eq((long long)json_array_size(json_object_get(j, "jobs")), on_s1);
+	json_decref(j);
+
+	/* what is still connecting to the hole fails at once, so the daemon
+	 * stops without waiting on it */
+	atomic_store(&h.stop, 1);
+	pthread_join(h.th, NULL);
+	close(h.lfd);
+	ck_assert_int_eq(daemon_stop(&D, SIGTERM), 0);
+	stop_all();
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("http");
@@ -2034,5 +2153,6 @@ int main(void)
 	ADD_CASE(s, listen_errors_name_the_address, 3600);
 	ADD_CASE(s, cut_connections_are_replaced_before_a_request, 3600);
 	ADD_CASE(s, a_shard_that_does_not_answer_holds_no_request_up, 3600);
+	ADD_CASE(s, a_shard_that_does_not_answer_holds_the_start_up_once, 3600);
 	return run_suite(s);
 }

@@ -903,27 +903,6 @@ START_TEST(listens_again_after_its_connections_are_cut)
 }
 END_TEST
 
-/* A host that takes connections and never answers, as one that is gone
- * without a trace does (no RST): a socket that listens and never accepts.
- * The kernel completes the first connects into its backlog, and a client
- * then waits for the server's first message; later ones wait in SYN_SENT.
- * Returns the socket; its port in *port. */
-static int black_hole(int *port)
-{
-	struct sockaddr_in a;
-	socklen_t len = sizeof(a);
-	int fd = socket(AF_INET, SOCK_STREAM, 0);
-	ck_assert_int_ge(fd, 0);
-	memset(&a, 0, sizeof(a));
-	a.sin_family = AF_INET;
-	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
-	ck_assert_int_eq(listen(fd, 1), 0);
-	ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
-	*port = ntohs(a.sin_port);
-	return fd;
-}
-
 static atomic_int hole_runs, hole_lost;
 
 /* Runs 10 s, and notes whether its lease was ever lost meanwhile. */
@@ -974,7 +953,7 @@ START_TEST(a_shard_that_does_not_answer_holds_no_run_up)
 		others += r.shard != 1;
 		ck_assert_int_lt(i, 1000);
 	}
-	int port, hole = black_hole(&port);
+	int port, hole = testdb_black_hole(1, &port);
 	char *direct = testdb_ini(&t, NULL, "\n[connection]\nconnect_timeout = 8s\n");
 	char *ini = testdb_ini_via(direct, t.ports[1], port);
 	free(direct);
@@ -1129,7 +1108,7 @@ START_TEST(a_client_connects_its_shards_at_once)
 {
 	sq_error err;
 	testdb_open(&t, "sqt_open_holes", 3, 64, "[type m]\n");
-	int pa, pb, ha = black_hole(&pa), hb = black_hole(&pb);
+	int pa, pb, ha = testdb_black_hole(1, &pa), hb = testdb_black_hole(1, &pb);
 	char *direct = testdb_ini(&t, NULL, "\n[connection]\nconnect_timeout = 10m\n");
 	char *via_a = testdb_ini_via(direct, t.ports[1], pa);
 	char *ini = testdb_ini_via(via_a, t.ports[2], pb);

@@ -111,6 +111,12 @@ typedef struct testdb_proxy {
 void testdb_proxy_start(testdb_proxy *px, int target);
 void testdb_proxy_hole(testdb_proxy *px, int on);
 void testdb_proxy_stop(testdb_proxy *px);
+/* A host that takes connections and never answers, as one that is gone
+ * without a trace does (no RST): a socket on 127.0.0.1 that listens and
+ * that the test accepts from, or not. The kernel completes connects into
+ * its backlog, and a client then waits for the server's first message;
+ * later ones wait in SYN_SENT. Returns the socket; its port in *port. */
+int testdb_black_hole(int backlog, int *port);
 /* A copy of config text `ini` (malloc'd) whose shard at `port` is reached
  * through port `via` instead. */
 char *testdb_ini_via(const char *ini, int port, int via);

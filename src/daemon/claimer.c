@@ -381,13 +381,16 @@ int sqd_claimer_start(sqd *d, sq_error *err)
 	fcntl(d->wake[1], F_SETFL, O_NONBLOCK);
 	fcntl(d->wake[0], F_SETFD, FD_CLOEXEC);
 	fcntl(d->wake[1], F_SETFD, FD_CLOEXEC);
-	if (sq_client_open(d->cfg, d->open_flags, &d->claim_client, err) != SQ_OK)
-		return -1;
 	/* the claimer serves every waiting worker: a shard that does not
 	 * answer must not hold the others' claims up for connect_timeout */
 	sq_client_connect_wait(d->claim_client, SQ_LOOP_CONNECT_WAIT_S);
-	for (int s = 0; s < d->cfg->nshards; s++)
-		listen_open(d, s);
+	/* a shard down at the start is listened to once it is back (the loop);
+	 * its LISTEN connect would block the start up to connect_timeout */
+	for (int s = 0; s < d->cfg->nshards; s++) {
+		PGconn *conn = d->claim_client->shards[s].conn;
+		if (conn && PQstatus(conn) == CONNECTION_OK)
+			listen_open(d, s);
+	}
 	if (pthread_create(&d->claimer, NULL, claimer_main, d)) {
 		snprintf(err->msg, sizeof(err->msg), "cannot start the claim thread");
 		return -1;

@@ -144,7 +144,6 @@ typedef struct sqd {
 	sq_config *cfg;
 	char worker_id[160];
 	int nthreads;
-	int open_flags; /* SQ_OPEN_ALLOW_DOWN when a shard was down at start */
 	pthread_t *threads;
 	sq_client **clients;
 	sqd_queue work;
@@ -190,6 +189,7 @@ void sqd_put_job(sq_buf *b, const sq_config *cfg, const sq_job *j);
 void sqd_task_add_ref(sqd_task *t, int64_t id, int32_t attempt);
 
 /* claimer.c */
+/* Starts the claim thread on d->claim_client (opened by the caller). */
 int sqd_claimer_start(sqd *d, sq_error *err);
 void sqd_claimer_submit(sqd *d, sqd_task *t);
 void sqd_claimer_wake(sqd *d);

@@ -895,6 +895,71 @@ static int hash_token(void)
 	return 0;
 }
 
+typedef struct opener {
+	const sq_config *cfg;
+	sq_client *c;
+	sq_status st;
+	sq_error err;
+	pthread_t th;
+} opener;
+
+static void *open_one(void *arg)
+{
+	opener *o = arg;
+	o->st = sq_client_open(o->cfg, SQ_OPEN_ALLOW_DOWN, &o->c, &o->err);
+	return NULL;
+}
+
+/* The request threads' clients and the claimer's, opened all at once: a
+ * shard that never answers costs the start one connect_timeout, not one
+ * per client. Logs the shards that cannot be reached. */
+static int open_clients(sqd *d, sq_error *err)
+{
+	int n = d->nthreads + 1;
+	opener *o = calloc((size_t)n, sizeof(*o));
+	if (!o) {
+		snprintf(err->msg, sizeof(err->msg), "out of memory");
+		return -1;
+	}
+	int started = 0;
+	for (; started < n; started++) {
+		o[started].cfg = d->cfg;
+		if (pthread_create(&o[started].th, NULL, open_one, &o[started]))
+			break;
+	}
+	int failed = -1;
+	for (int i = 0; i < n; i++) {
+		if (i < started)
+			pthread_join(o[i].th, NULL);
+		else
+			o[i].st = sq_err(&o[i].err, SQ_ENOMEM, "cannot start a thread to connect");
+		if (o[i].st != SQ_OK && failed < 0)
+			failed = i;
+	}
+	if (failed >= 0) {
+		*err = o[failed].err;
+		for (int i = 0; i < n; i++)
+			sq_client_close(o[i].c);
+		free(o);
+		return -1;
+	}
+	for (int i = 0; i < d->nthreads; i++) {
+		d->clients[i] = o[i].c;
+		/* a shard connected again holds a request up for at most this,
+		 * not connect_timeout: the thread serves the other shards'
+		 * requests meanwhile */
+		sq_client_connect_wait(d->clients[i], SQD_REQUEST_CONNECT_WAIT_S);
+	}
+	d->claim_client = o[d->nthreads].c;
+	free(o);
+	char down[sizeof(err->msg)];
+	if (sq_client_down_shards(d->clients[0], down, sizeof(down)) > 0)
+		sqd_log("starting without the shards that cannot be reached (their jobs get "
+			"503 until they are back):\n%s",
+			down);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	static sqd D;
@@ -961,27 +1026,10 @@ int main(int argc, char **argv)
 	pthread_mutex_init(&d->rates.mu, NULL);
 	/* a shard that is down does not keep the daemon from starting: its
 	 * calls answer 503 until it is back, the others are served */
-	int open_flags = 0;
-	for (int i = 0; i < d->nthreads; i++) {
-		sq_status st = sq_client_open(d->cfg, open_flags, &d->clients[i], &err);
-		if (st == SQ_ECONN && !open_flags) {
-			sqd_log("starting without the shards that cannot be reached (their jobs "
-				"get "
-				"503 until they are back): %s",
-				err.msg);
-			open_flags = SQ_OPEN_ALLOW_DOWN;
-			st = sq_client_open(d->cfg, open_flags, &d->clients[i], &err);
-		}
-		if (st != SQ_OK) {
-			fprintf(stderr, "shardqd: %s\n", err.msg);
-			return 1;
-		}
-		/* a shard connected again holds a request up for at most this,
-		 * not connect_timeout: the thread serves the other shards'
-		 * requests meanwhile */
-		sq_client_connect_wait(d->clients[i], SQD_REQUEST_CONNECT_WAIT_S);
+	if (open_clients(d, &err) != 0) {
+		fprintf(stderr, "shardqd: %s\n", err.msg);
+		return 1;
 	}
-	d->open_flags = open_flags;
 	sq_sched_thread *sched = sq_sched_thread_start(d->cfg, d->worker_id, SQ_OPEN_ALLOW_DOWN,
 						       on_sched_error, NULL);
 	if (sqd_claimer_start(d, &err) != 0) {
