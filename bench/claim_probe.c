@@ -1,10 +1,11 @@
 /* claim_probe.c - the claim statement's cost on the server: its backend's CPU per job claimed. */
 /*
- * usage: claim-probe CONFIG JOBS ROUNDS [START]
+ * usage: claim-probe CONFIG JOBS ROUNDS [START [LIMIT]]
  *
  * Per round, on the config's first shard (a cluster of one shard is
  * meant): enqueues JOBS keyless jobs of type `p`, then claims them all in
- * claims of 2,048 (START of each straight to running, default 0), and
+ * claims of LIMIT (default 2,048; START of each straight to running,
+ * default 0), and
  * prints the CPU time (user + system, /proc/PID/stat) that the shard's
  * backend spent on the claims, per job. Then it deletes them. The type
  * needs a starting_timeout longer than a round, or the claims take back
@@ -43,13 +44,14 @@ int main(int argc, char **argv)
 	sq_client *c;
 	sq_error err;
 	if (argc < 4) {
-		fprintf(stderr, "usage: claim-probe CONFIG JOBS ROUNDS [START]\n");
+		fprintf(stderr, "usage: claim-probe CONFIG JOBS ROUNDS [START [LIMIT]]\n");
 		return 2;
 	}
 	int n = atoi(argv[2]), rounds = atoi(argv[3]), start = argc > 4 ? atoi(argv[4]) : 0;
-	if (n < 1000 || rounds < 1 || start < 0 || start > 2048) {
-		fprintf(stderr, "claim-probe: JOBS at least 1000, ROUNDS at least 1, START in "
-				"0..2048\n");
+	int limit = argc > 5 ? atoi(argv[5]) : 2048;
+	if (n < 1000 || rounds < 1 || limit < 1 || limit > 100000 || start < 0 || start > limit) {
+		fprintf(stderr, "claim-probe: JOBS at least 1000, ROUNDS at least 1, LIMIT in "
+				"1..100000, START in 0..LIMIT\n");
 		return 2;
 	}
 	if (sq_config_load(argv[1], &cfg, &err) != SQ_OK ||
@@ -80,7 +82,7 @@ int main(int argc, char **argv)
 		total += got;
 		int pid = PQbackendPID(c->shards[0].conn);
 		double c0 = cpu_process_s(pid);
-		req.limit = 2048;
+		req.limit = limit;
 		req.start = start;
 		int claims = claim_all(c, &req, &total, &err);
 		if (claims < 0) {
