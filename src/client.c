@@ -267,7 +267,7 @@ int sq_client_down_shards(const sq_client *c, char *out, size_t len)
 		out[0] = '\0';
 	for (int s = 0; s < c->nshards; s++) {
 		const sq_pgconn *pc = &c->shards[s];
-		if (pc->conn || pc->connecting)
+		if (pc->conn || sq_pgconn_connecting(pc))
 			continue;
 		if (at < len) {
 			int w = snprintf(out + at, len - at, "%sshard %s (%s): %s", n ? "\n" : "",

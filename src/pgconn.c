@@ -2,14 +2,22 @@
  * pipeline per shard per round, all shards in flight at once. */
 #include "pgconn.h"
 #include "error.h"
+#include "failpoint.h"
 #include "pool.h"
 
+#include <arpa/inet.h>
+#include <errno.h>
 #include <event2/event.h>
+#include <fcntl.h>
 #include <math.h>
+#include <netdb.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 static sq_conn_hook conn_hook;
 static void *conn_hook_arg;
@@ -84,12 +92,25 @@ static void short_pq_error(const char *m, char *out, size_t outlen)
  * host (host=a,b). libpq gives each its own connect_timeout and goes on to
  * the next, which only its blocking connect does for an address that never
  * answers. */
-static char *dsn_addr(const char *dsn, int *multi_host)
+/* A host that libpq would look up by name: not a socket directory, not an
+ * address, and no hostaddr beside it. */
+static int host_is_name(const char *host, const char *hostaddr)
+{
+	unsigned char a[sizeof(struct in6_addr)];
+	if (!host || !*host || (hostaddr && *hostaddr) || strchr(host, ','))
+		return 0;
+	if (host[0] == '/' || host[0] == '@')
+		return 0;
+	return inet_pton(AF_INET, host, a) != 1 && inet_pton(AF_INET6, host, a) != 1;
+}
+
+static char *dsn_addr(const char *dsn, int *multi_host, char **lookup_host)
 {
 	char *errmsg = NULL, buf[300];
 	const char *host = NULL, *port = NULL, *hostaddr = NULL;
 	PQconninfoOption *opts = PQconninfoParse(dsn, &errmsg), *o;
 	*multi_host = 0;
+	*lookup_host = NULL;
 	if (!opts) {
 		PQfreemem(errmsg);
 		return strdup("?");
@@ -103,6 +124,8 @@ static char *dsn_addr(const char *dsn, int *multi_host)
 			port = o->val;
 	}
 	*multi_host = (host && strchr(host, ',')) || (hostaddr && strchr(hostaddr, ','));
+	if (!*multi_host && host_is_name(host, hostaddr))
+		*lookup_host = strdup(host);
 	snprintf(buf, sizeof(buf), "%s:%s",
 		 host       ? host
 		 : hostaddr ? hostaddr
@@ -113,6 +136,141 @@ static char *dsn_addr(const char *dsn, int *multi_host)
 }
 
 static const char *const connect_kw[] = {"dbname", "options", "connect_timeout", NULL};
+/* The same, with the host's addresses found by a lookup of our own. */
+static const char *const connect_kw_addr[] = {"dbname", "options",  "connect_timeout",
+					      "host",   "hostaddr", NULL};
+
+/*
+ * A host name looked up on a thread of its own, so that a name server
+ * that is slow or gone holds up no loop (libpq looks names up inside
+ * PQconnectStart, blocking). The connection and the thread each hold a
+ * reference; the last to let go frees it, so a connect given up does not
+ * wait for the lookup. The thread writes a byte to fd[1] when done, which
+ * is what a connect under way polls meanwhile.
+ */
+#define SQ_LOOKUP_MAX 16
+typedef struct sq_lookup {
+	pthread_mutex_t mu;
+	int refs, done;
+	int fd[2];
+	char *host;
+	char hosts[SQ_LOOKUP_MAX * 256]; /* host repeated, one per address */
+	char addrs[SQ_LOOKUP_MAX * 48];  /* its addresses, in the resolver's order */
+	char err[200];
+} sq_lookup;
+
+static void lookup_release(sq_lookup *l)
+{
+	pthread_mutex_lock(&l->mu);
+	int left = --l->refs;
+	pthread_mutex_unlock(&l->mu);
+	if (left > 0)
+		return;
+	close(l->fd[0]);
+	close(l->fd[1]);
+	pthread_mutex_destroy(&l->mu);
+	free(l->host);
+	free(l);
+}
+
+static void *lookup_main(void *arg)
+{
+	sq_lookup *l = arg;
+	struct addrinfo hints, *res = NULL;
+	char hosts[sizeof(l->hosts)] = "", addrs[sizeof(l->addrs)] = "", err[sizeof(l->err)] = "";
+	memset(&hints, 0, sizeof(hints));
+	hints.ai_family = AF_UNSPEC;
+	hints.ai_socktype = SOCK_STREAM;
+	sq_failpoint("lookup"); /* a slow name server, for the tests */
+	int rc = getaddrinfo(l->host, NULL, &hints, &res);
+	if (rc != 0) {
+		snprintf(err, sizeof(err), "could not translate host name \"%s\" to address: %s",
+			 l->host, rc == EAI_SYSTEM ? strerror(errno) : gai_strerror(rc));
+	} else {
+		int n = 0;
+		size_t ha = 0, aa = 0;
+		for (struct addrinfo *ai = res; ai && n < SQ_LOOKUP_MAX; ai = ai->ai_next) {
+			char ip[INET6_ADDRSTRLEN];
+			const void *src =
+				ai->ai_family == AF_INET
+					? (const void *)&((struct sockaddr_in *)ai->ai_addr)
+						  ->sin_addr
+				: ai->ai_family == AF_INET6
+					? (const void *)&((struct sockaddr_in6 *)ai->ai_addr)
+						  ->sin6_addr
+					: NULL;
+			if (!src || !inet_ntop(ai->ai_family, src, ip, sizeof(ip)))
+				continue;
+			int w1 = snprintf(addrs + aa, sizeof(addrs) - aa, "%s%s", n ? "," : "", ip);
+			int w2 = snprintf(hosts + ha, sizeof(hosts) - ha, "%s%s", n ? "," : "",
+					  l->host);
+			if (w1 < 0 || w2 < 0 || aa + (size_t)w1 >= sizeof(addrs) ||
+			    ha + (size_t)w2 >= sizeof(hosts))
+				break;
+			aa += (size_t)w1;
+			ha += (size_t)w2;
+			n++;
+		}
+		if (n == 0)
+			snprintf(err, sizeof(err), "host name \"%s\" has no address", l->host);
+		freeaddrinfo(res);
+	}
+	pthread_mutex_lock(&l->mu);
+	memcpy(l->hosts, hosts, sizeof(hosts));
+	memcpy(l->addrs, addrs, sizeof(addrs));
+	memcpy(l->err, err, sizeof(err));
+	l->done = 1;
+	pthread_mutex_unlock(&l->mu);
+	if (write(l->fd[1], "x", 1) < 0) {
+		/* the pipe is ours and empty: cannot fail */
+	}
+	lookup_release(l);
+	return NULL;
+}
+
+/* Starts the lookup of pc's host. */
+static sq_status lookup_start(sq_pgconn *pc, sq_error *err)
+{
+	sq_lookup *l = calloc(1, sizeof(*l));
+	if (!l || !(l->host = strdup(pc->lookup_host))) {
+		free(l);
+		return sq_err(err, SQ_ENOMEM, "shard %s (%s): out of memory", pc->shard_id,
+			      pc->addr);
+	}
+	if (pipe(l->fd)) {
+		int e = errno;
+		free(l->host);
+		free(l);
+		return sq_err(err, SQ_ECONN, "shard %s (%s): cannot look up its host: pipe: %s",
+			      pc->shard_id, pc->addr, strerror(e));
+	}
+	fcntl(l->fd[0], F_SETFD, FD_CLOEXEC);
+	fcntl(l->fd[1], F_SETFD, FD_CLOEXEC);
+	pthread_mutex_init(&l->mu, NULL);
+	l->refs = 2;
+	pthread_attr_t at;
+	pthread_t th;
+	pthread_attr_init(&at);
+	pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+	int rc = pthread_create(&th, &at, lookup_main, l);
+	pthread_attr_destroy(&at);
+	if (rc) {
+		l->refs = 1;
+		lookup_release(l);
+		return sq_err(err, SQ_ECONN, "shard %s (%s): cannot look up its host: %s",
+			      pc->shard_id, pc->addr, strerror(rc));
+	}
+	pc->resolving = l;
+	return SQ_OK;
+}
+
+/* Lets go of a lookup under way (its thread ends on its own). */
+static void lookup_abandon(sq_pgconn *pc)
+{
+	if (pc->resolving)
+		lookup_release(pc->resolving);
+	pc->resolving = NULL;
+}
 
 static sq_status unreachable(sq_pgconn *pc, const char *why, sq_error *err)
 {
@@ -144,9 +302,15 @@ static sq_status take_conn(sq_pgconn *pc, PGconn *conn, sq_error *err)
 static sq_status open_conn(sq_pgconn *pc, int blocking, PGconn **out, sq_error *err)
 {
 	char timeout[16];
-	const char *vals[] = {pc->dsn, pc->options, timeout, NULL};
+	const char *vals[] = {pc->dsn, pc->options, timeout, NULL, NULL, NULL};
+	const sq_lookup *l = pc->resolving;
 	snprintf(timeout, sizeof(timeout), "%d", pc->connect_timeout_s);
+	if (l) { /* its host's addresses, looked up already (host stays, for TLS) */
+		vals[3] = l->hosts;
+		vals[4] = l->addrs;
+	}
 	PGconn *conn = blocking ? PQconnectdbParams(connect_kw, vals, 1)
+		       : l      ? PQconnectStartParams(connect_kw_addr, vals, 1)
 				: PQconnectStartParams(connect_kw, vals, 1);
 	if (!conn)
 		return sq_err(err, SQ_ENOMEM, "shard %s (%s): out of memory", pc->shard_id,
@@ -172,13 +336,20 @@ static void connect_abandon(sq_pgconn *pc)
 	if (pc->connecting)
 		PQfinish(pc->connecting);
 	pc->connecting = NULL;
+	lookup_abandon(pc);
 }
 
-/* Starts a connection without waiting for it. */
-static sq_status connect_begin(sq_pgconn *pc, double now, sq_error *err)
+int sq_pgconn_connecting(const sq_pgconn *pc)
+{
+	return pc->connecting != NULL || pc->resolving != NULL;
+}
+
+/* Starts the connection (once its host is looked up) without waiting. */
+static sq_status connect_open(sq_pgconn *pc, double now, sq_error *err)
 {
 	PGconn *conn;
 	sq_status st = open_conn(pc, 0, &conn, err);
+	lookup_abandon(pc);
 	if (st != SQ_OK)
 		return st;
 	pc->connecting = conn;
@@ -188,11 +359,46 @@ static sq_status connect_begin(sq_pgconn *pc, double now, sq_error *err)
 	return SQ_OK;
 }
 
-/* What the connect under way waits for on its socket, as libpq asked. */
+/* Starts a connect without waiting for it: a host name is looked up
+ * first, on a thread of its own (see sq_lookup). */
+static sq_status connect_begin(sq_pgconn *pc, double now, sq_error *err)
+{
+	if (!pc->lookup_host)
+		return connect_open(pc, now, err);
+	sq_status st = lookup_start(pc, err);
+	if (st != SQ_OK)
+		return st;
+	pc->connect_started = now;
+	pc->connect_fd = pc->resolving->fd[0];
+	return SQ_OK;
+}
+
+/* What the connect under way waits for: its lookup's end, or on its
+ * socket, as libpq asked. */
 static struct pollfd connect_pollfd(const sq_pgconn *pc)
 {
+	if (pc->resolving)
+		return (struct pollfd){pc->resolving->fd[0], POLLIN, 0};
 	return (struct pollfd){PQsocket(pc->connecting),
 			       pc->connect_poll == PGRES_POLLING_READING ? POLLIN : POLLOUT, 0};
+}
+
+/* The lookup has ended: the connection is started on the addresses found,
+ * or the connect fails as libpq's own lookup would. */
+static sq_status lookup_done(sq_pgconn *pc, double now, int *done, sq_error *err)
+{
+	sq_lookup *l = pc->resolving;
+	pthread_mutex_lock(&l->mu);
+	*done = l->done;
+	pthread_mutex_unlock(&l->mu);
+	if (!*done)
+		return SQ_OK;
+	if (l->err[0]) {
+		sq_status st = unreachable(pc, l->err, err);
+		lookup_abandon(pc);
+		return st;
+	}
+	return connect_open(pc, now, err);
 }
 
 /* libpq counts connect_timeout 1 as 2 (its minimum); so does this */
@@ -217,12 +423,18 @@ static sq_status connect_step(sq_pgconn *pc, double wait_s, int *under_way, sq_e
 	double now = sq_mono_s(), until = now + wait_s;
 	*under_way = 0;
 	for (;;) {
-		if (pc->connect_poll == PGRES_POLLING_OK) {
+		if (pc->resolving) {
+			int done;
+			sq_status st = lookup_done(pc, now, &done, err);
+			if (st != SQ_OK)
+				return st;
+			if (done)
+				continue;
+		} else if (pc->connect_poll == PGRES_POLLING_OK) {
 			PGconn *conn = pc->connecting;
 			pc->connecting = NULL;
 			return take_conn(pc, conn, err);
-		}
-		if (pc->connect_poll == PGRES_POLLING_FAILED) {
+		} else if (pc->connect_poll == PGRES_POLLING_FAILED) {
 			sq_status st = unreachable(pc, PQerrorMessage(pc->connecting), err);
 			connect_abandon(pc);
 			return st;
@@ -237,23 +449,28 @@ static sq_status connect_step(sq_pgconn *pc, double wait_s, int *under_way, sq_e
 		int r = p.fd < 0 ? 1 : poll(&p, 1, wait > 0 ? (int)ceil(wait * 1000) : 0);
 		now = sq_mono_s();
 		if (r > 0) {
-			pc->connect_poll = PQconnectPoll(pc->connecting);
+			if (!pc->resolving)
+				pc->connect_poll = PQconnectPoll(pc->connecting);
 			continue;
 		}
+		const char *what = pc->resolving ? "looking up its host name" : "connecting";
 		if (now >= give_up) {
+			int lookup = pc->resolving != NULL;
 			connect_abandon(pc);
 			return sq_err(
 				err, SQ_ECONN,
-				"shard %s (%s): no answer within connect_timeout (%.0fs); is it "
-				"running, and is the dsn right?",
-				pc->shard_id, pc->addr, connect_limit_s(pc));
+				"shard %s (%s): no answer %swithin connect_timeout (%.0fs); is "
+				"%s, and is the dsn right?",
+				pc->shard_id, pc->addr, lookup ? "from the name lookup " : "",
+				connect_limit_s(pc),
+				lookup ? "the name server reachable" : "it running");
 		}
 		if (now >= until) {
 			*under_way = 1;
 			return sq_err(err, SQ_ECONN,
-				      "shard %s (%s): still connecting (%.1fs so far, at most "
+				      "shard %s (%s): still %s (%.1fs so far, at most "
 				      "connect_timeout, %.0fs)",
-				      pc->shard_id, pc->addr, now - pc->connect_started,
+				      pc->shard_id, pc->addr, what, now - pc->connect_started,
 				      connect_limit_s(pc));
 		}
 	}
@@ -304,7 +521,7 @@ static sq_status ensure_conn(sq_pgconn *pc, sq_error *err)
 	sq_status st;
 	int under_way = 0;
 	double now = sq_mono_s();
-	if (pc->connecting) {
+	if (sq_pgconn_connecting(pc)) {
 		double wait = pc->connect_wait_until - now;
 		st = connect_step(pc, wait > 0 ? wait : 0, &under_way, &e);
 	} else {
@@ -338,7 +555,7 @@ int sq_pgconn_advance(sq_pgconn *pc)
 {
 	sq_error e;
 	int under_way = 0;
-	if (!pc->connecting)
+	if (!sq_pgconn_connecting(pc))
 		return 0;
 	sq_status st = connect_step(pc, 0, &under_way, &e);
 	connect_settle(pc, st, under_way, &e, NULL);
@@ -357,7 +574,7 @@ sq_status sq_pgconn_init(sq_pgconn *pc, const char *shard_id, const char *dsn, c
 	pc->shard_id = strdup(shard_id);
 	pc->dsn = strdup(dsn);
 	pc->options = strdup(options ? options : "");
-	pc->addr = dsn_addr(dsn, &pc->multi_host);
+	pc->addr = dsn_addr(dsn, &pc->multi_host, &pc->lookup_host);
 	pc->connect_timeout_s = connect_timeout_s;
 	if (!pc->shard_id || !pc->dsn || !pc->options || !pc->addr)
 		return sq_err(err, SQ_ENOMEM, "out of memory");
@@ -387,13 +604,13 @@ void sq_pgconn_connect_all(sq_pgconn *pcs, int n, sq_status *st, sq_error *errs)
 		st[i] = connect_begin(&pcs[i], now, &errs[i]);
 		if (st[i] != SQ_OK)
 			connect_settle(&pcs[i], st[i], 0, &errs[i], NULL);
-		left += st[i] == SQ_OK && pcs[i].connecting;
+		left += st[i] == SQ_OK && sq_pgconn_connecting(&pcs[i]);
 	}
 	while (left > 0) {
 		int k = 0;
 		for (int i = 0; i < n; i++) {
 			sq_pgconn *pc = &pcs[i];
-			if (!pc->connecting)
+			if (!sq_pgconn_connecting(pc))
 				continue;
 			int under_way;
 			st[i] = connect_step(pc, 0, &under_way, &errs[i]);
@@ -440,6 +657,7 @@ void sq_pgconn_close(sq_pgconn *pc)
 	free(pc->dsn);
 	free(pc->options);
 	free(pc->addr);
+	free(pc->lookup_host);
 	memset(pc, 0, sizeof(*pc));
 }
 

@@ -54,6 +54,10 @@ typedef struct sq_pgconn {
 	/* the dsn names several hosts: connects block (see
 	 * sq_pgconn_set_connect_wait) */
 	int multi_host;
+	/* the dsn's one host is a name: a connect that does not block looks
+	 * it up on a thread of its own first (lookup under way: resolving) */
+	char *lookup_host;
+	struct sq_lookup *resolving;
 
 	/* the pipeline being built or run */
 	const sq_stmt *q[SQ_PIPE_MAX];
@@ -110,12 +114,16 @@ void sq_pgconn_close(sq_pgconn *pc);
  * callers for more than wait_s in all per connect (0: blocking, up to
  * connect_timeout, the default). For a loop that serves
  * every shard, such as a worker's: one shard that does not answer must not
- * hold up the others. The host name lookup still blocks (a dsn with
- * hostaddr avoids it), and so does the connect of a dsn that names several
- * hosts (host=a,b): only libpq's blocking connect goes on to the next host
- * when one never answers. A host name with several addresses gets one
- * connect_timeout for the address that does not answer. */
+ * hold up the others. A host name is looked up on a thread of its own,
+ * for up to connect_timeout, and the connect goes to the addresses found.
+ * The connect of a dsn that names several hosts (host=a,b) still blocks:
+ * only libpq's blocking connect goes on to the next host when one never
+ * answers. A host name with several addresses gets one connect_timeout
+ * for the address that does not answer. */
 void sq_pgconn_set_connect_wait(sq_pgconn *pc, double wait_s);
+/* Whether a connect is under way (its host name looked up, or the
+ * connection being made). */
+int sq_pgconn_connecting(const sq_pgconn *pc);
 /* Takes a connect under way as far as it goes without waiting (for a loop
  * to call on every pass, so that a connect goes on between calls that use
  * the connection). Returns 1 while one is still under way. */

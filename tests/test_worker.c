@@ -1015,6 +1015,135 @@ START_TEST(a_shard_that_does_not_answer_holds_no_run_up)
 }
 END_TEST
 
+/* config text `ini` (malloc'd) whose shard at `port` is named by host
+ * name: localhost instead of 127.0.0.1 */
+static char *ini_by_name(const char *ini, int port)
+{
+	char from[64];
+	snprintf(from, sizeof(from), "host=127.0.0.1 port=%d ", port);
+	const char *at = strstr(ini, from);
+	ck_assert_msg(at != NULL, "no '%s' in the config", from);
+	char *out = malloc(strlen(ini) + 16);
+	ck_assert_ptr_nonnull(out);
+	sprintf(out, "%.*shost=localhost port=%d %s", (int)(at - ini), ini, port,
+		at + strlen(from));
+	return out;
+}
+
+/*
+ * A shard named by a host name whose name server does not answer: s2 is
+ * `localhost`, and the failpoint `lookup` holds every lookup for 60 s
+ * (connect_timeout 8 s). The lookup runs on a thread of its own, so the
+ * worker's loop keeps the other shards' 10 s runs within their 8 s leases,
+ * as with a host that does not answer (above). Before that, with the
+ * lookup answering, a client reaches s2 through it: the addresses it
+ * finds are the ones connected to. Asserted: every run kept its lease,
+ * each job was completed once, on its first run, and the worker's error
+ * says s2's name lookup did not answer.
+ */
+START_TEST(a_slow_name_lookup_holds_no_run_up)
+{
+	enum { N = 4 };
+	sq_error err;
+	setup_with("sqt_work_lookup",
+		   "[type h]\nhistory = true\nstarting_timeout = 8s\nexecution_timeout = 8s\n");
+	char *direct = testdb_ini(&t, NULL, "\n[connection]\nconnect_timeout = 8s\n");
+	char *ini = ini_by_name(direct, t.ports[1]);
+	free(direct);
+	sq_config *cfg;
+	OKE(sq_config_parse(ini, "lookup.ini", &cfg, &err));
+	free(ini);
+
+	/* through the lookup: N jobs on the other shards, and one on s2 */
+	sq_client *c;
+	OKE(sq_client_open(cfg, 0, &c, &err));
+	int others = 0, on_s2 = 0;
+	for (int i = 0; others < N || !on_s2; i++) {
+		char key[32];
+		sq_job_spec j;
+		sq_enqueue_result r;
+		snprintf(key, sizeof(key), "lookup-%d", i);
+		memset(&j, 0, sizeof(j));
+		j.type = "h";
+		j.key = key;
+		OKE(sq_enqueue(c, &j, 1, &r, &err));
+		if (r.shard == 1)
+			on_s2++;
+		else
+			others++;
+		ck_assert_int_lt(i, 1000);
+	}
+	sq_client_close(c);
+	ck_assert_int_le(others, 64);
+	ck_assert_int_eq(testdb_scalar(&t, 1, "SELECT count(*) FROM shardq.jobs WHERE task = 'h'"),
+			 on_s2);
+
+	setenv("SHARDQ_FAILPOINT_SLEEP", "lookup:60000", 1);
+	sq_worker_opts o;
+	sq_worker *w;
+	sq_worker_opts_init(&o);
+	o.worker_id = "wL";
+	o.poll_min_ms = o.poll_max_ms = 100;
+	OKE(sq_worker_create(cfg, &o, &w, &err)); /* s2's lookup is waited for once: 8 s */
+	OKE(sq_worker_add(w, "h", 64, run_10s, NULL, &err));
+	pthread_t th;
+	pthread_create(&th, NULL, run_worker, w);
+	const char *done_sql = "SELECT count(*) FROM shardq.jobs_history WHERE status = "
+			       "'completed' AND task = 'h'";
+	long long done = 0, last = -1;
+	int runs = 0;
+	double since = test_now_s();
+	while ((done = testdb_sum(&t, done_sql)) < others) {
+		if (done != last || atomic_load(&hole_runs) != runs) {
+			last = done;
+			runs = atomic_load(&hole_runs);
+			since = test_now_s();
+		}
+		sq_worker_stats st;
+		sq_worker_get_stats(w, &st);
+		ck_assert_msg(test_now_s() - since < testdb_stall_s(),
+			      "%lld of %d jobs off s2 completed, %d runs begun (%d of them lost "
+			      "their lease), and nothing moved for %.0fs; the worker's last error: "
+			      "%s",
+			      done, others, runs, atomic_load(&hole_lost), testdb_stall_s(),
+			      st.last_error);
+		usleep(50000);
+	}
+	sq_worker_stats st;
+	sq_worker_get_stats(w, &st);
+	sq_worker_stop(w, 0);
+	pthread_join(th, NULL);
+	printf("slow lookup: %d runs off s2, %d lost their lease; the worker's last error: %s\n",
+	       atomic_load(&hole_runs), atomic_load(&hole_lost), st.last_error);
+	ck_assert_msg(atomic_load(&hole_lost) == 0 && st.types[0].lost == 0,
+		      "%d of %d runs off s2 lost their lease (%llu writes answered lost) while "
+		      "s2's name lookup did not answer: the worker's loop was held up (last "
+		      "error: %s)",
+		      atomic_load(&hole_lost), atomic_load(&hole_runs),
+		      (unsigned long long)st.types[0].lost, st.last_error);
+	ck_assert_msg(atomic_load(&hole_runs) == others,
+		      "%d runs for the %d jobs off s2: s2's job ran too, so its host name was "
+		      "looked up although the lookup was held (on the loop's thread?)",
+		      atomic_load(&hole_runs), others);
+	ck_assert_int_eq(testdb_sum(&t, "SELECT count(DISTINCT id) FROM shardq.jobs_history WHERE "
+					"status = 'completed' AND task = 'h' AND attempt = 1"),
+			 others);
+	ck_assert_msg(strstr(st.last_error, "shard s2 (localhost:") &&
+			      (strstr(st.last_error, "looking up its host name") ||
+			       strstr(st.last_error, "no answer from the name lookup")),
+		      "the worker's last error does not say s2's lookup is slow: %s",
+		      st.last_error);
+	/* s2's job is still there, not started */
+	ck_assert_int_eq(testdb_scalar(&t, 1,
+				       "SELECT count(*) FROM shardq.jobs WHERE task = 'h' "
+				       "AND status = 'ready'"),
+			 on_s2);
+	sq_worker_destroy(w);
+	sq_config_free(cfg);
+	cleanup();
+}
+END_TEST
+
 /* Runs sq_job_lease_lost(job) in a child; returns what it printed, and
  * whether it was stopped by SIGABRT in *aborted. */
 static char *lease_lost_in_child(const sq_job *job, int *aborted)
@@ -1163,6 +1292,7 @@ int main(void)
 	ADD_CASE(s, notify_wakes_idle_worker, 3600);
 	ADD_CASE(s, listens_again_after_its_connections_are_cut, 3600);
 	ADD_CASE(s, a_shard_that_does_not_answer_holds_no_run_up, 3600);
+	ADD_CASE(s, a_slow_name_lookup_holds_no_run_up, 3600);
 	ADD_CASE(s, lease_lost_refuses_a_job_no_handler_was_given, 3600);
 	ADD_CASE(s, a_client_connects_its_shards_at_once, 3600);
 	return run_suite(s);
