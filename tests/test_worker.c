@@ -921,6 +921,64 @@ static sq_job_result run_10s(const sq_job *job, void *arg, char *e, size_t elen)
 	return SQ_RESULT_DONE;
 }
 
+/* Runs a worker of `slots` slots for type h on cfg until `others` jobs
+ * (those off s2) are completed, failing on a stall; asserts that every run
+ * kept its lease to the end and that each of those jobs was completed once,
+ * on its first run; returns its stats (last_error: for the caller). */
+static sq_worker_stats run_off_s2(const sq_config *cfg, const char *id, int slots, int others,
+				  const char *what)
+{
+	sq_error err;
+	sq_worker_opts o;
+	sq_worker *w;
+	sq_worker_opts_init(&o);
+	o.worker_id = id;
+	o.poll_min_ms = o.poll_max_ms = 100;
+	OKE(sq_worker_create(cfg, &o, &w, &err)); /* s2 is tried once here: 8 s */
+	OKE(sq_worker_add(w, "h", slots, run_10s, NULL, &err));
+	pthread_t th;
+	pthread_create(&th, NULL, run_worker, w);
+	const char *done_sql = "SELECT count(*) FROM shardq.jobs_history WHERE status = "
+			       "'completed' AND task = 'h'";
+	long long done = 0, last = -1;
+	int runs = 0;
+	double since = test_now_s();
+	sq_worker_stats st;
+	while ((done = testdb_sum(&t, done_sql)) < others) {
+		if (done != last || atomic_load(&hole_runs) != runs) {
+			last = done;
+			runs = atomic_load(&hole_runs);
+			since = test_now_s();
+		}
+		sq_worker_get_stats(w, &st);
+		ck_assert_msg(test_now_s() - since < testdb_stall_s(),
+			      "%lld of %d jobs off s2 completed, %d runs begun (%d of them lost "
+			      "their lease), and nothing moved for %.0fs; the worker's last error: "
+			      "%s",
+			      done, others, runs, atomic_load(&hole_lost), testdb_stall_s(),
+			      st.last_error);
+		usleep(50000);
+	}
+	sq_worker_get_stats(w, &st);
+	sq_worker_stop(w, 0);
+	pthread_join(th, NULL);
+	printf("%s: %d runs off s2, %d lost their lease; the worker's last error: %s\n", what,
+	       atomic_load(&hole_runs), atomic_load(&hole_lost), st.last_error);
+	ck_assert_msg(atomic_load(&hole_lost) == 0 && st.types[0].lost == 0,
+		      "%d of %d runs off s2 lost their lease (%llu writes answered lost) while "
+		      "%s: the worker's loop was held up (last error: %s)",
+		      atomic_load(&hole_lost), atomic_load(&hole_runs),
+		      (unsigned long long)st.types[0].lost, what, st.last_error);
+	ck_assert_msg(atomic_load(&hole_runs) == others,
+		      "%d runs for the %d jobs off s2 (%s): a job ran twice, or s2's ran",
+		      atomic_load(&hole_runs), others, what);
+	ck_assert_int_eq(testdb_sum(&t, "SELECT count(DISTINCT id) FROM shardq.jobs_history WHERE "
+					"status = 'completed' AND task = 'h' AND attempt = 1"),
+			 others);
+	sq_worker_destroy(w);
+	return st;
+}
+
 /*
  * A worker with one shard that does not answer (s2 points at a black
  * hole; connect_timeout 8 s) runs the other shards' jobs through: its
@@ -961,54 +1019,9 @@ START_TEST(a_shard_that_does_not_answer_holds_no_run_up)
 	OKE(sq_config_parse(ini, "hole.ini", &cfg, &err));
 	free(ini);
 
-	sq_worker_opts o;
-	sq_worker *w;
-	sq_worker_opts_init(&o);
-	o.worker_id = "wH";
-	o.poll_min_ms = o.poll_max_ms = 100;
-	OKE(sq_worker_create(cfg, &o, &w, &err)); /* s2 is tried once here: 8 s */
-	OKE(sq_worker_add(w, "h", N, run_10s, NULL, &err));
-	pthread_t th;
-	pthread_create(&th, NULL, run_worker, w);
-	const char *done_sql = "SELECT count(*) FROM shardq.jobs_history WHERE status = "
-			       "'completed' AND task = 'h'";
-	long long done = 0, last = -1;
-	int runs = 0;
-	double since = test_now_s();
-	while ((done = testdb_sum(&t, done_sql)) < N) {
-		if (done != last || atomic_load(&hole_runs) != runs) {
-			last = done;
-			runs = atomic_load(&hole_runs);
-			since = test_now_s();
-		}
-		sq_worker_stats st;
-		sq_worker_get_stats(w, &st);
-		ck_assert_msg(test_now_s() - since < testdb_stall_s(),
-			      "%lld of %d jobs off s2 completed, %d runs begun (%d of them lost "
-			      "their lease), and nothing moved for %.0fs; the worker's last error: "
-			      "%s",
-			      done, N, runs, atomic_load(&hole_lost), testdb_stall_s(),
-			      st.last_error);
-		usleep(50000);
-	}
-	sq_worker_stats st;
-	sq_worker_get_stats(w, &st);
-	sq_worker_stop(w, 0);
-	pthread_join(th, NULL);
-	printf("black hole: %d runs off s2, %d lost their lease; the worker's last error: %s\n",
-	       atomic_load(&hole_runs), atomic_load(&hole_lost), st.last_error);
-	ck_assert_msg(atomic_load(&hole_lost) == 0 && st.types[0].lost == 0,
-		      "%d of %d runs off s2 lost their lease (%llu writes answered lost) while "
-		      "s2 did not answer: the worker's loop was held up (last error: %s)",
-		      atomic_load(&hole_lost), atomic_load(&hole_runs),
-		      (unsigned long long)st.types[0].lost, st.last_error);
-	ck_assert_int_eq(atomic_load(&hole_runs), N);
-	ck_assert_int_eq(testdb_sum(&t, "SELECT count(DISTINCT id) FROM shardq.jobs_history WHERE "
-					"status = 'completed' AND task = 'h' AND attempt = 1"),
-			 N);
+	sq_worker_stats st = run_off_s2(cfg, "wH", N, N, "s2 did not answer");
 	ck_assert_msg(strstr(st.last_error, "s2") != NULL,
 		      "the worker's last error does not name s2: %s", st.last_error);
-	sq_worker_destroy(w);
 	sq_config_free(cfg);
 	close(hole);
 	cleanup();
@@ -1019,15 +1032,10 @@ END_TEST
  * name: localhost instead of 127.0.0.1 */
 static char *ini_by_name(const char *ini, int port)
 {
-	char from[64];
+	char from[64], to[64];
 	snprintf(from, sizeof(from), "host=127.0.0.1 port=%d ", port);
-	const char *at = strstr(ini, from);
-	ck_assert_msg(at != NULL, "no '%s' in the config", from);
-	char *out = malloc(strlen(ini) + 16);
-	ck_assert_ptr_nonnull(out);
-	sprintf(out, "%.*shost=localhost port=%d %s", (int)(at - ini), ini, port,
-		at + strlen(from));
-	return out;
+	snprintf(to, sizeof(to), "host=localhost port=%d ", port);
+	return testdb_ini_sub(ini, from, to);
 }
 
 /*
@@ -1079,55 +1087,7 @@ START_TEST(a_slow_name_lookup_holds_no_run_up)
 			 on_s2);
 
 	setenv("SHARDQ_FAILPOINT_SLEEP", "lookup:60000", 1);
-	sq_worker_opts o;
-	sq_worker *w;
-	sq_worker_opts_init(&o);
-	o.worker_id = "wL";
-	o.poll_min_ms = o.poll_max_ms = 100;
-	OKE(sq_worker_create(cfg, &o, &w, &err)); /* s2's lookup is waited for once: 8 s */
-	OKE(sq_worker_add(w, "h", 64, run_10s, NULL, &err));
-	pthread_t th;
-	pthread_create(&th, NULL, run_worker, w);
-	const char *done_sql = "SELECT count(*) FROM shardq.jobs_history WHERE status = "
-			       "'completed' AND task = 'h'";
-	long long done = 0, last = -1;
-	int runs = 0;
-	double since = test_now_s();
-	while ((done = testdb_sum(&t, done_sql)) < others) {
-		if (done != last || atomic_load(&hole_runs) != runs) {
-			last = done;
-			runs = atomic_load(&hole_runs);
-			since = test_now_s();
-		}
-		sq_worker_stats st;
-		sq_worker_get_stats(w, &st);
-		ck_assert_msg(test_now_s() - since < testdb_stall_s(),
-			      "%lld of %d jobs off s2 completed, %d runs begun (%d of them lost "
-			      "their lease), and nothing moved for %.0fs; the worker's last error: "
-			      "%s",
-			      done, others, runs, atomic_load(&hole_lost), testdb_stall_s(),
-			      st.last_error);
-		usleep(50000);
-	}
-	sq_worker_stats st;
-	sq_worker_get_stats(w, &st);
-	sq_worker_stop(w, 0);
-	pthread_join(th, NULL);
-	printf("slow lookup: %d runs off s2, %d lost their lease; the worker's last error: %s\n",
-	       atomic_load(&hole_runs), atomic_load(&hole_lost), st.last_error);
-	ck_assert_msg(atomic_load(&hole_lost) == 0 && st.types[0].lost == 0,
-		      "%d of %d runs off s2 lost their lease (%llu writes answered lost) while "
-		      "s2's name lookup did not answer: the worker's loop was held up (last "
-		      "error: %s)",
-		      atomic_load(&hole_lost), atomic_load(&hole_runs),
-		      (unsigned long long)st.types[0].lost, st.last_error);
-	ck_assert_msg(atomic_load(&hole_runs) == others,
-		      "%d runs for the %d jobs off s2: s2's job ran too, so its host name was "
-		      "looked up although the lookup was held (on the loop's thread?)",
-		      atomic_load(&hole_runs), others);
-	ck_assert_int_eq(testdb_sum(&t, "SELECT count(DISTINCT id) FROM shardq.jobs_history WHERE "
-					"status = 'completed' AND task = 'h' AND attempt = 1"),
-			 others);
+	sq_worker_stats st = run_off_s2(cfg, "wL", 64, others, "s2's name lookup did not answer");
 	ck_assert_msg(strstr(st.last_error, "shard s2 (localhost:") &&
 			      (strstr(st.last_error, "looking up its host name") ||
 			       strstr(st.last_error, "no answer from the name lookup")),
@@ -1138,7 +1098,6 @@ START_TEST(a_slow_name_lookup_holds_no_run_up)
 				       "SELECT count(*) FROM shardq.jobs WHERE task = 'h' "
 				       "AND status = 'ready'"),
 			 on_s2);
-	sq_worker_destroy(w);
 	sq_config_free(cfg);
 	cleanup();
 }

@@ -498,17 +498,22 @@ void testdb_proxy_stop(testdb_proxy *px)
 	close(px->lfd);
 }
 
+char *testdb_ini_sub(const char *ini, const char *from, const char *to)
+{
+	const char *at = strstr(ini, from);
+	ck_assert_msg(at != NULL, "no '%s' in the config", from);
+	char *out = malloc(strlen(ini) - strlen(from) + strlen(to) + 1);
+	ck_assert_ptr_nonnull(out);
+	sprintf(out, "%.*s%s%s", (int)(at - ini), ini, to, at + strlen(from));
+	return out;
+}
+
 char *testdb_ini_via(const char *ini, int port, int via)
 {
 	char from[64], to[64];
 	snprintf(from, sizeof(from), "port=%d ", port);
 	snprintf(to, sizeof(to), "port=%d ", via);
-	const char *at = strstr(ini, from);
-	ck_assert_msg(at != NULL, "no '%s' in the config", from);
-	char *out = malloc(strlen(ini) + 16);
-	ck_assert_ptr_nonnull(out);
-	sprintf(out, "%.*s%s%s", (int)(at - ini), ini, to, at + strlen(from));
-	return out;
+	return testdb_ini_sub(ini, from, to);
 }
 
 int testdb_black_hole(int backlog, int *port)

@@ -117,6 +117,9 @@ void testdb_proxy_stop(testdb_proxy *px);
  * its backlog, and a client then waits for the server's first message;
  * later ones wait in SYN_SENT. Returns the socket; its port in *port. */
 int testdb_black_hole(int backlog, int *port);
+/* A copy of config text `ini` (malloc'd) with the first `from` replaced
+ * by `to`. */
+char *testdb_ini_sub(const char *ini, const char *from, const char *to);
 /* A copy of config text `ini` (malloc'd) whose shard at `port` is reached
  * through port `via` instead. */
 char *testdb_ini_via(const char *ini, int port, int via);
