@@ -1,6 +1,7 @@
 /* client.c - an sq_client: connections to the meta database and every
  * shard, the cached partition map, and job-id blocks. */
 #include "client.h"
+#include "failpoint.h"
 #include "buf.h"
 #include "error.h"
 #include "schema.h"
@@ -115,13 +116,23 @@ static int connect_timeout_s(const sq_config *cfg)
 PGconn *sq_connect_plain(const sq_config *cfg, const char *dsn, const char *role,
 			 int64_t statement_timeout_ms, char *errbuf, size_t errlen)
 {
+	return sq_connect_plain_at(cfg, dsn, NULL, role, statement_timeout_ms, errbuf, errlen);
+}
+
+PGconn *sq_connect_plain_at(const sq_config *cfg, const char *dsn, const char *hostaddr,
+			    const char *role, int64_t statement_timeout_ms, char *errbuf,
+			    size_t errlen)
+{
 	char timeout[16];
 	char *opts = conn_options(
 		cfg, statement_timeout_ms >= 0 ? statement_timeout_ms : cfg->statement_timeout_ms,
 		role, 0);
-	const char *kw[] = {"dbname", "options", "connect_timeout", NULL};
-	const char *vals[] = {dsn, opts, timeout, NULL};
+	const char *kw[] = {"dbname", "options", "connect_timeout", hostaddr ? "hostaddr" : NULL,
+			    NULL};
+	const char *vals[] = {dsn, opts, timeout, hostaddr, NULL};
 	PGconn *c;
+	if (!hostaddr && sq_dsn_names_host(dsn))
+		sq_failpoint("lookup"); /* libpq looks the name up: a slow name server */
 	snprintf(timeout, sizeof(timeout), "%d", connect_timeout_s(cfg));
 	c = opts ? PQconnectdbParams(kw, vals, 1) : NULL;
 	free(opts);

@@ -66,6 +66,13 @@ struct sq_client {
  */
 PGconn *sq_connect_plain(const sq_config *cfg, const char *dsn, const char *role,
 			 int64_t statement_timeout_ms, char *errbuf, size_t errlen);
+/* The same, connecting to hostaddr (when not NULL) instead of looking the
+ * dsn's host name up: a second connection to a server a connection of
+ * ours reached already (sq_pgconn_hostaddr), made on a loop that must not
+ * wait for a name server. */
+PGconn *sq_connect_plain_at(const sq_config *cfg, const char *dsn, const char *hostaddr,
+			    const char *role, int64_t statement_timeout_ms, char *errbuf,
+			    size_t errlen);
 
 /* Takes `n` fresh id numbers (not yet shifted/combined with a partition);
  * the first is *first. Fetches blocks from the meta database as needed. */

@@ -339,6 +339,24 @@ static void connect_abandon(sq_pgconn *pc)
 	lookup_abandon(pc);
 }
 
+const char *sq_pgconn_hostaddr(const sq_pgconn *pc)
+{
+	if (!pc->lookup_host || !pc->conn || PQstatus(pc->conn) != CONNECTION_OK)
+		return NULL;
+	const char *a = PQhostaddr(pc->conn);
+	return a && *a ? a : NULL;
+}
+
+int sq_dsn_names_host(const char *dsn)
+{
+	int multi;
+	char *name = NULL, *addr = dsn_addr(dsn, &multi, &name);
+	int named = name != NULL;
+	free(name);
+	free(addr);
+	return named;
+}
+
 int sq_pgconn_connecting(const sq_pgconn *pc)
 {
 	return pc->connecting != NULL || pc->resolving != NULL;

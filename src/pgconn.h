@@ -121,6 +121,13 @@ void sq_pgconn_close(sq_pgconn *pc);
  * answers. A host name with several addresses gets one connect_timeout
  * for the address that does not answer. */
 void sq_pgconn_set_connect_wait(sq_pgconn *pc, double wait_s);
+/* The address pc's connection went to when its dsn names its host by
+ * name (NULL: not connected, or no name): for a second connection to the
+ * same server that should not look the name up again. */
+const char *sq_pgconn_hostaddr(const sq_pgconn *pc);
+/* Whether libpq would look a name up to connect with this dsn (one host,
+ * named, no hostaddr). */
+int sq_dsn_names_host(const char *dsn);
 /* Whether a connect is under way (its host name looked up, or the
  * connection being made). */
 int sq_pgconn_connecting(const sq_pgconn *pc);

@@ -182,7 +182,11 @@ static void note_error(sq_worker *w, const sq_error *e);
 static sq_status open_listener(sq_worker *w, int s, sq_error *err)
 {
 	char msg[512];
-	PGconn *l = sq_connect_plain(w->cfg, w->cfg->shards[s].dsn, "listen", -1, msg, sizeof(msg));
+	/* to the address the shard's connection went to: no name lookup on the
+	 * loop */
+	PGconn *l = sq_connect_plain_at(w->cfg, w->cfg->shards[s].dsn,
+					sq_pgconn_hostaddr(&w->c->shards[s]), "listen", -1, msg,
+					sizeof(msg));
 	if (!l)
 		return sq_err(err, SQ_ECONN,
 			      "shard %s (%s): listen connection: %s; wake-ups from it wait for "

@@ -905,11 +905,12 @@ END_TEST
 
 static atomic_int hole_runs, hole_lost;
 
-/* Runs 10 s, and notes whether its lease was ever lost meanwhile. */
+/* Runs 10 s (or *(double *)arg s), and notes whether its lease was ever
+ * lost meanwhile. */
 static sq_job_result run_10s(const sq_job *job, void *arg, char *e, size_t elen)
 {
-	(void)arg, (void)e, (void)elen;
-	double until = test_now_s() + 10;
+	(void)e, (void)elen;
+	double until = test_now_s() + (arg ? *(const double *)arg : 10);
 	atomic_fetch_add(&hole_runs, 1);
 	while (test_now_s() < until) {
 		if (sq_job_lease_lost(job)) {
@@ -1103,6 +1104,116 @@ START_TEST(a_slow_name_lookup_holds_no_run_up)
 }
 END_TEST
 
+/*
+ * A shard named by a host name, its connections cut while the other
+ * shards' jobs run, and a name server that takes 7 s to answer (the
+ * failpoint `lookup`; connect_timeout 12 s): the shard's connection is
+ * made again through a lookup off the loop, and its LISTEN connection
+ * then goes to the address that connection reached, without a lookup of
+ * its own on the loop. 20 s runs under 8 s leases on the other shards: a
+ * 7 s stop of the loop anywhere in them makes a heartbeat late, and the
+ * run is stopped. Asserted: s2 is listened to again, no run lost its
+ * lease, each job completed once on its first run.
+ */
+START_TEST(a_slow_name_lookup_holds_no_relisten_up)
+{
+	enum { N = 4 };
+	sq_error err;
+	setup_with("sqt_work_relisten",
+		   "[type h]\nhistory = true\nstarting_timeout = 8s\nexecution_timeout = 8s\n");
+	int others = 0;
+	for (int i = 0; others < N; i++) {
+		char key[32];
+		sq_job_spec j;
+		sq_enqueue_result r;
+		snprintf(key, sizeof(key), "relisten-%d", i);
+		memset(&j, 0, sizeof(j));
+		j.type = "h";
+		j.key = key;
+		OKE(sq_enqueue(t.client, &j, 1, &r, &err));
+		others += r.shard != 1;
+		ck_assert_int_lt(i, 1000);
+	}
+	/* s2 keeps none: only the other shards' runs are watched */
+	testdb_scalar(&t, 1,
+		      "WITH d AS (DELETE FROM shardq.jobs RETURNING 1) SELECT count(*) FROM d");
+	char *direct = testdb_ini(&t, NULL, "\n[connection]\nconnect_timeout = 12s\n");
+	char *ini = ini_by_name(direct, t.ports[1]);
+	free(direct);
+	sq_config *cfg;
+	OKE(sq_config_parse(ini, "relisten.ini", &cfg, &err));
+	free(ini);
+
+	setenv("SHARDQ_FAILPOINT_SLEEP", "lookup:7000", 1);
+	sq_worker_opts o;
+	sq_worker *w;
+	sq_worker_opts_init(&o);
+	o.worker_id = "wR";
+	o.listen = 1;
+	o.poll_min_ms = o.poll_max_ms = 100;
+	OKE(sq_worker_create(cfg, &o, &w, &err)); /* s2 looked up once here: 7 s */
+	static double run_s = 20;
+	OKE(sq_worker_add(w, "h", N, run_10s, &run_s, &err));
+	pthread_t th;
+	pthread_create(&th, NULL, run_worker, w);
+	const char *listening = "SELECT count(*) FROM pg_stat_activity WHERE datname = "
+				"current_database() AND application_name LIKE '%-listen' AND "
+				"application_name NOT LIKE '%-map-listen'";
+	double since = test_now_s();
+	while (atomic_load(&hole_runs) < N || testdb_scalar(&t, 1, listening) < 1) {
+		ck_assert_msg(test_now_s() - since < testdb_stall_s(),
+			      "%d of %d runs begun, %lld LISTEN connections on s2, after %.0fs",
+			      atomic_load(&hole_runs), N, testdb_scalar(&t, 1, listening),
+			      testdb_stall_s());
+		usleep(50000);
+	}
+	/* the runs are under way: s2's connections are cut */
+	long long cut =
+		testdb_scalar(&t, 1,
+			      "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+			      "WHERE datname = current_database() AND pid <> pg_backend_pid()");
+	ck_assert_int_ge(cut, 2);
+	const char *done_sql = "SELECT count(*) FROM shardq.jobs_history WHERE status = "
+			       "'completed' AND task = 'h'";
+	since = test_now_s();
+	long long done = 0, last = -1, relistened = 0;
+	sq_worker_stats st;
+	while ((done = testdb_sum(&t, done_sql)) < N || relistened < 1) {
+		if (!relistened)
+			relistened = testdb_scalar(&t, 1, listening);
+		if (done != last) {
+			last = done;
+			since = test_now_s();
+		}
+		sq_worker_get_stats(w, &st);
+		ck_assert_msg(test_now_s() - since < testdb_stall_s() + 20,
+			      "%lld of %d jobs completed, s2 %s listened to again, nothing moved "
+			      "for %.0fs; the worker's last error: %s",
+			      done, N, relistened ? "is" : "is not", testdb_stall_s() + 20,
+			      st.last_error);
+		usleep(50000);
+	}
+	sq_worker_get_stats(w, &st);
+	sq_worker_stop(w, 0);
+	pthread_join(th, NULL);
+	printf("relisten after a slow lookup: %d runs, %d lost their lease; last error: %s\n",
+	       atomic_load(&hole_runs), atomic_load(&hole_lost), st.last_error);
+	ck_assert_msg(atomic_load(&hole_lost) == 0 && st.types[0].lost == 0,
+		      "%d of %d runs lost their lease (%llu writes answered lost) while s2 was "
+		      "connected and listened to again: the loop waited for a name lookup "
+		      "(last error: %s)",
+		      atomic_load(&hole_lost), atomic_load(&hole_runs),
+		      (unsigned long long)st.types[0].lost, st.last_error);
+	ck_assert_int_eq(atomic_load(&hole_runs), N);
+	ck_assert_int_eq(testdb_sum(&t, "SELECT count(DISTINCT id) FROM shardq.jobs_history WHERE "
+					"status = 'completed' AND task = 'h' AND attempt = 1"),
+			 N);
+	sq_worker_destroy(w);
+	sq_config_free(cfg);
+	cleanup();
+}
+END_TEST
+
 /* Runs sq_job_lease_lost(job) in a child; returns what it printed, and
  * whether it was stopped by SIGABRT in *aborted. */
 static char *lease_lost_in_child(const sq_job *job, int *aborted)
@@ -1252,6 +1363,7 @@ int main(void)
 	ADD_CASE(s, listens_again_after_its_connections_are_cut, 3600);
 	ADD_CASE(s, a_shard_that_does_not_answer_holds_no_run_up, 3600);
 	ADD_CASE(s, a_slow_name_lookup_holds_no_run_up, 3600);
+	ADD_CASE(s, a_slow_name_lookup_holds_no_relisten_up, 3600);
 	ADD_CASE(s, lease_lost_refuses_a_job_no_handler_was_given, 3600);
 	ADD_CASE(s, a_client_connects_its_shards_at_once, 3600);
 	return run_suite(s);

@@ -54,7 +54,9 @@ void sqd_claimer_submit(sqd *d, sqd_task *t)
 static void listen_open(sqd *d, int s)
 {
 	char msg[512];
-	PGconn *l = sq_connect_plain(d->cfg, d->cfg->shards[s].dsn, "listen", -1, msg, sizeof(msg));
+	PGconn *l = sq_connect_plain_at(d->cfg, d->cfg->shards[s].dsn,
+					sq_pgconn_hostaddr(&d->claim_client->shards[s]), "listen",
+					-1, msg, sizeof(msg));
 	if (!l) {
 		C.listen_retry[s] = sqd_now() + 5;
 		return;
