@@ -36,6 +36,7 @@ void testdb_open_w(testdb *t, const char *db, int nshards, unsigned partitions, 
 		   const double *weights);
 /* The config text of this cluster with other weights (malloc'd). */
 char *testdb_ini(testdb *t, const double *weights, const char *extra_cluster);
+/* Closes the client and drops the database on every test shard. */
 void testdb_close(testdb *t);
 /* Another client on the same cluster (e.g. for a second worker). */
 sq_client *testdb_client(testdb *t);
