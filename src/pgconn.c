@@ -88,10 +88,6 @@ static void short_pq_error(const char *m, char *out, size_t outlen)
 	out[n] = '\0';
 }
 
-/* "host:port" of a dsn, for messages; *multi_host: it names more than one
- * host (host=a,b). libpq gives each its own connect_timeout and goes on to
- * the next, which only its blocking connect does for an address that never
- * answers. */
 /* A host that libpq would look up by name: not a socket directory, not an
  * address, and no hostaddr beside it. */
 static int host_is_name(const char *host, const char *hostaddr)
@@ -104,6 +100,11 @@ static int host_is_name(const char *host, const char *hostaddr)
 	return inet_pton(AF_INET, host, a) != 1 && inet_pton(AF_INET6, host, a) != 1;
 }
 
+/* "host:port" of a dsn, for messages; *multi_host: it names more than one
+ * host (host=a,b). libpq gives each its own connect_timeout and goes on to
+ * the next, which only its blocking connect does for an address that never
+ * answers. *lookup_host: its one host, when that is a name to look up
+ * (malloc'd; else NULL). */
 static char *dsn_addr(const char *dsn, int *multi_host, char **lookup_host)
 {
 	char *errmsg = NULL, buf[300];

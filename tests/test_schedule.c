@@ -37,7 +37,12 @@ static void cluster_setup(void)
 	base.partitions = t.partitions;
 	memcpy(base.ports, t.ports, sizeof(base.ports));
 	memcpy(base.db, t.db, sizeof(base.db));
-	testdb_close(&t);
+	testdb_release(&t); /* kept for every case; dropped by cluster_teardown */
+}
+
+static void cluster_teardown(void)
+{
+	testdb_drop(base.db);
 }
 
 static double opened_at;
@@ -65,7 +70,7 @@ static void open_with(const char *schedule)
 static void teardown(void)
 {
 	printf("  %.2f s\n", test_now_s() - opened_at);
-	testdb_close(&t);
+	testdb_release(&t);
 }
 
 /* ---- (a) the cron parser and the slots, no database ---------------------- */
@@ -768,7 +773,7 @@ int main(void)
 	/* the tests against the shards share one cluster (CK_RUN_CASE=shards) */
 	TCase *tc = tcase_create("shards");
 	tcase_set_timeout(tc, 600);
-	tcase_add_unchecked_fixture(tc, cluster_setup, NULL);
+	tcase_add_unchecked_fixture(tc, cluster_setup, cluster_teardown);
 	tcase_add_checked_fixture(tc, NULL, teardown);
 	tcase_add_test(tc, three_schedulers_each_slot_once);
 	tcase_add_test(tc, missed_once_runs_the_latest_slot_once);

@@ -135,7 +135,7 @@ sq_client *testdb_client(testdb *t)
 	return c;
 }
 
-void testdb_close(testdb *t)
+void testdb_release(testdb *t)
 {
 	pthread_mutex_lock(&scalar_conns.mu);
 	scalar_conns_close();
@@ -144,23 +144,35 @@ void testdb_close(testdb *t)
 	sq_config_free(t->cfg);
 	free(t->ini);
 	free(t->extra);
-	/* the database goes too (a failed test leaves its own, to look at):
-	 * the shards' autovacuum launcher visits every database each naptime,
-	 * and a suite's worth of leftovers kept a third of this machine busy */
-	int ports[16], have = t->db[0] ? testdb_ports(ports, 16) : 0;
+	memset(t, 0, sizeof(*t));
+}
+
+void testdb_drop(const char *db)
+{
+	int ports[16], have = testdb_ports(ports, 16);
 	for (int i = 0; i < have; i++) {
 		char dsn[128], sql[128];
 		snprintf(dsn, sizeof(dsn), "host=127.0.0.1 port=%d dbname=postgres user=postgres",
 			 ports[i]);
 		PGconn *c = PQconnectdb(dsn);
 		if (PQstatus(c) == CONNECTION_OK) { /* a shard a test stopped: skipped */
-			snprintf(sql, sizeof(sql), "DROP DATABASE IF EXISTS %s WITH (FORCE)",
-				 t->db);
+			snprintf(sql, sizeof(sql), "DROP DATABASE IF EXISTS %s WITH (FORCE)", db);
 			PQclear(PQexec(c, sql));
 		}
 		PQfinish(c);
 	}
-	memset(t, 0, sizeof(*t));
+}
+
+void testdb_close(testdb *t)
+{
+	char db[sizeof(t->db)];
+	memcpy(db, t->db, sizeof(db));
+	testdb_release(t);
+	/* the database goes too (a failed test leaves its own, to look at):
+	 * the shards' autovacuum launcher visits every database each naptime,
+	 * and a suite's worth of leftovers kept a third of this machine busy */
+	if (db[0])
+		testdb_drop(db);
 }
 
 PGconn *testdb_pg(testdb *t, int shard)

@@ -38,6 +38,11 @@ void testdb_open_w(testdb *t, const char *db, int nshards, unsigned partitions, 
 char *testdb_ini(testdb *t, const double *weights, const char *extra_cluster);
 /* Closes the client and drops the database on every test shard. */
 void testdb_close(testdb *t);
+/* Closes the client and frees t, keeping the database (for a suite that
+ * makes it once for its cases: drop it with testdb_drop at the end). */
+void testdb_release(testdb *t);
+/* Drops database db on every test shard that answers. */
+void testdb_drop(const char *db);
 /* Another client on the same cluster (e.g. for a second worker). */
 sq_client *testdb_client(testdb *t);
 /* A plain libpq connection to shard i's test database. */
