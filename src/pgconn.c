@@ -622,7 +622,7 @@ void sq_pgconn_connect_all(sq_pgconn *pcs, int n, sq_status *st, sq_error *errs)
 		}
 		st[i] = connect_begin(&pcs[i], now, &errs[i]);
 		if (st[i] != SQ_OK)
-			connect_settle(&pcs[i], st[i], 0, &errs[i], NULL);
+			st[i] = connect_settle(&pcs[i], st[i], 0, &errs[i], NULL);
 		left += st[i] == SQ_OK && sq_pgconn_connecting(&pcs[i]);
 	}
 	while (left > 0) {
@@ -636,7 +636,7 @@ void sq_pgconn_connect_all(sq_pgconn *pcs, int n, sq_status *st, sq_error *errs)
 			if (!under_way) {
 				/* a failure is kept, and backed off from, as a
 				 * call's would be */
-				connect_settle(pc, st[i], 0, &errs[i], NULL);
+				st[i] = connect_settle(pc, st[i], 0, &errs[i], NULL);
 				left--;
 				continue;
 			}

@@ -922,6 +922,53 @@ static sq_job_result run_10s(const sq_job *job, void *arg, char *e, size_t elen)
 	return SQ_RESULT_DONE;
 }
 
+/* Enqueues keyed jobs of type h through c until n of them are off s2 (and,
+ * with need_on_s2, one is on s2); returns how many are off s2, and the
+ * count on s2 in *on_s2 (may be NULL). */
+static int enqueue_off_s2(sq_client *c, const char *prefix, int n, int need_on_s2, int *on_s2)
+{
+	sq_error err;
+	int others = 0, here = 0;
+	for (int i = 0; others < n || (need_on_s2 && !here); i++) {
+		char key[32];
+		sq_job_spec j;
+		sq_enqueue_result r;
+		snprintf(key, sizeof(key), "%s-%d", prefix, i);
+		memset(&j, 0, sizeof(j));
+		j.type = "h";
+		j.key = key;
+		OKE(sq_enqueue(c, &j, 1, &r, &err));
+		if (r.shard == 1)
+			here++;
+		else
+			others++;
+		ck_assert_int_lt(i, 1000);
+	}
+	if (on_s2)
+		*on_s2 = here;
+	return others;
+}
+
+/* After a worker (its stats st) ran the `others` jobs off s2 while `what`:
+ * every run kept its lease to the end, and each job was completed once,
+ * on its first run. */
+static void assert_runs_kept(const sq_worker_stats *st, int others, const char *what)
+{
+	printf("%s: %d runs off s2, %d lost their lease; the worker's last error: %s\n", what,
+	       atomic_load(&hole_runs), atomic_load(&hole_lost), st->last_error);
+	ck_assert_msg(atomic_load(&hole_lost) == 0 && st->types[0].lost == 0,
+		      "%d of %d runs off s2 lost their lease (%llu writes answered lost) while "
+		      "%s: the worker's loop was held up (last error: %s)",
+		      atomic_load(&hole_lost), atomic_load(&hole_runs),
+		      (unsigned long long)st->types[0].lost, what, st->last_error);
+	ck_assert_msg(atomic_load(&hole_runs) == others,
+		      "%d runs for the %d jobs off s2 (%s): a job ran twice, or s2's ran",
+		      atomic_load(&hole_runs), others, what);
+	ck_assert_int_eq(testdb_sum(&t, "SELECT count(DISTINCT id) FROM shardq.jobs_history WHERE "
+					"status = 'completed' AND task = 'h' AND attempt = 1"),
+			 others);
+}
+
 /* Runs a worker of `slots` slots for type h on cfg until `others` jobs
  * (those off s2) are completed, failing on a stall; asserts that every run
  * kept its lease to the end and that each of those jobs was completed once,
@@ -963,19 +1010,7 @@ static sq_worker_stats run_off_s2(const sq_config *cfg, const char *id, int slot
 	sq_worker_get_stats(w, &st);
 	sq_worker_stop(w, 0);
 	pthread_join(th, NULL);
-	printf("%s: %d runs off s2, %d lost their lease; the worker's last error: %s\n", what,
-	       atomic_load(&hole_runs), atomic_load(&hole_lost), st.last_error);
-	ck_assert_msg(atomic_load(&hole_lost) == 0 && st.types[0].lost == 0,
-		      "%d of %d runs off s2 lost their lease (%llu writes answered lost) while "
-		      "%s: the worker's loop was held up (last error: %s)",
-		      atomic_load(&hole_lost), atomic_load(&hole_runs),
-		      (unsigned long long)st.types[0].lost, what, st.last_error);
-	ck_assert_msg(atomic_load(&hole_runs) == others,
-		      "%d runs for the %d jobs off s2 (%s): a job ran twice, or s2's ran",
-		      atomic_load(&hole_runs), others, what);
-	ck_assert_int_eq(testdb_sum(&t, "SELECT count(DISTINCT id) FROM shardq.jobs_history WHERE "
-					"status = 'completed' AND task = 'h' AND attempt = 1"),
-			 others);
+	assert_runs_kept(&st, others, what);
 	sq_worker_destroy(w);
 	return st;
 }
@@ -999,19 +1034,7 @@ START_TEST(a_shard_that_does_not_answer_holds_no_run_up)
 		   "[type h]\nhistory = true\nstarting_timeout = 8s\nexecution_timeout = 8s\n");
 	/* N jobs on the other shards (keys whose partition they hold); any on
 	 * s2 stay there */
-	int others = 0;
-	for (int i = 0; others < N; i++) {
-		char key[32];
-		sq_job_spec j;
-		sq_enqueue_result r;
-		snprintf(key, sizeof(key), "hole-%d", i);
-		memset(&j, 0, sizeof(j));
-		j.type = "h";
-		j.key = key;
-		OKE(sq_enqueue(t.client, &j, 1, &r, &err));
-		others += r.shard != 1;
-		ck_assert_int_lt(i, 1000);
-	}
+	enqueue_off_s2(t.client, "hole", N, 0, NULL);
 	int port, hole = testdb_black_hole(1, &port);
 	char *direct = testdb_ini(&t, NULL, "\n[connection]\nconnect_timeout = 8s\n");
 	char *ini = testdb_ini_via(direct, t.ports[1], port);
@@ -1066,22 +1089,7 @@ START_TEST(a_slow_name_lookup_holds_no_run_up)
 	/* through the lookup: N jobs on the other shards, and one on s2 */
 	sq_client *c;
 	OKE(sq_client_open(cfg, 0, &c, &err));
-	int others = 0, on_s2 = 0;
-	for (int i = 0; others < N || !on_s2; i++) {
-		char key[32];
-		sq_job_spec j;
-		sq_enqueue_result r;
-		snprintf(key, sizeof(key), "lookup-%d", i);
-		memset(&j, 0, sizeof(j));
-		j.type = "h";
-		j.key = key;
-		OKE(sq_enqueue(c, &j, 1, &r, &err));
-		if (r.shard == 1)
-			on_s2++;
-		else
-			others++;
-		ck_assert_int_lt(i, 1000);
-	}
+	int on_s2, others = enqueue_off_s2(c, "lookup", N, 1, &on_s2);
 	sq_client_close(c);
 	ck_assert_int_le(others, 64);
 	ck_assert_int_eq(testdb_scalar(&t, 1, "SELECT count(*) FROM shardq.jobs WHERE task = 'h'"),
@@ -1121,19 +1129,7 @@ START_TEST(a_slow_name_lookup_holds_no_relisten_up)
 	sq_error err;
 	setup_with("sqt_work_relisten",
 		   "[type h]\nhistory = true\nstarting_timeout = 8s\nexecution_timeout = 8s\n");
-	int others = 0;
-	for (int i = 0; others < N; i++) {
-		char key[32];
-		sq_job_spec j;
-		sq_enqueue_result r;
-		snprintf(key, sizeof(key), "relisten-%d", i);
-		memset(&j, 0, sizeof(j));
-		j.type = "h";
-		j.key = key;
-		OKE(sq_enqueue(t.client, &j, 1, &r, &err));
-		others += r.shard != 1;
-		ck_assert_int_lt(i, 1000);
-	}
+	int others = enqueue_off_s2(t.client, "relisten", N, 0, NULL);
 	/* s2 keeps none: only the other shards' runs are watched */
 	testdb_scalar(&t, 1,
 		      "WITH d AS (DELETE FROM shardq.jobs RETURNING 1) SELECT count(*) FROM d");
@@ -1196,18 +1192,7 @@ START_TEST(a_slow_name_lookup_holds_no_relisten_up)
 	sq_worker_get_stats(w, &st);
 	sq_worker_stop(w, 0);
 	pthread_join(th, NULL);
-	printf("relisten after a slow lookup: %d runs, %d lost their lease; last error: %s\n",
-	       atomic_load(&hole_runs), atomic_load(&hole_lost), st.last_error);
-	ck_assert_msg(atomic_load(&hole_lost) == 0 && st.types[0].lost == 0,
-		      "%d of %d runs lost their lease (%llu writes answered lost) while s2 was "
-		      "connected and listened to again: the loop waited for a name lookup "
-		      "(last error: %s)",
-		      atomic_load(&hole_lost), atomic_load(&hole_runs),
-		      (unsigned long long)st.types[0].lost, st.last_error);
-	ck_assert_int_eq(atomic_load(&hole_runs), N);
-	ck_assert_int_eq(testdb_sum(&t, "SELECT count(DISTINCT id) FROM shardq.jobs_history WHERE "
-					"status = 'completed' AND task = 'h' AND attempt = 1"),
-			 N);
+	assert_runs_kept(&st, others, "s2 was connected and listened to again after a slow lookup");
 	sq_worker_destroy(w);
 	sq_config_free(cfg);
 	cleanup();
