@@ -116,22 +116,14 @@ static int connect_timeout_s(const sq_config *cfg)
 PGconn *sq_connect_plain(const sq_config *cfg, const char *dsn, const char *role,
 			 int64_t statement_timeout_ms, char *errbuf, size_t errlen)
 {
-	return sq_connect_plain_at(cfg, dsn, NULL, role, statement_timeout_ms, errbuf, errlen);
-}
-
-PGconn *sq_connect_plain_at(const sq_config *cfg, const char *dsn, const char *hostaddr,
-			    const char *role, int64_t statement_timeout_ms, char *errbuf,
-			    size_t errlen)
-{
 	char timeout[16];
 	char *opts = conn_options(
 		cfg, statement_timeout_ms >= 0 ? statement_timeout_ms : cfg->statement_timeout_ms,
 		role, 0);
-	const char *kw[] = {"dbname", "options", "connect_timeout", hostaddr ? "hostaddr" : NULL,
-			    NULL};
-	const char *vals[] = {dsn, opts, timeout, hostaddr, NULL};
+	const char *kw[] = {"dbname", "options", "connect_timeout", NULL};
+	const char *vals[] = {dsn, opts, timeout, NULL};
 	PGconn *c;
-	if (!hostaddr && sq_dsn_names_host(dsn))
+	if (sq_dsn_names_host(dsn))
 		sq_failpoint("lookup"); /* libpq looks the name up: a slow name server */
 	snprintf(timeout, sizeof(timeout), "%d", connect_timeout_s(cfg));
 	c = opts ? PQconnectdbParams(kw, vals, 1) : NULL;
@@ -149,6 +141,94 @@ PGconn *sq_connect_plain_at(const sq_config *cfg, const char *dsn, const char *h
 	PQsetNoticeProcessor(c, sq_pq_ignore_notice, NULL);
 	sq_conn_hook_call(role, c);
 	return c;
+}
+
+sq_status sq_listener_init(sq_listener *l, const sq_config *cfg, int shard, sq_error *err)
+{
+	memset(l, 0, sizeof(*l));
+	char *opts = conn_options(cfg, cfg->statement_timeout_ms, "listen", 0);
+	if (!opts)
+		return sq_err(err, SQ_ENOMEM, "out of memory");
+	sq_status st = sq_pgconn_init(&l->pc, cfg->shards[shard].id, cfg->shards[shard].dsn, opts,
+				      connect_timeout_s(cfg), err);
+	free(opts);
+	sq_pgconn_set_connect_wait(&l->pc, SQ_LOOP_CONNECT_WAIT_S);
+	return st;
+}
+
+sq_status sq_listener_connect(sq_listener *l, const char *channel, sq_error *err)
+{
+	if (l->conn)
+		return SQ_OK;
+	sq_status st = sq_pgconn_ensure(&l->pc, err);
+	if (st != SQ_OK)
+		return st;
+	PGconn *c = sq_pgconn_detach(&l->pc);
+	if (!c)
+		return sq_err(err, SQ_ECONN,
+			      "shard %s (%s): listen connection: cannot leave "
+			      "pipeline mode",
+			      l->pc.shard_id, l->pc.addr);
+	sq_conn_hook_call("listen", c);
+	char sql[128];
+	snprintf(sql, sizeof(sql), "LISTEN %s", channel);
+	/* a few bytes on a new connection: sent at once */
+	int sent =
+		PQsetnonblocking(c, 0) == 0 && PQsendQuery(c, sql) && PQsetnonblocking(c, 1) == 0;
+	if (!sent) {
+		char msg[256];
+		snprintf(msg, sizeof(msg), "%s", PQerrorMessage(c));
+		msg[strcspn(msg, "\n")] = '\0';
+		PQfinish(c);
+		return sq_err(err, SQ_ECONN, "shard %s (%s): LISTEN failed: %s", l->pc.shard_id,
+			      l->pc.addr, msg);
+	}
+	l->conn = c;
+	return SQ_OK;
+}
+
+int sq_listener_read(sq_listener *l, int *listening)
+{
+	int n = 0, ok = 1;
+	*listening = 0;
+	if (!l->conn)
+		return -1;
+	if (!PQconsumeInput(l->conn)) {
+		sq_listener_drop(l);
+		return -1;
+	}
+	/* the LISTEN's answer: until it is taken, libpq reads no NOTIFY */
+	PGresult *r;
+	while (!PQisBusy(l->conn) && (r = PQgetResult(l->conn)) != NULL) {
+		if (PQresultStatus(r) == PGRES_COMMAND_OK)
+			*listening = 1;
+		else
+			ok = 0;
+		PQclear(r);
+	}
+	PGnotify *nt;
+	while ((nt = PQnotifies(l->conn)) != NULL) {
+		PQfreemem(nt);
+		n++;
+	}
+	if (!ok) {
+		sq_listener_drop(l);
+		return -1;
+	}
+	return n;
+}
+
+void sq_listener_drop(sq_listener *l)
+{
+	if (l->conn)
+		PQfinish(l->conn);
+	l->conn = NULL;
+}
+
+void sq_listener_free(sq_listener *l)
+{
+	sq_listener_drop(l);
+	sq_pgconn_close(&l->pc);
 }
 
 static double mono_s(void)

@@ -66,13 +66,34 @@ struct sq_client {
  */
 PGconn *sq_connect_plain(const sq_config *cfg, const char *dsn, const char *role,
 			 int64_t statement_timeout_ms, char *errbuf, size_t errlen);
-/* The same, connecting to hostaddr (when not NULL) instead of looking the
- * dsn's host name up: a second connection to a server a connection of
- * ours reached already (sq_pgconn_hostaddr), made on a loop that must not
- * wait for a name server. */
-PGconn *sq_connect_plain_at(const sq_config *cfg, const char *dsn, const char *hostaddr,
-			    const char *role, int64_t statement_timeout_ms, char *errbuf,
-			    size_t errlen);
+
+/* A LISTEN connection of a loop (a worker's, shardqd's claimer) to one
+ * shard. Nothing about it holds the loop up: it is connected as the
+ * loop's own shard connections are (SQ_LOOP_CONNECT_WAIT_S at most per
+ * call, the rest between calls, a host name looked up on a thread), and
+ * its LISTEN is sent without waiting for the answer. A shard whose host
+ * vanished cuts a LISTEN connection (seen on its socket) before the loop
+ * finds its own connection gone, so a blocking connect here held the loop
+ * up for connect_timeout. */
+typedef struct sq_listener {
+	sq_pgconn pc; /* the connect under way, its backoff and last error */
+	PGconn *conn; /* NULL: none; else the LISTEN is sent */
+} sq_listener;
+SQ_MUST_CHECK sq_status sq_listener_init(sq_listener *l, const sq_config *cfg, int shard,
+					 sq_error *err);
+/* Connects, or goes on connecting, and sends LISTEN `channel`: SQ_OK once
+ * sent (l->conn set: poll its socket for reading), SQ_ECONN while the
+ * connect is under way (sq_pgconn_connecting(&l->pc)) or after it failed
+ * (then tried again after a backoff, as shard connections are). */
+sq_status sq_listener_connect(sq_listener *l, const char *channel, sq_error *err);
+/* Reads what l->conn has, after its socket was readable: the number of
+ * NOTIFYs, with *listening set when the LISTEN's answer was among it (the
+ * wake-ups before it were missed); -1 when the connection broke or the
+ * LISTEN failed (closed; sq_listener_connect makes a new one). */
+int sq_listener_read(sq_listener *l, int *listening);
+/* Closes l->conn (not the connect state). */
+void sq_listener_drop(sq_listener *l);
+void sq_listener_free(sq_listener *l);
 
 /* Takes `n` fresh id numbers (not yet shifted/combined with a partition);
  * the first is *first. Fetches blocks from the meta database as needed. */

@@ -340,14 +340,6 @@ static void connect_abandon(sq_pgconn *pc)
 	lookup_abandon(pc);
 }
 
-const char *sq_pgconn_hostaddr(const sq_pgconn *pc)
-{
-	if (!pc->lookup_host || !pc->conn || PQstatus(pc->conn) != CONNECTION_OK)
-		return NULL;
-	const char *a = PQhostaddr(pc->conn);
-	return a && *a ? a : NULL;
-}
-
 int sq_dsn_names_host(const char *dsn)
 {
 	int multi;
@@ -568,6 +560,23 @@ static sq_status ensure_conn(sq_pgconn *pc, sq_error *err)
 		}
 	}
 	return connect_settle(pc, st, under_way, &e, err);
+}
+
+sq_status sq_pgconn_ensure(sq_pgconn *pc, sq_error *err)
+{
+	return ensure_conn(pc, err);
+}
+
+PGconn *sq_pgconn_detach(sq_pgconn *pc)
+{
+	PGconn *conn = pc->conn;
+	pc->conn = NULL;
+	pc->nprepared = 0;
+	if (conn && !PQexitPipelineMode(conn)) {
+		PQfinish(conn);
+		return NULL;
+	}
+	return conn;
 }
 
 int sq_pgconn_advance(sq_pgconn *pc)

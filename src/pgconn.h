@@ -121,10 +121,6 @@ void sq_pgconn_close(sq_pgconn *pc);
  * answers. A host name with several addresses gets one connect_timeout
  * for the address that does not answer. */
 void sq_pgconn_set_connect_wait(sq_pgconn *pc, double wait_s);
-/* The address pc's connection went to when its dsn names its host by
- * name (NULL: not connected, or no name): for a second connection to the
- * same server that should not look the name up again. */
-const char *sq_pgconn_hostaddr(const sq_pgconn *pc);
 /* Whether libpq would look a name up to connect with this dsn (one host,
  * named, no hostaddr). */
 int sq_dsn_names_host(const char *dsn);
@@ -135,6 +131,15 @@ int sq_pgconn_connecting(const sq_pgconn *pc);
  * to call on every pass, so that a connect goes on between calls that use
  * the connection). Returns 1 while one is still under way. */
 int sq_pgconn_advance(sq_pgconn *pc);
+
+/* Makes pc's connection usable as a call would (waiting at most the
+ * connect wait, sq_pgconn_set_connect_wait); SQ_OK once it is up,
+ * SQ_ECONN while a connect is under way or after it failed. */
+sq_status sq_pgconn_ensure(sq_pgconn *pc, sq_error *err);
+/* Takes pc's connection, out of pipeline mode, for the caller to own; pc
+ * makes a new one when asked again (NULL: none, or it cannot leave
+ * pipeline mode, then closed). */
+PGconn *sq_pgconn_detach(sq_pgconn *pc);
 
 /* Queues one statement; vals must stay valid until sq_pgconn_run returns. */
 void sq_pgconn_push(sq_pgconn *pc, const sq_stmt *st, int nparams, const char *const *vals);

@@ -570,7 +570,7 @@ static sq_status enqueue_slot(sq_client *c, const sq_schedule_conf *s, const cha
 			"WHERE name = $1 AND last_slot = to_timestamp($2::bigint) AND "
 			"claimed_by = $3 AND lease_until IS NOT NULL RETURNING 1",
 			3, v, &e2));
-		sq_err_prefix(err, "[schedule %s] slot %s: ", s->name, key);
+		sq_err_prefix(err, "[schedule %s] slot %s", s->name, key);
 		return st;
 	}
 	sq_failpoint("schedule_enqueued");
@@ -836,28 +836,44 @@ void sq_sched_free(sq_sched *s)
 struct sq_sched_thread {
 	const sq_config *cfg;
 	char who[128];
-	int open_flags;
 	void (*on_error)(const sq_error *e, void *arg);
 	void *arg;
-	sq_client *c; /* opened by the first pass that can, kept */
+	sq_client *c;
 	sq_sched *sc; /* what this runner saw claimed (NULL: out of memory) */
 	char last[sizeof(((sq_error *)0)->msg)]; /* the error reported last */
 	double last_at;
 	sq_ticker *ticker;
 };
 
+/* Whether two messages differ only in their numbers ("still connecting
+ * (0.3s so far" and "(1.2s so far"): the same problem, said again. */
+static int same_but_numbers(const char *a, const char *b)
+{
+	for (;;) {
+		int na = 0, nb = 0;
+		while (isdigit((unsigned char)*a) || (*a == '.' && isdigit((unsigned char)a[1])))
+			a++, na = 1;
+		while (isdigit((unsigned char)*b) || (*b == '.' && isdigit((unsigned char)b[1])))
+			b++, nb = 1;
+		if (na != nb || *a != *b)
+			return 0;
+		if (!*a)
+			return 1;
+		a++, b++;
+	}
+}
+
 /* One scheduler pass, on the ticker's thread. */
 static void sched_pass(void *arg)
 {
 	sq_sched_thread *t = arg;
 	sq_error err;
-	sq_status st = t->c ? SQ_OK : sq_client_open(t->cfg, t->open_flags, &t->c, &err);
-	if (st == SQ_OK)
-		st = t->sc ? run_pass(t->c, t->who, 0, NULL, t->sc->seen, &err)
-			   : sq_schedules_run(t->c, t->who, 0, NULL, &err);
-	/* the same error again (a shard down): once a minute */
+	sq_status st = t->sc ? run_pass(t->c, t->who, 0, NULL, t->sc->seen, &err)
+			     : sq_schedules_run(t->c, t->who, 0, NULL, &err);
+	/* the same error again (a shard down), whatever its figures: once a
+	 * minute */
 	if (st != SQ_OK && t->on_error &&
-	    (strcmp(t->last, err.msg) || sq_mono_s() - t->last_at >= 60)) {
+	    (!same_but_numbers(t->last, err.msg) || sq_mono_s() - t->last_at >= 60)) {
 		t->on_error(&err, t->arg);
 		snprintf(t->last, sizeof(t->last), "%s", err.msg);
 		t->last_at = sq_mono_s();
@@ -866,17 +882,18 @@ static void sched_pass(void *arg)
 	}
 }
 
-sq_sched_thread *sq_sched_thread_start(const sq_config *cfg, const char *who, int open_flags,
+sq_sched_thread *sq_sched_thread_start(const sq_config *cfg, const char *who, sq_client *c,
 				       void (*on_error)(const sq_error *e, void *arg), void *arg)
 {
-	if (!cfg->scheduler.enabled || !cfg->nschedules)
+	if (!cfg->scheduler.enabled || !cfg->nschedules || !c)
 		return NULL;
 	sq_sched_thread *t = calloc(1, sizeof(*t));
 	if (!t)
 		return NULL;
 	t->cfg = cfg;
 	snprintf(t->who, sizeof(t->who), "%s", who);
-	t->open_flags = open_flags;
+	t->c = c;
+	sq_client_connect_wait(c, SQ_SCHED_CONNECT_WAIT_S);
 	t->on_error = on_error;
 	t->arg = arg;
 	t->sc = sq_sched_new(cfg, t->who);

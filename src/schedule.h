@@ -77,11 +77,18 @@ sq_sched *sq_sched_new(const sq_config *cfg, const char *who);
 sq_status sq_sched_tick(sq_sched *s, sq_client *c, sq_error *err);
 void sq_sched_free(sq_sched *s);
 
-/* A thread of its own with its own client (shardqd): a pass every
- * interval until stopped. on_error is called with each failed pass (on
- * that thread). NULL when there is nothing to schedule or on failure. */
+/* A thread of its own with its own client c (shardqd; opened by the
+ * caller, with the others, so a shard that never answers costs the start
+ * one connect_timeout; closed by sq_sched_thread_stop): a pass every
+ * interval until stopped. A shard or meta database connected again holds
+ * a pass up for at most SQ_SCHED_CONNECT_WAIT_S, not connect_timeout: the
+ * other schedules' slots are enqueued meanwhile, and a stop waits no
+ * longer. on_error is called with each failed pass (on that thread). NULL
+ * when there is nothing to schedule or on failure; c is then the
+ * caller's still. */
+#define SQ_SCHED_CONNECT_WAIT_S 1.0
 typedef struct sq_sched_thread sq_sched_thread;
-sq_sched_thread *sq_sched_thread_start(const sq_config *cfg, const char *who, int open_flags,
+sq_sched_thread *sq_sched_thread_start(const sq_config *cfg, const char *who, sq_client *c,
 				       void (*on_error)(const sq_error *e, void *arg), void *arg);
 void sq_sched_thread_stop(sq_sched_thread *t);
 

@@ -63,7 +63,7 @@ struct sq_worker {
 	int wake[2];
 	struct event_base *base;
 	struct event *wake_ev, *timer_ev, *sig_ev[2];
-	PGconn *listen[SQ_MAX_SHARDS];
+	sq_listener listen[SQ_MAX_SHARDS];
 	struct event *listen_ev[SQ_MAX_SHARDS];
 	/* a shard without its LISTEN connection (down at the start, or the
 	 * connection broke): tried again from then on, once the shard's own
@@ -144,22 +144,22 @@ static void on_listen(evutil_socket_t fd, short what, void *arg)
 	sq_worker *w = arg;
 	(void)what;
 	for (int s = 0; s < w->c->nshards; s++) {
-		PGconn *l = w->listen[s];
-		PGnotify *n;
-		if (!l || PQsocket(l) != fd)
+		sq_listener *l = &w->listen[s];
+		int listening;
+		if (!l->conn || PQsocket(l->conn) != fd)
 			continue;
-		if (!PQconsumeInput(l)) {
+		int n = sq_listener_read(l, &listening);
+		if (n < 0) {
 			/* the wake-up is lost; polling carries on, and the loop
 			 * listens again once the shard can be reached */
 			event_free(w->listen_ev[s]);
 			w->listen_ev[s] = NULL;
-			PQfinish(l);
-			w->listen[s] = NULL;
 			w->relisten_at[s] = 0;
 			return;
 		}
-		while ((n = PQnotifies(l)) != NULL) {
-			PQfreemem(n);
+		/* listening from now on: the wake-ups before it were missed, so
+		 * the shard is claimed from at once */
+		if (n > 0 || listening) {
 			w->wake_pending = 1;
 			w->woke[s] = 1;
 		}
@@ -178,68 +178,68 @@ void sq_worker_stop(sq_worker *w, int at_once)
 
 static void note_error(sq_worker *w, const sq_error *e);
 
-/* Opens shard s's LISTEN connection; on failure, says why in err. */
+/* Connects shard s's LISTEN connection, or goes on connecting it, without
+ * holding the loop up (sq_listener); on failure, says why in err. */
 static sq_status open_listener(sq_worker *w, int s, sq_error *err)
 {
-	char msg[512];
-	/* to the address the shard's connection went to: no name lookup on the
-	 * loop */
-	PGconn *l = sq_connect_plain_at(w->cfg, w->cfg->shards[s].dsn,
-					sq_pgconn_hostaddr(&w->c->shards[s]), "listen", -1, msg,
-					sizeof(msg));
-	if (!l)
-		return sq_err(err, SQ_ECONN,
-			      "shard %s (%s): listen connection: %s; wake-ups from it wait for "
-			      "the poll until it is back",
-			      w->cfg->shards[s].id, w->c->shards[s].addr, msg);
-	PGresult *r = PQexec(l, "LISTEN shardq_jobs");
-	int ok = PQresultStatus(r) == PGRES_COMMAND_OK;
-	PQclear(r);
-	if (!ok || PQsetnonblocking(l, 1) ||
-	    !(w->listen_ev[s] =
-		      event_new(w->base, PQsocket(l), EV_READ | EV_PERSIST, on_listen, w))) {
-		sq_err(err, SQ_ECONN, "shard %s (%s): LISTEN failed: %s", w->cfg->shards[s].id,
-		       w->c->shards[s].addr, PQerrorMessage(l));
-		PQfinish(l);
-		return SQ_ECONN;
+	sq_listener *l = &w->listen[s];
+	sq_status st = sq_listener_connect(l, "shardq_jobs", err);
+	if (st != SQ_OK) {
+		sq_err_prefix(err, "listen connection");
+		return st;
 	}
-	w->listen[s] = l;
+	w->listen_ev[s] = event_new(w->base, PQsocket(l->conn), EV_READ | EV_PERSIST, on_listen, w);
+	if (!w->listen_ev[s]) {
+		sq_listener_drop(l);
+		return sq_err(err, SQ_ENOMEM, "out of memory");
+	}
 	event_add(w->listen_ev[s], NULL);
 	return SQ_OK;
 }
 
-/* At the start: every shard that can be reached; a shard that is down is
- * listened to once it is back (relisten). */
+/* At the start: every shard that can be reached (a connect still under way
+ * goes on in the loop); a shard that is down is listened to once it is
+ * back (relisten). */
 static void open_listeners(sq_worker *w)
 {
 	for (int s = 0; s < w->c->nshards; s++) {
 		sq_error e;
-		if (!w->c->shards[s].conn || open_listener(w, s, &e) != SQ_OK)
-			w->relisten_at[s] = 0;
+		if (w->c->shards[s].conn)
+			(void)open_listener(w, s, &e);
 	}
 }
 
 /* A shard without its LISTEN connection gets one again once its own
- * connection works (so the connect does not hold the loop on a shard that
- * is down), at most every RELISTEN_S; the shard is claimed from at once,
- * since its wake-ups in between were lost. */
+ * connection works (no connect to a shard that is down on every pass), at
+ * most every RELISTEN_S after a connect that failed; a connect under way
+ * goes on at every pass. The shard is claimed from at once when the LISTEN
+ * is answered (on_listen), since its wake-ups in between were lost. */
 #define RELISTEN_S 2.0
 static void relisten(sq_worker *w, double now)
 {
 	for (int s = 0; w->opts.listen && s < w->c->nshards; s++) {
+		sq_listener *l = &w->listen[s];
 		PGconn *conn = w->c->shards[s].conn;
-		if (w->listen[s] || now < w->relisten_at[s] || !conn ||
-		    PQstatus(conn) != CONNECTION_OK)
+		int going = sq_pgconn_connecting(&l->pc);
+		if (l->conn || (!going && (now < w->relisten_at[s] || !conn ||
+					   PQstatus(conn) != CONNECTION_OK)))
 			continue;
 		sq_error e;
-		w->relisten_at[s] = now + RELISTEN_S;
-		if (open_listener(w, s, &e) != SQ_OK) {
+		if (open_listener(w, s, &e) != SQ_OK && !sq_pgconn_connecting(&l->pc)) {
+			w->relisten_at[s] = now + RELISTEN_S;
 			note_error(w, &e);
-			continue;
 		}
-		w->woke[s] = 1;
-		w->wake_pending = 1;
 	}
+}
+
+/* Listen connects under way (the loop comes back within
+ * SQ_LOOP_CONNECT_WAIT_S while any is). */
+static int listen_connecting(sq_worker *w)
+{
+	int n = 0;
+	for (int s = 0; w->opts.listen && s < w->c->nshards; s++)
+		n += sq_pgconn_advance(&w->listen[s].pc);
+	return n;
 }
 
 sq_status sq_worker_create(const sq_config *cfg, const sq_worker_opts *opts, sq_worker **out,
@@ -300,6 +300,11 @@ sq_status sq_worker_create(const sq_config *cfg, const sq_worker_opts *opts, sq_
 		return st;
 	}
 	sq_client_connect_wait(w->c, SQ_LOOP_CONNECT_WAIT_S);
+	for (int s = 0; s < cfg->nshards; s++)
+		if ((st = sq_listener_init(&w->listen[s], cfg, s, err)) != SQ_OK) {
+			sq_worker_destroy(w);
+			return st;
+		}
 	if (w->opts.listen)
 		open_listeners(w);
 	w->maint = sq_maintainer_start(cfg, NULL, NULL);
@@ -1561,7 +1566,8 @@ sq_status sq_worker_run(sq_worker *w, sq_error *err)
 
 		double at = next_wake(w, sq_mono_s()), wait = at - sq_mono_s();
 		/* a connect under way goes on between ticks */
-		if (sq_client_advance_connects(w->c) > 0 && wait > SQ_LOOP_CONNECT_WAIT_S)
+		if (sq_client_advance_connects(w->c) + listen_connecting(w) > 0 &&
+		    wait > SQ_LOOP_CONNECT_WAIT_S)
 			wait = SQ_LOOP_CONNECT_WAIT_S;
 		if (wait > 0) {
 			struct timeval tv = {(time_t)wait,
@@ -1620,8 +1626,7 @@ void sq_worker_destroy(sq_worker *w)
 	for (int s = 0; s < SQ_MAX_SHARDS; s++) {
 		if (w->listen_ev[s])
 			event_free(w->listen_ev[s]);
-		if (w->listen[s])
-			PQfinish(w->listen[s]);
+		sq_listener_free(&w->listen[s]);
 	}
 	for (int i = 0; i < 2; i++)
 		if (w->sig_ev[i])

@@ -59,6 +59,18 @@ static char *slurp(const char *path)
 	return buf;
 }
 
+/* The end of a file, for a message (check caps a message's length). */
+static char *slurp_tail(const char *path)
+{
+	char *all = slurp(path);
+	size_t n = strlen(all);
+	if (n <= 2500)
+		return all;
+	char *at = all + n - 2500;
+	memcpy(at, "[...]", 5);
+	return at;
+}
+
 static void hash_line(const char *token, char *out, size_t len)
 {
 	char cmd[1024];
@@ -323,7 +335,7 @@ static hresp call(const char *method, const char *path, const char *token, const
 	int got = hc_recv(fd, &r);
 	ck_assert_msg(got == 0 || !(errno == EAGAIN || errno == EWOULDBLOCK),
 		      "%s %s: no reply within %.0fs; the daemon's output:\n%s", method, path,
-		      call_timeout_s, slurp(D.out));
+		      call_timeout_s, slurp_tail(D.out));
 	ck_assert_msg(got == 0, "%s %s: the connection ended without a reply", method, path);
 	close(fd);
 	keep(&r);
@@ -2136,6 +2148,147 @@ START_TEST(a_shard_that_does_not_answer_holds_the_start_up_once)
 }
 END_TEST
 
+/* The schedule named prefix-N (the first N) whose key for the slot
+ * "{name}:slot" lives on shard s, into name. */
+static void schedule_on_shard(int s, const char *prefix, const char *slot, char *name, size_t len)
+{
+	for (int i = 0;; i++) {
+		char key[96];
+		snprintf(name, len, "%s-%d", prefix, i);
+		snprintf(key, sizeof(key), "%s:%s", name, slot);
+		uint32_t p = sq_partition_of_key(key, strlen(key), t.partitions);
+		if (sq_client_shard_of_partition(t.client, p) == s)
+			return;
+	}
+}
+
+static long long schedule_field(const char *name, const char *field)
+{
+	char sql[192];
+	snprintf(sql, sizeof(sql),
+		 "SELECT coalesce(sum(%s), -1) FROM shardq_meta.schedules WHERE name = '%s'", field,
+		 name);
+	return testdb_scalar(&t, 0, sql);
+}
+
+/* Waits until schedule `name`'s `field` (enqueues, retries) reaches want. */
+static void wait_schedule(const char *name, const char *field, long long want, const char *why)
+{
+	double since = now_s();
+	long long got, best = -2;
+	while ((got = schedule_field(name, field)) < want) {
+		if (got > best)
+			best = got, since = now_s();
+		ck_assert_msg(now_s() - since < STALL_S,
+			      "schedule %s: %s %lld of %lld, no more for %.0fs: %s. shardqd's "
+			      "output:\n%s",
+			      name, field, got, want, STALL_S, why, slurp_tail(D.out));
+		usleep(50000);
+	}
+}
+
+/* Schedule `name`'s slot of this year, claimed by a scheduler that is
+ * gone, with its lease running out in `lease` (an interval): the next pass
+ * after that takes it over and enqueues it. */
+static void schedule_orphan(const char *name, const char *slot, const char *lease)
+{
+	char sql[512];
+	snprintf(sql, sizeof(sql),
+		 "WITH u AS (INSERT INTO shardq_meta.schedules AS s (name, last_slot, claimed_by, "
+		 "lease_until) VALUES ('%s', '%s', 'gone', now() + interval '%s') ON CONFLICT "
+		 "(name) DO UPDATE SET last_slot = EXCLUDED.last_slot, claimed_by = 'gone', "
+		 "lease_until = EXCLUDED.lease_until RETURNING 1) SELECT count(*) FROM u",
+		 name, slot, lease);
+	ck_assert_int_eq(testdb_scalar(&t, 0, sql), 1);
+}
+
+/* shardqd runs the [schedule]s on a thread of its own. A shard that stops
+ * answering holds only the schedules whose slot goes there: the next
+ * schedules in the pass are enqueued, the held slot is enqueued once the
+ * shard is back (nothing lost), and a stop does not wait for the shard's
+ * connect (connect_timeout is 10 minutes here). Each schedule's slot is
+ * this year's (a yearly cron), left claimed by a scheduler that died, so
+ * its key, and shard, is known, and the test says when it is due. */
+START_TEST(the_schedules_go_on_beside_a_shard_that_does_not_answer)
+{
+	testdb_proxy px;
+	char slot[32], on2[32], on1a[32], on1b[32], late[32], extra[1024];
+	time_t now = time(NULL);
+	struct tm tm;
+	gmtime_r(&now, &tm);
+	snprintf(slot, sizeof(slot), "%04d-01-01T00:00:00Z", tm.tm_year + 1900);
+	testdb_open(&t, "sq_http_sched_hole", 2, 64, types_ini);
+	schedule_on_shard(1, "s2", slot, on2, sizeof(on2));
+	schedule_on_shard(0, "s1a", slot, on1a, sizeof(on1a));
+	schedule_on_shard(0, "s1b", slot, on1b, sizeof(on1b));
+	schedule_on_shard(1, "late", slot, late, sizeof(late));
+	/* on2 first: a pass meets it before the two on s1 */
+	snprintf(extra, sizeof(extra),
+		 "%s[scheduler]\ninterval = 100ms\nclaim_lease = 1s\n\n"
+		 "[schedule %s]\ntype = b\ncron = 0 0 1 1 *\n\n"
+		 "[schedule %s]\ntype = a\ncron = 0 0 1 1 *\n\n"
+		 "[schedule %s]\ntype = a\ncron = 0 0 1 1 *\n\n"
+		 "[schedule %s]\ntype = b\ncron = 0 0 1 1 *\n",
+		 types_ini, on2, on1a, on1b, late);
+	free(t.extra);
+	t.extra = strdup(extra);
+	const char *names[] = {on2, on1a, on1b, late};
+	for (int i = 0; i < 4; i++)
+		schedule_orphan(names[i], slot, "1 hour");
+	testdb_proxy_start(&px, t.ports[1]);
+	write_ini_via(NULL, NULL, "connect_timeout = 10m\n", px.port);
+	daemon_start(&D, "shardqd-sched.out");
+
+	testdb_proxy_hole(&px, 1);
+	for (int i = 0; i < 3; i++)
+		schedule_orphan(names[i], slot, "-1 second");
+	wait_schedule(on1a, "enqueues", 1,
+		      "with s2 gone, the scheduler's pass waits on s2's connect (connect_timeout "
+		      "10 min) instead of going on to the schedules on s1");
+	wait_schedule(on1b, "enqueues", 1, "the second schedule on s1 is not enqueued");
+	/* on2's slot is taken over again, pass after pass, and not lost */
+	wait_schedule(on2, "retries", 3, "on2's slot is not tried again");
+	ck_assert_int_eq(schedule_field(on2, "enqueues"), 0);
+	ck_assert_int_eq(testdb_scalar(&t, 0, "SELECT count(*) FROM shardq.jobs WHERE task = 'a'"),
+			 2);
+	printf("schedules with s2 gone: the two on s1 enqueued; %s's slot tried %lld times\n", on2,
+	       schedule_field(on2, "retries"));
+	/* and their jobs are claimed: the claimer's LISTEN connect to s2 (its
+	 * LISTEN connection was cut more than a second ago) holds it up no
+	 * more than the scheduler */
+	call_timeout_s = STALL_S;
+	hresp r = call("POST", "/v1/claim", tok_worker,
+		       "{\"worker\":\"w1\",\"types\":[{\"type\":\"a\",\"limit\":10}],"
+		       "\"wait_ms\":0}");
+	EXPECT(r, 200, NULL);
+	json_t *j = js(&r);
+	ck_assert_int_eq((long long)json_array_size(json_object_get(j, "jobs")), 2);
+	json_decref(j);
+
+	/* s2 is back: on2's held slot is enqueued there */
+	testdb_proxy_hole(&px, 0);
+	wait_schedule(on2, "enqueues", 1, "s2 is back, but on2's held slot is not enqueued");
+	char sql[160];
+	snprintf(sql, sizeof(sql),
+		 "SELECT count(*) FROM shardq.jobs WHERE task = 'b' AND active_uid = '%s:%s'", on2,
+		 slot);
+	ck_assert_int_eq(testdb_scalar(&t, 1, sql), 1);
+
+	/* gone again, with a slot on s2 due: a stop waits for the pass, and the
+	 * pass waits for s2's connect for at most SQ_SCHED_CONNECT_WAIT_S, not
+	 * connect_timeout (the stop would fail on the stall limit) */
+	testdb_proxy_hole(&px, 1);
+	schedule_orphan(late, slot, "-1 second");
+	wait_schedule(late, "retries", 2, "the slot on s2 is not tried with s2 gone again");
+	ck_assert_int_eq(daemon_stop(&D, SIGTERM), 0);
+	ck_assert_int_eq(schedule_field(late, "enqueues"), 0);
+	call_timeout_s = 0;
+	testdb_proxy_hole(&px, 0);
+	testdb_proxy_stop(&px);
+	stop_all();
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("http");
@@ -2154,5 +2307,6 @@ int main(void)
 	ADD_CASE(s, cut_connections_are_replaced_before_a_request, 3600);
 	ADD_CASE(s, a_shard_that_does_not_answer_holds_no_request_up, 3600);
 	ADD_CASE(s, a_shard_that_does_not_answer_holds_the_start_up_once, 3600);
+	ADD_CASE(s, the_schedules_go_on_beside_a_shard_that_does_not_answer, 3600);
 	return run_suite(s);
 }

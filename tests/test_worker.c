@@ -1199,6 +1199,89 @@ START_TEST(a_slow_name_lookup_holds_no_relisten_up)
 }
 END_TEST
 
+/*
+ * A shard whose host vanishes while the worker listens to it: s2 is
+ * reached through a proxy that turns into a hole (its connections are cut,
+ * new ones wait unanswered; connect_timeout 8 s). The worker sees its
+ * LISTEN connection cut at once, while its own connection to s2 still
+ * looks up (nothing was sent on it yet), and connects a LISTEN connection
+ * again. That connect must not hold the loop up: the other shards' 20 s
+ * runs keep their 8 s leases (a blocking connect of 8 s makes their
+ * heartbeats late). Asserted: every run kept its lease, each job was
+ * completed once, on its first run.
+ */
+START_TEST(a_shard_that_vanishes_holds_no_relisten_up)
+{
+	enum { N = 4 };
+	sq_error err;
+	testdb_proxy px;
+	setup_with("sqt_work_vanish",
+		   "[type h]\nhistory = true\nstarting_timeout = 8s\nexecution_timeout = 8s\n");
+	int others = enqueue_off_s2(t.client, "vanish", N, 0, NULL);
+	/* s2 keeps none: only the other shards' runs are watched */
+	testdb_scalar(&t, 1,
+		      "WITH d AS (DELETE FROM shardq.jobs RETURNING 1) SELECT count(*) FROM d");
+	testdb_proxy_start(&px, t.ports[1]);
+	char *direct = testdb_ini(&t, NULL, "\n[connection]\nconnect_timeout = 8s\n");
+	char *ini = testdb_ini_via(direct, t.ports[1], px.port);
+	free(direct);
+	sq_config *cfg;
+	OKE(sq_config_parse(ini, "vanish.ini", &cfg, &err));
+	free(ini);
+
+	sq_worker_opts o;
+	sq_worker *w;
+	sq_worker_opts_init(&o);
+	o.worker_id = "wV";
+	o.listen = 1;
+	o.poll_min_ms = o.poll_max_ms = 100;
+	OKE(sq_worker_create(cfg, &o, &w, &err));
+	static double run_s = 20;
+	OKE(sq_worker_add(w, "h", N, run_10s, &run_s, &err));
+	pthread_t th;
+	pthread_create(&th, NULL, run_worker, w);
+	const char *listening = "SELECT count(*) FROM pg_stat_activity WHERE datname = "
+				"current_database() AND application_name LIKE '%-listen' AND "
+				"application_name NOT LIKE '%-map-listen'";
+	double since = test_now_s();
+	while (atomic_load(&hole_runs) < N || testdb_scalar(&t, 1, listening) < 1) {
+		ck_assert_msg(test_now_s() - since < testdb_stall_s(),
+			      "%d of %d runs begun, %lld LISTEN connections on s2, after %.0fs",
+			      atomic_load(&hole_runs), N, testdb_scalar(&t, 1, listening),
+			      testdb_stall_s());
+		usleep(50000);
+	}
+	/* the runs are under way: s2's host vanishes */
+	testdb_proxy_hole(&px, 1);
+	const char *done_sql = "SELECT count(*) FROM shardq.jobs_history WHERE status = "
+			       "'completed' AND task = 'h'";
+	since = test_now_s();
+	long long done = 0, last = -1;
+	sq_worker_stats st;
+	while ((done = testdb_sum(&t, done_sql)) < others) {
+		if (done != last) {
+			last = done;
+			since = test_now_s();
+		}
+		sq_worker_get_stats(w, &st);
+		ck_assert_msg(test_now_s() - since < testdb_stall_s() + 20,
+			      "%lld of %d jobs completed, nothing moved for %.0fs; the worker's "
+			      "last error: %s",
+			      done, others, testdb_stall_s() + 20, st.last_error);
+		usleep(50000);
+	}
+	sq_worker_get_stats(w, &st);
+	sq_worker_stop(w, 0);
+	pthread_join(th, NULL);
+	assert_runs_kept(&st, others, "s2's host vanished while the worker listened to it");
+	sq_worker_destroy(w);
+	testdb_proxy_hole(&px, 0);
+	testdb_proxy_stop(&px);
+	sq_config_free(cfg);
+	cleanup();
+}
+END_TEST
+
 /* Runs sq_job_lease_lost(job) in a child; returns what it printed, and
  * whether it was stopped by SIGABRT in *aborted. */
 static char *lease_lost_in_child(const sq_job *job, int *aborted)
@@ -1349,6 +1432,7 @@ int main(void)
 	ADD_CASE(s, a_shard_that_does_not_answer_holds_no_run_up, 3600);
 	ADD_CASE(s, a_slow_name_lookup_holds_no_run_up, 3600);
 	ADD_CASE(s, a_slow_name_lookup_holds_no_relisten_up, 3600);
+	ADD_CASE(s, a_shard_that_vanishes_holds_no_relisten_up, 3600);
 	ADD_CASE(s, lease_lost_refuses_a_job_no_handler_was_given, 3600);
 	ADD_CASE(s, a_client_connects_its_shards_at_once, 3600);
 	return run_suite(s);

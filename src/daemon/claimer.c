@@ -23,7 +23,7 @@ typedef struct claimer {
 	sqd *d;
 	sqd_task *head, *tail; /* waiting claims, in order of arrival */
 	int n;
-	PGconn *listen[SQ_MAX_SHARDS];
+	sq_listener listen[SQ_MAX_SHARDS];
 	double listen_retry[SQ_MAX_SHARDS];
 	double last_log;
 } claimer;
@@ -51,26 +51,14 @@ void sqd_claimer_submit(sqd *d, sqd_task *t)
 	sqd_claimer_wake(d);
 }
 
-static void listen_open(sqd *d, int s)
+/* Connects shard s's LISTEN connection, or goes on connecting it, without
+ * holding the loop up (sq_listener); after a failure, again in 5 s. */
+static void listen_open(int s)
 {
-	char msg[512];
-	PGconn *l = sq_connect_plain_at(d->cfg, d->cfg->shards[s].dsn,
-					sq_pgconn_hostaddr(&d->claim_client->shards[s]), "listen",
-					-1, msg, sizeof(msg));
-	if (!l) {
+	sq_error e;
+	sq_listener *l = &C.listen[s];
+	if (sq_listener_connect(l, "shardq_jobs", &e) != SQ_OK && !sq_pgconn_connecting(&l->pc))
 		C.listen_retry[s] = sqd_now() + 5;
-		return;
-	}
-	PGresult *r = PQexec(l, "LISTEN shardq_jobs");
-	int ok = PQresultStatus(r) == PGRES_COMMAND_OK;
-	PQclear(r);
-	if (!ok) {
-		PQfinish(l);
-		C.listen_retry[s] = sqd_now() + 5;
-		return;
-	}
-	PQsetnonblocking(l, 1);
-	C.listen[s] = l;
 }
 
 /* Answers a claim: its jobs, or [] */
@@ -310,15 +298,19 @@ static void *claimer_main(void *arg)
 		pf[npf].fd = d->wake[0];
 		pf[npf].events = POLLIN;
 		pf_shard[npf++] = -1;
-		/* LISTEN again once the shard's claim connection is up (its connect
-		 * does not block this thread; a LISTEN connect does, and a shard
-		 * that does not answer would hold every claim up) */
+		/* LISTEN again once the shard's claim connection is up; a connect
+		 * under way goes on (neither blocks this thread: a shard that does
+		 * not answer would hold every claim up) */
+		int listen_going = 0;
 		for (int s = 0; s < ns; s++) {
-			if (!C.listen[s] && now >= C.listen_retry[s] && c->shards[s].conn &&
-			    PQstatus(c->shards[s].conn) == CONNECTION_OK)
-				listen_open(d, s);
-			if (C.listen[s]) {
-				pf[npf].fd = PQsocket(C.listen[s]);
+			sq_listener *l = &C.listen[s];
+			if (!l->conn && (sq_pgconn_connecting(&l->pc) ||
+					 (now >= C.listen_retry[s] && c->shards[s].conn &&
+					  PQstatus(c->shards[s].conn) == CONNECTION_OK)))
+				listen_open(s);
+			listen_going += sq_pgconn_connecting(&l->pc);
+			if (l->conn) {
+				pf[npf].fd = PQsocket(l->conn);
 				pf[npf].events = POLLIN;
 				pf_shard[npf++] = s;
 			}
@@ -331,7 +323,7 @@ static void *claimer_main(void *arg)
 			timeout = 5000; /* to retry broken LISTEN connections */
 		}
 		/* a connect under way goes on between claims */
-		if (sq_client_advance_connects(c) > 0 &&
+		if (sq_client_advance_connects(c) + listen_going > 0 &&
 		    (timeout < 0 || timeout > SQ_LOOP_CONNECT_WAIT_S * 1000))
 			timeout = (int)(SQ_LOOP_CONNECT_WAIT_S * 1000);
 		int r = poll(pf, (nfds_t)npf, timeout);
@@ -347,26 +339,22 @@ static void *claimer_main(void *arg)
 				}
 				continue;
 			}
-			int s = pf_shard[i];
-			PGconn *l = C.listen[s];
-			if (!PQconsumeInput(l)) {
-				PQfinish(l);
-				C.listen[s] = NULL;
+			int s = pf_shard[i], listening;
+			int n = sq_listener_read(&C.listen[s], &listening);
+			if (n < 0) {
 				C.listen_retry[s] = sqd_now() + 1;
 				continue;
 			}
-			PGnotify *nt;
-			while ((nt = PQnotifies(l)) != NULL) {
-				PQfreemem(nt);
+			/* listening from now on: what was enqueued before it
+			 * woke nobody, so claim at once */
+			if (n > 0 || listening)
 				notified = 1;
-			}
 		}
 		if (notified)
 			next_poll = 0; /* claim at once */
 	}
 	for (int s = 0; s < ns; s++)
-		if (C.listen[s])
-			PQfinish(C.listen[s]);
+		sq_listener_free(&C.listen[s]);
 	free(pf);
 	free(pf_shard);
 	return NULL;
@@ -386,12 +374,16 @@ int sqd_claimer_start(sqd *d, sq_error *err)
 	/* the claimer serves every waiting worker: a shard that does not
 	 * answer must not hold the others' claims up for connect_timeout */
 	sq_client_connect_wait(d->claim_client, SQ_LOOP_CONNECT_WAIT_S);
-	/* a shard down at the start is listened to once it is back (the loop);
-	 * its LISTEN connect would block the start up to connect_timeout */
+	/* a shard down at the start is listened to once it is back (the loop) */
 	for (int s = 0; s < d->cfg->nshards; s++) {
+		sq_error e;
+		if (sq_listener_init(&C.listen[s], d->cfg, s, &e) != SQ_OK) {
+			*err = e;
+			return -1;
+		}
 		PGconn *conn = d->claim_client->shards[s].conn;
 		if (conn && PQstatus(conn) == CONNECTION_OK)
-			listen_open(d, s);
+			listen_open(s);
 	}
 	if (pthread_create(&d->claimer, NULL, claimer_main, d)) {
 		snprintf(err->msg, sizeof(err->msg), "cannot start the claim thread");

@@ -910,12 +910,14 @@ static void *open_one(void *arg)
 	return NULL;
 }
 
-/* The request threads' clients and the claimer's, opened all at once: a
- * shard that never answers costs the start one connect_timeout, not one
- * per client. Logs the shards that cannot be reached. */
-static int open_clients(sqd *d, sq_error *err)
+/* The request threads' clients, the claimer's and the scheduler's (when
+ * there are schedules), opened all at once: a shard that never answers
+ * costs the start one connect_timeout, not one per client. Logs the shards
+ * that cannot be reached. */
+static int open_clients(sqd *d, sq_client **sched_client, sq_error *err)
 {
-	int n = d->nthreads + 1;
+	int sched = d->cfg->scheduler.enabled && d->cfg->nschedules > 0;
+	int n = d->nthreads + 1 + sched;
 	opener *o = calloc((size_t)n, sizeof(*o));
 	if (!o) {
 		snprintf(err->msg, sizeof(err->msg), "out of memory");
@@ -951,6 +953,7 @@ static int open_clients(sqd *d, sq_error *err)
 		sq_client_connect_wait(d->clients[i], SQD_REQUEST_CONNECT_WAIT_S);
 	}
 	d->claim_client = o[d->nthreads].c;
+	*sched_client = sched ? o[d->nthreads + 1].c : NULL;
 	free(o);
 	char down[sizeof(err->msg)];
 	if (sq_client_down_shards(d->clients[0], down, sizeof(down)) > 0)
@@ -1026,12 +1029,17 @@ int main(int argc, char **argv)
 	pthread_mutex_init(&d->rates.mu, NULL);
 	/* a shard that is down does not keep the daemon from starting: its
 	 * calls answer 503 until it is back, the others are served */
-	if (open_clients(d, &err) != 0) {
+	sq_client *sched_client;
+	if (open_clients(d, &sched_client, &err) != 0) {
 		fprintf(stderr, "shardqd: %s\n", err.msg);
 		return 1;
 	}
-	sq_sched_thread *sched = sq_sched_thread_start(d->cfg, d->worker_id, SQ_OPEN_ALLOW_DOWN,
-						       on_sched_error, NULL);
+	sq_sched_thread *sched =
+		sq_sched_thread_start(d->cfg, d->worker_id, sched_client, on_sched_error, NULL);
+	if (sched_client && !sched) {
+		fprintf(stderr, "shardqd: cannot start the scheduler's thread\n");
+		return 1;
+	}
 	if (sqd_claimer_start(d, &err) != 0) {
 		fprintf(stderr, "shardqd: %s\n", err.msg);
 		return 1;
