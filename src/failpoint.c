@@ -25,6 +25,13 @@ int64_t sq_test_clock_offset_s(void)
 	const char *v = getenv("SHARDQ_TEST_CLOCK_OFFSET");
 	return v ? strtoll(v, NULL, 10) : 0;
 }
+
+const char *sq_test_lookup(const char *host)
+{
+	const char *v = getenv("SHARDQ_TEST_LOOKUP");
+	size_t n = strlen(host);
+	return v && !strncmp(v, host, n) && v[n] == '=' ? v + n + 1 : NULL;
+}
 #else
 /* a translation unit may not be empty */
 typedef int sq_failpoints_not_built;

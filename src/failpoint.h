@@ -10,14 +10,20 @@
 #ifndef SQ_FAILPOINT_H
 #define SQ_FAILPOINT_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 /* The test clock: seconds ($SHARDQ_TEST_CLOCK_OFFSET, may be negative)
  * added to now() where a completion writes finished_at and expires_at, so
  * a test can fill history over several days. 0 in any other build. */
+/* What a name lookup finds for `host` in the tests: the addresses of
+ * $SHARDQ_TEST_LOOKUP ("HOST=ADDR,ADDR,...", for a name with several
+ * addresses on a machine without one); NULL: look it up. NULL in any other
+ * build. */
 #ifdef SHARDQ_FAILPOINTS
 void sq_failpoint(const char *name);
 int64_t sq_test_clock_offset_s(void);
+const char *sq_test_lookup(const char *host);
 #else
 static inline void sq_failpoint(const char *name)
 {
@@ -26,6 +32,11 @@ static inline void sq_failpoint(const char *name)
 static inline int64_t sq_test_clock_offset_s(void)
 {
 	return 0;
+}
+static inline const char *sq_test_lookup(const char *host)
+{
+	(void)host;
+	return NULL;
 }
 #endif
 

@@ -174,22 +174,47 @@ static void lookup_release(sq_lookup *l)
 	free(l);
 }
 
+/* Adds one address (and the host once more) to the lists; 0 when full. */
+static int add_addr(char *hosts, size_t hcap, size_t *ha, char *addrs, size_t acap, size_t *aa,
+		    int n, const char *host, const char *ip)
+{
+	int w1 = snprintf(addrs + *aa, acap - *aa, "%s%s", n ? "," : "", ip);
+	int w2 = snprintf(hosts + *ha, hcap - *ha, "%s%s", n ? "," : "", host);
+	if (w1 < 0 || w2 < 0 || *aa + (size_t)w1 >= acap || *ha + (size_t)w2 >= hcap)
+		return 0;
+	*aa += (size_t)w1;
+	*ha += (size_t)w2;
+	return 1;
+}
+
 static void *lookup_main(void *arg)
 {
 	sq_lookup *l = arg;
 	struct addrinfo hints, *res = NULL;
 	char hosts[sizeof(l->hosts)] = "", addrs[sizeof(l->addrs)] = "", err[sizeof(l->err)] = "";
+	size_t ha = 0, aa = 0;
+	int n = 0;
 	memset(&hints, 0, sizeof(hints));
 	hints.ai_family = AF_UNSPEC;
 	hints.ai_socktype = SOCK_STREAM;
 	sq_failpoint("lookup"); /* a slow name server, for the tests */
-	int rc = getaddrinfo(l->host, NULL, &hints, &res);
+	const char *fake = sq_test_lookup(l->host);
+	int rc = fake ? 0 : getaddrinfo(l->host, NULL, &hints, &res);
 	if (rc != 0) {
 		snprintf(err, sizeof(err), "could not translate host name \"%s\" to address: %s",
 			 l->host, rc == EAI_SYSTEM ? strerror(errno) : gai_strerror(rc));
+	} else if (fake) {
+		char ip[INET6_ADDRSTRLEN];
+		for (const char *p = fake; *p && n < SQ_LOOKUP_MAX;) {
+			size_t k = strcspn(p, ",");
+			snprintf(ip, sizeof(ip), "%.*s", (int)k, p);
+			if (!add_addr(hosts, sizeof(hosts), &ha, addrs, sizeof(addrs), &aa, n,
+				      l->host, ip))
+				break;
+			n++;
+			p += k + (p[k] == ',');
+		}
 	} else {
-		int n = 0;
-		size_t ha = 0, aa = 0;
 		for (struct addrinfo *ai = res; ai && n < SQ_LOOKUP_MAX; ai = ai->ai_next) {
 			char ip[INET6_ADDRSTRLEN];
 			const void *src =
@@ -202,20 +227,15 @@ static void *lookup_main(void *arg)
 					: NULL;
 			if (!src || !inet_ntop(ai->ai_family, src, ip, sizeof(ip)))
 				continue;
-			int w1 = snprintf(addrs + aa, sizeof(addrs) - aa, "%s%s", n ? "," : "", ip);
-			int w2 = snprintf(hosts + ha, sizeof(hosts) - ha, "%s%s", n ? "," : "",
-					  l->host);
-			if (w1 < 0 || w2 < 0 || aa + (size_t)w1 >= sizeof(addrs) ||
-			    ha + (size_t)w2 >= sizeof(hosts))
+			if (!add_addr(hosts, sizeof(hosts), &ha, addrs, sizeof(addrs), &aa, n,
+				      l->host, ip))
 				break;
-			aa += (size_t)w1;
-			ha += (size_t)w2;
 			n++;
 		}
-		if (n == 0)
-			snprintf(err, sizeof(err), "host name \"%s\" has no address", l->host);
 		freeaddrinfo(res);
 	}
+	if (rc == 0 && n == 0)
+		snprintf(err, sizeof(err), "host name \"%s\" has no address", l->host);
 	pthread_mutex_lock(&l->mu);
 	memcpy(l->hosts, hosts, sizeof(hosts));
 	memcpy(l->addrs, addrs, sizeof(addrs));
@@ -304,14 +324,14 @@ static sq_status open_conn(sq_pgconn *pc, int blocking, PGconn **out, sq_error *
 {
 	char timeout[16];
 	const char *vals[] = {pc->dsn, pc->options, timeout, NULL, NULL, NULL};
-	const sq_lookup *l = pc->resolving;
+	int addr = !blocking && pc->try_addrs;
 	snprintf(timeout, sizeof(timeout), "%d", pc->connect_timeout_s);
-	if (l) { /* its host's addresses, looked up already (host stays, for TLS) */
-		vals[3] = l->hosts;
-		vals[4] = l->addrs;
+	if (addr) { /* its host's addresses, looked up already (host stays, for TLS) */
+		vals[3] = pc->try_hosts;
+		vals[4] = pc->try_addrs;
 	}
 	PGconn *conn = blocking ? PQconnectdbParams(connect_kw, vals, 1)
-		       : l      ? PQconnectStartParams(connect_kw_addr, vals, 1)
+		       : addr   ? PQconnectStartParams(connect_kw_addr, vals, 1)
 				: PQconnectStartParams(connect_kw, vals, 1);
 	if (!conn)
 		return sq_err(err, SQ_ENOMEM, "shard %s (%s): out of memory", pc->shard_id,
@@ -338,6 +358,10 @@ static void connect_abandon(sq_pgconn *pc)
 		PQfinish(pc->connecting);
 	pc->connecting = NULL;
 	lookup_abandon(pc);
+	free(pc->try_hosts);
+	free(pc->try_addrs);
+	pc->try_hosts = pc->try_addrs = NULL;
+	pc->connect_ip[0] = '\0';
 }
 
 int sq_dsn_names_host(const char *dsn)
@@ -355,19 +379,82 @@ int sq_pgconn_connecting(const sq_pgconn *pc)
 	return pc->connecting != NULL || pc->resolving != NULL;
 }
 
+static void try_free(sq_pgconn *pc)
+{
+	free(pc->try_hosts);
+	free(pc->try_addrs);
+	pc->try_hosts = pc->try_addrs = NULL;
+	pc->connect_ip[0] = '\0';
+}
+
 /* Starts the connection (once its host is looked up) without waiting. */
 static sq_status connect_open(sq_pgconn *pc, double now, sq_error *err)
 {
 	PGconn *conn;
-	sq_status st = open_conn(pc, 0, &conn, err);
+	try_free(pc);
+	if (pc->resolving) {
+		pc->try_hosts = strdup(pc->resolving->hosts);
+		pc->try_addrs = strdup(pc->resolving->addrs);
+		if (!pc->try_hosts || !pc->try_addrs) {
+			try_free(pc);
+			lookup_abandon(pc);
+			return sq_err(err, SQ_ENOMEM, "shard %s (%s): out of memory", pc->shard_id,
+				      pc->addr);
+		}
+	}
 	lookup_abandon(pc);
-	if (st != SQ_OK)
+	sq_status st = open_conn(pc, 0, &conn, err);
+	if (st != SQ_OK) {
+		try_free(pc);
 		return st;
+	}
 	pc->connecting = conn;
 	pc->connect_poll = PGRES_POLLING_WRITING; /* as libpq asks: wait to write first */
 	pc->connect_started = now;
 	pc->connect_fd = PQsocket(conn);
 	return SQ_OK;
+}
+
+/* The address libpq's connect is on got no answer within connect_timeout:
+ * the connect starts again on the addresses the lookup found after it, as
+ * libpq's blocking connect would go on to them (1); 0: none is left. */
+static int next_address(sq_pgconn *pc, double now)
+{
+	const char *ip = pc->connecting ? PQhostaddr(pc->connecting) : NULL;
+	if (!pc->try_addrs || !ip || !*ip)
+		return 0;
+	const char *a = pc->try_addrs, *h = pc->try_hosts;
+	int found = 0;
+	while (*a && !found) {
+		size_t k = strcspn(a, ","), kh = strcspn(h, ",");
+		found = strlen(ip) == k && !strncmp(a, ip, k);
+		a += k + (a[k] == ',');
+		h += kh + (h[kh] == ',');
+	}
+	if (!found || !*a || !*h)
+		return 0;
+	char *na = strdup(a), *nh = strdup(h);
+	if (!na || !nh) {
+		free(na);
+		free(nh);
+		return 0;
+	}
+	free(pc->try_addrs);
+	free(pc->try_hosts);
+	pc->try_addrs = na;
+	pc->try_hosts = nh;
+	PQfinish(pc->connecting);
+	pc->connecting = NULL;
+	PGconn *conn;
+	sq_error e;
+	if (open_conn(pc, 0, &conn, &e) != SQ_OK)
+		return 0;
+	pc->connecting = conn;
+	pc->connect_poll = PGRES_POLLING_WRITING;
+	pc->connect_started = now;
+	pc->connect_fd = PQsocket(conn);
+	pc->connect_ip[0] = '\0';
+	return 1;
 }
 
 /* Starts a connect without waiting for it: a host name is looked up
@@ -444,6 +531,7 @@ static sq_status connect_step(sq_pgconn *pc, double wait_s, int *under_way, sq_e
 		} else if (pc->connect_poll == PGRES_POLLING_OK) {
 			PGconn *conn = pc->connecting;
 			pc->connecting = NULL;
+			connect_abandon(pc); /* the lists of addresses */
 			return take_conn(pc, conn, err);
 		} else if (pc->connect_poll == PGRES_POLLING_FAILED) {
 			sq_status st = unreachable(pc, PQerrorMessage(pc->connecting), err);
@@ -451,9 +539,13 @@ static sq_status connect_step(sq_pgconn *pc, double wait_s, int *under_way, sq_e
 			return st;
 		}
 		struct pollfd p = connect_pollfd(pc);
-		if (p.fd != pc->connect_fd) { /* libpq went on to another address */
+		const char *ip = pc->resolving ? NULL : PQhostaddr(pc->connecting);
+		if (p.fd != pc->connect_fd ||
+		    (ip && *ip &&
+		     strcmp(ip, pc->connect_ip))) { /* libpq went on to another address */
 			pc->connect_fd = p.fd;
 			pc->connect_started = now;
+			snprintf(pc->connect_ip, sizeof(pc->connect_ip), "%s", ip ? ip : "");
 		}
 		double give_up = pc->connect_started + connect_limit_s(pc);
 		double wait = (until < give_up ? until : give_up) - now;
@@ -465,6 +557,8 @@ static sq_status connect_step(sq_pgconn *pc, double wait_s, int *under_way, sq_e
 			continue;
 		}
 		const char *what = pc->resolving ? "looking up its host name" : "connecting";
+		if (now >= give_up && !pc->resolving && next_address(pc, now))
+			continue;
 		if (now >= give_up) {
 			int lookup = pc->resolving != NULL;
 			connect_abandon(pc);

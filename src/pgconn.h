@@ -58,6 +58,12 @@ typedef struct sq_pgconn {
 	 * it up on a thread of its own first (lookup under way: resolving) */
 	char *lookup_host;
 	struct sq_lookup *resolving;
+	/* the addresses the lookup found (and the host once per address), of
+	 * the connect under way: one that gets no answer within
+	 * connect_timeout is left for the next, as libpq's blocking connect
+	 * would (NULL: no lookup of ours) */
+	char *try_hosts, *try_addrs;
+	char connect_ip[64]; /* the address libpq is on, as last seen */
 
 	/* the pipeline being built or run */
 	const sq_stmt *q[SQ_PIPE_MAX];
@@ -119,7 +125,7 @@ void sq_pgconn_close(sq_pgconn *pc);
  * The connect of a dsn that names several hosts (host=a,b) still blocks:
  * only libpq's blocking connect goes on to the next host when one never
  * answers. A host name with several addresses gets one connect_timeout
- * for the address that does not answer. */
+ * for each address that does not answer, then goes on to the next. */
 void sq_pgconn_set_connect_wait(sq_pgconn *pc, double wait_s);
 /* Whether libpq would look a name up to connect with this dsn (one host,
  * named, no hostaddr). */

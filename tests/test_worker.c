@@ -5,6 +5,7 @@
 #include "test_common.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <math.h>
 #include <netinet/in.h>
@@ -1116,9 +1117,8 @@ END_TEST
  * A shard named by a host name, its connections cut while the other
  * shards' jobs run, and a name server that takes 7 s to answer (the
  * failpoint `lookup`; connect_timeout 12 s): the shard's connection is
- * made again through a lookup off the loop, and its LISTEN connection
- * then goes to the address that connection reached, without a lookup of
- * its own on the loop. 20 s runs under 8 s leases on the other shards: a
+ * made again through a lookup off the loop, and so is its LISTEN
+ * connection (sq_listener). 20 s runs under 8 s leases on the other shards: a
  * 7 s stop of the loop anywhere in them makes a heartbeat late, and the
  * run is stopped. Asserted: s2 is listened to again, no run lost its
  * lease, each job completed once on its first run.
@@ -1282,6 +1282,76 @@ START_TEST(a_shard_that_vanishes_holds_no_relisten_up)
 }
 END_TEST
 
+/*
+ * A shard named by a host name with two addresses, the first of which
+ * never answers (a host that is gone; SHARDQ_TEST_LOOKUP sets what the
+ * lookup finds, a black hole holds 127.0.0.2 at s2's port, connect_timeout
+ * 2 s): after connect_timeout on the first address the connect goes on to
+ * the second, as libpq's blocking connect would, instead of failing and
+ * starting with the first again on every try (s2 was then never reached).
+ * Asserted: a worker runs every job, s2's too.
+ */
+START_TEST(a_host_name_whose_first_address_is_gone_is_reached_at_the_next)
+{
+	enum { N = 8 };
+	sq_error err;
+	setup_with("sqt_work_addrs", "[type h]\nhistory = true\n");
+	int on_s2, others = enqueue_off_s2(t.client, "addrs", N, 1, &on_s2);
+	int hole = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in a;
+	memset(&a, 0, sizeof(a));
+	a.sin_family = AF_INET;
+	a.sin_port = htons((uint16_t)t.ports[1]);
+	ck_assert_int_eq(inet_pton(AF_INET, "127.0.0.2", &a.sin_addr), 1);
+	ck_assert_msg(bind(hole, (struct sockaddr *)&a, sizeof(a)) == 0,
+		      "cannot hold 127.0.0.2:%d: %s", t.ports[1], strerror(errno));
+	ck_assert_int_eq(listen(hole, 1), 0);
+	char *direct = testdb_ini(&t, NULL, "\n[connection]\nconnect_timeout = 2s\n");
+	char *ini = ini_by_name(direct, t.ports[1]);
+	free(direct);
+	sq_config *cfg;
+	OKE(sq_config_parse(ini, "addrs.ini", &cfg, &err));
+	free(ini);
+	setenv("SHARDQ_TEST_LOOKUP", "localhost=127.0.0.2,127.0.0.1", 1);
+
+	sq_worker_opts o;
+	sq_worker *w;
+	sq_worker_opts_init(&o);
+	o.worker_id = "wA";
+	o.poll_min_ms = o.poll_max_ms = 100;
+	OKE(sq_worker_create(cfg, &o, &w, &err));
+	OKE(sq_worker_add(w, "h", 4, run_10s, &(double){0}, &err));
+	pthread_t th;
+	pthread_create(&th, NULL, run_worker, w);
+	const char *done_sql = "SELECT count(*) FROM shardq.jobs_history WHERE status = "
+			       "'completed' AND task = 'h'";
+	long long done = 0, last = -1;
+	double since = test_now_s();
+	sq_worker_stats st;
+	while ((done = testdb_sum(&t, done_sql)) < others + on_s2) {
+		if (done != last) {
+			last = done;
+			since = test_now_s();
+		}
+		sq_worker_get_stats(w, &st);
+		ck_assert_msg(test_now_s() - since < testdb_stall_s(),
+			      "%lld of %d jobs completed (%d of them on s2, named localhost, whose "
+			      "first address does not answer), nothing moved for %.0fs; the "
+			      "worker's last error: %s",
+			      done, others + on_s2, on_s2, testdb_stall_s(), st.last_error);
+		usleep(50000);
+	}
+	ck_assert_int_eq(testdb_scalar(&t, 1, done_sql), on_s2);
+	sq_worker_stop(w, 0);
+	pthread_join(th, NULL);
+	sq_worker_destroy(w);
+	unsetenv("SHARDQ_TEST_LOOKUP");
+	close(hole);
+	sq_config_free(cfg);
+	cleanup();
+}
+END_TEST
+
 /* Runs sq_job_lease_lost(job) in a child; returns what it printed, and
  * whether it was stopped by SIGABRT in *aborted. */
 static char *lease_lost_in_child(const sq_job *job, int *aborted)
@@ -1433,6 +1503,7 @@ int main(void)
 	ADD_CASE(s, a_slow_name_lookup_holds_no_run_up, 3600);
 	ADD_CASE(s, a_slow_name_lookup_holds_no_relisten_up, 3600);
 	ADD_CASE(s, a_shard_that_vanishes_holds_no_relisten_up, 3600);
+	ADD_CASE(s, a_host_name_whose_first_address_is_gone_is_reached_at_the_next, 3600);
 	ADD_CASE(s, lease_lost_refuses_a_job_no_handler_was_given, 3600);
 	ADD_CASE(s, a_client_connects_its_shards_at_once, 3600);
 	return run_suite(s);
