@@ -100,18 +100,42 @@ static int host_is_name(const char *host, const char *hostaddr)
 	return inet_pton(AF_INET, host, a) != 1 && inet_pton(AF_INET6, host, a) != 1;
 }
 
+static int count_items(const char *list)
+{
+	int n = 1;
+	for (; *list; list++)
+		n += *list == ',';
+	return n;
+}
+
+/* A list of hosts (host=a,b) that the connect without blocking can take:
+ * no hostaddr, no socket directory, and one port or one per host. */
+static int hosts_to_look_up(const char *host, const char *hostaddr, const char *port)
+{
+	if (!host || !*host || (hostaddr && *hostaddr))
+		return 0;
+	for (const char *h = host; *h;) {
+		if (*h == '/' || *h == '@' || *h == ',')
+			return 0;
+		h += strcspn(h, ",");
+		h += *h == ',';
+	}
+	return !port || !strchr(port, ',') || count_items(port) == count_items(host);
+}
+
 /* "host:port" of a dsn, for messages; *multi_host: it names more than one
- * host (host=a,b). libpq gives each its own connect_timeout and goes on to
- * the next, which only its blocking connect does for an address that never
- * answers. *lookup_host: its one host, when that is a name to look up
- * (malloc'd; else NULL). */
-static char *dsn_addr(const char *dsn, int *multi_host, char **lookup_host)
+ * host (host=a,b) in a way the connect without blocking does not take
+ * (hosts_to_look_up): libpq's blocking connect then gives each its own
+ * connect_timeout and goes on to the next. *lookup_host: its host, or its
+ * list of hosts, when they are to be looked up (malloc'd; else NULL), and
+ * *lookup_ports the list's ports (NULL: the dsn's, or none). */
+static char *dsn_addr(const char *dsn, int *multi_host, char **lookup_host, char **lookup_ports)
 {
 	char *errmsg = NULL, buf[300];
 	const char *host = NULL, *port = NULL, *hostaddr = NULL;
 	PQconninfoOption *opts = PQconninfoParse(dsn, &errmsg), *o;
 	*multi_host = 0;
-	*lookup_host = NULL;
+	*lookup_host = *lookup_ports = NULL;
 	if (!opts) {
 		PQfreemem(errmsg);
 		return strdup("?");
@@ -125,8 +149,14 @@ static char *dsn_addr(const char *dsn, int *multi_host, char **lookup_host)
 			port = o->val;
 	}
 	*multi_host = (host && strchr(host, ',')) || (hostaddr && strchr(hostaddr, ','));
-	if (!*multi_host && host_is_name(host, hostaddr))
+	if (!*multi_host && host_is_name(host, hostaddr)) {
 		*lookup_host = strdup(host);
+	} else if (*multi_host && hosts_to_look_up(host, hostaddr, port)) {
+		/* several hosts, looked up here too, each address in turn */
+		*multi_host = 0;
+		*lookup_host = strdup(host);
+		*lookup_ports = port && *port ? strdup(port) : NULL;
+	}
 	snprintf(buf, sizeof(buf), "%s:%s",
 		 host       ? host
 		 : hostaddr ? hostaddr
@@ -138,8 +168,8 @@ static char *dsn_addr(const char *dsn, int *multi_host, char **lookup_host)
 
 static const char *const connect_kw[] = {"dbname", "options", "connect_timeout", NULL};
 /* The same, with the host's addresses found by a lookup of our own. */
-static const char *const connect_kw_addr[] = {"dbname", "options",  "connect_timeout",
-					      "host",   "hostaddr", NULL};
+static const char *const connect_kw_addr[] = {
+	"dbname", "options", "connect_timeout", "host", "hostaddr", "port", NULL};
 
 /*
  * A host name looked up on a thread of its own, so that a name server
@@ -154,9 +184,11 @@ typedef struct sq_lookup {
 	pthread_mutex_t mu;
 	int refs, done;
 	int fd[2];
-	char *host;
+	char *host;                      /* a host, or a list of them */
+	char *ports;                     /* NULL, one port, or one per host */
 	char hosts[SQ_LOOKUP_MAX * 256]; /* host repeated, one per address */
 	char addrs[SQ_LOOKUP_MAX * 48];  /* its addresses, in the resolver's order */
+	char aports[SQ_LOOKUP_MAX * 8];  /* the port of each ("": ports is NULL) */
 	char err[200];
 } sq_lookup;
 
@@ -171,77 +203,126 @@ static void lookup_release(sq_lookup *l)
 	close(l->fd[1]);
 	pthread_mutex_destroy(&l->mu);
 	free(l->host);
+	free(l->ports);
 	free(l);
 }
 
-/* Adds one address (and the host once more) to the lists; 0 when full. */
-static int add_addr(char *hosts, size_t hcap, size_t *ha, char *addrs, size_t acap, size_t *aa,
-		    int n, const char *host, const char *ip)
+/* The lists a lookup builds: each address, with its host and port. */
+typedef struct addr_lists {
+	char hosts[sizeof(((sq_lookup *)0)->hosts)];
+	char addrs[sizeof(((sq_lookup *)0)->addrs)];
+	char ports[sizeof(((sq_lookup *)0)->aports)];
+	size_t ha, aa, pa;
+	int n;
+} addr_lists;
+
+/* Adds one address (with its host and port) to the lists; 0 when full. */
+static int add_addr(addr_lists *o, const char *host, const char *ip, const char *port)
 {
-	int w1 = snprintf(addrs + *aa, acap - *aa, "%s%s", n ? "," : "", ip);
-	int w2 = snprintf(hosts + *ha, hcap - *ha, "%s%s", n ? "," : "", host);
-	if (w1 < 0 || w2 < 0 || *aa + (size_t)w1 >= acap || *ha + (size_t)w2 >= hcap)
+	const char *sep = o->n ? "," : "";
+	int w1 = snprintf(o->addrs + o->aa, sizeof(o->addrs) - o->aa, "%s%s", sep, ip);
+	int w2 = snprintf(o->hosts + o->ha, sizeof(o->hosts) - o->ha, "%s%s", sep, host);
+	int w3 = port ? snprintf(o->ports + o->pa, sizeof(o->ports) - o->pa, "%s%s", sep, port) : 0;
+	if (o->n >= SQ_LOOKUP_MAX || w1 < 0 || w2 < 0 || w3 < 0 ||
+	    o->aa + (size_t)w1 >= sizeof(o->addrs) || o->ha + (size_t)w2 >= sizeof(o->hosts) ||
+	    o->pa + (size_t)w3 >= sizeof(o->ports)) {
+		o->addrs[o->aa] = o->hosts[o->ha] = o->ports[o->pa] = '\0';
 		return 0;
-	*aa += (size_t)w1;
-	*ha += (size_t)w2;
+	}
+	o->aa += (size_t)w1;
+	o->ha += (size_t)w2;
+	o->pa += (size_t)w3;
+	o->n++;
 	return 1;
+}
+
+/* Looks one host up into the lists; a message in err when it cannot. */
+static void look_up_one(const char *host, const char *port, addr_lists *o, char *err, size_t errlen)
+{
+	struct addrinfo hints, *res = NULL;
+	const char *fake = sq_test_lookup(host);
+	char ip[INET6_ADDRSTRLEN];
+	int before = o->n;
+	if (fake) {
+		for (const char *p = fake; *p;) {
+			size_t k = strcspn(p, ",");
+			snprintf(ip, sizeof(ip), "%.*s", (int)k, p);
+			if (!add_addr(o, host, ip, port))
+				return;
+			p += k + (p[k] == ',');
+		}
+		return;
+	}
+	memset(&hints, 0, sizeof(hints));
+	hints.ai_family = AF_UNSPEC;
+	hints.ai_socktype = SOCK_STREAM;
+	int rc = getaddrinfo(host, NULL, &hints, &res);
+	if (rc != 0) {
+		snprintf(err, errlen, "could not translate host name \"%s\" to address: %s", host,
+			 rc == EAI_SYSTEM ? strerror(errno) : gai_strerror(rc));
+		return;
+	}
+	for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
+		const void *src =
+			ai->ai_family == AF_INET
+				? (const void *)&((struct sockaddr_in *)ai->ai_addr)->sin_addr
+			: ai->ai_family == AF_INET6
+				? (const void *)&((struct sockaddr_in6 *)ai->ai_addr)->sin6_addr
+				: NULL;
+		if (!src || !inet_ntop(ai->ai_family, src, ip, sizeof(ip)))
+			continue;
+		if (!add_addr(o, host, ip, port))
+			break;
+	}
+	freeaddrinfo(res);
+	if (o->n == before)
+		snprintf(err, errlen, "host name \"%s\" has no address", host);
+}
+
+/* The item i of a list "a,b,c", into out (the last one when the list is
+ * shorter: a single port applies to every host). */
+static void list_item(const char *list, int i, char *out, size_t len)
+{
+	const char *p = list;
+	for (int k = 0; k < i && strchr(p, ','); k++)
+		p = strchr(p, ',') + 1;
+	snprintf(out, len, "%.*s", (int)strcspn(p, ","), p);
 }
 
 static void *lookup_main(void *arg)
 {
 	sq_lookup *l = arg;
-	struct addrinfo hints, *res = NULL;
-	char hosts[sizeof(l->hosts)] = "", addrs[sizeof(l->addrs)] = "", err[sizeof(l->err)] = "";
-	size_t ha = 0, aa = 0;
-	int n = 0;
-	memset(&hints, 0, sizeof(hints));
-	hints.ai_family = AF_UNSPEC;
-	hints.ai_socktype = SOCK_STREAM;
+	addr_lists *o = calloc(1, sizeof(*o));
+	char err[sizeof(l->err)] = "", first[sizeof(l->err)] = "";
 	sq_failpoint("lookup"); /* a slow name server, for the tests */
-	const char *fake = sq_test_lookup(l->host);
-	int rc = fake ? 0 : getaddrinfo(l->host, NULL, &hints, &res);
-	if (rc != 0) {
-		snprintf(err, sizeof(err), "could not translate host name \"%s\" to address: %s",
-			 l->host, rc == EAI_SYSTEM ? strerror(errno) : gai_strerror(rc));
-	} else if (fake) {
-		char ip[INET6_ADDRSTRLEN];
-		for (const char *p = fake; *p && n < SQ_LOOKUP_MAX;) {
-			size_t k = strcspn(p, ",");
-			snprintf(ip, sizeof(ip), "%.*s", (int)k, p);
-			if (!add_addr(hosts, sizeof(hosts), &ha, addrs, sizeof(addrs), &aa, n,
-				      l->host, ip))
-				break;
-			n++;
-			p += k + (p[k] == ',');
-		}
+	if (!o) {
+		snprintf(first, sizeof(first), "out of memory");
 	} else {
-		for (struct addrinfo *ai = res; ai && n < SQ_LOOKUP_MAX; ai = ai->ai_next) {
-			char ip[INET6_ADDRSTRLEN];
-			const void *src =
-				ai->ai_family == AF_INET
-					? (const void *)&((struct sockaddr_in *)ai->ai_addr)
-						  ->sin_addr
-				: ai->ai_family == AF_INET6
-					? (const void *)&((struct sockaddr_in6 *)ai->ai_addr)
-						  ->sin6_addr
-					: NULL;
-			if (!src || !inet_ntop(ai->ai_family, src, ip, sizeof(ip)))
-				continue;
-			if (!add_addr(hosts, sizeof(hosts), &ha, addrs, sizeof(addrs), &aa, n,
-				      l->host, ip))
-				break;
-			n++;
+		/* each host of the list in turn; one that cannot be looked up is
+		 * passed over, as libpq passes over a host it cannot reach */
+		int nhosts = count_items(l->host);
+		for (int i = 0; i < nhosts; i++) {
+			char host[256], port[16];
+			list_item(l->host, i, host, sizeof(host));
+			if (l->ports)
+				list_item(l->ports, i, port, sizeof(port));
+			err[0] = '\0';
+			look_up_one(host, l->ports ? port : NULL, o, err, sizeof(err));
+			if (err[0] && !first[0])
+				memcpy(first, err, sizeof(first));
 		}
-		freeaddrinfo(res);
 	}
-	if (rc == 0 && n == 0)
-		snprintf(err, sizeof(err), "host name \"%s\" has no address", l->host);
 	pthread_mutex_lock(&l->mu);
-	memcpy(l->hosts, hosts, sizeof(hosts));
-	memcpy(l->addrs, addrs, sizeof(addrs));
-	memcpy(l->err, err, sizeof(err));
+	if (o && o->n > 0) {
+		memcpy(l->hosts, o->hosts, sizeof(l->hosts));
+		memcpy(l->addrs, o->addrs, sizeof(l->addrs));
+		memcpy(l->aports, o->ports, sizeof(l->aports));
+	} else {
+		memcpy(l->err, first, sizeof(l->err));
+	}
 	l->done = 1;
 	pthread_mutex_unlock(&l->mu);
+	free(o);
 	if (write(l->fd[1], "x", 1) < 0) {
 		/* the pipe is ours and empty: cannot fail */
 	}
@@ -253,7 +334,10 @@ static void *lookup_main(void *arg)
 static sq_status lookup_start(sq_pgconn *pc, sq_error *err)
 {
 	sq_lookup *l = calloc(1, sizeof(*l));
-	if (!l || !(l->host = strdup(pc->lookup_host))) {
+	if (!l || !(l->host = strdup(pc->lookup_host)) ||
+	    (pc->lookup_ports && !(l->ports = strdup(pc->lookup_ports)))) {
+		if (l)
+			free(l->host);
 		free(l);
 		return sq_err(err, SQ_ENOMEM, "shard %s (%s): out of memory", pc->shard_id,
 			      pc->addr);
@@ -261,6 +345,7 @@ static sq_status lookup_start(sq_pgconn *pc, sq_error *err)
 	if (pipe(l->fd)) {
 		int e = errno;
 		free(l->host);
+		free(l->ports);
 		free(l);
 		return sq_err(err, SQ_ECONN, "shard %s (%s): cannot look up its host: pipe: %s",
 			      pc->shard_id, pc->addr, strerror(e));
@@ -323,12 +408,13 @@ static sq_status take_conn(sq_pgconn *pc, PGconn *conn, sq_error *err)
 static sq_status open_conn(sq_pgconn *pc, int blocking, PGconn **out, sq_error *err)
 {
 	char timeout[16];
-	const char *vals[] = {pc->dsn, pc->options, timeout, NULL, NULL, NULL};
+	const char *vals[] = {pc->dsn, pc->options, timeout, NULL, NULL, NULL, NULL};
 	int addr = !blocking && pc->try_addrs;
 	snprintf(timeout, sizeof(timeout), "%d", pc->connect_timeout_s);
 	if (addr) { /* its host's addresses, looked up already (host stays, for TLS) */
 		vals[3] = pc->try_hosts;
 		vals[4] = pc->try_addrs;
+		vals[5] = pc->try_ports; /* NULL or "": the dsn's */
 	}
 	PGconn *conn = blocking ? PQconnectdbParams(connect_kw, vals, 1)
 		       : addr   ? PQconnectStartParams(connect_kw_addr, vals, 1)
@@ -352,24 +438,31 @@ static sq_status connect_now(sq_pgconn *pc, sq_error *err)
 	return st != SQ_OK ? st : take_conn(pc, conn, err);
 }
 
+static void try_free(sq_pgconn *pc)
+{
+	free(pc->try_hosts);
+	free(pc->try_addrs);
+	free(pc->try_ports);
+	pc->try_hosts = pc->try_addrs = pc->try_ports = NULL;
+	pc->connect_ip[0] = '\0';
+}
+
 static void connect_abandon(sq_pgconn *pc)
 {
 	if (pc->connecting)
 		PQfinish(pc->connecting);
 	pc->connecting = NULL;
 	lookup_abandon(pc);
-	free(pc->try_hosts);
-	free(pc->try_addrs);
-	pc->try_hosts = pc->try_addrs = NULL;
-	pc->connect_ip[0] = '\0';
+	try_free(pc);
 }
 
 int sq_dsn_names_host(const char *dsn)
 {
 	int multi;
-	char *name = NULL, *addr = dsn_addr(dsn, &multi, &name);
+	char *name = NULL, *ports = NULL, *addr = dsn_addr(dsn, &multi, &name, &ports);
 	int named = name != NULL;
 	free(name);
+	free(ports);
 	free(addr);
 	return named;
 }
@@ -377,14 +470,6 @@ int sq_dsn_names_host(const char *dsn)
 int sq_pgconn_connecting(const sq_pgconn *pc)
 {
 	return pc->connecting != NULL || pc->resolving != NULL;
-}
-
-static void try_free(sq_pgconn *pc)
-{
-	free(pc->try_hosts);
-	free(pc->try_addrs);
-	pc->try_hosts = pc->try_addrs = NULL;
-	pc->connect_ip[0] = '\0';
 }
 
 /* Starts the connection (once its host is looked up) without waiting. */
@@ -395,7 +480,8 @@ static sq_status connect_open(sq_pgconn *pc, double now, sq_error *err)
 	if (pc->resolving) {
 		pc->try_hosts = strdup(pc->resolving->hosts);
 		pc->try_addrs = strdup(pc->resolving->addrs);
-		if (!pc->try_hosts || !pc->try_addrs) {
+		pc->try_ports = strdup(pc->resolving->aports);
+		if (!pc->try_hosts || !pc->try_addrs || !pc->try_ports) {
 			try_free(pc);
 			lookup_abandon(pc);
 			return sq_err(err, SQ_ENOMEM, "shard %s (%s): out of memory", pc->shard_id,
@@ -421,28 +507,33 @@ static sq_status connect_open(sq_pgconn *pc, double now, sq_error *err)
 static int next_address(sq_pgconn *pc, double now)
 {
 	const char *ip = pc->connecting ? PQhostaddr(pc->connecting) : NULL;
+	const char *port = pc->connecting ? PQport(pc->connecting) : NULL;
 	if (!pc->try_addrs || !ip || !*ip)
 		return 0;
-	const char *a = pc->try_addrs, *h = pc->try_hosts;
+	/* the address and port libpq is on, then the ones after it */
+	const char *a = pc->try_addrs, *h = pc->try_hosts, *p = pc->try_ports;
 	int found = 0;
 	while (*a && !found) {
-		size_t k = strcspn(a, ","), kh = strcspn(h, ",");
-		found = strlen(ip) == k && !strncmp(a, ip, k);
+		size_t k = strcspn(a, ","), kh = strcspn(h, ","), kp = strcspn(p, ",");
+		found = strlen(ip) == k && !strncmp(a, ip, k) &&
+			(!*p || (port && strlen(port) == kp && !strncmp(p, port, kp)));
 		a += k + (a[k] == ',');
 		h += kh + (h[kh] == ',');
+		p += kp + (p[kp] == ',');
 	}
 	if (!found || !*a || !*h)
 		return 0;
-	char *na = strdup(a), *nh = strdup(h);
-	if (!na || !nh) {
+	char *na = strdup(a), *nh = strdup(h), *np = strdup(p);
+	if (!na || !nh || !np) {
 		free(na);
 		free(nh);
+		free(np);
 		return 0;
 	}
-	free(pc->try_addrs);
-	free(pc->try_hosts);
+	try_free(pc);
 	pc->try_addrs = na;
 	pc->try_hosts = nh;
+	pc->try_ports = np;
 	PQfinish(pc->connecting);
 	pc->connecting = NULL;
 	PGconn *conn;
@@ -453,7 +544,6 @@ static int next_address(sq_pgconn *pc, double now)
 	pc->connect_poll = PGRES_POLLING_WRITING;
 	pc->connect_started = now;
 	pc->connect_fd = PQsocket(conn);
-	pc->connect_ip[0] = '\0';
 	return 1;
 }
 
@@ -696,7 +786,7 @@ sq_status sq_pgconn_init(sq_pgconn *pc, const char *shard_id, const char *dsn, c
 	pc->shard_id = strdup(shard_id);
 	pc->dsn = strdup(dsn);
 	pc->options = strdup(options ? options : "");
-	pc->addr = dsn_addr(dsn, &pc->multi_host, &pc->lookup_host);
+	pc->addr = dsn_addr(dsn, &pc->multi_host, &pc->lookup_host, &pc->lookup_ports);
 	pc->connect_timeout_s = connect_timeout_s;
 	if (!pc->shard_id || !pc->dsn || !pc->options || !pc->addr)
 		return sq_err(err, SQ_ENOMEM, "out of memory");
@@ -780,6 +870,7 @@ void sq_pgconn_close(sq_pgconn *pc)
 	free(pc->options);
 	free(pc->addr);
 	free(pc->lookup_host);
+	free(pc->lookup_ports);
 	memset(pc, 0, sizeof(*pc));
 }
 

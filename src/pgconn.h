@@ -51,18 +51,20 @@ typedef struct sq_pgconn {
 	/* calls wait for this connect until then, in all (connect_wait_s
 	 * from its start) */
 	double connect_wait_until;
-	/* the dsn names several hosts: connects block (see
-	 * sq_pgconn_set_connect_wait) */
+	/* the dsn names several hosts in a way only libpq's blocking connect
+	 * takes (beside hostaddr, a socket directory among them): connects
+	 * block (see sq_pgconn_set_connect_wait) */
 	int multi_host;
-	/* the dsn's one host is a name: a connect that does not block looks
-	 * it up on a thread of its own first (lookup under way: resolving) */
-	char *lookup_host;
+	/* the dsn's one host is a name, or it names several hosts: a connect
+	 * that does not block looks them up on a thread of its own first
+	 * (lookup under way: resolving) */
+	char *lookup_host, *lookup_ports; /* a list of hosts: their ports */
 	struct sq_lookup *resolving;
 	/* the addresses the lookup found (and the host once per address), of
 	 * the connect under way: one that gets no answer within
 	 * connect_timeout is left for the next, as libpq's blocking connect
 	 * would (NULL: no lookup of ours) */
-	char *try_hosts, *try_addrs;
+	char *try_hosts, *try_addrs, *try_ports;
 	char connect_ip[64]; /* the address libpq is on, as last seen */
 
 	/* the pipeline being built or run */
@@ -107,8 +109,8 @@ SQ_MUST_CHECK sq_status sq_pgconn_init(sq_pgconn *pc, const char *shard_id, cons
 				       const char *options, int connect_timeout_s, sq_error *err);
 /* Connects n connections (filled by sq_pgconn_init) at once, each waiting
  * at most connect_timeout for its server, so that n shards take as long
- * as the slowest, not the sum; a dsn with several hosts connects on its
- * own, blocking. st[i] and errs[i] say how each went (errs name the shard
+ * as the slowest, not the sum; a dsn whose several hosts libpq alone
+ * takes (see sq_pgconn_set_connect_wait) connects on its own, blocking. st[i] and errs[i] say how each went (errs name the shard
  * and its address). */
 void sq_pgconn_connect_all(sq_pgconn *pcs, int n, sq_status *st, sq_error *errs);
 /* Connects (blocking, with connect_timeout). On failure, err names the shard
@@ -122,10 +124,11 @@ void sq_pgconn_close(sq_pgconn *pc);
  * every shard, such as a worker's: one shard that does not answer must not
  * hold up the others. A host name is looked up on a thread of its own,
  * for up to connect_timeout, and the connect goes to the addresses found.
- * The connect of a dsn that names several hosts (host=a,b) still blocks:
- * only libpq's blocking connect goes on to the next host when one never
- * answers. A host name with several addresses gets one connect_timeout
- * for each address that does not answer, then goes on to the next. */
+ * A host name with several addresses gets one connect_timeout for each
+ * address that does not answer, then goes on to the next; a dsn that names
+ * several hosts (host=a,b) is looked up host by host and taken the same
+ * way, unless it has hostaddr or a socket directory (then it blocks:
+ * only libpq's blocking connect goes on to the next host there). */
 void sq_pgconn_set_connect_wait(sq_pgconn *pc, double wait_s);
 /* Whether libpq would look a name up to connect with this dsn (one host,
  * named, no hostaddr). */

@@ -1282,6 +1282,22 @@ START_TEST(a_shard_that_vanishes_holds_no_relisten_up)
 }
 END_TEST
 
+/* A host that is gone at ip:port: it takes no connection, answers none
+ * (a listening socket that never accepts). */
+static int hold_silent(const char *ip, int port)
+{
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in a;
+	memset(&a, 0, sizeof(a));
+	a.sin_family = AF_INET;
+	a.sin_port = htons((uint16_t)port);
+	ck_assert_int_eq(inet_pton(AF_INET, ip, &a.sin_addr), 1);
+	ck_assert_msg(bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0, "cannot hold %s:%d: %s", ip,
+		      port, strerror(errno));
+	ck_assert_int_eq(listen(fd, 1), 0);
+	return fd;
+}
+
 /*
  * A shard named by a host name with two addresses, the first of which
  * never answers (a host that is gone; SHARDQ_TEST_LOOKUP sets what the
@@ -1297,15 +1313,7 @@ START_TEST(a_host_name_whose_first_address_is_gone_is_reached_at_the_next)
 	sq_error err;
 	setup_with("sqt_work_addrs", "[type h]\nhistory = true\n");
 	int on_s2, others = enqueue_off_s2(t.client, "addrs", N, 1, &on_s2);
-	int hole = socket(AF_INET, SOCK_STREAM, 0);
-	struct sockaddr_in a;
-	memset(&a, 0, sizeof(a));
-	a.sin_family = AF_INET;
-	a.sin_port = htons((uint16_t)t.ports[1]);
-	ck_assert_int_eq(inet_pton(AF_INET, "127.0.0.2", &a.sin_addr), 1);
-	ck_assert_msg(bind(hole, (struct sockaddr *)&a, sizeof(a)) == 0,
-		      "cannot hold 127.0.0.2:%d: %s", t.ports[1], strerror(errno));
-	ck_assert_int_eq(listen(hole, 1), 0);
+	int hole = hold_silent("127.0.0.2", t.ports[1]);
 	char *direct = testdb_ini(&t, NULL, "\n[connection]\nconnect_timeout = 2s\n");
 	char *ini = ini_by_name(direct, t.ports[1]);
 	free(direct);
@@ -1346,6 +1354,103 @@ START_TEST(a_host_name_whose_first_address_is_gone_is_reached_at_the_next)
 	pthread_join(th, NULL);
 	sq_worker_destroy(w);
 	unsetenv("SHARDQ_TEST_LOOKUP");
+	close(hole);
+	sq_config_free(cfg);
+	cleanup();
+}
+END_TEST
+
+/*
+ * A shard whose dsn names two hosts (host=127.0.0.2,127.0.0.1), the first
+ * gone without a trace (connect_timeout 8 s), as with a primary that
+ * vanished and its standby promoted. Such a dsn was connected by libpq's
+ * blocking connect, the only one that went on to the next host, so every
+ * reconnect held the loop up for 8 s. Now the hosts are looked up and
+ * taken one address after another like a name's: the shard's connections
+ * are cut during the other shards' 20 s runs (8 s leases), and the worker
+ * reaches the shard again through the second host without holding its
+ * loop up. Asserted: every run kept its lease, each job was completed
+ * once, and a job enqueued on the shard after the cut is run.
+ */
+START_TEST(a_shard_with_two_hosts_the_first_gone_holds_no_run_up)
+{
+	enum { N = 4 };
+	sq_error err;
+	setup_with("sqt_work_hosts", "[type h]\nhistory = true\nstarting_timeout = 8s\n"
+				     "execution_timeout = 8s\n[type q]\nhistory = true\n");
+	int others = enqueue_off_s2(t.client, "hosts", N, 0, NULL);
+	testdb_scalar(&t, 1,
+		      "WITH d AS (DELETE FROM shardq.jobs RETURNING 1) SELECT count(*) FROM d");
+	int hole = hold_silent("127.0.0.2", t.ports[1]);
+	char *direct = testdb_ini(&t, NULL, "\n[connection]\nconnect_timeout = 8s\n");
+	char from[64], to[80];
+	snprintf(from, sizeof(from), "host=127.0.0.1 port=%d ", t.ports[1]);
+	snprintf(to, sizeof(to), "host=127.0.0.2,127.0.0.1 port=%d ", t.ports[1]);
+	char *ini = testdb_ini_sub(direct, from, to);
+	free(direct);
+	sq_config *cfg;
+	OKE(sq_config_parse(ini, "hosts.ini", &cfg, &err));
+	free(ini);
+
+	sq_worker_opts o;
+	sq_worker *w;
+	sq_worker_opts_init(&o);
+	o.worker_id = "wM";
+	o.poll_min_ms = o.poll_max_ms = 100;
+	OKE(sq_worker_create(cfg, &o, &w, &err)); /* s2 through the second host: 8 s */
+	static double run_s = 20;
+	OKE(sq_worker_add(w, "h", N, run_10s, &run_s, &err));
+	OKE(sq_worker_add(w, "q", 1, note_start, NULL, &err));
+	pthread_t th;
+	pthread_create(&th, NULL, run_worker, w);
+	double since = test_now_s();
+	while (atomic_load(&hole_runs) < N) {
+		ck_assert_msg(test_now_s() - since < testdb_stall_s(),
+			      "%d of %d runs begun after %.0fs", atomic_load(&hole_runs), N,
+			      testdb_stall_s());
+		usleep(50000);
+	}
+	/* the runs are under way: s2's connections are cut, and a job is
+	 * enqueued there */
+	long long cut =
+		testdb_scalar(&t, 1,
+			      "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+			      "WHERE datname = current_database() AND pid <> pg_backend_pid()");
+	ck_assert_int_ge(cut, 1);
+	int on_s2 = 0;
+	for (int i = 0; !on_s2; i++) {
+		char key[32];
+		snprintf(key, sizeof(key), "q-%d", i);
+		uint32_t part = sq_partition_of_key(key, strlen(key), t.partitions);
+		if (sq_client_shard_of_partition(t.client, part) != 1)
+			continue;
+		enqueue_one(t.client, "q", key, NULL, NULL);
+		on_s2 = 1;
+	}
+	const char *done_h = "SELECT count(*) FROM shardq.jobs_history WHERE status = "
+			     "'completed' AND task = 'h'";
+	const char *done_q = "SELECT count(*) FROM shardq.jobs_history WHERE status = "
+			     "'completed' AND task = 'q'";
+	since = test_now_s();
+	long long dh = 0, dq = 0, last = -1;
+	sq_worker_stats st;
+	while ((dh = testdb_sum(&t, done_h)) < others || (dq = testdb_scalar(&t, 1, done_q)) < 1) {
+		if (dh + dq != last) {
+			last = dh + dq;
+			since = test_now_s();
+		}
+		sq_worker_get_stats(w, &st);
+		ck_assert_msg(test_now_s() - since < testdb_stall_s() + 20,
+			      "%lld of %d jobs off s2 and %lld of 1 on s2 completed, nothing moved "
+			      "for %.0fs; the worker's last error: %s",
+			      dh, others, dq, testdb_stall_s() + 20, st.last_error);
+		usleep(50000);
+	}
+	sq_worker_get_stats(w, &st);
+	sq_worker_stop(w, 0);
+	pthread_join(th, NULL);
+	assert_runs_kept(&st, others, "s2's first host was gone");
+	sq_worker_destroy(w);
 	close(hole);
 	sq_config_free(cfg);
 	cleanup();
@@ -1504,6 +1609,7 @@ int main(void)
 	ADD_CASE(s, a_slow_name_lookup_holds_no_relisten_up, 3600);
 	ADD_CASE(s, a_shard_that_vanishes_holds_no_relisten_up, 3600);
 	ADD_CASE(s, a_host_name_whose_first_address_is_gone_is_reached_at_the_next, 3600);
+	ADD_CASE(s, a_shard_with_two_hosts_the_first_gone_holds_no_run_up, 3600);
 	ADD_CASE(s, lease_lost_refuses_a_job_no_handler_was_given, 3600);
 	ADD_CASE(s, a_client_connects_its_shards_at_once, 3600);
 	return run_suite(s);
