@@ -187,23 +187,25 @@ sq_status sq_listener_connect(sq_listener *l, const char *channel, sq_error *err
 	return SQ_OK;
 }
 
-int sq_listener_read(sq_listener *l, int *listening)
+int sq_listener_read(sq_listener *l, int *listening, char *why, size_t whylen)
 {
-	int n = 0, ok = 1;
+	int n = 0, refused = 0;
 	*listening = 0;
 	if (!l->conn)
 		return -1;
-	if (!PQconsumeInput(l->conn)) {
-		sq_listener_drop(l);
+	if (!PQconsumeInput(l->conn))
 		return -1;
-	}
 	/* the LISTEN's answer: until it is taken, libpq reads no NOTIFY */
 	PGresult *r;
 	while (!PQisBusy(l->conn) && (r = PQgetResult(l->conn)) != NULL) {
-		if (PQresultStatus(r) == PGRES_COMMAND_OK)
+		if (PQresultStatus(r) == PGRES_COMMAND_OK) {
 			*listening = 1;
-		else
-			ok = 0;
+		} else if (!refused) {
+			refused = 1;
+			snprintf(why, whylen, "shard %s (%s): LISTEN refused: %s", l->pc.shard_id,
+				 l->pc.addr, PQresultErrorMessage(r));
+			why[strcspn(why, "\n")] = '\0';
+		}
 		PQclear(r);
 	}
 	PGnotify *nt;
@@ -211,11 +213,7 @@ int sq_listener_read(sq_listener *l, int *listening)
 		PQfreemem(nt);
 		n++;
 	}
-	if (!ok) {
-		sq_listener_drop(l);
-		return -1;
-	}
-	return n;
+	return refused ? -2 : n;
 }
 
 void sq_listener_drop(sq_listener *l)

@@ -88,9 +88,12 @@ SQ_MUST_CHECK sq_status sq_listener_init(sq_listener *l, const sq_config *cfg, i
 sq_status sq_listener_connect(sq_listener *l, const char *channel, sq_error *err);
 /* Reads what l->conn has, after its socket was readable: the number of
  * NOTIFYs, with *listening set when the LISTEN's answer was among it (the
- * wake-ups before it were missed); -1 when the connection broke or the
- * LISTEN failed (closed; sq_listener_connect makes a new one). */
-int sq_listener_read(sq_listener *l, int *listening);
+ * wake-ups before it were missed); -1 when the connection broke, -2 when
+ * the server refused the LISTEN (a standby: why says so; try again after a
+ * while, not at once). On -1 and -2 the caller drops the connection
+ * (sq_listener_drop, after taking its socket out of any event loop);
+ * sq_listener_connect makes a new one. */
+int sq_listener_read(sq_listener *l, int *listening, char *why, size_t whylen);
 /* Closes l->conn (not the connect state). */
 void sq_listener_drop(sq_listener *l);
 void sq_listener_free(sq_listener *l);

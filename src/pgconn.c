@@ -237,14 +237,15 @@ static int add_addr(addr_lists *o, const char *host, const char *ip, const char 
 }
 
 /* Looks one host up into the lists; a message in err when it cannot. */
-static void look_up_one(const char *host, const char *port, addr_lists *o, char *err, size_t errlen)
+static void look_up_one(const char *host, const char *port, int most, addr_lists *o, char *err,
+			size_t errlen)
 {
 	struct addrinfo hints, *res = NULL;
 	const char *fake = sq_test_lookup(host);
 	char ip[INET6_ADDRSTRLEN];
 	int before = o->n;
 	if (fake) {
-		for (const char *p = fake; *p;) {
+		for (const char *p = fake; *p && o->n - before < most;) {
 			size_t k = strcspn(p, ",");
 			snprintf(ip, sizeof(ip), "%.*s", (int)k, p);
 			if (!add_addr(o, host, ip, port))
@@ -262,7 +263,7 @@ static void look_up_one(const char *host, const char *port, addr_lists *o, char 
 			 rc == EAI_SYSTEM ? strerror(errno) : gai_strerror(rc));
 		return;
 	}
-	for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
+	for (struct addrinfo *ai = res; ai && o->n - before < most; ai = ai->ai_next) {
 		const void *src =
 			ai->ai_family == AF_INET
 				? (const void *)&((struct sockaddr_in *)ai->ai_addr)->sin_addr
@@ -300,14 +301,17 @@ static void *lookup_main(void *arg)
 	} else {
 		/* each host of the list in turn; one that cannot be looked up is
 		 * passed over, as libpq passes over a host it cannot reach */
-		int nhosts = count_items(l->host);
+		/* each host gets its share of the addresses kept, so that a host
+		 * with many does not crowd out the hosts after it */
+		int nhosts = count_items(l->host), most = SQ_LOOKUP_MAX / nhosts;
 		for (int i = 0; i < nhosts; i++) {
 			char host[256], port[16];
 			list_item(l->host, i, host, sizeof(host));
 			if (l->ports)
 				list_item(l->ports, i, port, sizeof(port));
 			err[0] = '\0';
-			look_up_one(host, l->ports ? port : NULL, o, err, sizeof(err));
+			look_up_one(host, l->ports ? port : NULL, most > 0 ? most : 1, o, err,
+				    sizeof(err));
 			if (err[0] && !first[0])
 				memcpy(first, err, sizeof(first));
 		}
@@ -317,8 +321,10 @@ static void *lookup_main(void *arg)
 		memcpy(l->hosts, o->hosts, sizeof(l->hosts));
 		memcpy(l->addrs, o->addrs, sizeof(l->addrs));
 		memcpy(l->aports, o->ports, sizeof(l->aports));
-	} else {
+	} else if (first[0]) {
 		memcpy(l->err, first, sizeof(l->err));
+	} else {
+		snprintf(l->err, sizeof(l->err), "host name \"%s\" has no address", l->host);
 	}
 	l->done = 1;
 	pthread_mutex_unlock(&l->mu);
@@ -501,27 +507,43 @@ static sq_status connect_open(sq_pgconn *pc, double now, sq_error *err)
 	return SQ_OK;
 }
 
+/* Steps past one item of each list (they go in step). */
+static void lists_next(const char **a, const char **h, const char **p)
+{
+	size_t k = strcspn(*a, ","), kh = strcspn(*h, ","), kp = strcspn(*p, ",");
+	*a += k + ((*a)[k] == ',');
+	*h += kh + ((*h)[kh] == ',');
+	*p += kp + ((*p)[kp] == ',');
+}
+
 /* The address libpq's connect is on got no answer within connect_timeout:
- * the connect starts again on the addresses the lookup found after it, as
- * libpq's blocking connect would go on to them (1); 0: none is left. */
-static int next_address(sq_pgconn *pc, double now)
+ * the connect starts again on the addresses the lookup found after it
+ * (and after any copy of it right behind), as libpq's blocking connect
+ * would go on to them (1); 0: none is left; -1: the new start failed (err
+ * says why). An address not found in the lists (written another way)
+ * counts as the first, so that the connect always moves on. */
+static int next_address(sq_pgconn *pc, double now, sq_error *err)
 {
 	const char *ip = pc->connecting ? PQhostaddr(pc->connecting) : NULL;
 	const char *port = pc->connecting ? PQport(pc->connecting) : NULL;
 	if (!pc->try_addrs || !ip || !*ip)
 		return 0;
-	/* the address and port libpq is on, then the ones after it */
 	const char *a = pc->try_addrs, *h = pc->try_hosts, *p = pc->try_ports;
 	int found = 0;
-	while (*a && !found) {
-		size_t k = strcspn(a, ","), kh = strcspn(h, ","), kp = strcspn(p, ",");
-		found = strlen(ip) == k && !strncmp(a, ip, k) &&
-			(!*p || (port && strlen(port) == kp && !strncmp(p, port, kp)));
-		a += k + (a[k] == ',');
-		h += kh + (h[kh] == ',');
-		p += kp + (p[kp] == ',');
+	while (*a) {
+		size_t k = strcspn(a, ","), kp = strcspn(p, ",");
+		int same = strlen(ip) == k && !strncmp(a, ip, k) &&
+			   (!*p || (port && strlen(port) == kp && !strncmp(p, port, kp)));
+		if (found && !same)
+			break;
+		found |= same;
+		lists_next(&a, &h, &p);
 	}
-	if (!found || !*a || !*h)
+	if (!found) {
+		a = pc->try_addrs, h = pc->try_hosts, p = pc->try_ports;
+		lists_next(&a, &h, &p);
+	}
+	if (!*a || !*h)
 		return 0;
 	char *na = strdup(a), *nh = strdup(h), *np = strdup(p);
 	if (!na || !nh || !np) {
@@ -537,9 +559,8 @@ static int next_address(sq_pgconn *pc, double now)
 	PQfinish(pc->connecting);
 	pc->connecting = NULL;
 	PGconn *conn;
-	sq_error e;
-	if (open_conn(pc, 0, &conn, &e) != SQ_OK)
-		return 0;
+	if (open_conn(pc, 0, &conn, err) != SQ_OK)
+		return -1;
 	pc->connecting = conn;
 	pc->connect_poll = PGRES_POLLING_WRITING;
 	pc->connect_started = now;
@@ -629,15 +650,23 @@ static sq_status connect_step(sq_pgconn *pc, double wait_s, int *under_way, sq_e
 			return st;
 		}
 		struct pollfd p = connect_pollfd(pc);
-		const char *ip = pc->resolving ? NULL : PQhostaddr(pc->connecting);
-		if (p.fd != pc->connect_fd ||
-		    (ip && *ip &&
-		     strcmp(ip, pc->connect_ip))) { /* libpq went on to another address */
+		/* the address and port libpq is on, as "ip port" */
+		char at[sizeof(pc->connect_ip)] = "";
+		if (!pc->resolving) {
+			const char *ip = PQhostaddr(pc->connecting), *port = PQport(pc->connecting);
+			if (ip && *ip)
+				snprintf(at, sizeof(at), "%s %s", ip, port ? port : "");
+		}
+		/* libpq went on to another address */
+		if (p.fd != pc->connect_fd || (at[0] && strcmp(at, pc->connect_ip))) {
 			pc->connect_fd = p.fd;
 			pc->connect_started = now;
-			snprintf(pc->connect_ip, sizeof(pc->connect_ip), "%s", ip ? ip : "");
+			memcpy(pc->connect_ip, at, sizeof(at));
 		}
-		double give_up = pc->connect_started + connect_limit_s(pc);
+		/* the lookup of several hosts: one connect_timeout per host */
+		double give_up =
+			pc->connect_started +
+			connect_limit_s(pc) * (pc->resolving ? count_items(pc->lookup_host) : 1);
 		double wait = (until < give_up ? until : give_up) - now;
 		int r = p.fd < 0 ? 1 : poll(&p, 1, wait > 0 ? (int)ceil(wait * 1000) : 0);
 		now = sq_mono_s();
@@ -647,8 +676,15 @@ static sq_status connect_step(sq_pgconn *pc, double wait_s, int *under_way, sq_e
 			continue;
 		}
 		const char *what = pc->resolving ? "looking up its host name" : "connecting";
-		if (now >= give_up && !pc->resolving && next_address(pc, now))
-			continue;
+		if (now >= give_up && !pc->resolving) {
+			int next = next_address(pc, now, err);
+			if (next > 0)
+				continue;
+			if (next < 0) {
+				connect_abandon(pc);
+				return err->code;
+			}
+		}
 		if (now >= give_up) {
 			int lookup = pc->resolving != NULL;
 			connect_abandon(pc);

@@ -12,6 +12,7 @@
 #include <ctype.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -845,17 +846,27 @@ struct sq_sched_thread {
 	sq_ticker *ticker;
 };
 
-/* Whether two messages differ only in their numbers ("still connecting
- * (0.3s so far" and "(1.2s so far"): the same problem, said again. */
+/* The end of a duration in seconds ("0.3s") at p, or NULL. */
+static const char *seconds_end(const char *p)
+{
+	const char *q = p;
+	while (isdigit((unsigned char)*q) || (*q == '.' && q > p && isdigit((unsigned char)q[1])))
+		q++;
+	return q > p && *q == 's' && !isalnum((unsigned char)q[1]) ? q + 1 : NULL;
+}
+
+/* Whether two messages differ only in their durations ("still connecting
+ * (0.3s so far" and "(1.2s so far"): the same problem, said again. Any
+ * other figure (a shard's address, a count) must be the same. */
 static int same_but_numbers(const char *a, const char *b)
 {
 	for (;;) {
-		int na = 0, nb = 0;
-		while (isdigit((unsigned char)*a) || (*a == '.' && isdigit((unsigned char)a[1])))
-			a++, na = 1;
-		while (isdigit((unsigned char)*b) || (*b == '.' && isdigit((unsigned char)b[1])))
-			b++, nb = 1;
-		if (na != nb || *a != *b)
+		const char *ea = seconds_end(a), *eb = seconds_end(b);
+		if (ea && eb) {
+			a = ea, b = eb;
+			continue;
+		}
+		if (*a != *b)
 			return 0;
 		if (!*a)
 			return 1;
@@ -868,8 +879,15 @@ static void sched_pass(void *arg)
 {
 	sq_sched_thread *t = arg;
 	sq_error err;
+	double end = sq_mono_s() + SQ_SCHED_CONNECT_WAIT_S;
 	sq_status st = t->sc ? run_pass(t->c, t->who, 0, NULL, t->sc->seen, &err)
 			     : sq_schedules_run(t->c, t->who, 0, NULL, &err);
+	/* a connect under way goes on here too (this thread has no loop to
+	 * take it on between passes): up to SQ_SCHED_CONNECT_WAIT_S from the
+	 * pass's start, so that a server slow to answer is connected within a
+	 * few passes, before its connect_timeout */
+	while (sq_client_advance_connects(t->c) > 0 && sq_mono_s() < end)
+		(void)poll(NULL, 0, 20);
 	/* the same error again (a shard down), whatever its figures: once a
 	 * minute */
 	if (st != SQ_OK && t->on_error &&

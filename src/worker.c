@@ -98,6 +98,7 @@ struct sq_worker {
 };
 
 static void note_errorf(sq_worker *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void note_error(sq_worker *w, const sq_error *e);
 
 void sq_worker_opts_init(sq_worker_opts *o)
 {
@@ -139,6 +140,10 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
 	atomic_store(&w->stop_req, 1);
 }
 
+/* A shard's LISTEN connection is made again at most this often after a
+ * connect that failed or a LISTEN the server refused (see relisten). */
+#define RELISTEN_S 2.0
+
 static void on_listen(evutil_socket_t fd, short what, void *arg)
 {
 	sq_worker *w = arg;
@@ -148,13 +153,21 @@ static void on_listen(evutil_socket_t fd, short what, void *arg)
 		int listening;
 		if (!l->conn || PQsocket(l->conn) != fd)
 			continue;
-		int n = sq_listener_read(l, &listening);
+		char why[256];
+		int n = sq_listener_read(l, &listening, why, sizeof(why));
 		if (n < 0) {
 			/* the wake-up is lost; polling carries on, and the loop
-			 * listens again once the shard can be reached */
+			 * listens again once the shard can be reached (a LISTEN
+			 * the server refused: after RELISTEN_S, not at once) */
 			event_free(w->listen_ev[s]);
 			w->listen_ev[s] = NULL;
-			w->relisten_at[s] = 0;
+			sq_listener_drop(l);
+			w->relisten_at[s] = n == -2 ? sq_mono_s() + RELISTEN_S : 0;
+			if (n == -2) {
+				sq_error e;
+				sq_err(&e, SQ_EDB, "%s", why);
+				note_error(w, &e);
+			}
 			return;
 		}
 		/* listening from now on: the wake-ups before it were missed, so
@@ -176,14 +189,15 @@ void sq_worker_stop(sq_worker *w, int at_once)
 	(void)r;
 }
 
-static void note_error(sq_worker *w, const sq_error *e);
-
-/* Connects shard s's LISTEN connection, or goes on connecting it, without
- * holding the loop up (sq_listener); on failure, says why in err. */
-static sq_status open_listener(sq_worker *w, int s, sq_error *err)
+/* Connects shard s's LISTEN connection, or goes on connecting it, waiting
+ * at most wait_s for the server (the loop's: SQ_LOOP_CONNECT_WAIT_S, see
+ * sq_listener); on failure, says why in err. */
+static sq_status open_listener(sq_worker *w, int s, double wait_s, sq_error *err)
 {
 	sq_listener *l = &w->listen[s];
+	sq_pgconn_set_connect_wait(&l->pc, wait_s);
 	sq_status st = sq_listener_connect(l, "shardq_jobs", err);
+	sq_pgconn_set_connect_wait(&l->pc, SQ_LOOP_CONNECT_WAIT_S);
 	if (st != SQ_OK) {
 		sq_err_prefix(err, "listen connection");
 		return st;
@@ -204,8 +218,10 @@ static void open_listeners(sq_worker *w)
 {
 	for (int s = 0; s < w->c->nshards; s++) {
 		sq_error e;
+		/* a shard whose connection is up answers within connect_timeout:
+		 * listening when sq_worker_create returns */
 		if (w->c->shards[s].conn)
-			(void)open_listener(w, s, &e);
+			(void)open_listener(w, s, (double)w->cfg->connect_timeout_ms / 1000.0, &e);
 	}
 }
 
@@ -214,7 +230,6 @@ static void open_listeners(sq_worker *w)
  * most every RELISTEN_S after a connect that failed; a connect under way
  * goes on at every pass. The shard is claimed from at once when the LISTEN
  * is answered (on_listen), since its wake-ups in between were lost. */
-#define RELISTEN_S 2.0
 static void relisten(sq_worker *w, double now)
 {
 	for (int s = 0; w->opts.listen && s < w->c->nshards; s++) {
@@ -225,7 +240,8 @@ static void relisten(sq_worker *w, double now)
 					   PQstatus(conn) != CONNECTION_OK)))
 			continue;
 		sq_error e;
-		if (open_listener(w, s, &e) != SQ_OK && !sq_pgconn_connecting(&l->pc)) {
+		if (open_listener(w, s, SQ_LOOP_CONNECT_WAIT_S, &e) != SQ_OK &&
+		    !sq_pgconn_connecting(&l->pc)) {
 			w->relisten_at[s] = now + RELISTEN_S;
 			note_error(w, &e);
 		}
@@ -237,8 +253,11 @@ static void relisten(sq_worker *w, double now)
 static int listen_connecting(sq_worker *w)
 {
 	int n = 0;
-	for (int s = 0; w->opts.listen && s < w->c->nshards; s++)
-		n += sq_pgconn_advance(&w->listen[s].pc);
+	for (int s = 0; w->opts.listen && s < w->c->nshards; s++) {
+		sq_listener *l = &w->listen[s];
+		/* a connect that ended: its LISTEN is sent on the next pass */
+		n += sq_pgconn_advance(&l->pc) + (!l->conn && l->pc.conn != NULL);
+	}
 	return n;
 }
 

@@ -51,14 +51,17 @@ void sqd_claimer_submit(sqd *d, sqd_task *t)
 	sqd_claimer_wake(d);
 }
 
-/* Connects shard s's LISTEN connection, or goes on connecting it, without
- * holding the loop up (sq_listener); after a failure, again in 5 s. */
-static void listen_open(int s)
+/* Connects shard s's LISTEN connection, or goes on connecting it, waiting
+ * at most wait_s for the server (the loop's: SQ_LOOP_CONNECT_WAIT_S, see
+ * sq_listener); after a failure, again in 5 s. */
+static void listen_open(int s, double wait_s)
 {
 	sq_error e;
 	sq_listener *l = &C.listen[s];
+	sq_pgconn_set_connect_wait(&l->pc, wait_s);
 	if (sq_listener_connect(l, "shardq_jobs", &e) != SQ_OK && !sq_pgconn_connecting(&l->pc))
 		C.listen_retry[s] = sqd_now() + 5;
+	sq_pgconn_set_connect_wait(&l->pc, SQ_LOOP_CONNECT_WAIT_S);
 }
 
 /* Answers a claim: its jobs, or [] */
@@ -307,8 +310,8 @@ static void *claimer_main(void *arg)
 			if (!l->conn && (sq_pgconn_connecting(&l->pc) ||
 					 (now >= C.listen_retry[s] && c->shards[s].conn &&
 					  PQstatus(c->shards[s].conn) == CONNECTION_OK)))
-				listen_open(s);
-			listen_going += sq_pgconn_connecting(&l->pc);
+				listen_open(s, SQ_LOOP_CONNECT_WAIT_S);
+			listen_going += sq_pgconn_connecting(&l->pc) || (!l->conn && l->pc.conn);
 			if (l->conn) {
 				pf[npf].fd = PQsocket(l->conn);
 				pf[npf].events = POLLIN;
@@ -340,9 +343,15 @@ static void *claimer_main(void *arg)
 				continue;
 			}
 			int s = pf_shard[i], listening;
-			int n = sq_listener_read(&C.listen[s], &listening);
+			char why[256];
+			int n = sq_listener_read(&C.listen[s], &listening, why, sizeof(why));
 			if (n < 0) {
-				C.listen_retry[s] = sqd_now() + 1;
+				sq_listener_drop(&C.listen[s]);
+				/* a LISTEN the server refused: logged, and not
+				 * tried again at once */
+				C.listen_retry[s] = sqd_now() + (n == -2 ? 5 : 1);
+				if (n == -2)
+					sqd_log("claimer: %s", why);
 				continue;
 			}
 			/* listening from now on: what was enqueued before it
@@ -382,8 +391,9 @@ int sqd_claimer_start(sqd *d, sq_error *err)
 			return -1;
 		}
 		PGconn *conn = d->claim_client->shards[s].conn;
+		/* a shard whose connection is up answers within connect_timeout */
 		if (conn && PQstatus(conn) == CONNECTION_OK)
-			listen_open(s);
+			listen_open(s, (double)d->cfg->connect_timeout_ms / 1000.0);
 	}
 	if (pthread_create(&d->claimer, NULL, claimer_main, d)) {
 		snprintf(err->msg, sizeof(err->msg), "cannot start the claim thread");
