@@ -664,27 +664,37 @@ START_TEST(plans_made_on_an_empty_table_keep_to_the_indexes)
 		sq_pgconn *pg = &w->shards[s];
 		char *claim =
 			cached_plan(pg, "sq_claim", "'{p}', '{1000}', '{300000}', 'w', '{0}'");
-		ck_assert_msg(!strstr(claim, "Seq Scan on jobs "),
-			      "s%d: the claim's plan, made on an empty table, reads all of a "
-			      "table of %d jobs:\n%s",
-			      s + 1, N, claim);
+		/* a plan is longer than a check message may be: printed apart */
+		int scan = !strstr(claim, "Seq Scan on jobs ");
 		/* and not by all of an index and a sort either: each arm reads
 		 * its own index in claim order from the type's first row
 		 * (jobs_partition holds every ready job, of every type) */
-		ck_assert_msg(strstr(claim, "jobs_ready") && strstr(claim, "jobs_lease") &&
-				      !strstr(claim, "jobs_partition") && !strstr(claim, "Sort"),
-			      "s%d: the claim's plan, made on an empty table, does not find a "
-			      "type's ready jobs and expired leases by jobs_ready and "
-			      "jobs_lease:\n%s",
-			      s + 1, claim);
+		int arms = strstr(claim, "jobs_ready") && strstr(claim, "jobs_lease") &&
+			   !strstr(claim, "jobs_partition") && !strstr(claim, "Sort");
 		/* and the update finds the picked rows by jobs_pkey, not by a join
 		 * with them: a plan made on an empty table joined them by a
 		 * nested loop that read all picked rows for each one (a join
-		 * filter), quadratic in the claim's size */
-		ck_assert_msg(!strstr(claim, "Join Filter") && strstr(claim, "jobs_pkey"),
+		 * filter), quadratic in the claim's size. Only the updates' part
+		 * of the plan counts: the arms' anti join with the few rows of
+		 * partition_state may take a join filter, and cheaply. */
+		const char *upds = strstr(claim, "CTE upd_run");
+		int upd = upds && !strstr(upds, "Join Filter") && strstr(upds, "jobs_pkey");
+		if (!scan || !arms || !upd)
+			fprintf(stderr, "s%d: the claim's plan, made on an empty table:\n%s\n",
+				s + 1, claim);
+		ck_assert_msg(scan,
+			      "s%d: the claim's plan, made on an empty table, reads all of a "
+			      "table of %d jobs (the plan: above)",
+			      s + 1, N);
+		ck_assert_msg(arms,
+			      "s%d: the claim's plan, made on an empty table, does not find a "
+			      "type's ready jobs and expired leases by jobs_ready and "
+			      "jobs_lease (the plan: above)",
+			      s + 1);
+		ck_assert_msg(upd,
 			      "s%d: the claim's plan, made on an empty table, joins the picked "
-			      "rows to the update by a filter:\n%s",
-			      s + 1, claim);
+			      "rows to the update by a filter (the plan: above)",
+			      s + 1);
 		free(claim);
 		/* the 8 jobs were one keyless run: only their shard completed */
 		if (!cached_plan_exists(pg, "sq_complete_plain")) {
@@ -694,10 +704,12 @@ START_TEST(plans_made_on_an_empty_table_keep_to_the_indexes)
 		completed = 1;
 		/* its types keep no history: the completion without it */
 		char *done = cached_plan(pg, "sq_complete_plain", "'{1}', '{1}', 'w'");
+		if (strstr(done, "Seq Scan on jobs "))
+			fprintf(stderr, "s%d: the completion's plan:\n%s\n", s + 1, done);
 		ck_assert_msg(!strstr(done, "Seq Scan on jobs "),
 			      "s%d: the completion's plan, made on a table of 8 jobs, reads all "
-			      "of a table of %d jobs:\n%s",
-			      s + 1, N, done);
+			      "of a table of %d jobs (the plan: above)",
+			      s + 1, N);
 		free(done);
 	}
 	/* and the claim still hands out what is there, once */
