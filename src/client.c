@@ -143,6 +143,45 @@ PGconn *sq_connect_plain(const sq_config *cfg, const char *dsn, const char *role
 	return c;
 }
 
+PGconn *sq_connect_plain_stop(const sq_config *cfg, const char *dsn, const char *shard_id,
+			      const char *role, const atomic_int *stop, char *errbuf, size_t errlen)
+{
+	sq_pgconn pc;
+	sq_error e;
+	PGconn *c = NULL;
+	char *opts = conn_options(cfg, cfg->statement_timeout_ms, role, 0);
+	if (!opts ||
+	    sq_pgconn_init(&pc, shard_id, dsn, opts, connect_timeout_s(cfg), &e) != SQ_OK) {
+		free(opts);
+		snprintf(errbuf, errlen, "out of memory");
+		return NULL;
+	}
+	free(opts);
+	sq_pgconn_set_connect_wait(&pc, SQ_LOOP_CONNECT_WAIT_S);
+	for (;;) {
+		if (sq_pgconn_ensure(&pc, &e) == SQ_OK) {
+			if (!(c = sq_pgconn_detach(&pc)))
+				snprintf(errbuf, errlen, "cannot leave pipeline mode");
+			break;
+		}
+		if (!sq_pgconn_connecting(&pc)) {
+			snprintf(errbuf, errlen, "%s", e.msg);
+			break;
+		}
+		if (atomic_load(stop)) {
+			snprintf(errbuf, errlen, "stopped while connecting (%s)", e.msg);
+			break;
+		}
+		usleep(20000);
+	}
+	sq_pgconn_close(&pc);
+	if (c) {
+		PQsetnonblocking(c, 0);
+		sq_conn_hook_call(role, c);
+	}
+	return c;
+}
+
 sq_status sq_listener_init(sq_listener *l, const sq_config *cfg, int shard, sq_error *err)
 {
 	memset(l, 0, sizeof(*l));

@@ -5,6 +5,8 @@
 #include "config.h"
 #include "pgconn.h"
 
+#include <stdatomic.h>
+
 /* The gate every partition-naming write takes shared, in its own statement,
  * before checking the partition markers; the mover takes it exclusive. */
 extern const sq_stmt sq_stmt_gate_shared;
@@ -97,6 +99,16 @@ int sq_listener_read(sq_listener *l, int *listening, char *why, size_t whylen);
 /* Closes l->conn (not the connect state). */
 void sq_listener_drop(sq_listener *l);
 void sq_listener_free(sq_listener *l);
+
+/* sq_connect_plain for a thread that a stop waits for (the maintainer's):
+ * connected the way the loops' connections are (a host name looked up on
+ * a thread, each address given connect_timeout, then the next), and given
+ * up as soon as *stop is set (looked at every 20 ms), so a stop does not
+ * wait for a shard that does not answer. shard_id names the shard in the
+ * message. */
+PGconn *sq_connect_plain_stop(const sq_config *cfg, const char *dsn, const char *shard_id,
+			      const char *role, const atomic_int *stop, char *errbuf,
+			      size_t errlen);
 
 /* Takes `n` fresh id numbers (not yet shifted/combined with a partition);
  * the first is *first. Fetches blocks from the meta database as needed. */

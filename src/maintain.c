@@ -124,14 +124,18 @@ typedef struct part_row {
 
 /* The pass on one shard, on a connection of its own. */
 static void maintain_shard(const sq_config *cfg, int s, int64_t now_us, int max_days,
-			   const sq_maintain_opts *o, sq_maintain_shard *sh)
+			   const sq_maintain_opts *o, const atomic_int *stop, sq_maintain_shard *sh)
 {
 	char msg[512], nowbuf[32], buf[64];
 	const char *v[2];
 	PGresult *r;
 	part_row *parts = NULL;
 	int nparts = 0;
-	PGconn *pc = sq_connect_plain(cfg, cfg->shards[s].dsn, "maintain", -1, msg, sizeof(msg));
+	/* the maintainer's thread: a stop does not wait for this connect */
+	PGconn *pc =
+		stop ? sq_connect_plain_stop(cfg, cfg->shards[s].dsn, cfg->shards[s].id, "maintain",
+					     stop, msg, sizeof(msg))
+		     : sq_connect_plain(cfg, cfg->shards[s].dsn, "maintain", -1, msg, sizeof(msg));
 	if (!pc) {
 		snprintf(sh->error, sizeof(sh->error), "%s", msg);
 		sh->status = SQ_ECONN;
@@ -272,8 +276,10 @@ sq_status sq_maintain(sq_client *c, const sq_maintain_opts *opts, sq_maintain_re
 	return sq_maintain_cfg(c->cfg, opts, out, err);
 }
 
-sq_status sq_maintain_cfg(const sq_config *cfg, const sq_maintain_opts *opts,
-			  sq_maintain_report *out, sq_error *err)
+/* sq_maintain_cfg; with stop (the maintainer's), the pass ends as soon as
+ * *stop is set, its connects too. */
+static sq_status maintain_cfg(const sq_config *cfg, const sq_maintain_opts *opts,
+			      const atomic_int *stop, sq_maintain_report *out, sq_error *err)
 {
 	sq_maintain_opts o;
 	sq_status first = SQ_OK;
@@ -302,7 +308,12 @@ sq_status sq_maintain_cfg(const sq_config *cfg, const sq_maintain_opts *opts,
 	for (int s = 0; s < cfg->nshards; s++) {
 		sq_maintain_shard *sh = &out->shards[s];
 		snprintf(sh->shard, sizeof(sh->shard), "%s", cfg->shards[s].id);
-		maintain_shard(cfg, s, out->now_us, max_days, &o, sh);
+		if (stop && atomic_load(stop)) {
+			sh->status = SQ_ECONN;
+			snprintf(sh->error, sizeof(sh->error), "not done: stopping");
+		} else {
+			maintain_shard(cfg, s, out->now_us, max_days, &o, stop, sh);
+		}
 		if (sh->status && !first) {
 			first = sh->status;
 			sq_err(err, sh->status, "shard %s: %s", sh->shard, sh->error);
@@ -311,9 +322,16 @@ sq_status sq_maintain_cfg(const sq_config *cfg, const sq_maintain_opts *opts,
 	return first;
 }
 
+sq_status sq_maintain_cfg(const sq_config *cfg, const sq_maintain_opts *opts,
+			  sq_maintain_report *out, sq_error *err)
+{
+	return maintain_cfg(cfg, opts, NULL, out, err);
+}
+
 /* ---- the periodic runner -------------------------------------------------- */
 
 struct sq_maintainer {
+	atomic_int stopping; /* a pass under way ends at once */
 	const sq_config *cfg;
 	sq_maintainer_log log;
 	void *log_arg;
@@ -339,7 +357,7 @@ static void maintain_pass(void *arg)
 	sq_maintainer *m = arg;
 	sq_error err;
 	sq_maintain_report rep;
-	if (sq_maintain_cfg(m->cfg, NULL, &rep, &err) != SQ_OK && !rep.nshards)
+	if (maintain_cfg(m->cfg, NULL, &m->stopping, &rep, &err) != SQ_OK && !rep.nshards)
 		say(m, "maintain: %s", err.msg); /* per shard errors follow */
 	for (int s = 0; s < rep.nshards; s++) {
 		sq_maintain_shard *sh = &rep.shards[s];
@@ -401,6 +419,7 @@ void sq_maintainer_stop(sq_maintainer *m)
 {
 	if (!m)
 		return;
+	atomic_store(&m->stopping, 1);
 	sq_ticker_stop(m->ticker);
 	free(m);
 }

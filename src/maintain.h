@@ -35,8 +35,11 @@ typedef void (*sq_maintainer_log)(const char *line, void *arg);
  * it is called on the thread. cfg must outlive it.
  */
 sq_maintainer *sq_maintainer_start(const sq_config *cfg, sq_maintainer_log log, void *log_arg);
-/* Stops the thread (a pass under way finishes first: bounded by the
- * connection's lock and statement timeouts) and frees it; NULL is fine. */
+/* Stops the thread and frees it; NULL is fine. A pass under way ends at
+ * once where it connects (a shard that does not answer does not hold the
+ * stop up for connect_timeout) and before the next shard; a statement
+ * under way finishes first (bounded by the connection's lock and statement
+ * timeouts). */
 void sq_maintainer_stop(sq_maintainer *m);
 
 #endif

@@ -8,9 +8,14 @@
 #include "test_common.h"
 
 #include "client.h"
+#include "maintain.h"
 #include "schema.h"
 
+#include <poll.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
+#include <sys/socket.h>
 #include <stdarg.h>
 #include <sys/wait.h>
 
@@ -684,6 +689,97 @@ static void check_retention_config(void)
 	sq_config_free(cfg);
 }
 
+/* A host that takes connections and never answers them, counting them. */
+typedef struct hole {
+	int lfd, fds[64];
+	atomic_int took, stop;
+	pthread_t th;
+} hole;
+
+static void *hole_main(void *arg)
+{
+	hole *h = arg;
+	int n = 0;
+	while (!atomic_load(&h->stop)) {
+		struct pollfd p = {h->lfd, POLLIN, 0};
+		if (poll(&p, 1, 20) <= 0)
+			continue;
+		int fd = accept(h->lfd, NULL, NULL);
+		if (fd < 0)
+			continue;
+		if (n < 64)
+			h->fds[n++] = fd;
+		else
+			close(fd);
+		atomic_fetch_add(&h->took, 1);
+	}
+	for (int i = 0; i < n; i++)
+		close(h->fds[i]);
+	return NULL;
+}
+
+static void *stop_maintainer(void *arg)
+{
+	void **a = arg;
+	sq_maintainer_stop(a[0]);
+	atomic_store((atomic_int *)a[1], 1);
+	return NULL;
+}
+
+/*
+ * The maintainer's pass connects to each shard in turn. With s2's host
+ * gone (it takes the connection and never answers; connect_timeout 10
+ * minutes) the pass waits at s2's connect, and a stop (a worker's
+ * sq_worker_destroy, shardqd's SIGTERM) waited for it: 10 minutes. The
+ * connect now ends as soon as the stop is asked for.
+ */
+START_TEST(a_stop_does_not_wait_for_a_gone_shards_connect)
+{
+	sq_error err;
+	hole h;
+	int port;
+	memset(&h, 0, sizeof(h));
+	h.lfd = testdb_black_hole(16, &port);
+	ck_assert_int_eq(pthread_create(&h.th, NULL, hole_main, &h), 0);
+	char *direct = testdb_ini(
+		&t, NULL, "maintain_interval = 1s\n\n[connection]\nconnect_timeout = 10m\n");
+	char *ini = testdb_ini_via(direct, t.ports[1], port);
+	free(direct);
+	sq_config *cfg;
+	OKE(sq_config_parse(ini, "hole.ini", &cfg, &err));
+	free(ini);
+	sq_maintainer *m = sq_maintainer_start(cfg, NULL, NULL);
+	ck_assert_ptr_nonnull(m);
+	/* the pass has done s1 and waits at s2's connect */
+	double since = test_now_s();
+	while (atomic_load(&h.took) < 1) {
+		ck_assert_msg(test_now_s() - since < testdb_stall_s(),
+			      "no maintenance pass connected to s2 within %.0fs", testdb_stall_s());
+		usleep(20000);
+	}
+	atomic_int stopped = 0;
+	void *args[2] = {m, &stopped};
+	pthread_t th;
+	ck_assert_int_eq(pthread_create(&th, NULL, stop_maintainer, args), 0);
+	since = test_now_s();
+	while (!atomic_load(&stopped)) {
+		ck_assert_msg(
+			test_now_s() - since < testdb_stall_s(),
+			"the maintainer's stop has waited %.0fs for its pass, which waits for "
+			"s2's connect (connect_timeout 10 min)",
+			testdb_stall_s());
+		usleep(20000);
+	}
+	pthread_join(th, NULL);
+	printf("maintainer stopped at s2's connect after %.2fs (%d connects taken by the hole)\n",
+	       test_now_s() - since, atomic_load(&h.took));
+	atomic_store(&h.stop, 1);
+	pthread_join(h.th, NULL);
+	close(h.lfd);
+	sq_config_free(cfg);
+}
+END_TEST
+
 /* One case per test, named for it (CK_RUN_CASE=NAME runs one alone). */
 #define CASE(fn)                                                 \
 	do {                                                     \
@@ -707,5 +803,6 @@ int main(void)
 	CASE(migration_keeps_old_history);
 	CASE(cli_maintain);
 	CASE(config_and_test_clock);
+	CASE(a_stop_does_not_wait_for_a_gone_shards_connect);
 	return run_suite(s);
 }
