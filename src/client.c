@@ -379,6 +379,29 @@ void sq_client_connect_wait(sq_client *c, double wait_s)
 	sq_pgconn_set_connect_wait(&c->meta, wait_s);
 }
 
+void sq_client_answer_wait(sq_client *c, double wait_s)
+{
+	for (int s = 0; s < c->nshards; s++)
+		sq_pgconn_set_answer_wait(&c->shards[s], wait_s);
+	sq_pgconn_set_answer_wait(&c->meta, wait_s);
+}
+
+double sq_client_answer_wait_of(const sq_client *c)
+{
+	return c->meta.answer_wait_s;
+}
+
+void sq_client_answer_wait_for_lease(sq_client *c, const sq_type_conf *t)
+{
+	int64_t lease = t->starting_timeout_ms < t->execution_timeout_ms ? t->starting_timeout_ms
+									 : t->execution_timeout_ms;
+	double wait = (double)lease / 8000.0, now = sq_client_answer_wait_of(c);
+	if (wait < SQ_ANSWER_WAIT_MIN_S)
+		wait = SQ_ANSWER_WAIT_MIN_S;
+	if (now <= 0 || wait < now)
+		sq_client_answer_wait(c, wait);
+}
+
 int sq_client_advance_connects(sq_client *c)
 {
 	int n = sq_pgconn_advance(&c->meta);
@@ -488,6 +511,11 @@ sq_status sq_client_open(const sq_config *cfg, int for_init, sq_client **out, sq
 		st = sq_pgconn_open(&c->meta, label, sq_config_meta_dsn(cfg), opts, timeout_s, err);
 	}
 	free(opts);
+	/* a shard ends any statement by statement_timeout: an answer that has
+	 * not come connect_timeout after that is not coming */
+	if (cfg->statement_timeout_ms > 0)
+		sq_client_answer_wait(
+			c, (double)(cfg->statement_timeout_ms + cfg->connect_timeout_ms) / 1000.0);
 	if (st == SQ_OK && !for_init)
 		st = check_schema(c, err);
 	if (st == SQ_OK && !for_init)

@@ -135,6 +135,18 @@ void sq_client_check_map(sq_client *c);
  * (sq_pgconn_set_connect_wait). */
 #define SQ_LOOP_CONNECT_WAIT_S 0.05
 void sq_client_connect_wait(sq_client *c, double wait_s);
+/* How long each of c's connections waits for an answer before it is taken
+ * as lost (sq_pgconn_set_answer_wait). sq_client_open sets
+ * statement_timeout + connect_timeout (none without a statement_timeout). */
+void sq_client_answer_wait(sq_client *c, double wait_s);
+double sq_client_answer_wait_of(const sq_client *c);
+/* Lowers c's answer wait to an eighth of the shorter lease of type t (at
+ * least SQ_ANSWER_WAIT_MIN_S), for a caller that heartbeats t's jobs on
+ * every shard through c: a shard that answers nothing holds the others'
+ * heartbeats (due at half a lease, a quarter left for them to get
+ * through) up for that long at most. */
+#define SQ_ANSWER_WAIT_MIN_S 1.0
+void sq_client_answer_wait_for_lease(sq_client *c, const sq_type_conf *t);
 /* sq_pgconn_advance on every shard's and the meta connection; returns how
  * many connects are still under way (the loop should come back within
  * SQ_LOOP_CONNECT_WAIT_S while any is). */

@@ -815,6 +815,11 @@ void sq_pgconn_set_connect_wait(sq_pgconn *pc, double wait_s)
 	pc->connect_wait_s = wait_s;
 }
 
+void sq_pgconn_set_answer_wait(sq_pgconn *pc, double wait_s)
+{
+	pc->answer_wait_s = wait_s;
+}
+
 sq_status sq_pgconn_init(sq_pgconn *pc, const char *shard_id, const char *dsn, const char *options,
 			 int connect_timeout_s, sq_error *err)
 {
@@ -1054,7 +1059,67 @@ typedef struct run_ctx {
 	struct event_base *base;
 	sq_error *err;
 	int pending;
+	sq_pgconn **conns;
+	int n;
+	struct event *answer_ev; /* the first answer_by to come */
 } run_ctx;
+
+/* A connection that answered nothing for answer_wait_s: taken as lost, as a
+ * reset would have told (its host is gone without a trace, or cut off by
+ * the network); dropped after the run and made again by the next. */
+static void answer_lost(sq_pgconn *pc, sq_error *err)
+{
+	sq_error e;
+	sq_err(&e, SQ_ECONN,
+	       "shard %s (%s): no answer within %.1fs (its host gone or cut off?); the "
+	       "connection is made again",
+	       pc->shard_id, pc->addr, pc->answer_wait_s);
+	snprintf(pc->fail_msg, sizeof(pc->fail_msg), "%s", e.msg);
+	if (err && err->code == SQ_OK)
+		*err = e;
+}
+
+/* Arms rc's answer timer for the first answer still due; none: no timer. */
+static void arm_answer(run_ctx *rc)
+{
+	double first = INFINITY, now = sq_mono_s();
+	for (int i = 0; i < rc->n; i++) {
+		const sq_pgconn *pc = rc->conns[i];
+		if (pc && pc->run == rc && !pc->done && pc->answer_wait_s > 0 &&
+		    pc->answer_by < first)
+			first = pc->answer_by;
+	}
+	if (first == INFINITY)
+		return;
+	long long us = first > now ? (long long)ceil((first - now) * 1e6) : 0;
+	struct timeval tv = {(time_t)(us / 1000000), (suseconds_t)(us % 1000000)};
+	evtimer_add(rc->answer_ev, &tv);
+}
+
+static void on_answer_due(evutil_socket_t fd, short what, void *arg)
+{
+	run_ctx *rc = arg;
+	double now = sq_mono_s();
+	(void)fd;
+	(void)what;
+	for (int i = 0; i < rc->n; i++) {
+		sq_pgconn *pc = rc->conns[i];
+		if (!pc || pc->run != rc || pc->done || pc->answer_wait_s <= 0 ||
+		    now < pc->answer_by)
+			continue;
+		pc->failed = pc->done = 1;
+		answer_lost(pc, rc->err);
+		if (pc->ev) {
+			event_free(pc->ev);
+			pc->ev = NULL;
+		}
+		if (--rc->pending == 0) {
+			event_base_loopbreak(rc->base);
+			return;
+		}
+	}
+	arm_answer(rc);
+}
 
 /* Watches the connection for the run: persistent, so that a result that
  * comes in many reads costs no epoll_ctl per read; made again only when
@@ -1095,7 +1160,8 @@ static void on_event(evutil_socket_t fd, short what, void *arg)
 
 sq_status sq_pgconn_run(struct event_base *base, sq_pgconn **conns, int n, sq_error *err)
 {
-	run_ctx rc = {base, err, 0};
+	run_ctx rc = {base, err, 0, conns, n, NULL};
+	int answer_wait = 0;
 	sq_error local;
 	if (!err)
 		err = &local;
@@ -1128,16 +1194,27 @@ sq_status sq_pgconn_run(struct event_base *base, sq_pgconn **conns, int n, sq_er
 		pc->want_write = f == 1;
 		rc.pending++;
 		pc->run = &rc;
+		pc->answer_by = sq_mono_s() + pc->answer_wait_s;
+		answer_wait |= pc->answer_wait_s > 0;
 		if (pc->ev) { /* a run's event ends with it; never an older one */
 			event_free(pc->ev);
 			pc->ev = NULL;
 		}
 		arm(pc, &rc);
 	}
+	if (rc.pending && answer_wait) {
+		rc.answer_ev = evtimer_new(base, on_answer_due, &rc);
+		if (rc.answer_ev)
+			arm_answer(&rc);
+	}
 	if (rc.pending)
 		event_base_dispatch(base);
+	if (rc.answer_ev)
+		event_free(rc.answer_ev);
 	for (int i = 0; i < n; i++) {
 		sq_pgconn *pc = conns[i];
+		if (pc && pc->run == &rc)
+			pc->run = NULL;
 		if (pc && pc->failed && pc->conn) {
 			/* drop a broken connection; it is reopened on the next run */
 			PQfinish(pc->conn);
@@ -1202,6 +1279,47 @@ const char *sq_pgconn_range_sqlstate(sq_pgconn *pc, int from, int to)
 	return NULL;
 }
 
+/* PQexec with a wait for the answer of pc->answer_wait_s at most: *lost
+ * set when it did not come (the connection is then of no more use). The
+ * last result, or the first error, as PQexec gives. */
+static PGresult *exec_within(sq_pgconn *pc, const char *sql, int nparams, const char *const *vals,
+			     int *lost)
+{
+	PGresult *keep = NULL, *r;
+	double by = sq_mono_s() + pc->answer_wait_s;
+	int sent = nparams ? PQsendQueryParams(pc->conn, sql, nparams, NULL, vals, NULL, NULL, 0)
+			   : PQsendQuery(pc->conn, sql);
+	if (!sent)
+		return NULL;
+	for (;;) {
+		while (!PQisBusy(pc->conn)) {
+			if (!(r = PQgetResult(pc->conn)))
+				return keep;
+			if (keep && PQresultStatus(keep) == PGRES_FATAL_ERROR) {
+				PQclear(r);
+				continue;
+			}
+			PQclear(keep);
+			keep = r;
+		}
+		double left = by - sq_mono_s();
+		struct pollfd p = {PQsocket(pc->conn), POLLIN, 0};
+		if (left <= 0 || poll(&p, 1, (int)ceil(left * 1000)) == 0) {
+			if (sq_mono_s() < by)
+				continue;
+			PQclear(keep);
+			*lost = 1;
+			return NULL;
+		}
+		if (!PQconsumeInput(pc->conn)) {
+			/* the connection broke: PQgetResult says why */
+			PGresult *e = PQgetResult(pc->conn);
+			PQclear(keep);
+			return e;
+		}
+	}
+}
+
 PGresult *sq_pgconn_exec(sq_pgconn *pc, const char *sql, int nparams, const char *const *vals,
 			 sq_error *err)
 {
@@ -1212,10 +1330,21 @@ PGresult *sq_pgconn_exec(sq_pgconn *pc, const char *sql, int nparams, const char
 		return NULL;
 	PQexitPipelineMode(pc->conn);
 	PQsetnonblocking(pc->conn, 0);
-	if (nparams)
+	if (pc->answer_wait_s > 0) {
+		int lost = 0;
+		r = exec_within(pc, sql, nparams, vals, &lost);
+		if (lost) {
+			PQfinish(pc->conn);
+			pc->conn = NULL;
+			pc->nprepared = 0;
+			answer_lost(pc, err);
+			return NULL;
+		}
+	} else if (nparams) {
 		r = PQexecParams(pc->conn, sql, nparams, NULL, vals, NULL, NULL, 0);
-	else
+	} else {
 		r = PQexec(pc->conn, sql);
+	}
 	PQsetnonblocking(pc->conn, 1);
 	PQenterPipelineMode(pc->conn);
 	s = r ? PQresultStatus(r) : PGRES_FATAL_ERROR;

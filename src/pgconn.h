@@ -44,6 +44,11 @@ typedef struct sq_pgconn {
 	 * get on, and fail at once while it is under way (see ensure_conn). The
 	 * connection being made, how its last step ended, and when it began */
 	double connect_wait_s;
+	/* answer_wait_s > 0: a connection that is up but has not answered
+	 * what was sent within this long is taken as lost (a host gone
+	 * without a trace, a network cut that sends no reset): dropped, and
+	 * what was sent counts as not answered (see sq_pgconn_set_answer_wait) */
+	double answer_wait_s;
 	PGconn *connecting;
 	PostgresPollingStatusType connect_poll;
 	double connect_started; /* of the attempt on the current socket */
@@ -91,7 +96,8 @@ typedef struct sq_pgconn {
 	char fail_msg[256]; /* what it was (shard, address, cause) */
 	struct event *ev;
 	int want_write;
-	void *run; /* the run in progress */
+	void *run;        /* the run in progress */
+	double answer_by; /* its answer is due by then (answer_wait_s > 0) */
 } sq_pgconn;
 
 /* For tests: called with each connection the library opens, once it is
@@ -130,6 +136,11 @@ void sq_pgconn_close(sq_pgconn *pc);
  * way, unless it has hostaddr or a socket directory (then it blocks:
  * only libpq's blocking connect goes on to the next host there). */
 void sq_pgconn_set_connect_wait(sq_pgconn *pc, double wait_s);
+/* How long sq_pgconn_run and sq_pgconn_exec wait for the answer to what
+ * they sent before they drop the connection (0: for ever, the default).
+ * Nothing is cancelled on the server: a statement that was still running
+ * may have committed, as after any lost connection. */
+void sq_pgconn_set_answer_wait(sq_pgconn *pc, double wait_s);
 /* Whether libpq would look a name up to connect with this dsn (one host,
  * named, no hostaddr). */
 int sq_dsn_names_host(const char *dsn);

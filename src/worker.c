@@ -361,6 +361,9 @@ sq_status sq_worker_add(sq_worker *w, const char *type, int concurrency, sq_hand
 	snprintf(wt->st.type, sizeof(wt->st.type), "%s", t->name);
 	wt->st.concurrency = concurrency;
 	w->conc_total += concurrency;
+	/* a shard that answers nothing does not hold the others' heartbeats
+	 * up past their leases (docs/worker.md, "A shard that stops answering") */
+	sq_client_answer_wait_for_lease(w->c, t);
 	return SQ_OK;
 }
 

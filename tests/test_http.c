@@ -1925,21 +1925,25 @@ static int outcomes(const hresp *r, const char *outcome)
 }
 
 /*
- * Shard 2's host vanishes while the daemon runs: a proxy in front of it
- * cuts the daemon's connections, then takes new ones and never answers.
- * connect_timeout is 10 minutes, above the test's stall limit, so a
- * request thread that waited for the connect fails the test
- * (call_timeout_s). Instead, a request that needs shard 2 gets 503
- * `still connecting` in a bounded time; the other shard's jobs are
- * written, read, claimed and completed meanwhile; and nothing answered
- * not_written is on shard 2. When the host is back, the batch is sent
- * again until no job is not_written, and every key is there once.
+ * Shard 2's host vanishes while the daemon runs. With freeze 0, a proxy
+ * in front of it cuts the daemon's connections, then takes new ones and
+ * never answers. With freeze 1, the proxy keeps the connections open and
+ * passes nothing (a host cut off without a reset, or stuck): what the
+ * daemon sends on them is never answered; the daemon gives up after an
+ * eighth of the shortest lease (type q's 2 s: 1 s). connect_timeout is
+ * 10 minutes, above the test's stall limit, so a request thread that
+ * waited for the connect or the answer fails the test (call_timeout_s).
+ * Instead, a request that needs shard 2 gets 503 `still connecting` in a
+ * bounded time; the other shard's jobs are written, read, claimed and
+ * completed meanwhile; and nothing answered not_written is on shard 2.
+ * When the host is back, the batch is sent again until no job is
+ * not_written, and every key is there once.
  */
-START_TEST(a_shard_that_does_not_answer_holds_no_request_up)
+static void shard_gone_holds_no_request_up(const char *db, int freeze)
 {
 	enum { N = 40 };
 	testdb_proxy px;
-	testdb_open(&t, "sq_http_hole", 2, 64, types_ini);
+	testdb_open(&t, db, 2, 64, types_ini);
 	testdb_proxy_start(&px, t.ports[1]);
 	write_ini_via(NULL, NULL, "connect_timeout = 10m\n", px.port);
 	daemon_start(&D, "shardqd.out");
@@ -1955,9 +1959,13 @@ START_TEST(a_shard_that_does_not_answer_holds_no_request_up)
 	ck_assert_msg(b_on_s1 > 0 && b_on_s1 < N, "the %d keys went to one shard (s1 has %lld)", N,
 		      b_on_s1);
 
-	testdb_proxy_hole(&px, 1);
-	/* the first requests find their connection to s2 cut; the next ones
-	 * connect again, and must not wait for it */
+	if (freeze)
+		testdb_proxy_freeze(&px, 1);
+	else
+		testdb_proxy_hole(&px, 1);
+	/* the first requests find their connection to s2 cut (or get no
+	 * answer on it); the next ones connect again, and must not wait for
+	 * it */
 	body = keyed_body("a", "h", N);
 	int still = 0, tries = 0, inserted = 0;
 	long long s1_job = 0;
@@ -2018,7 +2026,10 @@ START_TEST(a_shard_that_does_not_answer_holds_no_request_up)
 			 b_on_s1 - claimed);
 
 	/* the host is back: the same batch again until every key is written */
-	testdb_proxy_hole(&px, 0);
+	if (freeze)
+		testdb_proxy_freeze(&px, 0);
+	else
+		testdb_proxy_hole(&px, 0);
 	double since = now_s();
 	int best = -1;
 	for (;;) {
@@ -2040,6 +2051,17 @@ START_TEST(a_shard_that_does_not_answer_holds_no_request_up)
 	call_timeout_s = 0;
 	testdb_proxy_stop(&px);
 	stop_all();
+}
+
+START_TEST(a_shard_that_does_not_answer_holds_no_request_up)
+{
+	shard_gone_holds_no_request_up("sq_http_hole", 0);
+}
+END_TEST
+
+START_TEST(a_shard_that_stops_answering_holds_no_request_up)
+{
+	shard_gone_holds_no_request_up("sq_http_freeze", 1);
 }
 END_TEST
 
@@ -2306,6 +2328,7 @@ int main(void)
 	ADD_CASE(s, listen_errors_name_the_address, 3600);
 	ADD_CASE(s, cut_connections_are_replaced_before_a_request, 3600);
 	ADD_CASE(s, a_shard_that_does_not_answer_holds_no_request_up, 3600);
+	ADD_CASE(s, a_shard_that_stops_answering_holds_no_request_up, 3600);
 	ADD_CASE(s, a_shard_that_does_not_answer_holds_the_start_up_once, 3600);
 	ADD_CASE(s, the_schedules_go_on_beside_a_shard_that_does_not_answer, 3600);
 	return run_suite(s);

@@ -1113,6 +1113,84 @@ START_TEST(a_slow_name_lookup_holds_no_run_up)
 }
 END_TEST
 
+/* A test database whose shards other than s2 keep n jobs of type h (8 s
+ * leases) and s2 none: only the other shards' runs are watched. Returns
+ * how many there are (at least n). */
+static int setup_off_s2(const char *db, const char *prefix, int n)
+{
+	setup_with(db, "[type h]\nhistory = true\nstarting_timeout = 8s\nexecution_timeout = 8s\n");
+	int others = enqueue_off_s2(t.client, prefix, n, 0, NULL);
+	testdb_scalar(&t, 1,
+		      "WITH d AS (DELETE FROM shardq.jobs RETURNING 1) SELECT count(*) FROM d");
+	return others;
+}
+
+/* s2's LISTEN connections (a worker's, not the map's) */
+static const char *const s2_listening =
+	"SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND "
+	"application_name LIKE '%-listen' AND application_name NOT LIKE '%-map-listen'";
+
+/* Starts a listening worker (polling every 100 ms) of `slots` slots for
+ * type h on cfg, each run taking *run_s, on its thread *th; returns once
+ * `runs` runs have begun and s2 is listened to. */
+static sq_worker *start_listening(const sq_config *cfg, const char *id, int slots, double *run_s,
+				  int runs, pthread_t *th)
+{
+	sq_error err;
+	sq_worker_opts o;
+	sq_worker *w;
+	sq_worker_opts_init(&o);
+	o.worker_id = id;
+	o.listen = 1;
+	o.poll_min_ms = o.poll_max_ms = 100;
+	OKE(sq_worker_create(cfg, &o, &w, &err));
+	OKE(sq_worker_add(w, "h", slots, run_10s, run_s, &err));
+	pthread_create(th, NULL, run_worker, w);
+	double since = test_now_s();
+	while (atomic_load(&hole_runs) < runs || testdb_scalar(&t, 1, s2_listening) < 1) {
+		ck_assert_msg(test_now_s() - since < testdb_stall_s(),
+			      "%d of %d runs begun, %lld LISTEN connections on s2, after %.0fs",
+			      atomic_load(&hole_runs), runs, testdb_scalar(&t, 1, s2_listening),
+			      testdb_stall_s());
+		usleep(50000);
+	}
+	return w;
+}
+
+/* Waits until the worker w (on thread th) has completed `others` jobs of
+ * type h (and, with relisten, listens to s2 again), failing on a stall;
+ * stops it and asserts that every run kept its lease (assert_runs_kept). */
+static void finish_off_s2(sq_worker *w, pthread_t th, int others, int relisten, const char *what)
+{
+	const char *done_sql = "SELECT count(*) FROM shardq.jobs_history WHERE status = "
+			       "'completed' AND task = 'h'";
+	double since = test_now_s();
+	long long done = 0, last = -1, relistened = !relisten;
+	sq_worker_stats st;
+	while ((done = testdb_sum(&t, done_sql)) < others || !relistened) {
+		if (!relistened)
+			relistened = testdb_scalar(&t, 1, s2_listening);
+		if (done != last) {
+			last = done;
+			since = test_now_s();
+		}
+		sq_worker_get_stats(w, &st);
+		ck_assert_msg(test_now_s() - since < testdb_stall_s() + 20,
+			      "%lld of %d jobs completed%s, nothing moved for %.0fs; the worker's "
+			      "last error: %s",
+			      done, others,
+			      relisten ? (relistened ? ", s2 is listened to again"
+						     : ", s2 is not listened to again")
+				       : "",
+			      testdb_stall_s() + 20, st.last_error);
+		usleep(50000);
+	}
+	sq_worker_get_stats(w, &st);
+	sq_worker_stop(w, 0);
+	pthread_join(th, NULL);
+	assert_runs_kept(&st, others, what);
+}
+
 /*
  * A shard named by a host name, its connections cut while the other
  * shards' jobs run, and a name server that takes 7 s to answer (the
@@ -1127,12 +1205,7 @@ START_TEST(a_slow_name_lookup_holds_no_relisten_up)
 {
 	enum { N = 4 };
 	sq_error err;
-	setup_with("sqt_work_relisten",
-		   "[type h]\nhistory = true\nstarting_timeout = 8s\nexecution_timeout = 8s\n");
-	int others = enqueue_off_s2(t.client, "relisten", N, 0, NULL);
-	/* s2 keeps none: only the other shards' runs are watched */
-	testdb_scalar(&t, 1,
-		      "WITH d AS (DELETE FROM shardq.jobs RETURNING 1) SELECT count(*) FROM d");
+	int others = setup_off_s2("sqt_work_relisten", "relisten", N);
 	char *direct = testdb_ini(&t, NULL, "\n[connection]\nconnect_timeout = 12s\n");
 	char *ini = ini_by_name(direct, t.ports[1]);
 	free(direct);
@@ -1141,58 +1214,18 @@ START_TEST(a_slow_name_lookup_holds_no_relisten_up)
 	free(ini);
 
 	setenv("SHARDQ_FAILPOINT_SLEEP", "lookup:7000", 1);
-	sq_worker_opts o;
-	sq_worker *w;
-	sq_worker_opts_init(&o);
-	o.worker_id = "wR";
-	o.listen = 1;
-	o.poll_min_ms = o.poll_max_ms = 100;
-	OKE(sq_worker_create(cfg, &o, &w, &err)); /* s2 looked up once here: 7 s */
 	static double run_s = 20;
-	OKE(sq_worker_add(w, "h", N, run_10s, &run_s, &err));
 	pthread_t th;
-	pthread_create(&th, NULL, run_worker, w);
-	const char *listening = "SELECT count(*) FROM pg_stat_activity WHERE datname = "
-				"current_database() AND application_name LIKE '%-listen' AND "
-				"application_name NOT LIKE '%-map-listen'";
-	double since = test_now_s();
-	while (atomic_load(&hole_runs) < N || testdb_scalar(&t, 1, listening) < 1) {
-		ck_assert_msg(test_now_s() - since < testdb_stall_s(),
-			      "%d of %d runs begun, %lld LISTEN connections on s2, after %.0fs",
-			      atomic_load(&hole_runs), N, testdb_scalar(&t, 1, listening),
-			      testdb_stall_s());
-		usleep(50000);
-	}
+	/* s2 looked up once at the start: 7 s */
+	sq_worker *w = start_listening(cfg, "wR", N, &run_s, N, &th);
 	/* the runs are under way: s2's connections are cut */
 	long long cut =
 		testdb_scalar(&t, 1,
 			      "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
 			      "WHERE datname = current_database() AND pid <> pg_backend_pid()");
 	ck_assert_int_ge(cut, 2);
-	const char *done_sql = "SELECT count(*) FROM shardq.jobs_history WHERE status = "
-			       "'completed' AND task = 'h'";
-	since = test_now_s();
-	long long done = 0, last = -1, relistened = 0;
-	sq_worker_stats st;
-	while ((done = testdb_sum(&t, done_sql)) < N || relistened < 1) {
-		if (!relistened)
-			relistened = testdb_scalar(&t, 1, listening);
-		if (done != last) {
-			last = done;
-			since = test_now_s();
-		}
-		sq_worker_get_stats(w, &st);
-		ck_assert_msg(test_now_s() - since < testdb_stall_s() + 20,
-			      "%lld of %d jobs completed, s2 %s listened to again, nothing moved "
-			      "for %.0fs; the worker's last error: %s",
-			      done, N, relistened ? "is" : "is not", testdb_stall_s() + 20,
-			      st.last_error);
-		usleep(50000);
-	}
-	sq_worker_get_stats(w, &st);
-	sq_worker_stop(w, 0);
-	pthread_join(th, NULL);
-	assert_runs_kept(&st, others, "s2 was connected and listened to again after a slow lookup");
+	finish_off_s2(w, th, others, 1,
+		      "s2 was connected and listened to again after a slow lookup");
 	sq_worker_destroy(w);
 	sq_config_free(cfg);
 	cleanup();
@@ -1215,12 +1248,7 @@ START_TEST(a_shard_that_vanishes_holds_no_relisten_up)
 	enum { N = 4 };
 	sq_error err;
 	testdb_proxy px;
-	setup_with("sqt_work_vanish",
-		   "[type h]\nhistory = true\nstarting_timeout = 8s\nexecution_timeout = 8s\n");
-	int others = enqueue_off_s2(t.client, "vanish", N, 0, NULL);
-	/* s2 keeps none: only the other shards' runs are watched */
-	testdb_scalar(&t, 1,
-		      "WITH d AS (DELETE FROM shardq.jobs RETURNING 1) SELECT count(*) FROM d");
+	int others = setup_off_s2("sqt_work_vanish", "vanish", N);
 	testdb_proxy_start(&px, t.ports[1]);
 	char *direct = testdb_ini(&t, NULL, "\n[connection]\nconnect_timeout = 8s\n");
 	char *ini = testdb_ini_via(direct, t.ports[1], px.port);
@@ -1229,33 +1257,64 @@ START_TEST(a_shard_that_vanishes_holds_no_relisten_up)
 	OKE(sq_config_parse(ini, "vanish.ini", &cfg, &err));
 	free(ini);
 
-	sq_worker_opts o;
-	sq_worker *w;
-	sq_worker_opts_init(&o);
-	o.worker_id = "wV";
-	o.listen = 1;
-	o.poll_min_ms = o.poll_max_ms = 100;
-	OKE(sq_worker_create(cfg, &o, &w, &err));
 	static double run_s = 20;
-	OKE(sq_worker_add(w, "h", N, run_10s, &run_s, &err));
 	pthread_t th;
-	pthread_create(&th, NULL, run_worker, w);
-	const char *listening = "SELECT count(*) FROM pg_stat_activity WHERE datname = "
-				"current_database() AND application_name LIKE '%-listen' AND "
-				"application_name NOT LIKE '%-map-listen'";
-	double since = test_now_s();
-	while (atomic_load(&hole_runs) < N || testdb_scalar(&t, 1, listening) < 1) {
-		ck_assert_msg(test_now_s() - since < testdb_stall_s(),
-			      "%d of %d runs begun, %lld LISTEN connections on s2, after %.0fs",
-			      atomic_load(&hole_runs), N, testdb_scalar(&t, 1, listening),
-			      testdb_stall_s());
-		usleep(50000);
-	}
+	sq_worker *w = start_listening(cfg, "wV", N, &run_s, N, &th);
 	/* the runs are under way: s2's host vanishes */
 	testdb_proxy_hole(&px, 1);
+	finish_off_s2(w, th, others, 0, "s2's host vanished while the worker listened to it");
+	sq_worker_destroy(w);
+	testdb_proxy_hole(&px, 0);
+	testdb_proxy_stop(&px);
+	sq_config_free(cfg);
+	cleanup();
+}
+END_TEST
+
+/*
+ * A shard that stops answering on connections that stay open (a host cut
+ * off by the network without a reset, or stuck): s2 is reached through a
+ * proxy that freezes while the worker claims from it every 100 ms (one of
+ * its 5 slots is free), and so does the meta database, which the worker
+ * asks for the map's version every second (map_poll). Their statements
+ * then get no answer, ever. The worker
+ * drops that connection after an eighth of its shortest lease (1 s here)
+ * and goes on: the other shards' 20 s runs keep their 8 s leases (a tick
+ * that waits for s2 sends none of their heartbeats). Asserted: every run
+ * kept its lease, each job was completed once on its first run, and once
+ * s2 answers again a job enqueued there is run.
+ */
+START_TEST(a_shard_that_stops_answering_holds_no_heartbeat_up)
+{
+	enum { N = 4 };
+	sq_error err;
+	testdb_proxy px, meta;
+	int others = setup_off_s2("sqt_work_freeze", "freeze", N);
+	testdb_proxy_start(&px, t.ports[1]);
+	/* the meta database (s1's) through a proxy of its own, frozen too */
+	testdb_proxy_start(&meta, t.ports[0]);
+	char extra[256];
+	snprintf(extra, sizeof(extra),
+		 "meta_dsn = host=127.0.0.1 port=%d dbname=%s user=postgres\n"
+		 "\n[connection]\nconnect_timeout = 8s\n",
+		 meta.port, t.db);
+	char *direct = testdb_ini(&t, NULL, extra);
+	char *ini = testdb_ini_via(direct, t.ports[1], px.port);
+	free(direct);
+	sq_config *cfg;
+	OKE(sq_config_parse(ini, "freeze.ini", &cfg, &err));
+	free(ini);
+
+	static double run_s = 20;
+	pthread_t th;
+	sq_worker *w = start_listening(cfg, "wF", N + 1, &run_s, N, &th);
+	/* a claim on s2 at every tick (the free slot's), a look at the map's
+	 * version on the meta database every second (map_poll) */
+	testdb_proxy_freeze(&px, 1);
+	testdb_proxy_freeze(&meta, 1);
 	const char *done_sql = "SELECT count(*) FROM shardq.jobs_history WHERE status = "
 			       "'completed' AND task = 'h'";
-	since = test_now_s();
+	double since = test_now_s();
 	long long done = 0, last = -1;
 	sq_worker_stats st;
 	while ((done = testdb_sum(&t, done_sql)) < others) {
@@ -1265,18 +1324,49 @@ START_TEST(a_shard_that_vanishes_holds_no_relisten_up)
 		}
 		sq_worker_get_stats(w, &st);
 		ck_assert_msg(test_now_s() - since < testdb_stall_s() + 20,
-			      "%lld of %d jobs completed, nothing moved for %.0fs; the worker's "
-			      "last error: %s",
+			      "%lld of %d jobs completed with s2 frozen, nothing moved for %.0fs; "
+			      "the worker's last error: %s",
 			      done, others, testdb_stall_s() + 20, st.last_error);
 		usleep(50000);
 	}
 	sq_worker_get_stats(w, &st);
+	assert_runs_kept(&st, others, "s2 stopped answering");
+
+	/* s2 answers again: a job enqueued there is run (1 s) */
+	testdb_proxy_freeze(&px, 0);
+	testdb_proxy_freeze(&meta, 0);
+	run_s = 1;
+	int on_s2 = 0;
+	for (int i = 0; !on_s2; i++) {
+		char key[32];
+		sq_job_spec j;
+		sq_enqueue_result r;
+		snprintf(key, sizeof(key), "back-%d", i);
+		memset(&j, 0, sizeof(j));
+		j.type = "h";
+		j.key = key;
+		OKE(sq_enqueue(t.client, &j, 1, &r, &err));
+		on_s2 = r.shard == 1;
+		ck_assert_int_lt(i, 1000);
+	}
+	since = test_now_s();
+	while (testdb_scalar(&t, 1, done_sql) < 1) {
+		sq_worker_get_stats(w, &st);
+		ck_assert_msg(test_now_s() - since < testdb_stall_s(),
+			      "s2 answers again, but its job was not run within %.0fs; the "
+			      "worker's last error: %s",
+			      testdb_stall_s(), st.last_error);
+		usleep(50000);
+	}
 	sq_worker_stop(w, 0);
 	pthread_join(th, NULL);
-	assert_runs_kept(&st, others, "s2's host vanished while the worker listened to it");
 	sq_worker_destroy(w);
-	testdb_proxy_hole(&px, 0);
+	ck_assert_int_eq(
+		testdb_sum(&t, "SELECT count(DISTINCT id) FROM shardq.jobs_history WHERE "
+			       "status = 'completed' AND task = 'h' AND attempt = 1"),
+		testdb_sum(&t, "SELECT count(*) FROM shardq.jobs_history WHERE task = 'h'"));
 	testdb_proxy_stop(&px);
+	testdb_proxy_stop(&meta);
 	sq_config_free(cfg);
 	cleanup();
 }
@@ -1608,6 +1698,7 @@ int main(void)
 	ADD_CASE(s, a_slow_name_lookup_holds_no_run_up, 3600);
 	ADD_CASE(s, a_slow_name_lookup_holds_no_relisten_up, 3600);
 	ADD_CASE(s, a_shard_that_vanishes_holds_no_relisten_up, 3600);
+	ADD_CASE(s, a_shard_that_stops_answering_holds_no_heartbeat_up, 3600);
 	ADD_CASE(s, a_host_name_whose_first_address_is_gone_is_reached_at_the_next, 3600);
 	ADD_CASE(s, a_shard_with_two_hosts_the_first_gone_holds_no_run_up, 3600);
 	ADD_CASE(s, lease_lost_refuses_a_job_no_handler_was_given, 3600);

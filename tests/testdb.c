@@ -415,7 +415,12 @@ static void *proxy_main(void *arg)
 	static char buf[1 << 16];
 	while (!atomic_load(&px->stop)) {
 		struct pollfd fds[1 + 2 * 32];
-		int k = 0, hole = atomic_load(&px->hole);
+		int k = 0, hole = atomic_load(&px->hole), freeze = atomic_load(&px->freeze);
+		atomic_store(&px->freeze_seen, freeze);
+		if (freeze) { /* stuck: what it holds stays open, nothing passes */
+			usleep(20000);
+			continue;
+		}
 		if (hole) { /* gone: what it held is cut, what comes waits */
 			for (int i = 0; i < n; i++) {
 				if (v[i].c >= 0)
@@ -516,6 +521,13 @@ void testdb_proxy_hole(testdb_proxy *px, int on)
 {
 	atomic_store(&px->hole, on);
 	while (atomic_load(&px->hole_seen) != on)
+		usleep(1000);
+}
+
+void testdb_proxy_freeze(testdb_proxy *px, int on)
+{
+	atomic_store(&px->freeze, on);
+	while (atomic_load(&px->freeze_seen) != on)
 		usleep(1000);
 }
 

@@ -108,14 +108,19 @@ void testdb_procs_describe(const testdb_proc *v, int n, char *out, size_t len);
  *   queue, their startup packet unanswered. Cleared, it accepts them again
  *   and passes them through. Set it with testdb_proxy_hole, which returns
  *   once the proxy acts on it.
+ * - freeze: a host cut off without a reset, or stuck: the connections it
+ *   holds stay open and nothing passes either way; new ones wait in the
+ *   listen queue. Cleared, it passes everything again. Set it with
+ *   testdb_proxy_freeze, which returns once the proxy acts on it.
  */
 typedef struct testdb_proxy {
 	int lfd, port, target;
-	atomic_int armed, cuts, stop, refuse, hole, hole_seen;
+	atomic_int armed, cuts, stop, refuse, hole, hole_seen, freeze, freeze_seen;
 	pthread_t th;
 } testdb_proxy;
 void testdb_proxy_start(testdb_proxy *px, int target);
 void testdb_proxy_hole(testdb_proxy *px, int on);
+void testdb_proxy_freeze(testdb_proxy *px, int on);
 void testdb_proxy_stop(testdb_proxy *px);
 /* A host that takes connections and never answers, as one that is gone
  * without a trace does (no RST): a socket on 127.0.0.1 that listens and
