@@ -4,9 +4,11 @@
 #include "failpoint.h"
 #include "buf.h"
 #include "error.h"
+#include "pool.h"
 #include "schema.h"
 
 #include <event2/event.h>
+#include <math.h>
 #include <stdio.h>
 #include <time.h>
 #include <unistd.h>
@@ -223,7 +225,44 @@ sq_status sq_listener_connect(sq_listener *l, const char *channel, sq_error *err
 			      l->pc.addr, msg);
 	}
 	l->conn = c;
+	l->heard_at = l->asked_at = sq_mono_s();
 	return SQ_OK;
+}
+
+int sq_listener_check(sq_listener *l, double now, double answer_wait_s, double *next_at, char *why,
+		      size_t whylen)
+{
+	/* nothing waits for it: no need to give up sooner than this */
+	double wait = answer_wait_s > SQ_LISTEN_PROBE_S ? answer_wait_s : SQ_LISTEN_PROBE_S;
+	*next_at = INFINITY;
+	if (!l->conn)
+		return 0;
+	if (l->asked_at > 0) {
+		if (now - l->asked_at < wait) {
+			*next_at = l->asked_at + wait;
+			return 0;
+		}
+		snprintf(why, whylen,
+			 "shard %s (%s): the LISTEN connection got no answer within %.1fs (its "
+			 "host gone or cut off?); it is made again",
+			 l->pc.shard_id, l->pc.addr, wait);
+		return -1;
+	}
+	if (now - l->heard_at < SQ_LISTEN_PROBE_S) {
+		*next_at = l->heard_at + SQ_LISTEN_PROBE_S;
+		return 0;
+	}
+	if (!PQsendQuery(l->conn, "") || PQflush(l->conn) < 0) {
+		char msg[256];
+		snprintf(msg, sizeof(msg), "%s", PQerrorMessage(l->conn));
+		msg[strcspn(msg, "\n")] = '\0';
+		snprintf(why, whylen, "shard %s (%s): the LISTEN connection is lost: %s",
+			 l->pc.shard_id, l->pc.addr, msg);
+		return -1;
+	}
+	l->asked_at = now;
+	*next_at = now + wait;
+	return 0;
 }
 
 int sq_listener_read(sq_listener *l, int *listening, char *why, size_t whylen)
@@ -234,11 +273,18 @@ int sq_listener_read(sq_listener *l, int *listening, char *why, size_t whylen)
 		return -1;
 	if (!PQconsumeInput(l->conn))
 		return -1;
-	/* the LISTEN's answer: until it is taken, libpq reads no NOTIFY */
+	l->heard_at = sq_mono_s();
+	/* the LISTEN's answer (until it is taken, libpq reads no NOTIFY), or
+	 * a probe's */
 	PGresult *r;
 	while (!PQisBusy(l->conn) && (r = PQgetResult(l->conn)) != NULL) {
-		if (PQresultStatus(r) == PGRES_COMMAND_OK) {
+		ExecStatusType rs = PQresultStatus(r);
+		if (rs == PGRES_COMMAND_OK || rs == PGRES_EMPTY_QUERY)
+			l->asked_at = 0;
+		if (rs == PGRES_COMMAND_OK) {
 			*listening = 1;
+		} else if (rs == PGRES_EMPTY_QUERY) {
+			/* a probe's answer */
 		} else if (!refused) {
 			refused = 1;
 			snprintf(why, whylen, "shard %s (%s): LISTEN refused: %s", l->pc.shard_id,

@@ -78,9 +78,14 @@ PGconn *sq_connect_plain(const sq_config *cfg, const char *dsn, const char *role
  * finds its own connection gone, so a blocking connect here held the loop
  * up for connect_timeout. */
 typedef struct sq_listener {
-	sq_pgconn pc; /* the connect under way, its backoff and last error */
-	PGconn *conn; /* NULL: none; else the LISTEN is sent */
+	sq_pgconn pc;    /* the connect under way, its backoff and last error */
+	PGconn *conn;    /* NULL: none; else the LISTEN is sent */
+	double heard_at; /* when conn last had something to read, or was made */
+	double asked_at; /* when the LISTEN or a probe was sent that has had no
+			  * answer yet; 0: none */
 } sq_listener;
+/* A LISTEN connection silent this long gets a probe (an empty query). */
+#define SQ_LISTEN_PROBE_S 5.0
 SQ_MUST_CHECK sq_status sq_listener_init(sq_listener *l, const sq_config *cfg, int shard,
 					 sq_error *err);
 /* Connects, or goes on connecting, and sends LISTEN `channel`: SQ_OK once
@@ -96,6 +101,16 @@ sq_status sq_listener_connect(sq_listener *l, const char *channel, sq_error *err
  * (sq_listener_drop, after taking its socket out of any event loop);
  * sq_listener_connect makes a new one. */
 int sq_listener_read(sq_listener *l, int *listening, char *why, size_t whylen);
+/* For a loop's every pass: a LISTEN connection that died without a word
+ * (its host cut off by the network, a firewall or NAT that dropped it
+ * while idle) never says so, and its wake-ups are lost for good. So one
+ * silent for SQ_LISTEN_PROBE_S is sent an empty query (which also keeps
+ * a NAT's state alive), and one whose LISTEN or probe has had no answer
+ * for answer_wait_s (at least SQ_LISTEN_PROBE_S) returns -1, why saying so: the caller drops it, as
+ * after a read's -1. Else 0, and *next_at (monotonic) is when this should
+ * be called again, at the latest. */
+int sq_listener_check(sq_listener *l, double now, double answer_wait_s, double *next_at, char *why,
+		      size_t whylen);
 /* Closes l->conn (not the connect state). */
 void sq_listener_drop(sq_listener *l);
 void sq_listener_free(sq_listener *l);

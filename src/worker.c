@@ -225,19 +225,30 @@ static void open_listeners(sq_worker *w)
 	}
 }
 
-/* A shard without its LISTEN connection gets one again once its own
- * connection works (no connect to a shard that is down on every pass), at
- * most every RELISTEN_S after a connect that failed; a connect under way
- * goes on at every pass. The shard is claimed from at once when the LISTEN
- * is answered (on_listen), since its wake-ups in between were lost. */
+/* A shard without its LISTEN connection gets one again, at most every
+ * RELISTEN_S after a connect that failed; a connect under way goes on at
+ * every pass. It does not wait for the worker's own connection to the
+ * shard: an idle worker whose polls are far apart makes that one only
+ * when it claims. The shard is claimed from at once when the LISTEN is
+ * answered (on_listen), since its wake-ups in between were lost. A LISTEN
+ * connection that died unseen is found by sq_listener_check's probe. */
 static void relisten(sq_worker *w, double now)
 {
 	for (int s = 0; w->opts.listen && s < w->c->nshards; s++) {
 		sq_listener *l = &w->listen[s];
-		PGconn *conn = w->c->shards[s].conn;
-		int going = sq_pgconn_connecting(&l->pc);
-		if (l->conn || (!going && (now < w->relisten_at[s] || !conn ||
-					   PQstatus(conn) != CONNECTION_OK)))
+		char why[256];
+		double next_at; /* unused: the loop comes back every second */
+		if (sq_listener_check(l, now, sq_client_answer_wait_of(w->c), &next_at, why,
+				      sizeof(why)) < 0) {
+			/* it died unseen: made again below */
+			sq_error e;
+			event_free(w->listen_ev[s]);
+			w->listen_ev[s] = NULL;
+			sq_listener_drop(l);
+			sq_err(&e, SQ_ECONN, "%s", why);
+			note_error(w, &e);
+		}
+		if (l->conn || (!sq_pgconn_connecting(&l->pc) && now < w->relisten_at[s]))
 			continue;
 		sq_error e;
 		if (open_listener(w, s, SQ_LOOP_CONNECT_WAIT_S, &e) != SQ_OK &&

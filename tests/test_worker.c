@@ -1372,6 +1372,102 @@ START_TEST(a_shard_that_stops_answering_holds_no_heartbeat_up)
 }
 END_TEST
 
+/*
+ * A LISTEN connection that dies unseen: the connections through a proxy in
+ * front of s2 lose their shard side, while their worker side stays open
+ * and silent (a network cut that ended, a NAT that forgot them; no reset
+ * reaches the worker). s2's NOTIFYs then go nowhere, and an idle worker
+ * whose polls are 10 minutes apart would not run s2's next job for 10
+ * minutes. The worker probes a LISTEN connection silent for 5 s, takes
+ * one whose probe gets no answer within 5 s as dead, listens again (its
+ * own connection to s2, found dead by then, is not waited for), and
+ * claims from s2 at once. Asserted: the job enqueued on s2 after the cut
+ * is run once, well before the next poll.
+ */
+START_TEST(a_listen_connection_that_died_unseen_is_made_again)
+{
+	sq_error err;
+	testdb_proxy px;
+	setup_with("sqt_work_zombie", "[type h]\nhistory = true\n");
+	testdb_proxy_start(&px, t.ports[1]);
+	char *direct = testdb_ini(&t, NULL, "");
+	char *ini = testdb_ini_via(direct, t.ports[1], px.port);
+	free(direct);
+	sq_config *cfg;
+	OKE(sq_config_parse(ini, "zombie.ini", &cfg, &err));
+	free(ini);
+
+	sq_worker_opts o;
+	sq_worker *w;
+	sq_worker_opts_init(&o);
+	o.worker_id = "wZ";
+	o.listen = 1;
+	o.poll_min_ms = o.poll_max_ms = 600000;
+	OKE(sq_worker_create(cfg, &o, &w, &err));
+	static double run_s = 0.05;
+	OKE(sq_worker_add(w, "h", 2, run_10s, &run_s, &err));
+	pthread_t th;
+	pthread_create(&th, NULL, run_worker, w);
+	double since = test_now_s();
+	while (testdb_scalar(&t, 1, s2_listening) < 1) {
+		ck_assert_msg(test_now_s() - since < testdb_stall_s(),
+			      "the worker does not listen to s2 after %.0fs", testdb_stall_s());
+		usleep(50000);
+	}
+	usleep(300000); /* its first claims, at the start, are answered */
+	testdb_proxy_zombie(&px);
+	since = test_now_s();
+	while (testdb_scalar(&t, 1, s2_listening) > 0) {
+		ck_assert_msg(test_now_s() - since < testdb_stall_s(),
+			      "s2 still has the worker's LISTEN backend %.0fs after the cut",
+			      testdb_stall_s());
+		usleep(50000);
+	}
+	int on_s2 = 0;
+	for (int i = 0; !on_s2; i++) {
+		char key[32];
+		sq_job_spec j;
+		sq_enqueue_result r;
+		snprintf(key, sizeof(key), "zombie-%d", i);
+		memset(&j, 0, sizeof(j));
+		j.type = "h";
+		j.key = key;
+		OKE(sq_enqueue(t.client, &j, 1, &r, &err));
+		on_s2 = r.shard == 1;
+		ck_assert_int_lt(i, 1000);
+	}
+	const char *done_sql = "SELECT count(*) FROM shardq.jobs_history WHERE status = "
+			       "'completed' AND task = 'h'";
+	double enqueued = test_now_s();
+	sq_worker_stats st;
+	while (testdb_scalar(&t, 1, done_sql) < 1) {
+		sq_worker_get_stats(w, &st);
+		ck_assert_msg(test_now_s() - enqueued < testdb_stall_s(),
+			      "s2's job, enqueued after its connections died unseen, was not run "
+			      "within %.0fs (the next poll is 10 minutes away); the worker's last "
+			      "error: %s",
+			      testdb_stall_s(), st.last_error);
+		usleep(50000);
+	}
+	sq_worker_get_stats(w, &st);
+	printf("LISTEN died unseen: s2's job ran %.1fs after its enqueue; the worker's last "
+	       "error: %s\n",
+	       test_now_s() - enqueued, st.last_error);
+	ck_assert_msg(strstr(st.last_error, "shard s2") != NULL,
+		      "the worker's last error does not name s2: %s", st.last_error);
+	sq_worker_stop(w, 0);
+	pthread_join(th, NULL);
+	sq_worker_destroy(w);
+	ck_assert_int_eq(
+		testdb_sum(&t, "SELECT count(*) FROM shardq.jobs_history WHERE task = 'h'"),
+		testdb_sum(&t, "SELECT count(DISTINCT id) FROM shardq.jobs_history WHERE "
+			       "task = 'h' AND status = 'completed' AND attempt = 1"));
+	testdb_proxy_stop(&px);
+	sq_config_free(cfg);
+	cleanup();
+}
+END_TEST
+
 /* A host that is gone at ip:port: it takes no connection, answers none
  * (a listening socket that never accepts). */
 static int hold_silent(const char *ip, int port)
@@ -1699,6 +1795,7 @@ int main(void)
 	ADD_CASE(s, a_slow_name_lookup_holds_no_relisten_up, 3600);
 	ADD_CASE(s, a_shard_that_vanishes_holds_no_relisten_up, 3600);
 	ADD_CASE(s, a_shard_that_stops_answering_holds_no_heartbeat_up, 3600);
+	ADD_CASE(s, a_listen_connection_that_died_unseen_is_made_again, 3600);
 	ADD_CASE(s, a_host_name_whose_first_address_is_gone_is_reached_at_the_next, 3600);
 	ADD_CASE(s, a_shard_with_two_hosts_the_first_gone_holds_no_run_up, 3600);
 	ADD_CASE(s, lease_lost_refuses_a_job_no_handler_was_given, 3600);

@@ -412,7 +412,7 @@ static void *proxy_main(void *arg)
 	testdb_proxy *px = arg;
 	proxy_pair v[32];
 	int n = 0;
-	static char buf[1 << 16];
+	static _Thread_local char buf[1 << 16]; /* one per proxy */
 	while (!atomic_load(&px->stop)) {
 		struct pollfd fds[1 + 2 * 32];
 		int k = 0, hole = atomic_load(&px->hole), freeze = atomic_load(&px->freeze);
@@ -420,6 +420,17 @@ static void *proxy_main(void *arg)
 		if (freeze) { /* stuck: what it holds stays open, nothing passes */
 			usleep(20000);
 			continue;
+		}
+		if (atomic_load(&px->zombie)) { /* what it holds dies unseen */
+			for (int i = 0; i < n; i++) {
+				if (v[i].c >= 0 && px->nzombies < 64)
+					px->zombies[px->nzombies++] = v[i].c;
+				else if (v[i].c >= 0)
+					close(v[i].c);
+				close(v[i].s);
+			}
+			n = 0;
+			atomic_store(&px->zombie, 0);
 		}
 		if (hole) { /* gone: what it held is cut, what comes waits */
 			for (int i = 0; i < n; i++) {
@@ -531,11 +542,20 @@ void testdb_proxy_freeze(testdb_proxy *px, int on)
 		usleep(1000);
 }
 
+void testdb_proxy_zombie(testdb_proxy *px)
+{
+	atomic_store(&px->zombie, 1);
+	while (atomic_load(&px->zombie))
+		usleep(1000);
+}
+
 void testdb_proxy_stop(testdb_proxy *px)
 {
 	atomic_store(&px->stop, 1);
 	pthread_join(px->th, NULL);
 	close(px->lfd);
+	for (int i = 0; i < px->nzombies; i++)
+		close(px->zombies[i]);
 }
 
 char *testdb_ini_sub(const char *ini, const char *from, const char *to)

@@ -112,15 +112,21 @@ void testdb_procs_describe(const testdb_proc *v, int n, char *out, size_t len);
  *   holds stay open and nothing passes either way; new ones wait in the
  *   listen queue. Cleared, it passes everything again. Set it with
  *   testdb_proxy_freeze, which returns once the proxy acts on it.
+ * - testdb_proxy_zombie: the connections it holds die unseen (as behind a
+ *   network cut that ended, or a NAT that forgot them): their shard side is
+ *   closed, and their client side stays open and silent for good; new
+ *   connections pass as before. Returns once done.
  */
 typedef struct testdb_proxy {
 	int lfd, port, target;
-	atomic_int armed, cuts, stop, refuse, hole, hole_seen, freeze, freeze_seen;
+	atomic_int armed, cuts, stop, refuse, hole, hole_seen, freeze, freeze_seen, zombie;
+	int zombies[64], nzombies;
 	pthread_t th;
 } testdb_proxy;
 void testdb_proxy_start(testdb_proxy *px, int target);
 void testdb_proxy_hole(testdb_proxy *px, int on);
 void testdb_proxy_freeze(testdb_proxy *px, int on);
+void testdb_proxy_zombie(testdb_proxy *px);
 void testdb_proxy_stop(testdb_proxy *px);
 /* A host that takes connections and never answers, as one that is gone
  * without a trace does (no RST): a socket on 127.0.0.1 that listens and

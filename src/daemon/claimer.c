@@ -14,6 +14,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
@@ -305,8 +306,20 @@ static void *claimer_main(void *arg)
 		 * under way goes on (neither blocks this thread: a shard that does
 		 * not answer would hold every claim up) */
 		int listen_going = 0;
+		double probe_at = INFINITY;
 		for (int s = 0; s < ns; s++) {
 			sq_listener *l = &C.listen[s];
+			char why[256];
+			double next_at;
+			if (sq_listener_check(l, now, sq_client_answer_wait_of(c), &next_at, why,
+					      sizeof(why)) < 0) {
+				/* it died unseen: made again once s answers */
+				sq_listener_drop(l);
+				C.listen_retry[s] = now + 1;
+				sqd_log("claimer: %s", why);
+			}
+			if (next_at < probe_at)
+				probe_at = next_at;
 			if (!l->conn && (sq_pgconn_connecting(&l->pc) ||
 					 (now >= C.listen_retry[s] && c->shards[s].conn &&
 					  PQstatus(c->shards[s].conn) == CONNECTION_OK)))
@@ -324,6 +337,11 @@ static void *claimer_main(void *arg)
 			timeout = ms < 0 ? 0 : ms > 60000 ? 60000 : (int)ms + 1;
 		} else {
 			timeout = 5000; /* to retry broken LISTEN connections */
+		}
+		if (probe_at < INFINITY) { /* a LISTEN connection's probe */
+			double ms = (probe_at - now) * 1000;
+			if (timeout < 0 || ms < timeout)
+				timeout = ms < 0 ? 0 : (int)ms + 1;
 		}
 		/* a connect under way goes on between claims */
 		if (sq_client_advance_connects(c) + listen_going > 0 &&
