@@ -9,6 +9,7 @@
 
 #include <event2/event.h>
 #include <math.h>
+#include <poll.h>
 #include <stdio.h>
 #include <time.h>
 #include <unistd.h>
@@ -238,8 +239,13 @@ int sq_listener_check(sq_listener *l, double now, double answer_wait_s, double *
 	if (!l->conn)
 		return 0;
 	if (l->asked_at > 0) {
+		struct pollfd p = {PQsocket(l->conn), POLLIN, 0};
 		if (now - l->asked_at < wait) {
 			*next_at = l->asked_at + wait;
+			return 0;
+		}
+		if (poll(&p, 1, 0) > 0) { /* the answer came: read it first */
+			*next_at = now;
 			return 0;
 		}
 		snprintf(why, whylen,
@@ -279,8 +285,6 @@ int sq_listener_read(sq_listener *l, int *listening, char *why, size_t whylen)
 	PGresult *r;
 	while (!PQisBusy(l->conn) && (r = PQgetResult(l->conn)) != NULL) {
 		ExecStatusType rs = PQresultStatus(r);
-		if (rs == PGRES_COMMAND_OK || rs == PGRES_EMPTY_QUERY)
-			l->asked_at = 0;
 		if (rs == PGRES_COMMAND_OK) {
 			*listening = 1;
 		} else if (rs == PGRES_EMPTY_QUERY) {
@@ -293,6 +297,10 @@ int sq_listener_read(sq_listener *l, int *listening, char *why, size_t whylen)
 		}
 		PQclear(r);
 	}
+	/* the LISTEN or the probe is answered once the connection is idle
+	 * again (its ReadyForQuery read, not only its result) */
+	if (!PQisBusy(l->conn))
+		l->asked_at = 0;
 	PGnotify *nt;
 	while ((nt = PQnotifies(l->conn)) != NULL) {
 		PQfreemem(nt);
@@ -557,9 +565,11 @@ sq_status sq_client_open(const sq_config *cfg, int for_init, sq_client **out, sq
 		st = sq_pgconn_open(&c->meta, label, sq_config_meta_dsn(cfg), opts, timeout_s, err);
 	}
 	free(opts);
-	/* a shard ends any statement by statement_timeout: an answer that has
-	 * not come connect_timeout after that is not coming */
-	if (cfg->statement_timeout_ms > 0)
+	/* by default: a shard ends any statement by statement_timeout, and an
+	 * answer that has not come connect_timeout after that is not coming */
+	if (cfg->answer_timeout_ms > 0)
+		sq_client_answer_wait(c, (double)cfg->answer_timeout_ms / 1000.0);
+	else if (cfg->statement_timeout_ms > 0)
 		sq_client_answer_wait(
 			c, (double)(cfg->statement_timeout_ms + cfg->connect_timeout_ms) / 1000.0);
 	if (st == SQ_OK && !for_init)
@@ -763,8 +773,22 @@ void sq_client_push_plans(sq_client *c, int s, int generic)
 	pc->txn_generic = !!generic;
 }
 
-void sq_client_push_guard(sq_client *c, int s, const char *const *parts_val)
+void sq_client_push_gate(sq_client *c, int s)
 {
 	sq_pgconn_push(&c->shards[s], &sq_stmt_gate_shared, 0, NULL);
+	c->shards[s].txn_gated = 1;
+}
+
+int sq_client_push_gate_once(sq_client *c, int s)
+{
+	if (c->shards[s].txn_gated)
+		return 0;
+	sq_client_push_gate(c, s);
+	return 1;
+}
+
+void sq_client_push_guard(sq_client *c, int s, const char *const *parts_val)
+{
+	sq_client_push_gate(c, s);
 	sq_pgconn_push(&c->shards[s], &sq_stmt_check_owned, 1, parts_val);
 }

@@ -151,8 +151,9 @@ void sq_client_check_map(sq_client *c);
 #define SQ_LOOP_CONNECT_WAIT_S 0.05
 void sq_client_connect_wait(sq_client *c, double wait_s);
 /* How long each of c's connections waits for an answer before it is taken
- * as lost (sq_pgconn_set_answer_wait). sq_client_open sets
- * statement_timeout + connect_timeout (none without a statement_timeout). */
+ * as lost (sq_pgconn_set_answer_wait). sq_client_open sets [connection]
+ * answer_timeout, or statement_timeout + connect_timeout (none without a
+ * statement_timeout). */
 void sq_client_answer_wait(sq_client *c, double wait_s);
 double sq_client_answer_wait_of(const sq_client *c);
 /* Lowers c's answer wait to an eighth of the shorter lease of type t (at
@@ -195,6 +196,13 @@ void sq_client_reset(sq_client *c);
 /* Queues gate + check_owned on shard s for the partitions in parts (an int
  * array literal); vals must outlive the run. */
 void sq_client_push_guard(sq_client *c, int s, const char *const *parts_val);
+/* Queues the gate, taken shared (sq_stmt_gate_shared), on shard s; _once:
+ * only if the pipeline's open transaction does not take it already (a
+ * worker's tick sends its writes and its claim in one transaction, and one
+ * gate covers both: the claim's snapshot still comes after the lock, and a
+ * move's drain still waits for the transaction). Returns 1 if queued. */
+void sq_client_push_gate(sq_client *c, int s);
+int sq_client_push_gate_once(sq_client *c, int s);
 
 #define SQ_US_EXPR(col) "(extract(epoch from " col ") * 1000000)::bigint"
 

@@ -100,6 +100,9 @@ struct sq_config {
 	int64_t maintain_interval_ms;
 	int64_t connect_timeout_ms;
 	int64_t statement_timeout_ms;
+	/* how long a client waits for an answer (0: statement_timeout +
+	 * connect_timeout; sq_client_open) */
+	int64_t answer_timeout_ms;
 	int64_t idle_in_tx_timeout_ms;
 	char *application_name;
 	int64_t map_poll_ms;    /* how often a client checks the map version */

@@ -406,7 +406,12 @@ static void settle_lost_part(sq_client *c, int s, shard_batch *b, const sq_job_s
 		}
 	if (pid > 0) {
 		snprintf(pid_s, sizeof(pid_s), "%d", pid);
-		snprintf(wait_s, sizeof(wait_s), "%" PRId64, c->cfg->connect_timeout_ms);
+		/* within the connection's own wait for an answer (a worker's
+		 * scheduler enqueues through a client that waits a short time) */
+		int64_t wait_ms = c->cfg->connect_timeout_ms;
+		if (pc->answer_wait_s > 0 && (double)wait_ms > pc->answer_wait_s * 500)
+			wait_ms = (int64_t)(pc->answer_wait_s * 500);
+		snprintf(wait_s, sizeof(wait_s), "%" PRId64, wait_ms);
 		r = sq_pgconn_exec(pc, sql_end_session, 2, v, &e);
 		int ended = r && PQntuples(r) == 1 && !strcmp(PQgetvalue(r, 0, 0), "0");
 		PQclear(r);

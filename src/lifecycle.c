@@ -319,7 +319,7 @@ static shard_rows *fenced_push(sq_client *c, const op *o, const char *worker,
 		}
 		sq_client_push_plans(c, s, r->n <= SQ_GENERIC_PLAN_ROWS);
 		r->base = c->shards[s].qn;
-		sq_pgconn_push(&c->shards[s], &sq_stmt_gate_shared, 0, NULL);
+		sq_client_push_gate(c, s);
 		sq_pgconn_push(&c->shards[s], &stmt_not_owned, 1, r->parts_val);
 		sq_pgconn_push(&c->shards[s], o->stmt, o->nparams, r->vals);
 		if (!c->merge_txn)

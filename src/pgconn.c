@@ -892,7 +892,7 @@ void sq_pgconn_reset(sq_pgconn *pc)
 	pc->qn = 0;
 	pc->expect = pc->seen = pc->done = pc->failed = 0;
 	pc->syncs = pc->syncs_seen = 0;
-	pc->txn_generic = 0;
+	pc->txn_generic = pc->txn_gated = 0;
 	memset(pc->sync_after, 0, sizeof(pc->sync_after));
 }
 
@@ -938,6 +938,7 @@ void sq_pgconn_push_sync(sq_pgconn *pc)
 	if (pc->qn > 0)
 		pc->sync_after[pc->qn - 1] = 1;
 	pc->txn_generic = 0; /* SET LOCAL ends with the transaction */
+	pc->txn_gated = 0;   /* and so does an xact lock */
 }
 
 /* Prepared on the server, or its Prepare already sent in this pipeline. */
@@ -1194,7 +1195,6 @@ sq_status sq_pgconn_run(struct event_base *base, sq_pgconn **conns, int n, sq_er
 		pc->want_write = f == 1;
 		rc.pending++;
 		pc->run = &rc;
-		pc->answer_by = sq_mono_s() + pc->answer_wait_s;
 		answer_wait |= pc->answer_wait_s > 0;
 		if (pc->ev) { /* a run's event ends with it; never an older one */
 			event_free(pc->ev);
@@ -1203,6 +1203,12 @@ sq_status sq_pgconn_run(struct event_base *base, sq_pgconn **conns, int n, sq_er
 		arm(pc, &rc);
 	}
 	if (rc.pending && answer_wait) {
+		/* counted from here: a connect above (several hosts) may have
+		 * blocked after the first ones were sent */
+		double now = sq_mono_s();
+		for (int i = 0; i < n; i++)
+			if (conns[i] && conns[i]->run == &rc)
+				conns[i]->answer_by = now + conns[i]->answer_wait_s;
 		rc.answer_ev = evtimer_new(base, on_answer_due, &rc);
 		if (rc.answer_ev)
 			arm_answer(&rc);
@@ -1279,9 +1285,10 @@ const char *sq_pgconn_range_sqlstate(sq_pgconn *pc, int from, int to)
 	return NULL;
 }
 
-/* PQexec with a wait for the answer of pc->answer_wait_s at most: *lost
- * set when it did not come (the connection is then of no more use). The
- * last result, or the first error, as PQexec gives. */
+/* PQexec with a wait for the answer of pc->answer_wait_s at most, the
+ * send included (pc->conn is nonblocking): *lost set when it did not come
+ * (the connection is then of no more use). The last result, or the first
+ * error, as PQexec gives; a COPY's result ends it, as in PQexec. */
 static PGresult *exec_within(sq_pgconn *pc, const char *sql, int nparams, const char *const *vals,
 			     int *lost)
 {
@@ -1292,9 +1299,17 @@ static PGresult *exec_within(sq_pgconn *pc, const char *sql, int nparams, const 
 	if (!sent)
 		return NULL;
 	for (;;) {
-		while (!PQisBusy(pc->conn)) {
+		int unsent = PQflush(pc->conn);
+		if (unsent < 0)
+			return PQgetResult(pc->conn);
+		while (!unsent && !PQisBusy(pc->conn)) {
 			if (!(r = PQgetResult(pc->conn)))
 				return keep;
+			ExecStatusType rs = PQresultStatus(r);
+			if (rs == PGRES_COPY_IN || rs == PGRES_COPY_OUT || rs == PGRES_COPY_BOTH) {
+				PQclear(keep);
+				return r;
+			}
 			if (keep && PQresultStatus(keep) == PGRES_FATAL_ERROR) {
 				PQclear(r);
 				continue;
@@ -1303,7 +1318,7 @@ static PGresult *exec_within(sq_pgconn *pc, const char *sql, int nparams, const 
 			keep = r;
 		}
 		double left = by - sq_mono_s();
-		struct pollfd p = {PQsocket(pc->conn), POLLIN, 0};
+		struct pollfd p = {PQsocket(pc->conn), POLLIN | (unsent ? POLLOUT : 0), 0};
 		if (left <= 0 || poll(&p, 1, (int)ceil(left * 1000)) == 0) {
 			if (sq_mono_s() < by)
 				continue;
@@ -1329,9 +1344,9 @@ PGresult *sq_pgconn_exec(sq_pgconn *pc, const char *sql, int nparams, const char
 	if (ensure_conn(pc, err) != SQ_OK)
 		return NULL;
 	PQexitPipelineMode(pc->conn);
-	PQsetnonblocking(pc->conn, 0);
 	if (pc->answer_wait_s > 0) {
 		int lost = 0;
+		PQsetnonblocking(pc->conn, 1);
 		r = exec_within(pc, sql, nparams, vals, &lost);
 		if (lost) {
 			PQfinish(pc->conn);
@@ -1340,10 +1355,10 @@ PGresult *sq_pgconn_exec(sq_pgconn *pc, const char *sql, int nparams, const char
 			answer_lost(pc, err);
 			return NULL;
 		}
-	} else if (nparams) {
-		r = PQexecParams(pc->conn, sql, nparams, NULL, vals, NULL, NULL, 0);
 	} else {
-		r = PQexec(pc->conn, sql);
+		PQsetnonblocking(pc->conn, 0);
+		r = nparams ? PQexecParams(pc->conn, sql, nparams, NULL, vals, NULL, NULL, 0)
+			    : PQexec(pc->conn, sql);
 	}
 	PQsetnonblocking(pc->conn, 1);
 	PQenterPipelineMode(pc->conn);

@@ -88,6 +88,8 @@ typedef struct sq_pgconn {
 	unsigned char sync_after[SQ_PIPE_MAX]; /* a Sync (transaction end) follows q[i] */
 	int txn_generic; /* the pipeline's open transaction has set plan_cache_mode to
 			    force_generic_plan (sq_client_push_plans) */
+	int txn_gated;   /* the pipeline's open transaction takes the gate shared
+			  (sq_client_push_gate) */
 	int syncs, syncs_seen;
 	int pending_null; /* a result came; the NULL that ends its entry is due */
 	int seen;         /* entries whose results were read */

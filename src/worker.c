@@ -1447,10 +1447,16 @@ static void tick(sq_worker *w, double now, int claiming)
 				w->types[t].nfreed = 0;
 		if (woke_only) {
 			/* a full answer: more may be there, on any shard; else the
-			 * polls keep their schedule */
+			 * polls keep their schedule. A claim that failed lost its
+			 * wake-up (the woken shard's connection had died unseen,
+			 * say): a poll after RETRY_S instead, backing off from
+			 * there as after any failed claim */
 			if (cst == SQ_OK && (int)nj >= asking) {
 				w->poll_delay_ms = 0;
 				w->next_claim_at = now;
+			} else if (cst != SQ_OK && now + RETRY_S < w->next_claim_at) {
+				w->poll_delay_ms = RETRY_S * 1000;
+				w->next_claim_at = now + RETRY_S;
 			}
 		} else if (cst != SQ_OK || nj == 0) {
 			w->poll_delay_ms = w->poll_delay_ms ? fmin(w->poll_delay_ms * 2,

@@ -1929,8 +1929,9 @@ static int outcomes(const hresp *r, const char *outcome)
  * in front of it cuts the daemon's connections, then takes new ones and
  * never answers. With freeze 1, the proxy keeps the connections open and
  * passes nothing (a host cut off without a reset, or stuck): what the
- * daemon sends on them is never answered; the daemon gives up after an
- * eighth of the shortest lease (type q's 2 s: 1 s). connect_timeout is
+ * daemon sends on them is never answered; its request threads give up
+ * after answer_timeout (2 s), its claimer after an eighth of the shortest
+ * lease (type q's 2 s: at least 1 s). connect_timeout is
  * 10 minutes, above the test's stall limit, so a request thread that
  * waited for the connect or the answer fails the test (call_timeout_s).
  * Instead, a request that needs shard 2 gets 503 `still connecting` in a
@@ -1945,7 +1946,12 @@ static void shard_gone_holds_no_request_up(const char *db, int freeze)
 	testdb_proxy px;
 	testdb_open(&t, db, 2, 64, types_ini);
 	testdb_proxy_start(&px, t.ports[1]);
-	write_ini_via(NULL, NULL, "connect_timeout = 10m\n", px.port);
+	/* frozen: the request threads give up on an answer after 2 s, the
+	 * claimer after an eighth of type q's 2 s lease (at least 1 s) */
+	write_ini_via(NULL, NULL,
+		      freeze ? "connect_timeout = 10m\nanswer_timeout = 2s\n"
+			     : "connect_timeout = 10m\n",
+		      px.port);
 	daemon_start(&D, "shardqd.out");
 	call_timeout_s = STALL_S;
 

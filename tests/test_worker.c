@@ -1219,10 +1219,10 @@ START_TEST(a_slow_name_lookup_holds_no_relisten_up)
 	/* s2 looked up once at the start: 7 s */
 	sq_worker *w = start_listening(cfg, "wR", N, &run_s, N, &th);
 	/* the runs are under way: s2's connections are cut */
-	long long cut =
-		testdb_scalar(&t, 1,
-			      "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-			      "WHERE datname = current_database() AND pid <> pg_backend_pid()");
+	long long cut = testdb_scalar(
+		&t, 1,
+		"SELECT count(pg_terminate_backend(pid, 30000)) FROM pg_stat_activity "
+		"WHERE datname = current_database() AND pid <> pg_backend_pid()");
 	ck_assert_int_ge(cut, 2);
 	finish_off_s2(w, th, others, 1,
 		      "s2 was connected and listened to again after a slow lookup");
@@ -1468,6 +1468,90 @@ START_TEST(a_listen_connection_that_died_unseen_is_made_again)
 }
 END_TEST
 
+/*
+ * A claim made on a wake-up that fails: the wake-up must not be lost with
+ * it. An idle worker whose polls are 10 minutes apart is woken by s2's
+ * NOTIFY; its claim there fails once (a trigger on s2's jobs raises on
+ * the first update: a connection that died unseen fails the same way,
+ * after the answer wait). Asserted: the claim is made again (the trigger
+ * ran twice) and the job is run, long before the next poll; before, it
+ * waited for that poll.
+ */
+START_TEST(a_claim_that_fails_after_a_wake_up_is_made_again)
+{
+	sq_error err;
+	setup_with("sqt_work_wakefail", "[type h]\nhistory = true\n");
+	testdb_scalar(&t, 1,
+		      "CREATE SEQUENCE sqt_fail_once;"
+		      "CREATE FUNCTION sqt_fail_once() RETURNS trigger LANGUAGE plpgsql AS $$"
+		      "BEGIN IF nextval('sqt_fail_once') = 1 THEN"
+		      "  RAISE EXCEPTION 'a claim made to fail once'; END IF; RETURN NEW; END $$;"
+		      "CREATE TRIGGER sqt_fail_once BEFORE UPDATE ON shardq.jobs"
+		      "  FOR EACH ROW EXECUTE FUNCTION sqt_fail_once();"
+		      "SELECT 1");
+	sq_worker_opts o;
+	sq_worker *w;
+	sq_worker_opts_init(&o);
+	o.worker_id = "wW";
+	o.listen = 1;
+	o.poll_min_ms = o.poll_max_ms = 600000;
+	OKE(sq_worker_create(t.cfg, &o, &w, &err));
+	static double run_s = 0.05;
+	/* slots enough for every shard to be asked (a claim shares them among
+	 * the shards by their recent yield) */
+	OKE(sq_worker_add(w, "h", 8, run_10s, &run_s, &err));
+	pthread_t th;
+	pthread_create(&th, NULL, run_worker, w);
+	double since = test_now_s();
+	while (testdb_scalar(&t, 1, s2_listening) < 1) {
+		ck_assert_msg(test_now_s() - since < testdb_stall_s(),
+			      "the worker does not listen to s2 after %.0fs", testdb_stall_s());
+		usleep(50000);
+	}
+	usleep(300000); /* its claims at the start are answered */
+	int on_s2 = 0;
+	for (int i = 0; !on_s2; i++) {
+		char key[32];
+		sq_job_spec j;
+		sq_enqueue_result r;
+		snprintf(key, sizeof(key), "wakefail-%d", i);
+		memset(&j, 0, sizeof(j));
+		j.type = "h";
+		j.key = key;
+		OKE(sq_enqueue(t.client, &j, 1, &r, &err));
+		on_s2 = r.shard == 1;
+		ck_assert_int_lt(i, 1000);
+	}
+	const char *done_sql = "SELECT count(*) FROM shardq.jobs_history WHERE status = "
+			       "'completed' AND task = 'h'";
+	since = test_now_s();
+	sq_worker_stats st;
+	while (testdb_scalar(&t, 1, done_sql) < 1) {
+		sq_worker_get_stats(w, &st);
+		ck_assert_msg(test_now_s() - since < testdb_stall_s(),
+			      "s2's job was not run within %.0fs of its enqueue (the trigger ran "
+			      "%lld times; the next poll is 10 minutes away); the worker's last "
+			      "error: %s",
+			      testdb_stall_s(),
+			      testdb_scalar(&t, 1, "SELECT last_value FROM sqt_fail_once"),
+			      st.last_error);
+		usleep(50000);
+	}
+	sq_worker_get_stats(w, &st);
+	printf("a failed claim after a wake-up: s2's job ran %.2fs after its enqueue; the "
+	       "worker's last error: %s\n",
+	       test_now_s() - since, st.last_error);
+	ck_assert_msg(strstr(st.last_error, "a claim made to fail once") != NULL,
+		      "the claim did not fail as the test meant: %s", st.last_error);
+	sq_worker_stop(w, 0);
+	pthread_join(th, NULL);
+	sq_worker_destroy(w);
+	ck_assert_int_eq(
+		testdb_sum(&t, "SELECT count(*) FROM shardq.jobs_history WHERE task = 'h'"), 1);
+	cleanup();
+}
+END_TEST
+
 /* A host that is gone at ip:port: it takes no connection, answers none
  * (a listening socket that never accepts). */
 static int hold_silent(const char *ip, int port)
@@ -1596,12 +1680,13 @@ START_TEST(a_shard_with_two_hosts_the_first_gone_holds_no_run_up)
 			      testdb_stall_s());
 		usleep(50000);
 	}
-	/* the runs are under way: s2's connections are cut, and a job is
-	 * enqueued there */
-	long long cut =
-		testdb_scalar(&t, 1,
-			      "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-			      "WHERE datname = current_database() AND pid <> pg_backend_pid()");
+	/* the runs are under way: s2's connections are cut (the call returns
+	 * once their backends are gone: the test's own client, cut too, must
+	 * see it before its enqueue), and a job is enqueued there */
+	long long cut = testdb_scalar(
+		&t, 1,
+		"SELECT count(pg_terminate_backend(pid, 30000)) FROM pg_stat_activity "
+		"WHERE datname = current_database() AND pid <> pg_backend_pid()");
 	ck_assert_int_ge(cut, 1);
 	int on_s2 = 0;
 	for (int i = 0; !on_s2; i++) {
@@ -1796,6 +1881,7 @@ int main(void)
 	ADD_CASE(s, a_shard_that_vanishes_holds_no_relisten_up, 3600);
 	ADD_CASE(s, a_shard_that_stops_answering_holds_no_heartbeat_up, 3600);
 	ADD_CASE(s, a_listen_connection_that_died_unseen_is_made_again, 3600);
+	ADD_CASE(s, a_claim_that_fails_after_a_wake_up_is_made_again, 3600);
 	ADD_CASE(s, a_host_name_whose_first_address_is_gone_is_reached_at_the_next, 3600);
 	ADD_CASE(s, a_shard_with_two_hosts_the_first_gone_holds_no_run_up, 3600);
 	ADD_CASE(s, lease_lost_refuses_a_job_no_handler_was_given, 3600);

@@ -953,12 +953,13 @@ static int open_clients(sqd *d, sq_client **sched_client, sq_error *err)
 		sq_client_connect_wait(d->clients[i], SQD_REQUEST_CONNECT_WAIT_S);
 	}
 	d->claim_client = o[d->nthreads].c;
-	/* the workers heartbeat through these: a shard that answers nothing
-	 * holds them up for an eighth of the shortest lease at most
+	/* the claimer serves every waiting worker: a shard that answers
+	 * nothing holds its claims up for an eighth of the shortest lease at
+	 * most. The request threads keep answer_timeout: what they send (an
+	 * enqueue of a big batch, an admin's read) may rightly take longer
 	 * (docs/http.md, "A shard that stops answering") */
-	for (int i = 0; i <= d->nthreads; i++)
-		for (int t = 0; t < d->cfg->ntypes; t++)
-			sq_client_answer_wait_for_lease(o[i].c, &d->cfg->types[t]);
+	for (int t = 0; t < d->cfg->ntypes; t++)
+		sq_client_answer_wait_for_lease(d->claim_client, &d->cfg->types[t]);
 	*sched_client = sched ? o[d->nthreads + 1].c : NULL;
 	free(o);
 	char down[sizeof(err->msg)];
