@@ -349,7 +349,7 @@ static void claim_push(sq_client *c, const char *worker, const int *ti, size_t n
 		r->vals[3] = worker;
 		r->vals[4] = r->starts.data;
 		r->base = c->shards[s].qn;
-		sq_pgconn_push(&c->shards[s], &sq_stmt_gate_shared, 0, NULL);
+		sq_client_push_gate_once(c, s);
 		/* the claim always runs the plan made once per session: it is
 		 * index-driven in any plan (see CLAIM_BODY; sequential scans are
 		 * off on these connections, so also when it was made on a small
