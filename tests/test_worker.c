@@ -1271,6 +1271,76 @@ START_TEST(a_shard_that_vanishes_holds_no_relisten_up)
 }
 END_TEST
 
+/* Enqueues one job of type h on s2 (keys prefix-0, prefix-1, ... until
+ * one lands there). */
+static void enqueue_on_s2(const char *prefix)
+{
+	sq_error err;
+	int on_s2 = 0;
+	for (int i = 0; !on_s2; i++) {
+		char key[32];
+		sq_job_spec j;
+		sq_enqueue_result r;
+		snprintf(key, sizeof(key), "%s-%d", prefix, i);
+		memset(&j, 0, sizeof(j));
+		j.type = "h";
+		j.key = key;
+		OKE(sq_enqueue(t.client, &j, 1, &r, &err));
+		on_s2 = r.shard == 1;
+		ck_assert_int_lt(i, 1000);
+	}
+}
+
+/* An idle listening worker for type h on cfg (8 slots, enough for every
+ * shard to be asked: a claim shares them among the shards by their recent
+ * yield; 50 ms runs) whose polls are 10 minutes apart, so only a wake-up
+ * starts a job soon, on its thread *th; returns once s2 is listened to and
+ * its claims at the start are answered. */
+static sq_worker *start_idle_listener(const sq_config *cfg, const char *id, pthread_t *th)
+{
+	sq_error err;
+	sq_worker_opts o;
+	sq_worker *w;
+	static double run_s = 0.05;
+	sq_worker_opts_init(&o);
+	o.worker_id = id;
+	o.listen = 1;
+	o.poll_min_ms = o.poll_max_ms = 600000;
+	OKE(sq_worker_create(cfg, &o, &w, &err));
+	OKE(sq_worker_add(w, "h", 8, run_10s, &run_s, &err));
+	pthread_create(th, NULL, run_worker, w);
+	double since = test_now_s();
+	while (testdb_scalar(&t, 1, s2_listening) < 1) {
+		ck_assert_msg(test_now_s() - since < testdb_stall_s(),
+			      "the worker does not listen to s2 after %.0fs", testdb_stall_s());
+		usleep(50000);
+	}
+	usleep(300000);
+	return w;
+}
+
+/* Waits until s2 has a completed job of type h, failing on a stall (`what`
+ * says which job); prints how long it took; returns w's stats. */
+static sq_worker_stats await_s2_job(sq_worker *w, const char *what)
+{
+	const char *done_sql = "SELECT count(*) FROM shardq.jobs_history WHERE status = "
+			       "'completed' AND task = 'h'";
+	double since = test_now_s();
+	sq_worker_stats st;
+	while (testdb_scalar(&t, 1, done_sql) < 1) {
+		sq_worker_get_stats(w, &st);
+		ck_assert_msg(test_now_s() - since < testdb_stall_s(),
+			      "s2's job %s was not run within %.0fs of its enqueue (the next poll "
+			      "is 10 minutes away); the worker's last error: %s",
+			      what, testdb_stall_s(), st.last_error);
+		usleep(50000);
+	}
+	sq_worker_get_stats(w, &st);
+	printf("s2's job %s ran %.2fs after its enqueue; the worker's last error: %s\n", what,
+	       test_now_s() - since, st.last_error);
+	return st;
+}
+
 /*
  * A shard that stops answering on connections that stay open (a host cut
  * off by the network without a reset, or stuck): s2 is reached through a
@@ -1336,19 +1406,7 @@ START_TEST(a_shard_that_stops_answering_holds_no_heartbeat_up)
 	testdb_proxy_freeze(&px, 0);
 	testdb_proxy_freeze(&meta, 0);
 	run_s = 1;
-	int on_s2 = 0;
-	for (int i = 0; !on_s2; i++) {
-		char key[32];
-		sq_job_spec j;
-		sq_enqueue_result r;
-		snprintf(key, sizeof(key), "back-%d", i);
-		memset(&j, 0, sizeof(j));
-		j.type = "h";
-		j.key = key;
-		OKE(sq_enqueue(t.client, &j, 1, &r, &err));
-		on_s2 = r.shard == 1;
-		ck_assert_int_lt(i, 1000);
-	}
+	enqueue_on_s2("back");
 	since = test_now_s();
 	while (testdb_scalar(&t, 1, done_sql) < 1) {
 		sq_worker_get_stats(w, &st);
@@ -1379,10 +1437,11 @@ END_TEST
  * reaches the worker). s2's NOTIFYs then go nowhere, and an idle worker
  * whose polls are 10 minutes apart would not run s2's next job for 10
  * minutes. The worker probes a LISTEN connection silent for 5 s, takes
- * one whose probe gets no answer within 5 s as dead, listens again (its
- * own connection to s2, found dead by then, is not waited for), and
- * claims from s2 at once. Asserted: the job enqueued on s2 after the cut
- * is run once, well before the next poll.
+ * one whose probe gets no answer within 5 s as dead, listens again, and
+ * claims from s2 at once; that claim goes out on its own connection to
+ * s2, dead too, and fails after the answer wait (3.75 s), and the poll
+ * that follows connects again. Asserted: the job enqueued on s2 after the
+ * cut is run once, well before the next poll.
  */
 START_TEST(a_listen_connection_that_died_unseen_is_made_again)
 {
@@ -1397,62 +1456,18 @@ START_TEST(a_listen_connection_that_died_unseen_is_made_again)
 	OKE(sq_config_parse(ini, "zombie.ini", &cfg, &err));
 	free(ini);
 
-	sq_worker_opts o;
-	sq_worker *w;
-	sq_worker_opts_init(&o);
-	o.worker_id = "wZ";
-	o.listen = 1;
-	o.poll_min_ms = o.poll_max_ms = 600000;
-	OKE(sq_worker_create(cfg, &o, &w, &err));
-	static double run_s = 0.05;
-	OKE(sq_worker_add(w, "h", 2, run_10s, &run_s, &err));
 	pthread_t th;
-	pthread_create(&th, NULL, run_worker, w);
-	double since = test_now_s();
-	while (testdb_scalar(&t, 1, s2_listening) < 1) {
-		ck_assert_msg(test_now_s() - since < testdb_stall_s(),
-			      "the worker does not listen to s2 after %.0fs", testdb_stall_s());
-		usleep(50000);
-	}
-	usleep(300000); /* its first claims, at the start, are answered */
+	sq_worker *w = start_idle_listener(cfg, "wZ", &th);
 	testdb_proxy_zombie(&px);
-	since = test_now_s();
+	double since = test_now_s();
 	while (testdb_scalar(&t, 1, s2_listening) > 0) {
 		ck_assert_msg(test_now_s() - since < testdb_stall_s(),
 			      "s2 still has the worker's LISTEN backend %.0fs after the cut",
 			      testdb_stall_s());
 		usleep(50000);
 	}
-	int on_s2 = 0;
-	for (int i = 0; !on_s2; i++) {
-		char key[32];
-		sq_job_spec j;
-		sq_enqueue_result r;
-		snprintf(key, sizeof(key), "zombie-%d", i);
-		memset(&j, 0, sizeof(j));
-		j.type = "h";
-		j.key = key;
-		OKE(sq_enqueue(t.client, &j, 1, &r, &err));
-		on_s2 = r.shard == 1;
-		ck_assert_int_lt(i, 1000);
-	}
-	const char *done_sql = "SELECT count(*) FROM shardq.jobs_history WHERE status = "
-			       "'completed' AND task = 'h'";
-	double enqueued = test_now_s();
-	sq_worker_stats st;
-	while (testdb_scalar(&t, 1, done_sql) < 1) {
-		sq_worker_get_stats(w, &st);
-		ck_assert_msg(test_now_s() - enqueued < testdb_stall_s(),
-			      "s2's job, enqueued after its connections died unseen, was not run "
-			      "within %.0fs (the next poll is 10 minutes away); the worker's last "
-			      "error: %s",
-			      testdb_stall_s(), st.last_error);
-		usleep(50000);
-	}
-	sq_worker_get_stats(w, &st);
-	printf("LISTEN died unseen: s2's job ran %.1fs after its enqueue; the worker's last "
-	       "error: %s\n",
-	       test_now_s() - enqueued, st.last_error);
+	enqueue_on_s2("zombie");
+	sq_worker_stats st = await_s2_job(w, "enqueued after its connections died unseen");
 	ck_assert_msg(strstr(st.last_error, "shard s2") != NULL,
 		      "the worker's last error does not name s2: %s", st.last_error);
 	sq_worker_stop(w, 0);
@@ -1479,7 +1494,6 @@ END_TEST
  */
 START_TEST(a_claim_that_fails_after_a_wake_up_is_made_again)
 {
-	sq_error err;
 	setup_with("sqt_work_wakefail", "[type h]\nhistory = true\n");
 	testdb_scalar(&t, 1,
 		      "CREATE SEQUENCE sqt_fail_once;"
@@ -1489,58 +1503,11 @@ START_TEST(a_claim_that_fails_after_a_wake_up_is_made_again)
 		      "CREATE TRIGGER sqt_fail_once BEFORE UPDATE ON shardq.jobs"
 		      "  FOR EACH ROW EXECUTE FUNCTION sqt_fail_once();"
 		      "SELECT 1");
-	sq_worker_opts o;
-	sq_worker *w;
-	sq_worker_opts_init(&o);
-	o.worker_id = "wW";
-	o.listen = 1;
-	o.poll_min_ms = o.poll_max_ms = 600000;
-	OKE(sq_worker_create(t.cfg, &o, &w, &err));
-	static double run_s = 0.05;
-	/* slots enough for every shard to be asked (a claim shares them among
-	 * the shards by their recent yield) */
-	OKE(sq_worker_add(w, "h", 8, run_10s, &run_s, &err));
 	pthread_t th;
-	pthread_create(&th, NULL, run_worker, w);
-	double since = test_now_s();
-	while (testdb_scalar(&t, 1, s2_listening) < 1) {
-		ck_assert_msg(test_now_s() - since < testdb_stall_s(),
-			      "the worker does not listen to s2 after %.0fs", testdb_stall_s());
-		usleep(50000);
-	}
-	usleep(300000); /* its claims at the start are answered */
-	int on_s2 = 0;
-	for (int i = 0; !on_s2; i++) {
-		char key[32];
-		sq_job_spec j;
-		sq_enqueue_result r;
-		snprintf(key, sizeof(key), "wakefail-%d", i);
-		memset(&j, 0, sizeof(j));
-		j.type = "h";
-		j.key = key;
-		OKE(sq_enqueue(t.client, &j, 1, &r, &err));
-		on_s2 = r.shard == 1;
-		ck_assert_int_lt(i, 1000);
-	}
-	const char *done_sql = "SELECT count(*) FROM shardq.jobs_history WHERE status = "
-			       "'completed' AND task = 'h'";
-	since = test_now_s();
-	sq_worker_stats st;
-	while (testdb_scalar(&t, 1, done_sql) < 1) {
-		sq_worker_get_stats(w, &st);
-		ck_assert_msg(test_now_s() - since < testdb_stall_s(),
-			      "s2's job was not run within %.0fs of its enqueue (the trigger ran "
-			      "%lld times; the next poll is 10 minutes away); the worker's last "
-			      "error: %s",
-			      testdb_stall_s(),
-			      testdb_scalar(&t, 1, "SELECT last_value FROM sqt_fail_once"),
-			      st.last_error);
-		usleep(50000);
-	}
-	sq_worker_get_stats(w, &st);
-	printf("a failed claim after a wake-up: s2's job ran %.2fs after its enqueue; the "
-	       "worker's last error: %s\n",
-	       test_now_s() - since, st.last_error);
+	sq_worker *w = start_idle_listener(t.cfg, "wW", &th);
+	enqueue_on_s2("wakefail");
+	sq_worker_stats st = await_s2_job(w, "whose first claim failed");
+	ck_assert_int_ge(testdb_scalar(&t, 1, "SELECT last_value FROM sqt_fail_once"), 2);
 	ck_assert_msg(strstr(st.last_error, "a claim made to fail once") != NULL,
 		      "the claim did not fail as the test meant: %s", st.last_error);
 	sq_worker_stop(w, 0);
