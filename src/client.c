@@ -445,15 +445,19 @@ double sq_client_answer_wait_of(const sq_client *c)
 	return c->meta.answer_wait_s;
 }
 
-void sq_client_answer_wait_for_lease(sq_client *c, const sq_type_conf *t)
+double sq_lease_answer_wait(double wait_s, const sq_type_conf *t)
 {
 	int64_t lease = t->starting_timeout_ms < t->execution_timeout_ms ? t->starting_timeout_ms
 									 : t->execution_timeout_ms;
-	double wait = (double)lease / 8000.0, now = sq_client_answer_wait_of(c);
-	if (wait < SQ_ANSWER_WAIT_MIN_S)
-		wait = SQ_ANSWER_WAIT_MIN_S;
-	if (now <= 0 || wait < now)
-		sq_client_answer_wait(c, wait);
+	double w = (double)lease / 8000.0;
+	if (w < SQ_ANSWER_WAIT_MIN_S)
+		w = SQ_ANSWER_WAIT_MIN_S;
+	return wait_s <= 0 || w < wait_s ? w : wait_s;
+}
+
+void sq_client_answer_wait_for_lease(sq_client *c, const sq_type_conf *t)
+{
+	sq_client_answer_wait(c, sq_lease_answer_wait(sq_client_answer_wait_of(c), t));
 }
 
 int sq_client_advance_connects(sq_client *c)

@@ -163,6 +163,8 @@ double sq_client_answer_wait_of(const sq_client *c);
  * through) up for that long at most. */
 #define SQ_ANSWER_WAIT_MIN_S 1.0
 void sq_client_answer_wait_for_lease(sq_client *c, const sq_type_conf *t);
+/* The same rule as a value: wait_s (0: none) lowered for type t. */
+double sq_lease_answer_wait(double wait_s, const sq_type_conf *t);
 /* sq_pgconn_advance on every shard's and the meta connection; returns how
  * many connects are still under way (the loop should come back within
  * SQ_LOOP_CONNECT_WAIT_S while any is). */

@@ -1233,7 +1233,7 @@ static void tick(sq_worker *w, double now, int claiming)
 	 * collect, and the writes before it are sent again, in a transaction of
 	 * their own until a claim on that shard works */
 	unsigned char bad[SQ_MAX_SHARDS] = {0}, refused[SQ_MAX_SHARDS] = {0};
-	int any_refused = 0;
+	int any_refused = 0, claim_lost = 0; /* a claim aborted by a write */
 	for (int s = 0; s < c->nshards; s++) {
 		sq_error e;
 		sq_pgconn *pc = &c->shards[s];
@@ -1252,8 +1252,10 @@ static void tick(sq_worker *w, double now, int claiming)
 		if (st && !transient_state(st))
 			refused[s] = 1, any_refused = 1;
 		note_error(w, &e);
-		if (pk && !split[s])
+		if (pk && !split[s]) {
 			sq_claim_skip_shard(pk, s); /* aborted by that write */
+			claim_lost = 1;
+		}
 	}
 	for (int k = 0; k < WB_N; k++) {
 		if (p[k])
@@ -1447,14 +1449,16 @@ static void tick(sq_worker *w, double now, int claiming)
 				w->types[t].nfreed = 0;
 		if (woke_only) {
 			/* a full answer: more may be there, on any shard; else the
-			 * polls keep their schedule. A claim that failed lost its
-			 * wake-up (the woken shard's connection had died unseen,
-			 * say): a poll after RETRY_S instead, backing off from
-			 * there as after any failed claim */
+			 * polls keep their schedule. A claim that failed, or that
+			 * a failed write aborted, lost its wake-up (the woken
+			 * shard's connection had died unseen, say): a poll after
+			 * RETRY_S instead, backing off from there as after any
+			 * failed claim */
 			if (cst == SQ_OK && (int)nj >= asking) {
 				w->poll_delay_ms = 0;
 				w->next_claim_at = now;
-			} else if (cst != SQ_OK && now + RETRY_S < w->next_claim_at) {
+			} else if ((cst != SQ_OK || claim_lost) &&
+				   now + RETRY_S < w->next_claim_at) {
 				w->poll_delay_ms = RETRY_S * 1000;
 				w->next_claim_at = now + RETRY_S;
 			}

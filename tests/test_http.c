@@ -2059,6 +2059,81 @@ static void shard_gone_holds_no_request_up(const char *db, int freeze)
 	stop_all();
 }
 
+/*
+ * The workers' heartbeats through shardqd beside a shard that stops
+ * answering on open connections (a proxy in front of s2 freezes), with
+ * answer_timeout left to its default (statement_timeout + connect_timeout:
+ * 30 s + 10 minutes here, so a request thread that waited for it fails the
+ * test, call_timeout_s). Starts, heartbeats and results wait an eighth of
+ * the shortest lease (type q's 2 s: at least 1 s). Asserted: a heartbeat
+ * of jobs on both shards is answered, s1's jobs ok and s2's unavailable,
+ * and s1's jobs are then completed.
+ */
+START_TEST(a_heartbeat_beside_a_shard_that_stops_answering_is_answered)
+{
+	enum { N = 40 };
+	testdb_proxy px;
+	testdb_open(&t, "sq_http_freeze_hb", 2, 64, types_ini);
+	testdb_proxy_start(&px, t.ports[1]);
+	write_ini_via(NULL, NULL, "connect_timeout = 10m\n", px.port);
+	daemon_start(&D, "shardqd.out");
+	call_timeout_s = STALL_S;
+	char *body = keyed_body("b", "hb", N);
+	hresp r = call("POST", "/v1/jobs", tok_producer, body);
+	free(body);
+	EXPECT(r, 200, NULL);
+	r = call("POST", "/v1/claim", tok_worker,
+		 "{\"worker\":\"w1\",\"types\":[{\"type\":\"b\",\"limit\":100}],\"wait_ms\":0}");
+	EXPECT(r, 200, NULL);
+	json_t *j = js(&r);
+	json_t *jobs = json_object_get(j, "jobs");
+	long long claimed = (long long)json_array_size(jobs);
+	char *fb = fence_body(jobs, NULL);
+	json_decref(j);
+	const char *held =
+		"SELECT count(*) FROM shardq.jobs WHERE task = 'b' AND status <> 'ready'";
+	long long on_s1 = testdb_scalar(&t, 0, held), on_s2 = testdb_scalar(&t, 1, held);
+	ck_assert_msg(on_s1 > 0 && on_s2 > 0 && on_s1 + on_s2 == claimed,
+		      "claimed %lld jobs: %lld held on s1, %lld on s2 (both shards needed)",
+		      claimed, on_s1, on_s2);
+
+	testdb_proxy_freeze(&px, 1);
+	r = call("POST", "/v1/jobs/heartbeat", tok_worker, fb);
+	EXPECT(r, 503, "unavailable");
+	ck_assert_msg(results_with(&r, "result", "ok", NULL) == on_s1 &&
+			      results_with(&r, "result", "unavailable", NULL) == on_s2,
+		      "a heartbeat of %lld jobs on s1 and %lld on s2 (frozen): %.400s", on_s1,
+		      on_s2, r.body);
+	printf("a heartbeat beside a frozen s2: %.300s\n", r.body);
+	/* s1's jobs go on */
+	j = json_loads(fb, 0, NULL);
+	ck_assert_ptr_nonnull(j);
+	json_t *only = json_array();
+	json_t *all = json_object_get(j, "jobs");
+	for (size_t i = 0; i < json_array_size(all); i++) {
+		json_t *x = json_array_get(all, i);
+		char sql[128];
+		snprintf(sql, sizeof(sql), "SELECT count(*) FROM shardq.jobs WHERE id = %lld",
+			 (long long)json_integer_value(json_object_get(x, "id")));
+		if (testdb_scalar(&t, 0, sql) == 1)
+			json_array_append(only, x);
+	}
+	json_t *s1_jobs = json_pack("{s:o}", "jobs", only);
+	char *s1_body = json_dumps(s1_jobs, 0);
+	r = call("POST", "/v1/jobs/complete", tok_worker, s1_body);
+	EXPECT(r, 200, NULL);
+	ck_assert_int_eq(results_with(&r, "result", "ok", NULL), on_s1);
+	free(s1_body);
+	json_decref(s1_jobs);
+	json_decref(j);
+	free(fb);
+	testdb_proxy_freeze(&px, 0);
+	call_timeout_s = 0;
+	testdb_proxy_stop(&px);
+	stop_all();
+}
+END_TEST
+
 START_TEST(a_shard_that_does_not_answer_holds_no_request_up)
 {
 	shard_gone_holds_no_request_up("sq_http_hole", 0);
@@ -2335,6 +2410,7 @@ int main(void)
 	ADD_CASE(s, cut_connections_are_replaced_before_a_request, 3600);
 	ADD_CASE(s, a_shard_that_does_not_answer_holds_no_request_up, 3600);
 	ADD_CASE(s, a_shard_that_stops_answering_holds_no_request_up, 3600);
+	ADD_CASE(s, a_heartbeat_beside_a_shard_that_stops_answering_is_answered, 3600);
 	ADD_CASE(s, a_shard_that_does_not_answer_holds_the_start_up_once, 3600);
 	ADD_CASE(s, the_schedules_go_on_beside_a_shard_that_does_not_answer, 3600);
 	return run_suite(s);

@@ -7,6 +7,7 @@
  * keeps), so it is walked with the library's own validating scanner.
  * Replies are written straight into a buffer: a job's params are spliced in
  * as PostgreSQL returned them, never parsed again. */
+#include "client.h"
 #include "daemon.h"
 #include "json.h"
 
@@ -573,7 +574,7 @@ static void answer_results(sqd *d, sq_client *c, sqd_task *t, res_req *q, sq_sta
  * name (normally one, the daemon's), one transaction per shard, rather
  * than one per request. Each request gets its own answer.
  */
-void sqd_run_results(sqd *d, sq_client *c, sqd_task **tasks, size_t ntasks)
+static void run_results(sqd *d, sq_client *c, sqd_task **tasks, size_t ntasks)
 {
 	res_req *q = calloc(ntasks, sizeof(*q));
 	size_t total = 0;
@@ -996,6 +997,16 @@ static void do_moves(sqd *d, sq_client *c, sqd_task *t)
 	}
 	sq_buf_puts(b, "]}");
 	free(v);
+}
+
+void sqd_run_results(sqd *d, sq_client *c, sqd_task **tasks, size_t ntasks)
+{
+	/* the workers' leases wait on these: a shard that answers nothing
+	 * holds them up for an eighth of the shortest lease at most */
+	double keep = sq_client_answer_wait_of(c);
+	sq_client_answer_wait(c, d->results_wait_s);
+	run_results(d, c, tasks, ntasks);
+	sq_client_answer_wait(c, keep);
 }
 
 void sqd_run(sqd *d, sq_client *c, sqd_task *t)

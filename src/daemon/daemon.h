@@ -157,6 +157,10 @@ typedef struct sqd {
 	pthread_mutex_t claim_mu;
 	sqd_task *claim_head, *claim_tail;
 	sq_client *claim_client;
+	/* a request thread's answer wait for the workers' starts, heartbeats
+	 * and results: an eighth of the shortest lease, at least 1 s, at most
+	 * answer_timeout (sqd_run_results) */
+	double results_wait_s;
 	atomic_int stopping;
 	atomic_int inflight; /* tasks not yet answered */
 	sqd_metrics m;

@@ -955,11 +955,16 @@ static int open_clients(sqd *d, sq_client **sched_client, sq_error *err)
 	d->claim_client = o[d->nthreads].c;
 	/* the claimer serves every waiting worker: a shard that answers
 	 * nothing holds its claims up for an eighth of the shortest lease at
-	 * most. The request threads keep answer_timeout: what they send (an
-	 * enqueue of a big batch, an admin's read) may rightly take longer
-	 * (docs/http.md, "A shard that stops answering") */
-	for (int t = 0; t < d->cfg->ntypes; t++)
+	 * most, and so the workers' starts, heartbeats and results on a
+	 * request thread (sqd_run_results). The rest of a request thread's
+	 * work keeps answer_timeout: an enqueue of a big batch, an admin's
+	 * read may rightly take longer (docs/http.md, "A shard that stops
+	 * answering") */
+	d->results_wait_s = sq_client_answer_wait_of(d->clients[0]);
+	for (int t = 0; t < d->cfg->ntypes; t++) {
 		sq_client_answer_wait_for_lease(d->claim_client, &d->cfg->types[t]);
+		d->results_wait_s = sq_lease_answer_wait(d->results_wait_s, &d->cfg->types[t]);
+	}
 	*sched_client = sched ? o[d->nthreads + 1].c : NULL;
 	free(o);
 	char down[sizeof(err->msg)];
