@@ -1,6 +1,7 @@
 /* client.c - an sq_client: connections to the meta database and every
  * shard, the cached partition map, and job-id blocks. */
 #include "client.h"
+#include "watch.h"
 #include "failpoint.h"
 #include "buf.h"
 #include "error.h"
@@ -571,11 +572,9 @@ sq_status sq_client_open(const sq_config *cfg, int for_init, sq_client **out, sq
 	free(opts);
 	/* by default: a shard ends any statement by statement_timeout, and an
 	 * answer that has not come connect_timeout after that is not coming */
-	if (cfg->answer_timeout_ms > 0)
-		sq_client_answer_wait(c, (double)cfg->answer_timeout_ms / 1000.0);
-	else if (cfg->statement_timeout_ms > 0)
-		sq_client_answer_wait(
-			c, (double)(cfg->statement_timeout_ms + cfg->connect_timeout_ms) / 1000.0);
+	double wait_s = sq_plain_answer_wait_s(cfg, cfg->statement_timeout_ms);
+	if (wait_s > 0)
+		sq_client_answer_wait(c, wait_s);
 	if (st == SQ_OK && !for_init)
 		st = check_schema(c, err);
 	if (st == SQ_OK && !for_init)
@@ -586,8 +585,16 @@ sq_status sq_client_open(const sq_config *cfg, int for_init, sq_client **out, sq
 		c->map_listen = sq_connect_plain(cfg, sq_config_meta_dsn(cfg), "map-listen", -1,
 						 ignore, sizeof(ignore));
 		if (c->map_listen) {
+			sq_watch w;
+			sq_watch_arm(&w, c->map_listen, wait_s, NULL);
 			PQclear(PQexec(c->map_listen, "LISTEN shardq_map"));
-			PQsetnonblocking(c->map_listen, 1);
+			if (sq_watch_disarm(&w)) {
+				/* no answer: the version poll finds map changes */
+				PQfinish(c->map_listen);
+				c->map_listen = NULL;
+			} else {
+				PQsetnonblocking(c->map_listen, 1);
+			}
 		}
 	}
 	if (st != SQ_OK) {

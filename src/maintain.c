@@ -8,8 +8,10 @@
 #include "maintain.h"
 #include "client.h"
 #include "error.h"
+#include "failpoint.h"
 #include "schema.h"
 #include "ticker.h"
+#include "watch.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -75,15 +77,41 @@ static int add_part(sq_maintain_part **v, size_t *n, const char *name, int64_t r
 	return 0;
 }
 
+/* A pass's connection to one shard, and how long a statement on it may go
+ * unanswered: a statement sent to a shard whose host was cut off without a
+ * reset, or is stuck, is never answered, and a worker's stop waits for its
+ * maintainer's pass. */
+typedef struct mconn {
+	PGconn *pc;
+	double wait_s;          /* sq_plain_answer_wait_s; 0: none */
+	const atomic_int *stop; /* the maintainer's; NULL for sq_maintain */
+} mconn;
+
 /* One statement on the shard's maintenance connection; NULL and the shard's
  * error text on failure (each statement is its own transaction). */
-static PGresult *run(PGconn *pc, sq_maintain_shard *sh, const char *what, const char *sql, int n,
+static PGresult *run(mconn *mc, sq_maintain_shard *sh, const char *what, const char *sql, int n,
 		     const char *const *v)
 {
+	PGconn *pc = mc->pc;
+	sq_watch w;
+	sq_watch_arm(&w, pc, mc->wait_s, mc->stop);
 	PGresult *r = PQexecParams(pc, sql, n, NULL, v, NULL, NULL, 0);
+	int fired = sq_watch_disarm(&w);
 	ExecStatusType st = PQresultStatus(r);
-	if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK)
+	if (!fired && (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK))
 		return r;
+	if (fired) {
+		PQclear(r);
+		if (fired == SQ_WATCH_STOP)
+			snprintf(sh->error, sizeof(sh->error), "%s: not done: stopping", what);
+		else
+			snprintf(sh->error, sizeof(sh->error),
+				 "%s: no answer within %.1fs (its host gone or cut off?); the "
+				 "next pass tries again",
+				 what, mc->wait_s);
+		sh->status = SQ_ECONN;
+		return NULL;
+	}
 	const char *state = PQresultErrorField(r, PG_DIAG_SQLSTATE);
 	const char *primary = PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY);
 	char msg[200];
@@ -106,10 +134,10 @@ static PGresult *run(PGconn *pc, sq_maintain_shard *sh, const char *what, const 
 	return NULL;
 }
 
-static int run_ok(PGconn *pc, sq_maintain_shard *sh, const char *what, const char *sql, int n,
+static int run_ok(mconn *mc, sq_maintain_shard *sh, const char *what, const char *sql, int n,
 		  const char *const *v)
 {
-	PGresult *r = run(pc, sh, what, sql, n, v);
+	PGresult *r = run(mc, sh, what, sql, n, v);
 	if (!r)
 		return -1;
 	PQclear(r);
@@ -141,10 +169,12 @@ static void maintain_shard(const sq_config *cfg, int s, int64_t now_us, int max_
 		sh->status = SQ_ECONN;
 		return;
 	}
+	mconn mc = {pc, sq_plain_answer_wait_s(cfg, cfg->statement_timeout_ms), stop};
+	sq_failpoint("maintain_connected");
 	snprintf(buf, sizeof(buf), "SET lock_timeout = %lld", (long long)o->lock_timeout_ms);
-	if (run_ok(pc, sh, "lock_timeout", buf, 0, NULL))
+	if (run_ok(&mc, sh, "lock_timeout", buf, 0, NULL))
 		goto out;
-	if (!(r = run(pc, sh, "the maintenance lock",
+	if (!(r = run(&mc, sh, "the maintenance lock",
 		      "SELECT pg_try_advisory_lock(" SQ_MAINTAIN_KEY ")", 0, NULL)))
 		goto out;
 	sh->skipped = strcmp(PQgetvalue(r, 0, 0), "t") != 0;
@@ -155,7 +185,7 @@ static void maintain_shard(const sq_config *cfg, int s, int64_t now_us, int max_
 	snprintf(nowbuf, sizeof(nowbuf), "%lld", (long long)now_us);
 	v[0] = nowbuf;
 	/* the partitions, with their bounds as epoch seconds */
-	if (!(r = run(pc, sh, "list partitions",
+	if (!(r = run(&mc, sh, "list partitions",
 		      "SELECT name, coalesce(floor(extract(epoch from lo))::bigint::text, ''),"
 		      "       coalesce(floor(extract(epoch from hi))::bigint::text, ''), est_rows"
 		      "  FROM shardq.history_partitions() WHERE NOT is_default ORDER BY hi",
@@ -187,7 +217,7 @@ static void maintain_shard(const sq_config *cfg, int s, int64_t now_us, int max_
 		snprintf(sql, sizeof(sql), "DROP TABLE shardq.%s", id ? id : "\"?\"");
 		PQfreemem(id);
 		snprintf(msg, sizeof(msg), "drop %s", parts[i].name);
-		if (run_ok(pc, sh, msg, sql, 0, NULL))
+		if (run_ok(&mc, sh, msg, sql, 0, NULL))
 			goto out;
 		if (add_part(&sh->dropped, &sh->ndropped, parts[i].name, parts[i].est))
 			goto oom;
@@ -207,7 +237,7 @@ static void maintain_shard(const sq_config *cfg, int s, int64_t now_us, int max_
 		day_text(d, day, sizeof(day));
 		v[1] = day;
 		snprintf(msg, sizeof(msg), "create the partition of %s", day);
-		if (!(r = run(pc, sh, msg, "SELECT shardq.history_add_day($1::date)", 1, v + 1)))
+		if (!(r = run(&mc, sh, msg, "SELECT shardq.history_add_day($1::date)", 1, v + 1)))
 			goto out;
 		int64_t moved = atoll(PQgetvalue(r, 0, 0));
 		PQclear(r);
@@ -226,7 +256,7 @@ static void maintain_shard(const sq_config *cfg, int s, int64_t now_us, int max_
 		char lim[24];
 		const char *dv[2] = {nowbuf, lim};
 		snprintf(lim, sizeof(lim), "%lld", (long long)o->default_delete_batch);
-		if (!(r = run(pc, sh, "delete expired rows of the default partition",
+		if (!(r = run(&mc, sh, "delete expired rows of the default partition",
 			      "WITH d AS (DELETE FROM shardq.jobs_history_default WHERE ctid = "
 			      "ANY(ARRAY("
 			      "  SELECT ctid FROM shardq.jobs_history_default"
@@ -243,7 +273,7 @@ static void maintain_shard(const sq_config *cfg, int s, int64_t now_us, int max_
 	}
 	snprintf(buf, sizeof(buf), "%lld", (long long)o->default_count_cap + 1);
 	v[1] = buf;
-	if (!(r = run(pc, sh, "count the default partition",
+	if (!(r = run(&mc, sh, "count the default partition",
 		      "SELECT count(*) FROM (SELECT 1 FROM shardq.jobs_history_default LIMIT "
 		      "$1::bigint) x",
 		      1, v + 1)))
@@ -254,7 +284,7 @@ static void maintain_shard(const sq_config *cfg, int s, int64_t now_us, int max_
 		sh->default_rows = o->default_count_cap;
 		sh->default_rows_capped = 1;
 	}
-	if (!(r = run(pc, sh, "count partitions",
+	if (!(r = run(&mc, sh, "count partitions",
 		      "SELECT count(*) FROM shardq.history_partitions() WHERE NOT is_default", 0,
 		      NULL)))
 		goto out;

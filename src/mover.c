@@ -10,6 +10,9 @@
 #include "failpoint.h"
 #include "hrw.h"
 #include "schema.h"
+#include "watch.h"
+
+#include <libpq-events.h>
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -69,6 +72,65 @@ void sq_move_opts_init(sq_move_opts *o)
 	o->set_size = 256;
 }
 
+/* How long a statement on one of the mover's connections may go
+ * unanswered (watch.h): a shard whose host was cut off without a reset, or
+ * is stuck, never answers, and the move would wait for good. It is the
+ * connection's statement_timeout (which bulk_timeout moves) plus
+ * connect_timeout, or [connection] answer_timeout; kept with the
+ * connection as libpq's instance data. */
+static int conn_event(PGEventId id, void *info, void *pass)
+{
+	(void)pass;
+	if (id == PGEVT_CONNDESTROY)
+		free(PQinstanceData(((PGEventConnDestroy *)info)->conn, conn_event));
+	return 1;
+}
+
+static void set_wait(PGconn *pc, double wait_s)
+{
+	double *w = PQinstanceData(pc, conn_event);
+	if (!w) {
+		if (!(w = malloc(sizeof(*w))))
+			return; /* unbounded, as before */
+		if (!PQregisterEventProc(pc, conn_event, "shardq mover", NULL) ||
+		    !PQsetInstanceData(pc, conn_event, w)) {
+			free(w);
+			return;
+		}
+	}
+	*w = wait_s;
+}
+
+static double wait_of(PGconn *pc)
+{
+	double *w = PQinstanceData(pc, conn_event);
+	return w ? *w : 0;
+}
+
+/* The wait of a bulk statement (bulk_timeout): move_statement_timeout +
+ * connect_timeout, and never less than the other statements' (an
+ * answer_timeout set shorter than a copy may rightly take does not cut
+ * the copy); 0, no bound, when move_statement_timeout is 0. */
+static double bulk_wait(const sq_config *cfg)
+{
+	double w = sq_plain_answer_wait_s(cfg, cfg->move_statement_timeout_ms);
+	double a = sq_plain_answer_wait_s(cfg, cfg->statement_timeout_ms);
+	if (cfg->move_statement_timeout_ms <= 0)
+		return 0;
+	if (cfg->answer_timeout_ms > 0)
+		w = (double)(cfg->move_statement_timeout_ms + cfg->connect_timeout_ms) / 1000.0;
+	return a > w ? a : w;
+}
+
+/* err for a statement the watch gave up on */
+static sq_status unanswered(PGconn *pc, const char *who, sq_error *err)
+{
+	return sq_err(err, SQ_ECONN,
+		      "%s: no answer within %.1fs (its host gone or cut off?); nothing more "
+		      "is sent there, resume the move once it answers",
+		      who, wait_of(pc));
+}
+
 /* The mover's connections take the [connection] settings like every other
  * (statement_timeout, idle_in_transaction_session_timeout, connect_timeout):
  * a mover that stalls cannot hold a shard's gate, or anything else, for
@@ -79,6 +141,8 @@ static PGconn *connect_to(sq_client *c, const char *what, const char *dsn, sq_er
 	PGconn *pc = sq_connect_plain(c->cfg, dsn, "mover", -1, msg, sizeof(msg));
 	if (!pc)
 		sq_err(err, SQ_ECONN, "%s: %s", what, msg);
+	else
+		set_wait(pc, sq_plain_answer_wait_s(c->cfg, c->cfg->statement_timeout_ms));
 	return pc;
 }
 
@@ -87,7 +151,14 @@ static PGconn *connect_to(sq_client *c, const char *what, const char *dsn, sq_er
 static PGresult *run(PGconn *c, const char *who, const char *sql, int n, const char *const *v,
 		     sq_error *err)
 {
+	sq_watch w;
+	sq_watch_arm(&w, c, wait_of(c), NULL);
 	PGresult *r = n ? PQexecParams(c, sql, n, NULL, v, NULL, NULL, 0) : PQexec(c, sql);
+	if (sq_watch_disarm(&w)) {
+		PQclear(r);
+		unanswered(c, who, err);
+		return NULL;
+	}
 	ExecStatusType s = PQresultStatus(r);
 	if (s == PGRES_COMMAND_OK || s == PGRES_TUPLES_OK)
 		return r;
@@ -100,8 +171,12 @@ static PGresult *run(PGconn *c, const char *who, const char *sql, int n, const c
 	if (state && !strcmp(state, "55P03"))
 		err->code = SQ_EMOVING; /* lock_timeout: try again */
 	PQclear(r);
-	if (PQtransactionStatus(c) == PQTRANS_INERROR || PQtransactionStatus(c) == PQTRANS_INTRANS)
+	if (PQtransactionStatus(c) == PQTRANS_INERROR ||
+	    PQtransactionStatus(c) == PQTRANS_INTRANS) {
+		sq_watch_arm(&w, c, wait_of(c), NULL);
 		PQclear(PQexec(c, "ROLLBACK"));
+		sq_watch_disarm(&w);
+	}
 	return NULL;
 }
 
@@ -125,10 +200,17 @@ static sq_status bulk_timeout(sq_client *c, PGconn *pc, const char *who, int loc
 			      sq_error *err)
 {
 	char sql[96];
-	snprintf(
-		sql, sizeof(sql), "SET %sstatement_timeout = %lld", local ? "LOCAL " : "",
-		(long long)(on ? c->cfg->move_statement_timeout_ms : c->cfg->statement_timeout_ms));
-	return run_ok(pc, who, sql, 0, NULL, err);
+	int64_t ms = on ? c->cfg->move_statement_timeout_ms : c->cfg->statement_timeout_ms;
+	snprintf(sql, sizeof(sql), "SET %sstatement_timeout = %lld", local ? "LOCAL " : "",
+		 (long long)ms);
+	/* the longer wait from this statement on (a LOCAL one ends with its
+	 * transaction: the wait stays long until the next call, to be safe) */
+	if (on)
+		set_wait(pc, bulk_wait(c->cfg));
+	sq_status st = run_ok(pc, who, sql, 0, NULL, err);
+	if (!on && st == SQ_OK)
+		set_wait(pc, sq_plain_answer_wait_s(c->cfg, ms));
+	return st;
 }
 
 static const char *sid(sq_client *c, int s)
@@ -483,6 +565,100 @@ static sq_status drain(sq_client *c, move *m, const sq_move_opts *o, sq_error *e
 	return record(m, "drained", NULL, err);
 }
 
+/* The stream of copy_and_own: the source's rows in COPY binary into the
+ * destination's open transaction; *copied as the destination counted them.
+ * On failure the destination's transaction is rolled back. The source's
+ * watch ws is taken off once the source is done (*lost_src: whether it
+ * fired), so that a destination that stops answering later is not taken
+ * for the source. */
+static sq_status stream(sq_client *c, move *m, const char *sw, const char *dw, sq_watch *ws,
+			int *lost_src, int64_t *copied, sq_error *err)
+{
+	PGresult *r;
+	/* stream source -> destination */
+	r = PQexec(m->dst, "COPY shardq.jobs (" JOB_COLS ") FROM STDIN (FORMAT binary)");
+	if (PQresultStatus(r) != PGRES_COPY_IN) {
+		sq_err(err, SQ_EDB, "%s: COPY: %s", dw, PQerrorMessage(m->dst));
+		PQclear(r);
+		run_ok(m->dst, dw, "ROLLBACK", 0, NULL, err);
+		return SQ_EDB;
+	}
+	PQclear(r);
+	{
+		/* the list is our own integers, so it is safe inline (COPY takes
+		 * no parameters) */
+		sq_buf q;
+		sq_buf_init(&q);
+		sq_buf_printf(&q,
+			      "COPY (SELECT " JOB_COLS " FROM " PART_JOBS(
+				      JOB_COLS, "'%s'::int[]") ") TO STDOUT (FORMAT binary)",
+			      m->lit, m->lit);
+		r = PQexec(m->src, q.data);
+		sq_buf_free(&q);
+	}
+	if (PQresultStatus(r) != PGRES_COPY_OUT) {
+		sq_err(err, SQ_EDB, "%s: COPY: %s", sw, PQerrorMessage(m->src));
+		PQclear(r);
+		PQputCopyEnd(m->dst, "source failed");
+		PQclear(PQgetResult(m->dst));
+		run_ok(m->dst, dw, "ROLLBACK", 0, NULL, err);
+		return SQ_EDB;
+	}
+	PQclear(r);
+	int got, put_ok = 1;
+	char *buf;
+	/* read the source to its end even if the destination failed, so
+	 * the source connection leaves COPY OUT cleanly */
+	while ((got = PQgetCopyData(m->src, &buf, 0)) > 0) {
+		if (put_ok && PQputCopyData(m->dst, buf, got) != 1)
+			put_ok = 0;
+		PQfreemem(buf);
+	}
+	while ((r = PQgetResult(m->src)) != NULL)
+		PQclear(r);
+	if ((*lost_src = sq_watch_disarm(ws)) != SQ_WATCH_NONE) {
+		PQputCopyEnd(m->dst, "source failed");
+		while ((r = PQgetResult(m->dst)) != NULL)
+			PQclear(r);
+		run_ok(m->dst, dw, "ROLLBACK", 0, NULL, err);
+		return SQ_ECONN;
+	}
+	if (bulk_timeout(c, m->src, sw, 0, 0, err)) {
+		PQputCopyEnd(m->dst, "source failed");
+		while ((r = PQgetResult(m->dst)) != NULL)
+			PQclear(r);
+		run_ok(m->dst, dw, "ROLLBACK", 0, NULL, err);
+		return err->code;
+	}
+	if (!put_ok) {
+		sq_err(err, SQ_EDB, "%s: COPY: %s", dw, PQerrorMessage(m->dst));
+		PQputCopyEnd(m->dst, "destination failed");
+		while ((r = PQgetResult(m->dst)) != NULL)
+			PQclear(r);
+		run_ok(m->dst, dw, "ROLLBACK", 0, NULL, err);
+		return SQ_EDB;
+	}
+	sq_failpoint("mid_copy");
+	if (PQputCopyEnd(m->dst, NULL) != 1) {
+		sq_err(err, SQ_EDB, "%s: COPY: %s", dw, PQerrorMessage(m->dst));
+		return SQ_EDB;
+	}
+	r = PQgetResult(m->dst);
+	if (PQresultStatus(r) != PGRES_COMMAND_OK) {
+		sq_err(err, SQ_EDB, "%s: COPY: %s", dw, PQresultErrorMessage(r));
+		PQclear(r);
+		while ((r = PQgetResult(m->dst)) != NULL)
+			PQclear(r);
+		run_ok(m->dst, dw, "ROLLBACK", 0, NULL, err);
+		return SQ_EDB;
+	}
+	*copied = atoll(PQcmdTuples(r));
+	PQclear(r);
+	while ((r = PQgetResult(m->dst)) != NULL)
+		PQclear(r);
+	return SQ_OK;
+}
+
 /* Step 4: in one destination transaction, copy the rows (COPY binary from
  * source to destination), check the count, mark the partitions owned. Its
  * commit is the point of no return. Starting and running jobs keep their
@@ -534,81 +710,21 @@ static sq_status copy_and_own(sq_client *c, move *m, sq_error *err)
 		}
 		if (run_ok(m->dst, dw, DELETE_PART_JOBS("", ""), 1, v, err))
 			return err->code;
-		/* stream source -> destination */
-		r = PQexec(m->dst, "COPY shardq.jobs (" JOB_COLS ") FROM STDIN (FORMAT binary)");
-		if (PQresultStatus(r) != PGRES_COPY_IN) {
-			sq_err(err, SQ_EDB, "%s: COPY: %s", dw, PQerrorMessage(m->dst));
-			PQclear(r);
-			run_ok(m->dst, dw, "ROLLBACK", 0, NULL, err);
-			return SQ_EDB;
-		}
-		PQclear(r);
-		{
-			/* the list is our own integers, so it is safe inline (COPY takes
-			 * no parameters) */
-			sq_buf q;
-			sq_buf_init(&q);
-			sq_buf_printf(
-				&q,
-				"COPY (SELECT " JOB_COLS " FROM " PART_JOBS(
-					JOB_COLS, "'%s'::int[]") ") TO STDOUT (FORMAT binary)",
-				m->lit, m->lit);
-			r = PQexec(m->src, q.data);
-			sq_buf_free(&q);
-		}
-		if (PQresultStatus(r) != PGRES_COPY_OUT) {
-			sq_err(err, SQ_EDB, "%s: COPY: %s", sw, PQerrorMessage(m->src));
-			PQclear(r);
-			PQputCopyEnd(m->dst, "source failed");
-			PQclear(PQgetResult(m->dst));
-			run_ok(m->dst, dw, "ROLLBACK", 0, NULL, err);
-			return SQ_EDB;
-		}
-		PQclear(r);
-		int got, put_ok = 1;
-		char *buf;
-		/* read the source to its end even if the destination failed, so
-		 * the source connection leaves COPY OUT cleanly */
-		while ((got = PQgetCopyData(m->src, &buf, 0)) > 0) {
-			if (put_ok && PQputCopyData(m->dst, buf, got) != 1)
-				put_ok = 0;
-			PQfreemem(buf);
-		}
-		while ((r = PQgetResult(m->src)) != NULL)
-			PQclear(r);
-		if (bulk_timeout(c, m->src, sw, 0, 0, err)) {
-			PQputCopyEnd(m->dst, "source failed");
-			while ((r = PQgetResult(m->dst)) != NULL)
-				PQclear(r);
-			run_ok(m->dst, dw, "ROLLBACK", 0, NULL, err);
-			return err->code;
-		}
-		if (!put_ok) {
-			sq_err(err, SQ_EDB, "%s: COPY: %s", dw, PQerrorMessage(m->dst));
-			PQputCopyEnd(m->dst, "destination failed");
-			while ((r = PQgetResult(m->dst)) != NULL)
-				PQclear(r);
-			run_ok(m->dst, dw, "ROLLBACK", 0, NULL, err);
-			return SQ_EDB;
-		}
-		sq_failpoint("mid_copy");
-		if (PQputCopyEnd(m->dst, NULL) != 1) {
-			sq_err(err, SQ_EDB, "%s: COPY: %s", dw, PQerrorMessage(m->dst));
-			return SQ_EDB;
-		}
-		r = PQgetResult(m->dst);
-		if (PQresultStatus(r) != PGRES_COMMAND_OK) {
-			sq_err(err, SQ_EDB, "%s: COPY: %s", dw, PQresultErrorMessage(r));
-			PQclear(r);
-			while ((r = PQgetResult(m->dst)) != NULL)
-				PQclear(r);
-			run_ok(m->dst, dw, "ROLLBACK", 0, NULL, err);
-			return SQ_EDB;
-		}
-		int64_t copied = atoll(PQcmdTuples(r));
-		PQclear(r);
-		while ((r = PQgetResult(m->dst)) != NULL)
-			PQclear(r);
+		/* stream source -> destination; a side that stops answering ends it
+		 * (the statements ran under move_statement_timeout) */
+		sq_watch ws, wd;
+		int64_t copied = 0;
+		sq_watch_arm(&ws, m->src, wait_of(m->src), NULL);
+		sq_watch_arm(&wd, m->dst, wait_of(m->dst), NULL);
+		int lost_src = 0;
+		sq_status st = stream(c, m, sw, dw, &ws, &lost_src, &copied, err);
+		if (ws.armed)
+			lost_src = sq_watch_disarm(&ws);
+		int lost_dst = sq_watch_disarm(&wd);
+		if (lost_src || lost_dst)
+			return unanswered(lost_src ? m->src : m->dst, lost_src ? sw : dw, err);
+		if (st != SQ_OK)
+			return st;
 		if (copied != want) {
 			run_ok(m->dst, dw, "ROLLBACK", 0, NULL, err);
 			return sq_err(
@@ -808,7 +924,10 @@ static void vacuum(sq_client *c, int s)
 	if (!v)
 		return;
 	/* the mass delete leaves dead rows that seed 002 warns about */
+	sq_watch w;
+	sq_watch_arm(&w, v, bulk_wait(c->cfg), NULL);
 	PQclear(PQexec(v, "VACUUM (ANALYZE) shardq.jobs"));
+	sq_watch_disarm(&w);
 	PQfinish(v);
 }
 

@@ -780,6 +780,151 @@ START_TEST(a_stop_does_not_wait_for_a_gone_shards_connect)
 }
 END_TEST
 
+/* What a maintainer logs, kept for the test to read. */
+typedef struct logged {
+	pthread_mutex_t mu;
+	char text[4096];
+} logged;
+
+static void keep_log(const char *line, void *arg)
+{
+	logged *l = arg;
+	pthread_mutex_lock(&l->mu);
+	size_t n = strlen(l->text);
+	snprintf(l->text + n, sizeof(l->text) - n, "%s\n", line);
+	pthread_mutex_unlock(&l->mu);
+}
+
+/* A config whose s2 is reached through the proxy px, with `extra` in its
+ * [cluster]; a maintenance pass holds each shard's connection for 2 s
+ * after making it (a failpoint), and px freezes during s2's: what the pass
+ * sends s2 next is never answered. Returns the config; the freeze is
+ * under way (testdb_proxy_freeze returns once it acts) when
+ * freeze_at_maintain returns. */
+static sq_config *via_proxy(testdb_proxy *px, const char *extra)
+{
+	sq_error err;
+	sq_config *cfg;
+	testdb_proxy_start(px, t.ports[1]);
+	char *direct = testdb_ini(&t, NULL, extra);
+	char *ini = testdb_ini_via(direct, t.ports[1], px->port);
+	free(direct);
+	OKE(sq_config_parse(ini, "frozen.ini", &cfg, &err));
+	free(ini);
+	setenv("SHARDQ_FAILPOINT_SLEEP", "maintain_connected:2000", 1);
+	return cfg;
+}
+
+static void freeze_at_maintain(testdb_proxy *px)
+{
+	double since = test_now_s();
+	while (testdb_scalar(&t, 1,
+			     "SELECT count(*) FROM pg_stat_activity WHERE application_name "
+			     "LIKE '%-maintain'") < 1) {
+		ck_assert_msg(test_now_s() - since < testdb_stall_s(),
+			      "no maintenance pass connected to s2 within %.0fs", testdb_stall_s());
+		usleep(20000);
+	}
+	testdb_proxy_freeze(px, 1);
+	/* past the failpoint's 2 s: the pass has sent s2 its next statement
+	 * (if this machine is slower than that, the stop or the wait below
+	 * comes first, and the statement waits the same way) */
+	usleep(2500000);
+}
+
+static void *maintain_thread(void *arg)
+{
+	void **a = arg;
+	sq_error err;
+	if (sq_maintain_cfg(a[0], NULL, a[1], &err) != SQ_OK)
+		printf("sq_maintain: %s\n", err.msg);
+	atomic_store((atomic_int *)a[2], 1);
+	return NULL;
+}
+
+/*
+ * A pass sends each statement to a shard and waits for its answer. A shard
+ * whose host was cut off without a reset, or is stuck, keeps the
+ * connection open and never answers; the pass waited for good, and so did
+ * what waits for it: a worker's stop (sq_worker_destroy, shardqd's
+ * SIGTERM) waits for its maintainer. Now the statement ends as soon as the
+ * stop is asked for (answer_timeout 10 minutes here, so only the stop can
+ * end it).
+ */
+START_TEST(a_stop_does_not_wait_for_a_frozen_shards_answer)
+{
+	testdb_proxy px;
+	logged log = {PTHREAD_MUTEX_INITIALIZER, ""};
+	sq_config *cfg =
+		via_proxy(&px, "maintain_interval = 1s\n\n[connection]\nanswer_timeout = 10m\n");
+	sq_maintainer *m = sq_maintainer_start(cfg, keep_log, &log);
+	ck_assert_ptr_nonnull(m);
+	freeze_at_maintain(&px);
+	atomic_int stopped = 0;
+	void *args[2] = {m, &stopped};
+	pthread_t th;
+	ck_assert_int_eq(pthread_create(&th, NULL, stop_maintainer, args), 0);
+	double since = test_now_s();
+	while (!atomic_load(&stopped)) {
+		ck_assert_msg(test_now_s() - since < testdb_stall_s(),
+			      "the maintainer's stop has waited %.0fs for its pass, which waits "
+			      "for the answer of s2 (frozen; answer_timeout 10 min)",
+			      testdb_stall_s());
+		usleep(20000);
+	}
+	pthread_join(th, NULL);
+	unsetenv("SHARDQ_FAILPOINT_SLEEP");
+	printf("maintainer stopped %.2fs after the stop was asked; its log:\n%s",
+	       test_now_s() - since, log.text);
+	ck_assert_msg(strstr(log.text, "shard s2: ") && strstr(log.text, "not done: stopping"),
+		      "the pass should say it left s2 undone because of the stop; it logged:\n%s",
+		      log.text);
+	testdb_proxy_freeze(&px, 0);
+	testdb_proxy_stop(&px);
+	sq_config_free(cfg);
+}
+END_TEST
+
+/*
+ * The same shard with no stop: sq_maintain (`shardq maintain`) waits for
+ * an answer at most answer_timeout, then reports the shard and goes on;
+ * the shard before it is done.
+ */
+START_TEST(a_pass_gives_up_on_a_shard_that_stops_answering)
+{
+	testdb_proxy px;
+	sq_maintain_report rep;
+	sq_config *cfg = via_proxy(&px, "\n[connection]\nanswer_timeout = 2s\n");
+	atomic_int done = 0;
+	void *args[3] = {cfg, &rep, &done};
+	pthread_t th;
+	ck_assert_int_eq(pthread_create(&th, NULL, maintain_thread, args), 0);
+	freeze_at_maintain(&px);
+	double since = test_now_s();
+	while (!atomic_load(&done)) {
+		ck_assert_msg(test_now_s() - since < testdb_stall_s(),
+			      "the pass has waited %.0fs for the answer of s2 (frozen; "
+			      "answer_timeout 2s)",
+			      testdb_stall_s());
+		usleep(20000);
+	}
+	pthread_join(th, NULL);
+	unsetenv("SHARDQ_FAILPOINT_SLEEP");
+	ck_assert_int_eq(rep.nshards, 2);
+	printf("s1: ran %d, status %d; s2: status %d, %s\n", rep.shards[0].ran,
+	       rep.shards[0].status, rep.shards[1].status, rep.shards[1].error);
+	ck_assert_msg(rep.shards[0].ran && rep.shards[0].status == SQ_OK, "s1 should be done: %s",
+		      rep.shards[0].error);
+	ck_assert_int_eq(rep.shards[1].status, SQ_ECONN);
+	ck_assert_msg(strstr(rep.shards[1].error, "no answer within 2.0s"),
+		      "s2's error should say it did not answer: %s", rep.shards[1].error);
+	sq_maintain_report_free(&rep);
+	testdb_proxy_freeze(&px, 0);
+	testdb_proxy_stop(&px);
+	sq_config_free(cfg);
+}
+END_TEST
+
 /* One case per test, named for it (CK_RUN_CASE=NAME runs one alone). */
 #define CASE(fn)                                                 \
 	do {                                                     \
@@ -804,5 +949,7 @@ int main(void)
 	CASE(cli_maintain);
 	CASE(config_and_test_clock);
 	CASE(a_stop_does_not_wait_for_a_gone_shards_connect);
+	CASE(a_stop_does_not_wait_for_a_frozen_shards_answer);
+	CASE(a_pass_gives_up_on_a_shard_that_stops_answering);
 	return run_suite(s);
 }

@@ -799,12 +799,112 @@ START_TEST(abort_refused_while_mover_runs)
 }
 END_TEST
 
+/*
+ * A move sends its statements and its COPY to both shards and waits for
+ * each answer. A destination whose host was cut off without a reset, or
+ * is stuck, keeps the connections open and never answers, and `shardq
+ * move` waited for good. Now it gives up once the statement's own timeout
+ * and connect_timeout have passed (for the copy here: move_statement_timeout
+ * 3s + connect_timeout 1s; statement_timeout 2s for the rest), says which shard did not answer, and the move
+ * is resumed once that shard answers again: every job is there once.
+ */
+START_TEST(a_move_whose_destination_stops_answering_ends_and_resumes)
+{
+	testdb_proxy px;
+	char path[600], out[600], cmd[2048];
+	testdb_open(&t, "sqt_moves_frozen", 2, 64, types);
+	write_ini();
+	for (int i = 0; i < 50; i++) {
+		char key[16];
+		snprintf(key, sizeof(key), "f%d", i);
+		enqueue_one(t.client, "m", key, NULL, NULL);
+	}
+	testdb_proxy_start(&px, t.ports[1]);
+	char *direct = testdb_ini(&t, NULL,
+				  "\n[connection]\nconnect_timeout = 1s\nstatement_timeout = 2s\n"
+				  "move_statement_timeout = 3s\n");
+	char *ini = testdb_ini_via(direct, t.ports[1], px.port);
+	free(direct);
+	FILE *f = fopen(testdb_path(path, sizeof(path), "frozen.ini"), "w");
+	fputs(ini, f);
+	fclose(f);
+	free(ini);
+	testdb_path(out, sizeof(out), "mover.out");
+	snprintf(cmd, sizeof(cmd),
+		 "SHARDQ_FAILPOINT_SLEEP=mid_copy:2000 exec %s -c %s move --count 8 --from s1 "
+		 "--to s2 > %s 2>&1",
+		 getenv("SHARDQ_CLI"), path, out);
+	pid_t pid = fork();
+	if (pid == 0) {
+		execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+		_exit(127);
+	}
+	/* the copy has reached the destination and waits at the failpoint */
+	double since = test_now_s();
+	while (testdb_scalar(&t, 1,
+			     "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE "
+			     "'%-mover' AND query LIKE 'COPY%' AND state = 'active'") < 1) {
+		ck_assert_msg(waitpid(pid, NULL, WNOHANG) == 0,
+			      "the mover exited before its copy reached s2");
+		ck_assert_msg(test_now_s() - since < testdb_stall_s(),
+			      "the mover's copy did not reach s2 within %.0fs", testdb_stall_s());
+		usleep(10000);
+	}
+	testdb_proxy_freeze(&px, 1);
+	int status = 0;
+	since = test_now_s();
+	while (waitpid(pid, &status, WNOHANG) == 0) {
+		if (test_now_s() - since > testdb_stall_s()) {
+			kill(pid, SIGKILL);
+			waitpid(pid, NULL, 0);
+			ck_abort_msg("shardq move has waited %.0fs for the answer of s2 (frozen "
+				     "after its copy began; move_statement_timeout 3s)",
+				     testdb_stall_s());
+		}
+		usleep(20000);
+	}
+	char said[1024] = "";
+	f = fopen(out, "r");
+	if (f) {
+		size_t n = fread(said, 1, sizeof(said) - 1, f);
+		said[n] = '\0';
+		fclose(f);
+	}
+	printf("shardq move ended %.2fs after s2 froze, exit %d:\n%s", test_now_s() - since,
+	       WIFEXITED(status) ? WEXITSTATUS(status) : -1, said);
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) != 0 &&
+			      strstr(said, "shard s2 (destination)") &&
+			      strstr(said, "no answer within 4.0s"),
+		      "the move should fail naming s2 as not answering:\n%s", said);
+	ck_assert_int_eq(testdb_scalar(&t, 0,
+				       "SELECT count(*) FROM shardq_meta.moves WHERE finished_at "
+				       "IS NULL"),
+			 1);
+	/* the shard answers again: the move is resumed (directly, not through
+	 * the proxy) and every job is there once */
+	testdb_proxy_freeze(&px, 0);
+	testdb_proxy_stop(&px);
+	int rc = cli(NULL, "moves --resume all");
+	ck_assert_msg(rc == 0, "resume exited %d:\n%s", rc, cli_out);
+	ck_assert_int_eq(testdb_scalar(&t, 0,
+				       "SELECT count(*) FROM shardq_meta.moves WHERE step = "
+				       "'done'"),
+			 1);
+	check_ownership();
+	ck_assert_int_eq(testdb_sum(&t, "SELECT count(*) FROM shardq.jobs"), 50);
+	ck_assert_int_eq(testdb_sum(&t, "SELECT count(DISTINCT active_uid) FROM shardq.jobs"), 50);
+	testdb_tmpdir_remove();
+	testdb_close(&t);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("moves");
 	ADD_CASE(s, stale_router_still_routes, 3600);
 	ADD_CASE(s, same_key_before_during_after_move, 3600);
 	ADD_CASE(s, abort_refused_while_mover_runs, 3600);
+	ADD_CASE(s, a_move_whose_destination_stops_answering_ends_and_resumes, 3600);
 	ADD_CASE(s, add_fifth_shard_under_load, 3600);
 	ADD_CASE(s, drain_a_shard_under_load, 3600);
 	ADD_CASE(s, killed_mover_resumes_or_aborts, 3600);
