@@ -4,6 +4,8 @@
 #include "failpoint.h"
 
 #ifdef SHARDQ_FAILPOINTS
+#include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -15,9 +17,21 @@ void sq_failpoint(const char *name)
 	size_t n = strlen(name);
 	if (fp && !strcmp(fp, name))
 		_exit(99); /* no cleanup, no flush: like a crash */
+	const char *wt = getenv("SHARDQ_FAILPOINT_WAIT");
 	/* "name:ms" holds the process there, to widen a window in tests */
 	if (sl && !strncmp(sl, name, n) && sl[n] == ':')
 		usleep((useconds_t)atoi(sl + n + 1) * 1000);
+	/* "name:PATH" holds it there until the test makes PATH; it first makes
+	 * PATH.reached, so the test knows it is there */
+	if (wt && !strncmp(wt, name, n) && wt[n] == ':') {
+		char reached[1024];
+		snprintf(reached, sizeof(reached), "%s.reached", wt + n + 1);
+		int fd = open(reached, O_CREAT | O_WRONLY | O_CLOEXEC, 0644);
+		if (fd >= 0)
+			close(fd);
+		while (access(wt + n + 1, F_OK) != 0)
+			usleep(10000);
+	}
 }
 
 int64_t sq_test_clock_offset_s(void)

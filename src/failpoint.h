@@ -1,6 +1,8 @@
 /* failpoint.h - named crash points for tests: when $SHARDQ_FAILPOINT names
  * this point, the process exits at once (code 99), as a kill -9 would;
- * when $SHARDQ_FAILPOINT_SLEEP is "name:MS", it sleeps MS milliseconds there.
+ * when $SHARDQ_FAILPOINT_SLEEP is "name:MS", it sleeps MS milliseconds there;
+ * when $SHARDQ_FAILPOINT_WAIT is "name:PATH", it makes PATH.reached and
+ * waits there until PATH exists (the test's word to go on).
  *
  * Only a test build has them (cmake -DSHARDQ_FAILPOINTS=ON, as scripts/test
  * builds build-asan): in any other build sq_failpoint is an empty inline and

@@ -170,7 +170,9 @@ static void maintain_shard(const sq_config *cfg, int s, int64_t now_us, int max_
 		return;
 	}
 	mconn mc = {pc, sq_plain_answer_wait_s(cfg, cfg->statement_timeout_ms), stop};
-	sq_failpoint("maintain_connected");
+	char fpname[96];
+	snprintf(fpname, sizeof(fpname), "maintain_connected_%s", cfg->shards[s].id);
+	sq_failpoint(fpname);
 	snprintf(buf, sizeof(buf), "SET lock_timeout = %lld", (long long)o->lock_timeout_ms);
 	if (run_ok(&mc, sh, "lock_timeout", buf, 0, NULL))
 		goto out;

@@ -86,11 +86,18 @@ static int conn_event(PGEventId id, void *info, void *pass)
 	return 1;
 }
 
-static void set_wait(PGconn *pc, double wait_s)
+typedef struct conn_wait {
+	double now;     /* the wait of the next statement */
+	double normal;  /* outside bulk statements */
+	int local_bulk; /* now is a bulk wait that ends with the transaction */
+} conn_wait;
+
+/* Sets pc's wait; normal >= 0 also sets its normal wait. */
+static void set_wait(PGconn *pc, double wait_s, double normal, int local_bulk)
 {
-	double *w = PQinstanceData(pc, conn_event);
+	conn_wait *w = PQinstanceData(pc, conn_event);
 	if (!w) {
-		if (!(w = malloc(sizeof(*w))))
+		if (!(w = calloc(1, sizeof(*w))))
 			return; /* unbounded, as before */
 		if (!PQregisterEventProc(pc, conn_event, "shardq mover", NULL) ||
 		    !PQsetInstanceData(pc, conn_event, w)) {
@@ -98,13 +105,26 @@ static void set_wait(PGconn *pc, double wait_s)
 			return;
 		}
 	}
-	*w = wait_s;
+	w->now = wait_s;
+	if (normal >= 0)
+		w->normal = normal;
+	w->local_bulk = local_bulk;
 }
 
 static double wait_of(PGconn *pc)
 {
-	double *w = PQinstanceData(pc, conn_event);
-	return w ? *w : 0;
+	conn_wait *w = PQinstanceData(pc, conn_event);
+	return w ? w->now : 0;
+}
+
+/* After a statement: a LOCAL bulk timeout ended with its transaction. */
+static void wait_after(PGconn *pc)
+{
+	conn_wait *w = PQinstanceData(pc, conn_event);
+	if (w && w->local_bulk && PQtransactionStatus(pc) == PQTRANS_IDLE) {
+		w->now = w->normal;
+		w->local_bulk = 0;
+	}
 }
 
 /* The wait of a bulk statement (bulk_timeout): move_statement_timeout +
@@ -141,8 +161,10 @@ static PGconn *connect_to(sq_client *c, const char *what, const char *dsn, sq_er
 	PGconn *pc = sq_connect_plain(c->cfg, dsn, "mover", -1, msg, sizeof(msg));
 	if (!pc)
 		sq_err(err, SQ_ECONN, "%s: %s", what, msg);
-	else
-		set_wait(pc, sq_plain_answer_wait_s(c->cfg, c->cfg->statement_timeout_ms));
+	else {
+		double w = sq_plain_answer_wait_s(c->cfg, c->cfg->statement_timeout_ms);
+		set_wait(pc, w, w, 0);
+	}
 	return pc;
 }
 
@@ -159,6 +181,7 @@ static PGresult *run(PGconn *c, const char *who, const char *sql, int n, const c
 		unanswered(c, who, err);
 		return NULL;
 	}
+	wait_after(c);
 	ExecStatusType s = PQresultStatus(r);
 	if (s == PGRES_COMMAND_OK || s == PGRES_TUPLES_OK)
 		return r;
@@ -176,6 +199,7 @@ static PGresult *run(PGconn *c, const char *who, const char *sql, int n, const c
 		sq_watch_arm(&w, c, wait_of(c), NULL);
 		PQclear(PQexec(c, "ROLLBACK"));
 		sq_watch_disarm(&w);
+		wait_after(c);
 	}
 	return NULL;
 }
@@ -203,13 +227,13 @@ static sq_status bulk_timeout(sq_client *c, PGconn *pc, const char *who, int loc
 	int64_t ms = on ? c->cfg->move_statement_timeout_ms : c->cfg->statement_timeout_ms;
 	snprintf(sql, sizeof(sql), "SET %sstatement_timeout = %lld", local ? "LOCAL " : "",
 		 (long long)ms);
-	/* the longer wait from this statement on (a LOCAL one ends with its
-	 * transaction: the wait stays long until the next call, to be safe) */
+	/* the longer wait from this statement on; a LOCAL one ends with its
+	 * transaction (wait_after) */
 	if (on)
-		set_wait(pc, bulk_wait(c->cfg));
+		set_wait(pc, bulk_wait(c->cfg), -1, local);
 	sq_status st = run_ok(pc, who, sql, 0, NULL, err);
 	if (!on && st == SQ_OK)
-		set_wait(pc, sq_plain_answer_wait_s(c->cfg, ms));
+		set_wait(pc, sq_plain_answer_wait_s(c->cfg, ms), -1, 0);
 	return st;
 }
 
@@ -572,10 +596,12 @@ static sq_status drain(sq_client *c, move *m, const sq_move_opts *o, sq_error *e
  * fired), so that a destination that stops answering later is not taken
  * for the source. */
 static sq_status stream(sq_client *c, move *m, const char *sw, const char *dw, sq_watch *ws,
-			int *lost_src, int64_t *copied, sq_error *err)
+			int *lost_src, int *on_dst, int64_t *copied, sq_error *err)
 {
 	PGresult *r;
-	/* stream source -> destination */
+	/* *on_dst: which side the stream waits for (who is named when both
+	 * watches ran out at once) */
+	*on_dst = 1;
 	r = PQexec(m->dst, "COPY shardq.jobs (" JOB_COLS ") FROM STDIN (FORMAT binary)");
 	if (PQresultStatus(r) != PGRES_COPY_IN) {
 		sq_err(err, SQ_EDB, "%s: COPY: %s", dw, PQerrorMessage(m->dst));
@@ -593,12 +619,14 @@ static sq_status stream(sq_client *c, move *m, const char *sw, const char *dw, s
 			      "COPY (SELECT " JOB_COLS " FROM " PART_JOBS(
 				      JOB_COLS, "'%s'::int[]") ") TO STDOUT (FORMAT binary)",
 			      m->lit, m->lit);
+		*on_dst = 0;
 		r = PQexec(m->src, q.data);
 		sq_buf_free(&q);
 	}
 	if (PQresultStatus(r) != PGRES_COPY_OUT) {
 		sq_err(err, SQ_EDB, "%s: COPY: %s", sw, PQerrorMessage(m->src));
 		PQclear(r);
+		*on_dst = 1;
 		PQputCopyEnd(m->dst, "source failed");
 		PQclear(PQgetResult(m->dst));
 		run_ok(m->dst, dw, "ROLLBACK", 0, NULL, err);
@@ -609,13 +637,18 @@ static sq_status stream(sq_client *c, move *m, const char *sw, const char *dw, s
 	char *buf;
 	/* read the source to its end even if the destination failed, so
 	 * the source connection leaves COPY OUT cleanly */
-	while ((got = PQgetCopyData(m->src, &buf, 0)) > 0) {
+	for (;;) {
+		*on_dst = 0;
+		if ((got = PQgetCopyData(m->src, &buf, 0)) <= 0)
+			break;
+		*on_dst = 1;
 		if (put_ok && PQputCopyData(m->dst, buf, got) != 1)
 			put_ok = 0;
 		PQfreemem(buf);
 	}
 	while ((r = PQgetResult(m->src)) != NULL)
 		PQclear(r);
+	*on_dst = 1; /* the source is done */
 	if ((*lost_src = sq_watch_disarm(ws)) != SQ_WATCH_NONE) {
 		PQputCopyEnd(m->dst, "source failed");
 		while ((r = PQgetResult(m->dst)) != NULL)
@@ -714,13 +747,16 @@ static sq_status copy_and_own(sq_client *c, move *m, sq_error *err)
 		 * (the statements ran under move_statement_timeout) */
 		sq_watch ws, wd;
 		int64_t copied = 0;
+		sq_failpoint("before_copy");
 		sq_watch_arm(&ws, m->src, wait_of(m->src), NULL);
 		sq_watch_arm(&wd, m->dst, wait_of(m->dst), NULL);
-		int lost_src = 0;
-		sq_status st = stream(c, m, sw, dw, &ws, &lost_src, &copied, err);
+		int lost_src = 0, on_dst = 1;
+		sq_status st = stream(c, m, sw, dw, &ws, &lost_src, &on_dst, &copied, err);
 		if (ws.armed)
 			lost_src = sq_watch_disarm(&ws);
 		int lost_dst = sq_watch_disarm(&wd);
+		if (lost_src && lost_dst)
+			lost_src = !on_dst; /* both ran out: the one it waited for */
 		if (lost_src || lost_dst)
 			return unanswered(lost_src ? m->src : m->dst, lost_src ? sw : dw, err);
 		if (st != SQ_OK)

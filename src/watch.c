@@ -5,10 +5,12 @@
 #include "config.h"
 #include "pool.h"
 
+#include <fcntl.h>
 #include <math.h>
 #include <pthread.h>
 #include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 /* how often a stop flag is looked at while one is watched */
 #define STOP_LOOK_S 0.05
@@ -21,8 +23,10 @@ static sq_watch *head;
 
 static void fire(sq_watch *w, int why)
 {
-	/* the blocked call sees the connection end at once; the fd stays
-	 * open until PQfinish, so no other file can take its number */
+	/* the blocked call sees the connection end at once. w->fd is the
+	 * watch's own copy of the socket, open until the disarm: libpq may
+	 * close its own on seeing the connection end, and another file may
+	 * take that number before the disarm */
 	shutdown(w->fd, SHUT_RDWR);
 	w->fired = why;
 }
@@ -86,16 +90,18 @@ static void start(void)
 
 int sq_watch_arm(sq_watch *w, PGconn *conn, double wait_s, const atomic_int *stop)
 {
-	w->fd = conn ? PQsocket(conn) : -1;
+	int fd = conn ? PQsocket(conn) : -1;
+	w->fd = -1;
 	w->due = wait_s > 0 ? sq_mono_s() + wait_s : 0;
 	w->stop = stop;
 	w->fired = SQ_WATCH_NONE;
 	w->next = NULL;
 	w->armed = 0;
-	if (w->fd < 0 || (!w->due && !stop))
+	if (fd < 0 || (!w->due && !stop))
 		return 0;
 	pthread_once(&once, start);
-	if (started != 0)
+	/* close-on-exec: a worker spawns its jobs' processes */
+	if (started != 0 || (w->fd = fcntl(fd, F_DUPFD_CLOEXEC, 0)) < 0)
 		return -1;
 	pthread_mutex_lock(&mu);
 	w->next = head;
@@ -120,6 +126,8 @@ int sq_watch_disarm(sq_watch *w)
 	fired = w->fired;
 	w->armed = 0;
 	pthread_mutex_unlock(&mu);
+	close(w->fd);
+	w->fd = -1;
 	return fired;
 }
 

@@ -22,7 +22,7 @@
 enum { SQ_WATCH_NONE = 0, SQ_WATCH_WAIT = 1, SQ_WATCH_STOP = 2 };
 
 typedef struct sq_watch {
-	int fd;
+	int fd;     /* a copy of the connection's socket while armed */
 	double due; /* monotonic seconds; 0: no bound but the stop */
 	const atomic_int *stop;
 	int fired; /* SQ_WATCH_WAIT or SQ_WATCH_STOP, under the watchdog's lock */
@@ -33,7 +33,9 @@ typedef struct sq_watch {
 /* Watches conn for wait_s seconds (<= 0: no bound) and for *stop (NULL:
  * none). A connection without a socket, or both bounds off, is not
  * watched (disarm then returns SQ_WATCH_NONE). Returns -1 if the watchdog
- * thread could not be started (the call then runs unbounded), else 0. */
+ * thread could not be started or the socket not copied (the call then
+ * runs unbounded), else 0. Every arm is followed by one disarm before w
+ * is armed again or goes out of scope. */
 int sq_watch_arm(sq_watch *w, PGconn *conn, double wait_s, const atomic_int *stop);
 /* Takes w off the watch; SQ_WATCH_WAIT or SQ_WATCH_STOP if it fired. */
 int sq_watch_disarm(sq_watch *w);

@@ -2146,45 +2146,6 @@ START_TEST(a_shard_that_stops_answering_holds_no_request_up)
 }
 END_TEST
 
-/* The connects a black hole took (testdb_black_hole), held unanswered
- * until the test cuts them (closes them: the connect fails at once). */
-typedef struct hole_keeper {
-	int lfd;
-	int fds[256];
-	atomic_int n, took, cut, stop;
-	pthread_t th;
-} hole_keeper;
-
-static void *keep_hole(void *arg)
-{
-	hole_keeper *h = arg;
-	while (!atomic_load(&h->stop)) {
-		int n = atomic_load(&h->n);
-		if (atomic_load(&h->cut)) {
-			for (int i = 0; i < n; i++)
-				close(h->fds[i]);
-			atomic_store(&h->n, n = 0);
-			atomic_store(&h->cut, 0);
-		}
-		struct pollfd p = {h->lfd, POLLIN, 0};
-		if (poll(&p, 1, 20) <= 0)
-			continue;
-		int fd = accept(h->lfd, NULL, NULL);
-		if (fd < 0)
-			continue;
-		atomic_fetch_add(&h->took, 1);
-		if (n < 256) {
-			h->fds[n] = fd;
-			atomic_store(&h->n, n + 1);
-		} else {
-			close(fd);
-		}
-	}
-	for (int i = 0; i < atomic_load(&h->n); i++)
-		close(h->fds[i]);
-	return NULL;
-}
-
 /* A shard whose host is gone without a trace when shardqd starts: the
  * request threads' clients and the claimer's connect to it at once, so the
  * start waits for it once (connect_timeout), not once per client; the
@@ -2194,12 +2155,9 @@ START_TEST(a_shard_that_does_not_answer_holds_the_start_up_once)
 {
 	enum { N = 40, CLIENTS = 3 }; /* 2 request threads and the claimer */
 	testdb_open(&t, "sq_http_start_hole", 2, 64, types_ini);
-	hole_keeper h;
-	memset(&h, 0, sizeof(h));
-	int port;
-	h.lfd = testdb_black_hole(64, &port);
-	write_ini_via(NULL, NULL, "connect_timeout = 10m\n", port);
-	ck_assert_int_eq(pthread_create(&h.th, NULL, keep_hole, &h), 0);
+	testdb_hole h;
+	testdb_hole_start(&h, 64);
+	write_ini_via(NULL, NULL, "connect_timeout = 10m\n", h.port);
 	daemon_spawn(&D, "shardqd-hole.out");
 	double since = now_s();
 	while (atomic_load(&h.n) < CLIENTS) {
@@ -2243,9 +2201,7 @@ START_TEST(a_shard_that_does_not_answer_holds_the_start_up_once)
 
 	/* what is still connecting to the hole fails at once, so the daemon
 	 * stops without waiting on it */
-	atomic_store(&h.stop, 1);
-	pthread_join(h.th, NULL);
-	close(h.lfd);
+	testdb_hole_stop(&h);
 	ck_assert_int_eq(daemon_stop(&D, SIGTERM), 0);
 	stop_all();
 }

@@ -805,14 +805,21 @@ END_TEST
  * is stuck, keeps the connections open and never answers, and `shardq
  * move` waited for good. Now it gives up once the statement's own timeout
  * and connect_timeout have passed (for the copy here: move_statement_timeout
- * 3s + connect_timeout 1s; statement_timeout 2s for the rest), says which shard did not answer, and the move
- * is resumed once that shard answers again: every job is there once.
+ * 3s + connect_timeout 1s; statement_timeout 2s for the rest), names the
+ * shard that did not answer, and the move is resumed once that shard
+ * answers again: every job is there once. The destination freezes at the
+ * failpoint `point`: before the copy starts (the source's side of the copy
+ * is watched too, and its wait runs out at the same moment: the message
+ * must still name the destination), once the rows are sent, or in the
+ * drain, before an ordinary statement (its wait is 3s: the bulk wait the
+ * destination took in the move's first transaction ended with it). `wait`
+ * is the wait the message must give.
  */
-START_TEST(a_move_whose_destination_stops_answering_ends_and_resumes)
+static void destination_freezes_at(const char *db, const char *point, const char *wait)
 {
 	testdb_proxy px;
 	char path[600], out[600], cmd[2048];
-	testdb_open(&t, "sqt_moves_frozen", 2, 64, types);
+	testdb_open(&t, db, 2, 64, types);
 	write_ini();
 	for (int i = 0; i < 50; i++) {
 		char key[16];
@@ -830,36 +837,25 @@ START_TEST(a_move_whose_destination_stops_answering_ends_and_resumes)
 	fclose(f);
 	free(ini);
 	testdb_path(out, sizeof(out), "mover.out");
-	snprintf(cmd, sizeof(cmd),
-		 "SHARDQ_FAILPOINT_SLEEP=mid_copy:2000 exec %s -c %s move --count 8 --from s1 "
-		 "--to s2 > %s 2>&1",
-		 getenv("SHARDQ_CLI"), path, out);
+	snprintf(cmd, sizeof(cmd), "%s exec %s -c %s move --count 8 --from s1 --to s2 > %s 2>&1",
+		 testdb_failpoint_hold(point), getenv("SHARDQ_CLI"), path, out);
 	pid_t pid = fork();
 	if (pid == 0) {
 		execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
 		_exit(127);
 	}
-	/* the copy has reached the destination and waits at the failpoint */
-	double since = test_now_s();
-	while (testdb_scalar(&t, 1,
-			     "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE "
-			     "'%-mover' AND query LIKE 'COPY%' AND state = 'active'") < 1) {
-		ck_assert_msg(waitpid(pid, NULL, WNOHANG) == 0,
-			      "the mover exited before its copy reached s2");
-		ck_assert_msg(test_now_s() - since < testdb_stall_s(),
-			      "the mover's copy did not reach s2 within %.0fs", testdb_stall_s());
-		usleep(10000);
-	}
+	testdb_failpoint_await("the mover");
 	testdb_proxy_freeze(&px, 1);
+	testdb_failpoint_go();
 	int status = 0;
-	since = test_now_s();
+	double since = test_now_s();
 	while (waitpid(pid, &status, WNOHANG) == 0) {
 		if (test_now_s() - since > testdb_stall_s()) {
 			kill(pid, SIGKILL);
 			waitpid(pid, NULL, 0);
 			ck_abort_msg("shardq move has waited %.0fs for the answer of s2 (frozen "
-				     "after its copy began; move_statement_timeout 3s)",
-				     testdb_stall_s());
+				     "at %s; move_statement_timeout 3s)",
+				     testdb_stall_s(), point);
 		}
 		usleep(20000);
 	}
@@ -870,12 +866,12 @@ START_TEST(a_move_whose_destination_stops_answering_ends_and_resumes)
 		said[n] = '\0';
 		fclose(f);
 	}
-	printf("shardq move ended %.2fs after s2 froze, exit %d:\n%s", test_now_s() - since,
-	       WIFEXITED(status) ? WEXITSTATUS(status) : -1, said);
-	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) != 0 &&
-			      strstr(said, "shard s2 (destination)") &&
-			      strstr(said, "no answer within 4.0s"),
-		      "the move should fail naming s2 as not answering:\n%s", said);
+	printf("%s: shardq move ended %.2fs after s2 froze, exit %d:\n%s", point,
+	       test_now_s() - since, WIFEXITED(status) ? WEXITSTATUS(status) : -1, said);
+	char want[128];
+	snprintf(want, sizeof(want), "shard s2 (destination): no answer within %s", wait);
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) != 0 && strstr(said, want),
+		      "the move should fail with \"%s\":\n%s", want, said);
 	ck_assert_int_eq(testdb_scalar(&t, 0,
 				       "SELECT count(*) FROM shardq_meta.moves WHERE finished_at "
 				       "IS NULL"),
@@ -896,6 +892,23 @@ START_TEST(a_move_whose_destination_stops_answering_ends_and_resumes)
 	testdb_tmpdir_remove();
 	testdb_close(&t);
 }
+
+START_TEST(a_move_whose_destination_stops_answering_in_its_copy_resumes)
+{
+	destination_freezes_at("sqt_moves_frozen_mid", "mid_copy", "4.0s");
+}
+END_TEST
+
+START_TEST(a_move_whose_destination_stops_answering_before_its_copy_resumes)
+{
+	destination_freezes_at("sqt_moves_frozen_before", "before_copy", "4.0s");
+}
+END_TEST
+
+START_TEST(a_move_whose_destination_stops_answering_in_its_drain_resumes)
+{
+	destination_freezes_at("sqt_moves_frozen_drain", "during_drain", "3.0s");
+}
 END_TEST
 
 int main(void)
@@ -904,7 +917,9 @@ int main(void)
 	ADD_CASE(s, stale_router_still_routes, 3600);
 	ADD_CASE(s, same_key_before_during_after_move, 3600);
 	ADD_CASE(s, abort_refused_while_mover_runs, 3600);
-	ADD_CASE(s, a_move_whose_destination_stops_answering_ends_and_resumes, 3600);
+	ADD_CASE(s, a_move_whose_destination_stops_answering_in_its_copy_resumes, 3600);
+	ADD_CASE(s, a_move_whose_destination_stops_answering_before_its_copy_resumes, 3600);
+	ADD_CASE(s, a_move_whose_destination_stops_answering_in_its_drain_resumes, 3600);
 	ADD_CASE(s, add_fifth_shard_under_load, 3600);
 	ADD_CASE(s, drain_a_shard_under_load, 3600);
 	ADD_CASE(s, killed_mover_resumes_or_aborts, 3600);

@@ -12,6 +12,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <poll.h>
+#include <time.h>
 #include <unistd.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -556,6 +557,93 @@ void testdb_proxy_stop(testdb_proxy *px)
 	close(px->lfd);
 	for (int i = 0; i < px->nzombies; i++)
 		close(px->zombies[i]);
+}
+
+static void *hole_main(void *arg)
+{
+	testdb_hole *h = arg;
+	while (!atomic_load(&h->stop)) {
+		int n = atomic_load(&h->n);
+		if (atomic_load(&h->cut)) {
+			for (int i = 0; i < n; i++)
+				close(h->fds[i]);
+			atomic_store(&h->n, n = 0);
+			atomic_store(&h->cut, 0);
+		}
+		struct pollfd p = {h->lfd, POLLIN, 0};
+		if (poll(&p, 1, 20) <= 0)
+			continue;
+		int fd = accept(h->lfd, NULL, NULL);
+		if (fd < 0)
+			continue;
+		atomic_fetch_add(&h->took, 1);
+		if (n < (int)(sizeof(h->fds) / sizeof(h->fds[0]))) {
+			h->fds[n] = fd;
+			atomic_store(&h->n, n + 1);
+		} else {
+			close(fd);
+		}
+	}
+	for (int i = 0; i < atomic_load(&h->n); i++)
+		close(h->fds[i]);
+	return NULL;
+}
+
+void testdb_hole_start(testdb_hole *h, int backlog)
+{
+	memset(h, 0, sizeof(*h));
+	h->lfd = testdb_black_hole(backlog, &h->port);
+	ck_assert_int_eq(pthread_create(&h->th, NULL, hole_main, h), 0);
+}
+
+void testdb_hole_stop(testdb_hole *h)
+{
+	atomic_store(&h->stop, 1);
+	pthread_join(h->th, NULL);
+	close(h->lfd);
+}
+
+static char fp_go[600], fp_env[700];
+
+static double mono_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+const char *testdb_failpoint_hold(const char *name)
+{
+	char reached[640];
+	testdb_path(fp_go, sizeof(fp_go), "failpoint-go");
+	snprintf(reached, sizeof(reached), "%s.reached", fp_go);
+	unlink(fp_go);
+	unlink(reached);
+	snprintf(fp_env, sizeof(fp_env), "%s:%s", name, fp_go);
+	setenv("SHARDQ_FAILPOINT_WAIT", fp_env, 1);
+	snprintf(fp_env, sizeof(fp_env), "SHARDQ_FAILPOINT_WAIT=%s:%s", name, fp_go);
+	return fp_env;
+}
+
+void testdb_failpoint_await(const char *what)
+{
+	char reached[640];
+	snprintf(reached, sizeof(reached), "%s.reached", fp_go);
+	double since = mono_s();
+	while (access(reached, F_OK) != 0) {
+		ck_assert_msg(mono_s() - since < testdb_stall_s(),
+			      "%s: not at its failpoint (%s) after %.0fs", what, fp_env,
+			      testdb_stall_s());
+		usleep(10000);
+	}
+}
+
+void testdb_failpoint_go(void)
+{
+	int fd = open(fp_go, O_CREAT | O_WRONLY, 0644);
+	ck_assert_int_ge(fd, 0);
+	close(fd);
+	unsetenv("SHARDQ_FAILPOINT_WAIT");
 }
 
 char *testdb_ini_sub(const char *ini, const char *from, const char *to)

@@ -134,6 +134,28 @@ void testdb_proxy_stop(testdb_proxy *px);
  * its backlog, and a client then waits for the server's first message;
  * later ones wait in SYN_SENT. Returns the socket; its port in *port. */
 int testdb_black_hole(int backlog, int *port);
+/* A black hole that also accepts: a thread takes each connect and holds
+ * it unanswered (a host that took the connection and then went), until
+ * the test sets `cut` (the ones held are closed: their clients fail at
+ * once) or stops it. n: held now; took: taken in all. Its port in
+ * h->port. */
+typedef struct testdb_hole {
+	int lfd, port;
+	int fds[256];
+	atomic_int n, took, cut, stop;
+	pthread_t th;
+} testdb_hole;
+void testdb_hole_start(testdb_hole *h, int backlog);
+void testdb_hole_stop(testdb_hole *h);
+/* A failpoint that holds the process (failpoint builds): sets
+ * $SHARDQ_FAILPOINT_WAIT for failpoint `name` (children inherit it) and
+ * returns that setting as "VAR=VALUE" for a command line;
+ * testdb_failpoint_await waits (up to the stall limit, then fails the
+ * test with `what`) until a process is held there; testdb_failpoint_go
+ * lets it go on and clears the setting. */
+const char *testdb_failpoint_hold(const char *name);
+void testdb_failpoint_await(const char *what);
+void testdb_failpoint_go(void);
 /* A copy of config text `ini` (malloc'd) with the first `from` replaced
  * by `to`. */
 char *testdb_ini_sub(const char *ini, const char *from, const char *to);
