@@ -8,6 +8,7 @@
 #include "failpoint.h"
 #include "pool.h"
 #include "ticker.h"
+#include "watch.h"
 
 #include <ctype.h>
 #include <inttypes.h>
@@ -844,6 +845,7 @@ struct sq_sched_thread {
 	char last[sizeof(((sq_error *)0)->msg)]; /* the error reported last */
 	double last_at;
 	sq_ticker *ticker;
+	atomic_int stopping; /* a pass under way ends at once */
 };
 
 /* The end of a duration in seconds ("0.3s") at p, or NULL. */
@@ -874,19 +876,36 @@ static int same_but_numbers(const char *a, const char *b)
 	}
 }
 
-/* One scheduler pass, on the ticker's thread. */
+/* One scheduler pass, on the ticker's thread. Its connections are watched
+ * for the stop (watch.h): a shard or meta database that stopped answering
+ * (its host cut off without a reset, or stuck) would hold the pass up to
+ * the answer wait, and shardqd's stop waits for the pass. */
 static void sched_pass(void *arg)
 {
 	sq_sched_thread *t = arg;
 	sq_error err;
 	double end = sq_mono_s() + SQ_SCHED_CONNECT_WAIT_S;
+	sq_watch watch[SQ_MAX_SHARDS + 1];
+	int nw = 0;
+	sq_failpoint("sched_pass");
+	if (t->c->meta.conn)
+		sq_watch_arm(&watch[nw++], t->c->meta.conn, 0, &t->stopping);
+	for (int s = 0; s < t->c->nshards; s++)
+		if (t->c->shards[s].conn)
+			sq_watch_arm(&watch[nw++], t->c->shards[s].conn, 0, &t->stopping);
 	sq_status st = t->sc ? run_pass(t->c, t->who, 0, NULL, t->sc->seen, &err)
 			     : sq_schedules_run(t->c, t->who, 0, NULL, &err);
+	int stopped = 0;
+	for (int i = 0; i < nw; i++)
+		stopped |= sq_watch_disarm(&watch[i]) != SQ_WATCH_NONE;
+	if (stopped || atomic_load(&t->stopping))
+		return; /* its error is the stop's */
 	/* a connect under way goes on here too (this thread has no loop to
 	 * take it on between passes): up to SQ_SCHED_CONNECT_WAIT_S from the
 	 * pass's start, so that a server slow to answer is connected within a
 	 * few passes, before its connect_timeout */
-	while (sq_client_advance_connects(t->c) > 0 && sq_mono_s() < end)
+	while (sq_client_advance_connects(t->c) > 0 && sq_mono_s() < end &&
+	       !atomic_load(&t->stopping))
 		(void)poll(NULL, 0, 20);
 	/* the same error again (a shard down), whatever its figures: once a
 	 * minute */
@@ -929,6 +948,7 @@ void sq_sched_thread_stop(sq_sched_thread *t)
 {
 	if (!t)
 		return;
+	atomic_store(&t->stopping, 1);
 	sq_ticker_stop(t->ticker);
 	sq_sched_free(t->sc);
 	sq_client_close(t->c);

@@ -721,6 +721,70 @@ START_TEST(worker_runs_the_schedules)
 }
 END_TEST
 
+static void *stop_sched(void *arg)
+{
+	void **a = arg;
+	sq_sched_thread_stop(a[0]);
+	atomic_store((atomic_int *)a[1], 1);
+	return NULL;
+}
+
+/*
+ * shardqd runs the schedules on a thread with a client of its own
+ * (sq_sched_thread), and its stop (SIGTERM) waits for the pass under way.
+ * A meta database that stopped answering in the middle of a pass (its
+ * host cut off without a reset, or stuck) held the stop up to the answer
+ * wait: answer_timeout, 10 minutes here. Now the pass ends as soon as the
+ * stop is asked for.
+ */
+START_TEST(a_stop_does_not_wait_for_a_pass_on_a_frozen_meta)
+{
+#ifndef SHARDQ_FAILPOINTS
+	printf("%s: needs a failpoint build; skipped\n", __func__);
+	return;
+#endif
+	sq_error err;
+	testdb_proxy px;
+	sq_config *cfg;
+	sq_client *c;
+	open_with("[schedule tick]\nevery = 1s\ntype = tick\nkey = tick-{epoch}\n");
+	/* s1 holds the meta database; this runner reaches it through px */
+	testdb_proxy_start(&px, t.ports[0]);
+	char *direct = testdb_ini(&t, NULL, "\n[connection]\nanswer_timeout = 10m\n");
+	char *ini = testdb_ini_via(direct, t.ports[0], px.port);
+	free(direct);
+	OKE(sq_config_parse(ini, "frozen.ini", &cfg, &err));
+	free(ini);
+	OKE(sq_client_open(cfg, 0, &c, &err));
+	testdb_failpoint_hold("sched_pass");
+	sq_sched_thread *th = sq_sched_thread_start(cfg, "frozen", c, NULL, NULL);
+	ck_assert_ptr_nonnull(th);
+	testdb_failpoint_await("the scheduler's pass");
+	testdb_proxy_freeze(&px, 1);
+	testdb_failpoint_go();
+	/* let the pass send the meta database its first statement (if it has
+	 * not by the stop, the statement waits the same way) */
+	usleep(200000);
+	atomic_int stopped = 0;
+	void *args[2] = {th, &stopped};
+	pthread_t stopper;
+	ck_assert_int_eq(pthread_create(&stopper, NULL, stop_sched, args), 0);
+	double since = test_now_s();
+	while (!atomic_load(&stopped)) {
+		ck_assert_msg(test_now_s() - since < testdb_stall_s(),
+			      "the scheduler's stop has waited %.0fs for its pass, which waits for "
+			      "the meta database (frozen; answer_timeout 10 min)",
+			      testdb_stall_s());
+		usleep(20000);
+	}
+	pthread_join(stopper, NULL);
+	printf("scheduler stopped %.2fs after the stop was asked\n", test_now_s() - since);
+	testdb_proxy_freeze(&px, 0);
+	testdb_proxy_stop(&px);
+	sq_config_free(cfg);
+}
+END_TEST
+
 START_TEST(cli_lists_and_runs_once)
 {
 	const char *cli = getenv("SHARDQ_CLI");
@@ -782,6 +846,7 @@ int main(void)
 	tcase_add_test(tc, crash_after_enqueue_dedups_on_the_live_job);
 	tcase_add_test(tc, worker_runs_the_schedules);
 	tcase_add_test(tc, cli_lists_and_runs_once);
+	tcase_add_test(tc, a_stop_does_not_wait_for_a_pass_on_a_frozen_meta);
 	suite_add_tcase(s, tc);
 	return run_suite(s);
 }
