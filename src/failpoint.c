@@ -24,12 +24,15 @@ void sq_failpoint(const char *name)
 	/* "name:PATH" holds it there until the test makes PATH; it first makes
 	 * PATH.reached, so the test knows it is there */
 	if (wt && !strncmp(wt, name, n) && wt[n] == ':') {
-		char reached[1024];
-		snprintf(reached, sizeof(reached), "%s.reached", wt + n + 1);
+		/* copied: the test clears the setting while this waits */
+		char go[1024], reached[1040];
+		snprintf(go, sizeof(go), "%s", wt + n + 1);
+		snprintf(reached, sizeof(reached), "%s.reached", go);
 		int fd = open(reached, O_CREAT | O_WRONLY | O_CLOEXEC, 0644);
 		if (fd >= 0)
 			close(fd);
-		while (access(wt + n + 1, F_OK) != 0)
+		/* a test that failed before its word does not hold this for good */
+		for (int i = 0; i < 60000 && access(go, F_OK) != 0; i++)
 			usleep(10000);
 	}
 }

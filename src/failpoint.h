@@ -2,7 +2,8 @@
  * this point, the process exits at once (code 99), as a kill -9 would;
  * when $SHARDQ_FAILPOINT_SLEEP is "name:MS", it sleeps MS milliseconds there;
  * when $SHARDQ_FAILPOINT_WAIT is "name:PATH", it makes PATH.reached and
- * waits there until PATH exists (the test's word to go on).
+ * waits there until PATH exists (the test's word to go on), 10 minutes
+ * at most.
  *
  * Only a test build has them (cmake -DSHARDQ_FAILPOINTS=ON, as scripts/test
  * builds build-asan): in any other build sq_failpoint is an empty inline and

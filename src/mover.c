@@ -596,14 +596,20 @@ static sq_status drain(sq_client *c, move *m, const sq_move_opts *o, sq_error *e
  * fired), so that a destination that stops answering later is not taken
  * for the source. */
 static sq_status stream(sq_client *c, move *m, const char *sw, const char *dw, sq_watch *ws,
-			int *lost_src, int *on_dst, int64_t *copied, sq_error *err)
+			int *lost_src, int *failed, int64_t *copied, sq_error *err)
 {
 	PGresult *r;
-	/* *on_dst: which side the stream waits for (who is named when both
-	 * watches ran out at once) */
-	*on_dst = 1;
+	/* *failed: the side of the first call that failed, 0 the source, 1 the
+	 * destination (who is named when both watches ran out at once: the
+	 * other side's call then fails too, but later) */
+#define FAILED(side)                      \
+	do {                              \
+		if (*failed < 0)          \
+			*failed = (side); \
+	} while (0)
 	r = PQexec(m->dst, "COPY shardq.jobs (" JOB_COLS ") FROM STDIN (FORMAT binary)");
 	if (PQresultStatus(r) != PGRES_COPY_IN) {
+		FAILED(1);
 		sq_err(err, SQ_EDB, "%s: COPY: %s", dw, PQerrorMessage(m->dst));
 		PQclear(r);
 		run_ok(m->dst, dw, "ROLLBACK", 0, NULL, err);
@@ -619,14 +625,13 @@ static sq_status stream(sq_client *c, move *m, const char *sw, const char *dw, s
 			      "COPY (SELECT " JOB_COLS " FROM " PART_JOBS(
 				      JOB_COLS, "'%s'::int[]") ") TO STDOUT (FORMAT binary)",
 			      m->lit, m->lit);
-		*on_dst = 0;
 		r = PQexec(m->src, q.data);
 		sq_buf_free(&q);
 	}
 	if (PQresultStatus(r) != PGRES_COPY_OUT) {
+		FAILED(0);
 		sq_err(err, SQ_EDB, "%s: COPY: %s", sw, PQerrorMessage(m->src));
 		PQclear(r);
-		*on_dst = 1;
 		PQputCopyEnd(m->dst, "source failed");
 		PQclear(PQgetResult(m->dst));
 		run_ok(m->dst, dw, "ROLLBACK", 0, NULL, err);
@@ -637,18 +642,20 @@ static sq_status stream(sq_client *c, move *m, const char *sw, const char *dw, s
 	char *buf;
 	/* read the source to its end even if the destination failed, so
 	 * the source connection leaves COPY OUT cleanly */
-	for (;;) {
-		*on_dst = 0;
-		if ((got = PQgetCopyData(m->src, &buf, 0)) <= 0)
-			break;
-		*on_dst = 1;
-		if (put_ok && PQputCopyData(m->dst, buf, got) != 1)
+	while ((got = PQgetCopyData(m->src, &buf, 0)) > 0) {
+		if (put_ok && PQputCopyData(m->dst, buf, got) != 1) {
+			FAILED(1);
 			put_ok = 0;
+		}
 		PQfreemem(buf);
 	}
-	while ((r = PQgetResult(m->src)) != NULL)
+	if (got == -2)
+		FAILED(0);
+	while ((r = PQgetResult(m->src)) != NULL) {
+		if (PQresultStatus(r) != PGRES_COMMAND_OK)
+			FAILED(0);
 		PQclear(r);
-	*on_dst = 1; /* the source is done */
+	}
 	if ((*lost_src = sq_watch_disarm(ws)) != SQ_WATCH_NONE) {
 		PQputCopyEnd(m->dst, "source failed");
 		while ((r = PQgetResult(m->dst)) != NULL)
@@ -673,11 +680,13 @@ static sq_status stream(sq_client *c, move *m, const char *sw, const char *dw, s
 	}
 	sq_failpoint("mid_copy");
 	if (PQputCopyEnd(m->dst, NULL) != 1) {
+		FAILED(1);
 		sq_err(err, SQ_EDB, "%s: COPY: %s", dw, PQerrorMessage(m->dst));
 		return SQ_EDB;
 	}
 	r = PQgetResult(m->dst);
 	if (PQresultStatus(r) != PGRES_COMMAND_OK) {
+		FAILED(1);
 		sq_err(err, SQ_EDB, "%s: COPY: %s", dw, PQresultErrorMessage(r));
 		PQclear(r);
 		while ((r = PQgetResult(m->dst)) != NULL)
@@ -690,6 +699,7 @@ static sq_status stream(sq_client *c, move *m, const char *sw, const char *dw, s
 	while ((r = PQgetResult(m->dst)) != NULL)
 		PQclear(r);
 	return SQ_OK;
+#undef FAILED
 }
 
 /* Step 4: in one destination transaction, copy the rows (COPY binary from
@@ -750,13 +760,13 @@ static sq_status copy_and_own(sq_client *c, move *m, sq_error *err)
 		sq_failpoint("before_copy");
 		sq_watch_arm(&ws, m->src, wait_of(m->src), NULL);
 		sq_watch_arm(&wd, m->dst, wait_of(m->dst), NULL);
-		int lost_src = 0, on_dst = 1;
-		sq_status st = stream(c, m, sw, dw, &ws, &lost_src, &on_dst, &copied, err);
+		int lost_src = 0, failed = -1;
+		sq_status st = stream(c, m, sw, dw, &ws, &lost_src, &failed, &copied, err);
 		if (ws.armed)
 			lost_src = sq_watch_disarm(&ws);
 		int lost_dst = sq_watch_disarm(&wd);
-		if (lost_src && lost_dst)
-			lost_src = !on_dst; /* both ran out: the one it waited for */
+		if (lost_src && lost_dst) /* both ran out: the side that failed first */
+			lost_src = failed == 0;
 		if (lost_src || lost_dst)
 			return unanswered(lost_src ? m->src : m->dst, lost_src ? sw : dw, err);
 		if (st != SQ_OK)

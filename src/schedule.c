@@ -690,7 +690,7 @@ static sq_status run_one(sq_client *c, const sq_schedule_conf *s, const char *wh
 }
 
 static sq_status run_pass(sq_client *c, const char *who, int64_t now_us, sq_schedule_pass *out,
-			  int64_t *seen, sq_error *err)
+			  int64_t *seen, const atomic_int *stop, sq_error *err)
 {
 	const sq_config *cfg = c->cfg;
 	sq_schedule_pass p;
@@ -707,7 +707,7 @@ static sq_status run_pass(sq_client *c, const char *who, int64_t now_us, sq_sche
 		clock_gettime(CLOCK_REALTIME, &ts);
 		now_us = (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 	}
-	for (int i = 0; i < cfg->nschedules; i++) {
+	for (int i = 0; i < cfg->nschedules && !(stop && atomic_load(stop)); i++) {
 		sq_error e;
 		e.code = SQ_OK;
 		e.msg[0] = '\0';
@@ -731,7 +731,7 @@ static sq_status run_pass(sq_client *c, const char *who, int64_t now_us, sq_sche
 sq_status sq_schedules_run(sq_client *c, const char *who, int64_t now_us, sq_schedule_pass *out,
 			   sq_error *err)
 {
-	return run_pass(c, who, now_us, out, NULL, err);
+	return run_pass(c, who, now_us, out, NULL, NULL, err);
 }
 
 sq_status sq_schedules_list(sq_client *c, int64_t now_us, sq_schedule_info **out, size_t *n,
@@ -827,7 +827,7 @@ sq_status sq_sched_tick(sq_sched *s, sq_client *c, sq_error *err)
 	if (!s || now < s->next_at)
 		return SQ_OK;
 	s->next_at = now + (double)s->cfg->scheduler.interval_ms / 1000.0;
-	return run_pass(c, s->who, 0, NULL, s->seen, err);
+	return run_pass(c, s->who, 0, NULL, s->seen, NULL, err);
 }
 
 void sq_sched_free(sq_sched *s)
@@ -845,7 +845,9 @@ struct sq_sched_thread {
 	char last[sizeof(((sq_error *)0)->msg)]; /* the error reported last */
 	double last_at;
 	sq_ticker *ticker;
-	atomic_int stopping; /* a pass under way ends at once */
+	atomic_int stop_asked; /* no pass begins, and one under way ends soon */
+	atomic_int in_pass;
+	atomic_int stopping; /* a pass under way is cut now */
 };
 
 /* The end of a duration in seconds ("0.3s") at p, or NULL. */
@@ -876,13 +878,12 @@ static int same_but_numbers(const char *a, const char *b)
 	}
 }
 
-/* One scheduler pass, on the ticker's thread. Its connections are watched
- * for the stop (watch.h): a shard or meta database that stopped answering
- * (its host cut off without a reset, or stuck) would hold the pass up to
- * the answer wait, and shardqd's stop waits for the pass. */
-static void sched_pass(void *arg)
+/* The pass itself: its connections are watched for the stop's cut
+ * (watch.h): a shard or meta database that stopped answering (its host
+ * cut off without a reset, or stuck) would hold it up to the answer wait,
+ * and shardqd's stop waits for it. */
+static void sched_pass_run(sq_sched_thread *t)
 {
-	sq_sched_thread *t = arg;
 	sq_error err;
 	double end = sq_mono_s() + SQ_SCHED_CONNECT_WAIT_S;
 	sq_watch watch[SQ_MAX_SHARDS + 1];
@@ -893,19 +894,19 @@ static void sched_pass(void *arg)
 	for (int s = 0; s < t->c->nshards; s++)
 		if (t->c->shards[s].conn)
 			sq_watch_arm(&watch[nw++], t->c->shards[s].conn, 0, &t->stopping);
-	sq_status st = t->sc ? run_pass(t->c, t->who, 0, NULL, t->sc->seen, &err)
+	sq_status st = t->sc ? run_pass(t->c, t->who, 0, NULL, t->sc->seen, &t->stop_asked, &err)
 			     : sq_schedules_run(t->c, t->who, 0, NULL, &err);
 	int stopped = 0;
 	for (int i = 0; i < nw; i++)
 		stopped |= sq_watch_disarm(&watch[i]) != SQ_WATCH_NONE;
-	if (stopped || atomic_load(&t->stopping))
+	if (stopped || atomic_load(&t->stop_asked))
 		return; /* its error is the stop's */
 	/* a connect under way goes on here too (this thread has no loop to
 	 * take it on between passes): up to SQ_SCHED_CONNECT_WAIT_S from the
 	 * pass's start, so that a server slow to answer is connected within a
 	 * few passes, before its connect_timeout */
 	while (sq_client_advance_connects(t->c) > 0 && sq_mono_s() < end &&
-	       !atomic_load(&t->stopping))
+	       !atomic_load(&t->stop_asked))
 		(void)poll(NULL, 0, 20);
 	/* the same error again (a shard down), whatever its figures: once a
 	 * minute */
@@ -917,6 +918,20 @@ static void sched_pass(void *arg)
 	} else if (st == SQ_OK) {
 		t->last[0] = '\0';
 	}
+}
+
+/* One scheduler pass, on the ticker's thread; none once the stop is asked
+ * for (in_pass tells sq_sched_thread_stop whether one is under way). */
+static void sched_pass(void *arg)
+{
+	sq_sched_thread *t = arg;
+	atomic_store(&t->in_pass, 1);
+	if (atomic_load(&t->stop_asked)) {
+		atomic_store(&t->in_pass, 0);
+		return;
+	}
+	sched_pass_run(t);
+	atomic_store(&t->in_pass, 0);
 }
 
 sq_sched_thread *sq_sched_thread_start(const sq_config *cfg, const char *who, sq_client *c,
@@ -948,6 +963,12 @@ void sq_sched_thread_stop(sq_sched_thread *t)
 {
 	if (!t)
 		return;
+	/* a pass under way ends by itself (no schedule after the one under
+	 * way), for SQ_SCHED_STOP_GRACE_S; then its connections are cut */
+	atomic_store(&t->stop_asked, 1);
+	double until = sq_mono_s() + SQ_SCHED_STOP_GRACE_S;
+	while (atomic_load(&t->in_pass) && sq_mono_s() < until)
+		(void)poll(NULL, 0, 10);
 	atomic_store(&t->stopping, 1);
 	sq_ticker_stop(t->ticker);
 	sq_sched_free(t->sc);

@@ -87,6 +87,12 @@ void sq_sched_free(sq_sched *s);
  * when there is nothing to schedule or on failure; c is then the
  * caller's still. */
 #define SQ_SCHED_CONNECT_WAIT_S 1.0
+/* sq_sched_thread_stop lets a pass under way end by itself for this long
+ * (a pass cut between its claim and its enqueue leaves the slot pending
+ * for claim_lease); then it gives the pass's connections up (a shard or
+ * meta database that stopped answering would hold it to the answer
+ * wait). */
+#define SQ_SCHED_STOP_GRACE_S 5.0
 typedef struct sq_sched_thread sq_sched_thread;
 sq_sched_thread *sq_sched_thread_start(const sq_config *cfg, const char *who, sq_client *c,
 				       void (*on_error)(const sq_error *e, void *arg), void *arg);

@@ -689,12 +689,9 @@ static void check_retention_config(void)
 	sq_config_free(cfg);
 }
 
-static void *stop_maintainer(void *arg)
+static void stop_maintainer(void *m)
 {
-	void **a = arg;
-	sq_maintainer_stop(a[0]);
-	atomic_store((atomic_int *)a[1], 1);
-	return NULL;
+	sq_maintainer_stop(m);
 }
 
 /*
@@ -725,22 +722,12 @@ START_TEST(a_stop_does_not_wait_for_a_gone_shards_connect)
 			      "no maintenance pass connected to s2 within %.0fs", testdb_stall_s());
 		usleep(20000);
 	}
-	atomic_int stopped = 0;
-	void *args[2] = {m, &stopped};
-	pthread_t th;
-	ck_assert_int_eq(pthread_create(&th, NULL, stop_maintainer, args), 0);
-	since = test_now_s();
-	while (!atomic_load(&stopped)) {
-		ck_assert_msg(
-			test_now_s() - since < testdb_stall_s(),
-			"the maintainer's stop has waited %.0fs for its pass, which waits for "
-			"s2's connect (connect_timeout 10 min)",
-			testdb_stall_s());
-		usleep(20000);
-	}
-	pthread_join(th, NULL);
+	double took =
+		testdb_call_within(stop_maintainer, m,
+				   "the maintainer's stop, which waits for its pass, which waits "
+				   "for s2's connect (connect_timeout 10 min)");
 	printf("maintainer stopped at s2's connect after %.2fs (%d connects taken by the hole)\n",
-	       test_now_s() - since, atomic_load(&h.took));
+	       took, atomic_load(&h.took));
 	testdb_hole_stop(&h);
 	sq_config_free(cfg);
 }
@@ -786,14 +773,12 @@ static void freeze_at_maintain(testdb_proxy *px)
 	testdb_failpoint_go();
 }
 
-static void *maintain_thread(void *arg)
+static void maintain_pass_of(void *arg)
 {
 	void **a = arg;
 	sq_error err;
 	if (sq_maintain_cfg(a[0], NULL, a[1], &err) != SQ_OK)
 		printf("sq_maintain: %s\n", err.msg);
-	atomic_store((atomic_int *)a[2], 1);
-	return NULL;
 }
 
 /*
@@ -821,27 +806,18 @@ START_TEST(a_stop_does_not_wait_for_a_frozen_shards_answer)
 	/* let the pass send s2 its next statement (if it has not by the stop,
 	 * the statement waits the same way) */
 	usleep(200000);
-	atomic_int stopped = 0;
-	void *args[2] = {m, &stopped};
-	pthread_t th;
-	ck_assert_int_eq(pthread_create(&th, NULL, stop_maintainer, args), 0);
-	double since = test_now_s();
-	while (!atomic_load(&stopped)) {
-		ck_assert_msg(test_now_s() - since < testdb_stall_s(),
-			      "the maintainer's stop has waited %.0fs for its pass, which waits "
-			      "for the answer of s2 (frozen; answer_timeout 10 min)",
-			      testdb_stall_s());
-		usleep(20000);
-	}
-	pthread_join(th, NULL);
-	printf("maintainer stopped %.2fs after the stop was asked; its log:\n%s",
-	       test_now_s() - since, log.text);
+	double took =
+		testdb_call_within(stop_maintainer, m,
+				   "the maintainer's stop, which waits for its pass, which waits "
+				   "for the answer of s2 (frozen; answer_timeout 10 min)");
+	printf("maintainer stopped %.2fs after the stop was asked; its log:\n%s", took, log.text);
 	ck_assert_msg(strstr(log.text, "shard s2: ") && strstr(log.text, "not done: stopping"),
 		      "the pass should say it left s2 undone because of the stop; it logged:\n%s",
 		      log.text);
 	testdb_proxy_freeze(&px, 0);
 	testdb_proxy_stop(&px);
 	sq_config_free(cfg);
+	testdb_tmpdir_remove();
 }
 END_TEST
 
@@ -859,20 +835,12 @@ START_TEST(a_pass_gives_up_on_a_shard_that_stops_answering)
 	testdb_proxy px;
 	sq_maintain_report rep;
 	sq_config *cfg = via_proxy(&px, "\n[connection]\nanswer_timeout = 2s\n");
-	atomic_int done = 0;
-	void *args[3] = {cfg, &rep, &done};
-	pthread_t th;
-	ck_assert_int_eq(pthread_create(&th, NULL, maintain_thread, args), 0);
+	void *args[2] = {cfg, &rep};
+	testdb_call pass;
+	testdb_call_start(&pass, maintain_pass_of, args);
 	freeze_at_maintain(&px);
-	double since = test_now_s();
-	while (!atomic_load(&done)) {
-		ck_assert_msg(test_now_s() - since < testdb_stall_s(),
-			      "the pass has waited %.0fs for the answer of s2 (frozen; "
-			      "answer_timeout 2s)",
-			      testdb_stall_s());
-		usleep(20000);
-	}
-	pthread_join(th, NULL);
+	testdb_call_wait(&pass, "the pass, which waits for the answer of s2 (frozen; "
+				"answer_timeout 2s)");
 	ck_assert_int_eq(rep.nshards, 2);
 	printf("s1: ran %d, status %d; s2: status %d, %s\n", rep.shards[0].ran,
 	       rep.shards[0].status, rep.shards[1].status, rep.shards[1].error);
@@ -885,6 +853,7 @@ START_TEST(a_pass_gives_up_on_a_shard_that_stops_answering)
 	testdb_proxy_freeze(&px, 0);
 	testdb_proxy_stop(&px);
 	sq_config_free(cfg);
+	testdb_tmpdir_remove();
 }
 END_TEST
 

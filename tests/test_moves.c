@@ -715,6 +715,20 @@ END_TEST
  * still working on the move is refused. The mover is held in the copy
  * (for far longer than the test needs), then killed; the move is resumed
  * and completes. */
+/* `shardq moves --resume all` carries the one move there is to its end:
+ * done, each partition owned by one shard, and `jobs` jobs in all. */
+static void resume_to_done(long long jobs)
+{
+	int rc = cli(NULL, "moves --resume all");
+	ck_assert_msg(rc == 0, "resume exited %d:\n%s", rc, cli_out);
+	ck_assert_int_eq(testdb_scalar(&t, 0,
+				       "SELECT count(*) FROM shardq_meta.moves WHERE step = "
+				       "'done'"),
+			 1);
+	check_ownership();
+	ck_assert_int_eq(testdb_sum(&t, "SELECT count(*) FROM shardq.jobs"), jobs);
+}
+
 START_TEST(abort_refused_while_mover_runs)
 {
 	testdb_open(&t, "sqt_moves_race", 2, 64, types);
@@ -782,14 +796,7 @@ START_TEST(abort_refused_while_mover_runs)
 	ck_assert_int_eq(waitpid(pid, NULL, WNOHANG), 0);
 	kill(pid, SIGKILL);
 	waitpid(pid, NULL, 0);
-	rc = cli(NULL, "moves --resume all");
-	ck_assert_msg(rc == 0, "resume after the mover died exited %d:\n%s", rc, cli_out);
-	ck_assert_int_eq(testdb_scalar(&t, 0,
-				       "SELECT count(*) FROM shardq_meta.moves WHERE step = "
-				       "'done'"),
-			 1);
-	check_ownership();
-	ck_assert_int_eq(testdb_sum(&t, "SELECT count(*) FROM shardq.jobs"), 50);
+	resume_to_done(50);
 	snprintf(args, sizeof(args), "moves --resume %lld", (long long)last_move());
 	rc = cli(NULL, args);
 	ck_assert_msg(rc == 0 && strstr(cli_out, "is done; nothing to do"),
@@ -812,33 +819,38 @@ END_TEST
  * is watched too, and its wait runs out at the same moment: the message
  * must still name the destination), once the rows are sent, or in the
  * drain, before an ordinary statement (its wait is 3s: the bulk wait the
- * destination took in the move's first transaction ended with it). `wait`
- * is the wait the message must give.
+ * destination took in the move's first transaction ended with it). And
+ * the source may stop answering instead (before the copy: the message
+ * must name the source, though the destination's wait runs out with it).
+ * In a cluster of `nshards`, a move from shard `from` to `to` (numbers
+ * from 1); shard `frozen` freezes at failpoint `point`; `want` is what the
+ * message must say.
  */
-static void destination_freezes_at(const char *db, const char *point, const char *wait)
+static void frozen_in_move(const char *db, int nshards, int from, int to, int frozen,
+			   const char *point, const char *want)
 {
 	testdb_proxy px;
 	char path[600], out[600], cmd[2048];
-	testdb_open(&t, db, 2, 64, types);
+	testdb_open(&t, db, nshards, 64, types);
 	write_ini();
 	for (int i = 0; i < 50; i++) {
 		char key[16];
 		snprintf(key, sizeof(key), "f%d", i);
 		enqueue_one(t.client, "m", key, NULL, NULL);
 	}
-	testdb_proxy_start(&px, t.ports[1]);
+	testdb_proxy_start(&px, t.ports[frozen - 1]);
 	char *direct = testdb_ini(&t, NULL,
 				  "\n[connection]\nconnect_timeout = 1s\nstatement_timeout = 2s\n"
 				  "move_statement_timeout = 3s\n");
-	char *ini = testdb_ini_via(direct, t.ports[1], px.port);
+	char *ini = testdb_ini_via(direct, t.ports[frozen - 1], px.port);
 	free(direct);
 	FILE *f = fopen(testdb_path(path, sizeof(path), "frozen.ini"), "w");
 	fputs(ini, f);
 	fclose(f);
 	free(ini);
 	testdb_path(out, sizeof(out), "mover.out");
-	snprintf(cmd, sizeof(cmd), "%s exec %s -c %s move --count 8 --from s1 --to s2 > %s 2>&1",
-		 testdb_failpoint_hold(point), getenv("SHARDQ_CLI"), path, out);
+	snprintf(cmd, sizeof(cmd), "%s exec %s -c %s move --count 8 --from s%d --to s%d > %s 2>&1",
+		 testdb_failpoint_hold(point), getenv("SHARDQ_CLI"), path, from, to, out);
 	pid_t pid = fork();
 	if (pid == 0) {
 		execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
@@ -853,9 +865,9 @@ static void destination_freezes_at(const char *db, const char *point, const char
 		if (test_now_s() - since > testdb_stall_s()) {
 			kill(pid, SIGKILL);
 			waitpid(pid, NULL, 0);
-			ck_abort_msg("shardq move has waited %.0fs for the answer of s2 (frozen "
+			ck_abort_msg("shardq move has waited %.0fs for the answer of s%d (frozen "
 				     "at %s; move_statement_timeout 3s)",
-				     testdb_stall_s(), point);
+				     testdb_stall_s(), frozen, point);
 		}
 		usleep(20000);
 	}
@@ -866,10 +878,8 @@ static void destination_freezes_at(const char *db, const char *point, const char
 		said[n] = '\0';
 		fclose(f);
 	}
-	printf("%s: shardq move ended %.2fs after s2 froze, exit %d:\n%s", point,
-	       test_now_s() - since, WIFEXITED(status) ? WEXITSTATUS(status) : -1, said);
-	char want[128];
-	snprintf(want, sizeof(want), "shard s2 (destination): no answer within %s", wait);
+	printf("%s: shardq move ended %.2fs after s%d froze, exit %d:\n%s", point,
+	       test_now_s() - since, frozen, WIFEXITED(status) ? WEXITSTATUS(status) : -1, said);
 	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) != 0 && strstr(said, want),
 		      "the move should fail with \"%s\":\n%s", want, said);
 	ck_assert_int_eq(testdb_scalar(&t, 0,
@@ -880,14 +890,7 @@ static void destination_freezes_at(const char *db, const char *point, const char
 	 * the proxy) and every job is there once */
 	testdb_proxy_freeze(&px, 0);
 	testdb_proxy_stop(&px);
-	int rc = cli(NULL, "moves --resume all");
-	ck_assert_msg(rc == 0, "resume exited %d:\n%s", rc, cli_out);
-	ck_assert_int_eq(testdb_scalar(&t, 0,
-				       "SELECT count(*) FROM shardq_meta.moves WHERE step = "
-				       "'done'"),
-			 1);
-	check_ownership();
-	ck_assert_int_eq(testdb_sum(&t, "SELECT count(*) FROM shardq.jobs"), 50);
+	resume_to_done(50);
 	ck_assert_int_eq(testdb_sum(&t, "SELECT count(DISTINCT active_uid) FROM shardq.jobs"), 50);
 	testdb_tmpdir_remove();
 	testdb_close(&t);
@@ -895,19 +898,30 @@ static void destination_freezes_at(const char *db, const char *point, const char
 
 START_TEST(a_move_whose_destination_stops_answering_in_its_copy_resumes)
 {
-	destination_freezes_at("sqt_moves_frozen_mid", "mid_copy", "4.0s");
+	frozen_in_move("sqt_moves_frozen_mid", 2, 1, 2, 2, "mid_copy",
+		       "shard s2 (destination): no answer within 4.0s");
 }
 END_TEST
 
 START_TEST(a_move_whose_destination_stops_answering_before_its_copy_resumes)
 {
-	destination_freezes_at("sqt_moves_frozen_before", "before_copy", "4.0s");
+	frozen_in_move("sqt_moves_frozen_before", 2, 1, 2, 2, "before_copy",
+		       "shard s2 (destination): no answer within 4.0s");
 }
 END_TEST
 
 START_TEST(a_move_whose_destination_stops_answering_in_its_drain_resumes)
 {
-	destination_freezes_at("sqt_moves_frozen_drain", "during_drain", "3.0s");
+	frozen_in_move("sqt_moves_frozen_drain", 2, 1, 2, 2, "during_drain",
+		       "shard s2 (destination): no answer within 3.0s");
+}
+END_TEST
+
+START_TEST(a_move_whose_source_stops_answering_before_its_copy_resumes)
+{
+	/* s1 holds the meta database: the source is s2 */
+	frozen_in_move("sqt_moves_frozen_source", 3, 2, 3, 2, "before_copy",
+		       "shard s2 (source): no answer within 4.0s");
 }
 END_TEST
 
@@ -920,6 +934,7 @@ int main(void)
 	ADD_CASE(s, a_move_whose_destination_stops_answering_in_its_copy_resumes, 3600);
 	ADD_CASE(s, a_move_whose_destination_stops_answering_before_its_copy_resumes, 3600);
 	ADD_CASE(s, a_move_whose_destination_stops_answering_in_its_drain_resumes, 3600);
+	ADD_CASE(s, a_move_whose_source_stops_answering_before_its_copy_resumes, 3600);
 	ADD_CASE(s, add_fifth_shard_under_load, 3600);
 	ADD_CASE(s, drain_a_shard_under_load, 3600);
 	ADD_CASE(s, killed_mover_resumes_or_aborts, 3600);

@@ -612,6 +612,41 @@ static double mono_s(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+static void *call_main(void *arg)
+{
+	testdb_call *c = arg;
+	c->fn(c->arg);
+	atomic_store(&c->done, 1);
+	return NULL;
+}
+
+void testdb_call_start(testdb_call *c, void (*fn)(void *arg), void *arg)
+{
+	c->fn = fn;
+	c->arg = arg;
+	atomic_store(&c->done, 0);
+	ck_assert_int_eq(pthread_create(&c->th, NULL, call_main, c), 0);
+}
+
+double testdb_call_wait(testdb_call *c, const char *what)
+{
+	double since = mono_s();
+	while (!atomic_load(&c->done)) {
+		ck_assert_msg(mono_s() - since < testdb_stall_s(), "%s: not returned after %.0fs",
+			      what, testdb_stall_s());
+		usleep(20000);
+	}
+	pthread_join(c->th, NULL);
+	return mono_s() - since;
+}
+
+double testdb_call_within(void (*fn)(void *arg), void *arg, const char *what)
+{
+	testdb_call c;
+	testdb_call_start(&c, fn, arg);
+	return testdb_call_wait(&c, what);
+}
+
 const char *testdb_failpoint_hold(const char *name)
 {
 	char reached[640];

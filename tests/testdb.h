@@ -147,6 +147,19 @@ typedef struct testdb_hole {
 } testdb_hole;
 void testdb_hole_start(testdb_hole *h, int backlog);
 void testdb_hole_stop(testdb_hole *h);
+/* fn(arg) on a thread of its own (testdb_call_start), and the wait for it
+ * to return (testdb_call_wait), up to the stall limit: past it the test
+ * fails, saying that `what` has not returned and for how long. The wait
+ * returns the seconds it waited. testdb_call_within does both. */
+typedef struct testdb_call {
+	void (*fn)(void *arg);
+	void *arg;
+	atomic_int done;
+	pthread_t th;
+} testdb_call;
+void testdb_call_start(testdb_call *c, void (*fn)(void *arg), void *arg);
+double testdb_call_wait(testdb_call *c, const char *what);
+double testdb_call_within(void (*fn)(void *arg), void *arg, const char *what);
 /* A failpoint that holds the process (failpoint builds): sets
  * $SHARDQ_FAILPOINT_WAIT for failpoint `name` (children inherit it) and
  * returns that setting as "VAR=VALUE" for a command line;
