@@ -585,10 +585,10 @@ sq_status sq_client_open(const sq_config *cfg, int for_init, sq_client **out, sq
 		c->map_listen = sq_connect_plain(cfg, sq_config_meta_dsn(cfg), "map-listen", -1,
 						 ignore, sizeof(ignore));
 		if (c->map_listen) {
-			sq_watch w;
-			sq_watch_arm(&w, c->map_listen, wait_s, NULL);
-			PQclear(PQexec(c->map_listen, "LISTEN shardq_map"));
-			if (sq_watch_disarm(&w)) {
+			int fired;
+			PQclear(sq_watch_exec(c->map_listen, "LISTEN shardq_map", 0, NULL, wait_s,
+					      NULL, &fired));
+			if (fired) {
 				/* no answer: the version poll finds map changes */
 				PQfinish(c->map_listen);
 				c->map_listen = NULL;

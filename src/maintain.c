@@ -93,10 +93,8 @@ static PGresult *run(mconn *mc, sq_maintain_shard *sh, const char *what, const c
 		     const char *const *v)
 {
 	PGconn *pc = mc->pc;
-	sq_watch w;
-	sq_watch_arm(&w, pc, mc->wait_s, mc->stop);
-	PGresult *r = PQexecParams(pc, sql, n, NULL, v, NULL, NULL, 0);
-	int fired = sq_watch_disarm(&w);
+	int fired;
+	PGresult *r = sq_watch_exec(pc, sql, n, v, mc->wait_s, mc->stop, &fired);
 	ExecStatusType st = PQresultStatus(r);
 	if (!fired && (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK))
 		return r;

@@ -173,10 +173,9 @@ static PGconn *connect_to(sq_client *c, const char *what, const char *dsn, sq_er
 static PGresult *run(PGconn *c, const char *who, const char *sql, int n, const char *const *v,
 		     sq_error *err)
 {
-	sq_watch w;
-	sq_watch_arm(&w, c, wait_of(c), NULL);
-	PGresult *r = n ? PQexecParams(c, sql, n, NULL, v, NULL, NULL, 0) : PQexec(c, sql);
-	if (sq_watch_disarm(&w)) {
+	int fired;
+	PGresult *r = sq_watch_exec(c, sql, n, n ? v : NULL, wait_of(c), NULL, &fired);
+	if (fired) {
 		PQclear(r);
 		unanswered(c, who, err);
 		return NULL;
@@ -196,9 +195,7 @@ static PGresult *run(PGconn *c, const char *who, const char *sql, int n, const c
 	PQclear(r);
 	if (PQtransactionStatus(c) == PQTRANS_INERROR ||
 	    PQtransactionStatus(c) == PQTRANS_INTRANS) {
-		sq_watch_arm(&w, c, wait_of(c), NULL);
-		PQclear(PQexec(c, "ROLLBACK"));
-		sq_watch_disarm(&w);
+		PQclear(sq_watch_exec(c, "ROLLBACK", 0, NULL, wait_of(c), NULL, &fired));
 		wait_after(c);
 	}
 	return NULL;
@@ -970,10 +967,9 @@ static void vacuum(sq_client *c, int s)
 	if (!v)
 		return;
 	/* the mass delete leaves dead rows that seed 002 warns about */
-	sq_watch w;
-	sq_watch_arm(&w, v, bulk_wait(c->cfg), NULL);
-	PQclear(PQexec(v, "VACUUM (ANALYZE) shardq.jobs"));
-	sq_watch_disarm(&w);
+	int fired;
+	PQclear(sq_watch_exec(v, "VACUUM (ANALYZE) shardq.jobs", 0, NULL, bulk_wait(c->cfg), NULL,
+			      &fired));
 	PQfinish(v);
 }
 

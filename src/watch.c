@@ -131,6 +131,17 @@ int sq_watch_disarm(sq_watch *w)
 	return fired;
 }
 
+PGresult *sq_watch_exec(PGconn *conn, const char *sql, int nparams, const char *const *vals,
+			double wait_s, const atomic_int *stop, int *fired)
+{
+	sq_watch w;
+	sq_watch_arm(&w, conn, wait_s, stop);
+	PGresult *r = vals ? PQexecParams(conn, sql, nparams, NULL, vals, NULL, NULL, 0)
+			   : PQexec(conn, sql);
+	*fired = sq_watch_disarm(&w);
+	return r;
+}
+
 double sq_plain_answer_wait_s(const sq_config *cfg, int64_t statement_timeout_ms)
 {
 	if (cfg->answer_timeout_ms > 0)
