@@ -1284,20 +1284,7 @@ static void h_jobs_ran_once(void)
  * one lands there). */
 static void enqueue_on_s2(const char *prefix)
 {
-	sq_error err;
-	int on_s2 = 0;
-	for (int i = 0; !on_s2; i++) {
-		char key[32];
-		sq_job_spec j;
-		sq_enqueue_result r;
-		snprintf(key, sizeof(key), "%s-%d", prefix, i);
-		memset(&j, 0, sizeof(j));
-		j.type = "h";
-		j.key = key;
-		OKE(sq_enqueue(t.client, &j, 1, &r, &err));
-		on_s2 = r.shard == 1;
-		ck_assert_int_lt(i, 1000);
-	}
+	enqueue_off_s2(t.client, prefix, 0, 1, NULL);
 }
 
 /* An idle listening worker for type h on cfg (8 slots, enough for every
