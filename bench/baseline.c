@@ -185,6 +185,7 @@ static void *producer_main(void *arg)
 	tbuf types = {0}, params = {0};
 	PGconn *c = connect_prepared(r, names, sqls);
 	int64_t origin = pace_join(&r->pace, &r->failed);
+	tally_warmup_from(t, origin, sc->warmup_ms);
 	while (c && !atomic_load(&r->failed) && !atomic_load(&r->stop)) {
 		if (rate > 0)
 			pace_sleep_until(pace_due(&r->pace, origin, th->idx, sent, rate, r->batch));
@@ -477,6 +478,7 @@ static void fill(phase *ph, tally *t, int64_t t0, int which)
 	}
 	ph->e2e_rate = ph->e2e_s > 0.001 ? (double)ph->completed / ph->e2e_s : -1;
 	hist_copy(ph->e2s, &t->e2s);
+	hist_copy(ph->e2s_warm, &t->e2s_warm);
 	hist_copy(ph->claim_rtt, &t->claim_rtt);
 	hist_copy(ph->enq_rtt, &t->enq_rtt);
 	hist_copy(ph->complete_rtt, &t->complete_rtt);

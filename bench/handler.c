@@ -24,7 +24,10 @@ void job_started(tally *t, const char *params, int shard, int type_idx)
 {
 	int64_t at = job_enqueued_at(params), now = wall_us();
 	if (at > 0)
-		hist_record(&t->e2s, (uint64_t)(now > at ? now - at : 0));
+		hist_record(at < atomic_load_explicit(&t->e2s_from, memory_order_relaxed)
+				    ? &t->e2s_warm
+				    : &t->e2s,
+			    (uint64_t)(now > at ? now - at : 0));
 	else
 		atomic_fetch_add_explicit(&t->handled_backlog, 1, memory_order_relaxed);
 	if (shard >= 0 && shard < SC_MAX_SHARDS)

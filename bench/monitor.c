@@ -58,7 +58,9 @@ static void take_sample(monitor *m, int64_t now)
 	s.claimed = atomic_load(&t->claimed);
 	s.done = done;
 	s.done_rate = dt > 0 ? (double)(done - m->last_done) / dt : 0;
+	/* the series shows every second, the warm-up's too */
 	hist_copy(m->cur, &t->e2s);
+	hist_add(m->cur, &t->e2s_warm);
 	hist_diff(m->diff, m->cur, m->prev);
 	if (hist_count(m->diff)) {
 		s.e2s_p50_ms = (double)hist_percentile(m->diff, 50) / 1000.0;

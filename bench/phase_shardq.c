@@ -91,6 +91,7 @@ static void fill(phase *ph, tally *t, int64_t t0, int nshards)
 	ph->complete_rate = rate(ph->completed, ph->complete_s);
 	ph->e2e_rate = rate(ph->completed, ph->e2e_s);
 	hist_copy(ph->e2s, &t->e2s);
+	hist_copy(ph->e2s_warm, &t->e2s_warm);
 	hist_copy(ph->claim_rtt, &t->claim_rtt);
 	hist_copy(ph->enq_rtt, &t->enq_rtt);
 	hist_copy(ph->start_rtt, &t->start_rtt);

@@ -89,6 +89,7 @@ static void *producer_main(void *arg)
 		goto out;
 	}
 	int64_t origin = pace_join(&ps->pace, &ps->stop);
+	tally_warmup_from(t, origin, sc->warmup_ms);
 	while (!atomic_load(&ps->stop)) {
 		if (ps->until && mono_us() >= ps->until)
 			break;

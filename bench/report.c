@@ -153,6 +153,26 @@ int report_figures(const step *st, int extra, report_fig *out, int max)
 			}
 		}
 	}
+	/* [run] warmup: the jobs enqueued in it, left out of enqueue-to-start
+	 * above, and their own figures */
+	int warm = 0;
+	for (int p = 0; p < PH_N; p++)
+		warm |= st->ph[p].ran && hist_count(st->ph[p].e2s_warm) > 0;
+	if (warm) {
+		rw = add_row(out, &n, max, 0, 0, "warm-up jobs (left out above)");
+		for (int p = 0; p < PH_N; p++)
+			rw->v[p] = st->ph[p].ran ? (double)hist_count(st->ph[p].e2s_warm) : -1;
+		for (int k = 0; k < 2; k++) {
+			rw = add_row(out, &n, max, 2, 1, "%14s %s ms", k ? "" : "warm-up pickup",
+				     k ? "p99" : "p50");
+			for (int p = 0; p < PH_N; p++) {
+				const phase *ph = &st->ph[p];
+				rw->v[p] = ph->ran && hist_count(ph->e2s_warm)
+						   ? pct_ms(ph->e2s_warm, k ? 99 : 50)
+						   : -1;
+			}
+		}
+	}
 	rw = add_row(out, &n, max, 1, 0, "jobs per claim");
 	for (int p = 0; p < PH_N; p++) {
 		const phase *ph = &st->ph[p];
@@ -375,6 +395,11 @@ void report_table(FILE *f, const run_result *r)
 		fprintf(f, " %d worker processes;", sc->processes);
 	if (sc->rate > 0)
 		fprintf(f, " rate %.0f jobs/s;", sc->rate);
+	if (sc->warmup_ms)
+		fprintf(f,
+			" warm-up %.1f s (its jobs are left out of enqueue-to-start and shown "
+			"apart);",
+			(double)sc->warmup_ms / 1000);
 	for (int i = 0; i < sc->ntypes; i++) {
 		scenario_exec_text(&sc->types[i], ex, sizeof(ex));
 		fprintf(f, " type %s: share %g, %s, %d threads, claim batch %d;", sc->types[i].name,
@@ -469,6 +494,7 @@ static json_t *phase_json(const phase *ph, const phase *base)
 	json_object_set_new(o, "windows_s", w);
 	json_t *lat = json_object();
 	json_object_set_new(lat, "enqueue_to_start", pcts(ph->e2s));
+	json_object_set_new(lat, "enqueue_to_start_warmup", pcts(ph->e2s_warm));
 	json_object_set_new(lat, "claim_round_trip", pcts(ph->claim_rtt));
 	json_object_set_new(lat, "enqueue_round_trip", pcts(ph->enq_rtt));
 	json_object_set_new(lat, "start_round_trip", pcts(ph->start_rtt));
@@ -596,6 +622,7 @@ int report_json(FILE *f, const run_result *r)
 	json_object_set_new(root, "shards", json_integer(sc->nshards));
 	json_object_set_new(root, "jobs", json_integer(sc->jobs));
 	json_object_set_new(root, "duration_s", json_real((double)sc->duration_ms / 1000.0));
+	json_object_set_new(root, "warmup_s", json_real((double)sc->warmup_ms / 1000.0));
 	int ok = 1;
 	json_t *steps = json_array();
 	for (int i = 0; i < r->nsteps; i++) {

@@ -11,7 +11,8 @@ int phase_init(phase *p, const char *key)
 	p->enq_rate = p->claim_rate = p->complete_rate = p->e2e_rate = -1;
 	p->cpu_bench_s = p->cpu_pg_s = p->cpu_other_s = -1;
 	p->slot_idle = -1;
-	hist **hs[] = {&p->e2s, &p->claim_rtt, &p->enq_rtt, &p->start_rtt, &p->complete_rtt};
+	hist **hs[] = {&p->e2s,       &p->claim_rtt,    &p->enq_rtt,
+		       &p->start_rtt, &p->complete_rtt, &p->e2s_warm};
 	for (size_t i = 0; i < sizeof(hs) / sizeof(hs[0]); i++)
 		if (!(*hs[i] = calloc(1, sizeof(hist)))) {
 			phase_free(p);
@@ -27,8 +28,9 @@ void phase_free(phase *p)
 	free(p->enq_rtt);
 	free(p->start_rtt);
 	free(p->complete_rtt);
+	free(p->e2s_warm);
 	free(p->series);
-	p->e2s = p->claim_rtt = p->enq_rtt = p->start_rtt = p->complete_rtt = NULL;
+	p->e2s = p->claim_rtt = p->enq_rtt = p->start_rtt = p->complete_rtt = p->e2s_warm = NULL;
 	p->series = NULL;
 	p->nseries = p->capseries = 0;
 }

@@ -58,6 +58,7 @@ typedef struct phase {
 	double enq_rate, claim_rate, complete_rate, e2e_rate;
 	/* latency (microseconds) */
 	hist *e2s, *claim_rtt, *enq_rtt, *start_rtt, *complete_rtt;
+	hist *e2s_warm; /* enqueue-to-start of the warm-up's jobs ([run] warmup) */
 	int nshards;
 	uint64_t per_shard[SC_MAX_SHARDS];
 	uint64_t per_type[SC_MAX_TYPES];

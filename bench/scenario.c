@@ -446,6 +446,12 @@ static int on_key(void *user, const char *sec, const char *key, const char *v)
 			else
 				sc->duration_ms = us / 1000;
 			x->seen_duration = 1;
+		} else if (!strcmp(key, "warmup")) {
+			int64_t us = parse_us(v);
+			if (us < 0 || us > 3600000000LL)
+				bad(x, sec, key, "'%s' is not 0 or a duration up to 1h", v);
+			else
+				sc->warmup_ms = us / 1000;
 		} else if (!strcmp(key, "backlog")) {
 			parse_backlog(x, sec, key, v);
 		} else if (!strcmp(key, "timeout")) {
@@ -470,8 +476,8 @@ static int on_key(void *user, const char *sec, const char *key, const char *v)
 			parse_baselines(x, sec, key, v);
 		} else
 			bad(x, sec, key,
-			    "unknown key (known: jobs, duration, backlog, timeout, stall, sample, "
-			    "baselines)");
+			    "unknown key (known: jobs, duration, warmup, backlog, timeout, stall, "
+			    "sample, baselines)");
 	} else if (!strcmp(sec, "baselines")) {
 		if (!strcmp(key, "workers")) {
 			if (int_in(x, sec, key, v, 1, 150, &n))
@@ -562,6 +568,11 @@ static void check(ctx *x)
 	}
 	if (sc->duration_ms && !sc->producers)
 		bad(x, "run", "duration", "a run by duration needs producers ([producers] count)");
+	if (sc->warmup_ms && sc->duration_ms && sc->warmup_ms >= sc->duration_ms)
+		bad(x, "run", "warmup",
+		    "the warm-up (%lld ms) leaves nothing of the %lld ms run to measure: make it "
+		    "shorter than duration",
+		    (long long)sc->warmup_ms, (long long)sc->duration_ms);
 	if (sc->nrates > 1) {
 		/* one step per offered rate, each with the same backlog */
 		if (sc->nsteps > 1 && sc->nsteps != sc->nrates)

@@ -60,6 +60,9 @@ typedef struct scenario {
 	/* [run] */
 	int64_t jobs;        /* jobs to run; 0 when duration is given */
 	int64_t duration_ms; /* producers run this long; 0 when jobs is given */
+	/* the enqueue-to-start figures leave out the jobs enqueued this long
+	 * after the producers start (reported apart); 0: none left out */
+	int64_t warmup_ms;
 	int nsteps;
 	int64_t backlog[SC_MAX_STEPS]; /* ready jobs preloaded, per step */
 	int64_t timeout_ms;            /* a phase that takes longer fails */

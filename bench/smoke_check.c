@@ -120,6 +120,17 @@ static void check_phase(json_t *ph, json_int_t jobs, json_int_t backlog)
 		if (enq)
 			CHECK(getr(ph, "latency_ms.enqueue_to_start.p99") > 0,
 			      "phase %s has no enqueue-to-start latency", name);
+		/* every enqueued job's pickup is counted once: after the
+		 * warm-up or in it ([run] warmup), never in neither (a start
+		 * again after a lost lease counts again, so up to handled) */
+		json_int_t after = geti(ph, "latency_ms.enqueue_to_start.count"),
+			   warm = geti(ph, "latency_ms.enqueue_to_start_warmup.count"),
+			   handled = geti(ph, "counts.handled");
+		CHECK(after + warm >= enq - left && after + warm <= handled,
+		      "phase %s: %lld pickups after the warm-up and %lld in it, for %lld jobs "
+		      "enqueued and run (%lld handler calls)",
+		      name, (long long)after, (long long)warm, (long long)(enq - left),
+		      (long long)handled);
 	}
 	json_t *shards = json_object_get(ph, "jobs_per_shard");
 	json_int_t sum = 0;

@@ -64,6 +64,13 @@ void tally_reset(tally *t)
 	memset((char *)t + off, 0, sizeof(tally) - off);
 }
 
+void tally_warmup_from(tally *t, int64_t origin_us, int64_t warmup_ms)
+{
+	int64_t from = wall_us() - mono_us() + origin_us + warmup_ms * 1000, none = 0;
+	if (warmup_ms > 0)
+		atomic_compare_exchange_strong(&t->e2s_from, &none, from);
+}
+
 int64_t mono_us(void)
 {
 	struct timespec ts;

@@ -46,7 +46,11 @@ typedef struct tally {
 		first_complete, last_complete;
 	_Atomic uint64_t per_shard[SC_MAX_SHARDS];
 	_Atomic uint64_t per_type[SC_MAX_TYPES];
-	hist e2s;       /* enqueue (producer's clock) to the handler's start */
+	hist e2s; /* enqueue (producer's clock) to the handler's start */
+	/* jobs enqueued before this (wall clock, us) are the warm-up's: their
+	 * enqueue-to-start goes to e2s_warm instead (0: no warm-up) */
+	_Atomic int64_t e2s_from;
+	hist e2s_warm;
 	hist claim_rtt; /* one sq_claim call (or one baseline claim query) */
 	hist start_rtt, complete_rtt, enq_rtt;
 	proc_report procs[TALLY_MAX_PROCS];
@@ -67,5 +71,9 @@ int64_t wall_us(void);
 /* first = min(first, v) if unset or later; last = max(last, v). */
 void tally_first(_Atomic int64_t *first, int64_t v);
 void tally_last(_Atomic int64_t *last, int64_t v);
+/* [run] warmup: the jobs stamped before the producers' origin (monotonic)
+ * plus warmup_ms are the warm-up's. Every producer calls it once the pacer
+ * has its origin and before it stamps a job; the first call sets it. */
+void tally_warmup_from(tally *t, int64_t origin_us, int64_t warmup_ms);
 
 #endif
