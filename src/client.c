@@ -14,8 +14,10 @@
 #include <stdio.h>
 #include <time.h>
 #include <unistd.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <xxhash.h>
 
 #define ID_BLOCK 65536
 
@@ -255,11 +257,28 @@ int sq_listener_check(sq_listener *l, double now, double answer_wait_s, double *
 			 l->pc.shard_id, l->pc.addr, wait);
 		return -1;
 	}
-	if (now - l->heard_at < SQ_LISTEN_PROBE_S) {
-		*next_at = l->heard_at + SQ_LISTEN_PROBE_S;
+	/* a worker's listener registers every SQ_LISTEN_PROBE_S, heard from
+	 * or not: its row stays fresh and its list of the others current */
+	int reg = l->self[0] && l->listen_ok && !l->unregistered;
+	double last = reg && l->probed_at < l->heard_at ? l->probed_at : l->heard_at;
+	if (now - last < SQ_LISTEN_PROBE_S) {
+		*next_at = last + SQ_LISTEN_PROBE_S;
 		return 0;
 	}
-	if (!PQsendQuery(l->conn, "") || PQflush(l->conn) < 0) {
+	char sql[sizeof(l->self) + 512];
+	if (reg)
+		snprintf(sql, sizeof(sql),
+			 "WITH me AS (INSERT INTO shardq.listeners AS l (pid, types, seen)"
+			 " VALUES (pg_backend_pid(), '%s', now()) ON CONFLICT (pid) DO UPDATE"
+			 " SET types = EXCLUDED.types, seen = EXCLUDED.seen),"
+			 " gone AS (DELETE FROM shardq.listeners"
+			 " WHERE seen < now() - interval '%d seconds')"
+			 " SELECT pid, types FROM shardq.listeners"
+			 " WHERE seen >= now() - interval '%d seconds'",
+			 l->self, SQ_LISTENER_STALE_S, SQ_LISTENER_STALE_S);
+	else
+		sql[0] = '\0';
+	if (!PQsendQuery(l->conn, sql) || PQflush(l->conn) < 0) {
 		char msg[256];
 		snprintf(msg, sizeof(msg), "%s", PQerrorMessage(l->conn));
 		msg[strcspn(msg, "\n")] = '\0';
@@ -268,7 +287,136 @@ int sq_listener_check(sq_listener *l, double now, double answer_wait_s, double *
 		return -1;
 	}
 	l->asked_at = now;
+	l->probed_at = now;
 	*next_at = now + wait;
+	return 0;
+}
+
+uint32_t sq_wake_type_hash(const char *type)
+{
+	return (uint32_t)XXH3_64bits(type, strlen(type));
+}
+
+/* The registration's answer: the shard's listeners (pid, "HASH:ROOM ...").
+ * Kept as it was when it cannot be stored (out of memory). */
+static void take_members(sq_listener *l, const PGresult *r)
+{
+	int n = PQntuples(r), ne = 0;
+	for (int i = 0; i < n; i++)
+		for (const char *p = PQgetvalue(r, i, 1); *p; p++)
+			ne += *p == ':';
+	if (n + 1 > l->capmembers) {
+		int *a = realloc(l->mpid, (size_t)(n + 1) * sizeof(int));
+		if (a)
+			l->mpid = a;
+		int *b = realloc(l->mfirst, (size_t)(n + 1) * sizeof(int));
+		if (b)
+			l->mfirst = b;
+		if (!a || !b)
+			return;
+		l->capmembers = n + 1;
+	}
+	if (ne > l->capentries) {
+		uint32_t *a = realloc(l->ehash, (size_t)ne * sizeof(uint32_t));
+		if (a)
+			l->ehash = a;
+		int *b = realloc(l->eroom, (size_t)ne * sizeof(int));
+		if (b)
+			l->eroom = b;
+		if (!a || !b)
+			return;
+		l->capentries = ne;
+	}
+	int e = 0;
+	for (int i = 0; i < n; i++) {
+		l->mpid[i] = atoi(PQgetvalue(r, i, 0));
+		l->mfirst[i] = e;
+		const char *p = PQgetvalue(r, i, 1);
+		char *end;
+		while (*p && e < ne) {
+			unsigned long h = strtoul(p, &end, 16);
+			if (end == p || *end != ':')
+				break;
+			long room = strtol(end + 1, &end, 10);
+			l->ehash[e] = (uint32_t)h;
+			l->eroom[e] = room > 0 && room < INT_MAX ? (int)room : 0;
+			e++;
+			p = end;
+			while (*p == ' ')
+				p++;
+		}
+	}
+	l->mfirst[n] = e;
+	l->nmembers = n;
+	l->nentries = e;
+}
+
+/* Whether a NOTIFY is this listener's wake-up. Its payload, from
+ * sq_enqueue, is "TOKEN HASH:COUNT ...": a token new for every batch and,
+ * per task type in it, the type's hash and its number of jobs. For each
+ * type, the listeners that run it are ranked by a score of the token and
+ * their pid (rendezvous hashing: every worker computes the same order, and
+ * each batch picks another), and the first ones claim until their rooms
+ * add up to SQ_WAKE_ROOMS times the count, at least SQ_WAKE_MIN of them. So
+ * with many worker processes a batch wakes a few claims on its shard
+ * instead of one per process, each of which would read past the rows the
+ * others just locked (docs/benchmarks.md, "A fleet with live producers").
+ * Counted as a wake-up whenever the choice cannot be made here: no list,
+ * no payload (an older producer, more types than it names), or this
+ * listener not in the list yet. A list that still names a worker that has
+ * gone can leave a batch to the polls (at most poll_max_ms later), never
+ * lose it; a full answer makes the woken workers claim again at once. */
+static int wake_is_ours(const sq_listener *l, const char *payload)
+{
+	if (!l->self[0] || l->unregistered || l->nmembers == 0 || !payload)
+		return 1;
+	const char *sp = strchr(payload, ' ');
+	if (!sp || sp == payload)
+		return 1;
+	size_t toklen = (size_t)(sp - payload);
+	int me = PQbackendPID(l->conn), mi = -1;
+	for (int i = 0; i < l->nmembers && mi < 0; i++)
+		if (l->mpid[i] == me)
+			mi = i;
+	if (mi < 0)
+		return 1;
+	uint64_t mine = XXH3_64bits_withSeed(payload, toklen, (uint64_t)(uint32_t)me);
+	const char *p = sp;
+	while (*p == ' ')
+		p++;
+	while (*p) {
+		char *end;
+		unsigned long h = strtoul(p, &end, 16);
+		if (end == p || *end != ':')
+			return 1;
+		long count = strtol(end + 1, &end, 10);
+		p = end;
+		while (*p == ' ')
+			p++;
+		int runs = 0;
+		for (int e = l->mfirst[mi]; e < l->mfirst[mi + 1]; e++)
+			runs |= l->ehash[e] == (uint32_t)h;
+		if (!runs)
+			continue;
+		long above_room = 0;
+		int above = 0;
+		for (int i = 0; i < l->nmembers; i++) {
+			if (i == mi)
+				continue;
+			int room = -1;
+			for (int e = l->mfirst[i]; e < l->mfirst[i + 1]; e++)
+				if (l->ehash[e] == (uint32_t)h)
+					room = l->eroom[e];
+			if (room < 0 ||
+			    XXH3_64bits_withSeed(payload, toklen, (uint64_t)(uint32_t)l->mpid[i]) <=
+				    mine)
+				continue;
+			above++;
+			above_room += room;
+		}
+		if (above < SQ_WAKE_MIN || above_room < (long)SQ_WAKE_ROOMS * count)
+			return 1;
+	}
 	return 0;
 }
 
@@ -288,8 +436,18 @@ int sq_listener_read(sq_listener *l, int *listening, char *why, size_t whylen)
 		ExecStatusType rs = PQresultStatus(r);
 		if (rs == PGRES_COMMAND_OK) {
 			*listening = 1;
+			l->listen_ok = 1;
 		} else if (rs == PGRES_EMPTY_QUERY) {
 			/* a probe's answer */
+		} else if (rs == PGRES_TUPLES_OK) {
+			take_members(l, r); /* a registration's answer */
+		} else if (l->listen_ok) {
+			/* a registration the shard refused (schema 7: no table;
+			 * a role without the right to write it): every NOTIFY
+			 * wakes this listener, as before, and its probes are
+			 * empty queries again */
+			l->unregistered = 1;
+			l->nmembers = 0;
 		} else if (!refused) {
 			refused = 1;
 			snprintf(why, whylen, "shard %s (%s): LISTEN refused: %s", l->pc.shard_id,
@@ -304,8 +462,8 @@ int sq_listener_read(sq_listener *l, int *listening, char *why, size_t whylen)
 		l->asked_at = 0;
 	PGnotify *nt;
 	while ((nt = PQnotifies(l->conn)) != NULL) {
+		n += wake_is_ours(l, nt->extra);
 		PQfreemem(nt);
-		n++;
 	}
 	return refused ? -2 : n;
 }
@@ -315,11 +473,22 @@ void sq_listener_drop(sq_listener *l)
 	if (l->conn)
 		PQfinish(l->conn);
 	l->conn = NULL;
+	/* the next connection has another pid, and registers anew */
+	l->listen_ok = l->unregistered = 0;
+	l->nmembers = l->nentries = 0;
+	l->probed_at = 0;
 }
 
 void sq_listener_free(sq_listener *l)
 {
 	sq_listener_drop(l);
+	free(l->mpid);
+	free(l->mfirst);
+	free(l->ehash);
+	free(l->eroom);
+	l->mpid = l->mfirst = l->eroom = NULL;
+	l->ehash = NULL;
+	l->capmembers = l->capentries = 0;
 	sq_pgconn_close(&l->pc);
 }
 

@@ -83,9 +83,38 @@ typedef struct sq_listener {
 	double heard_at; /* when conn last had something to read, or was made */
 	double asked_at; /* when the LISTEN or a probe was sent that has had no
 			  * answer yet; 0: none */
+	/* A worker's listener (self[0] set, by its owner: "HASH:ROOM ..." per
+	 * task type, see sq_wake_type_hash) registers in shardq.listeners
+	 * with every probe and reads the others' rows back (members); a
+	 * NOTIFY then counts as a wake-up only when its payload ranks this
+	 * listener among the few its batch needs (sq_listener_read). Without
+	 * self (shardqd's claimer), without the table (a shard at schema 7:
+	 * unregistered = 1) or before the first list, every NOTIFY counts. */
+	char self[256];
+	int listen_ok;    /* the LISTEN was answered on this connection */
+	int unregistered; /* the registration failed on this connection */
+	int *mpid;        /* members: backend pid of each */
+	int *mfirst;      /* members: their first entry in ehash/eroom; one more */
+	uint32_t *ehash;  /* entries: a type's hash and the member's room for it */
+	int *eroom;
+	int nmembers, nentries, capmembers, capentries;
+	double probed_at; /* when the last probe was sent; 0: never */
 } sq_listener;
-/* A LISTEN connection silent this long gets a probe (an empty query). */
+/* A LISTEN connection gets a probe this long after it was last heard from
+ * (a worker's: after its last probe, heard from or not). The probe is an
+ * empty query, or a worker's registration (see self), and shows the
+ * connection still answers. */
 #define SQ_LISTEN_PROBE_S 5.0
+/* A registration nobody renewed for this long is a worker that has gone. */
+#define SQ_LISTENER_STALE_S 15
+/* A NOTIFY wakes, per task type in its batch, the first listeners by rank
+ * until their rooms add up to SQ_WAKE_ROOMS times the type's jobs, and at
+ * least SQ_WAKE_MIN of them. */
+#define SQ_WAKE_ROOMS 2
+#define SQ_WAKE_MIN   2
+/* The 32-bit hash of a task type's name, in NOTIFY payloads and
+ * registrations. */
+uint32_t sq_wake_type_hash(const char *type);
 SQ_MUST_CHECK sq_status sq_listener_init(sq_listener *l, const sq_config *cfg, int shard,
 					 sq_error *err);
 /* Connects, or goes on connecting, and sends LISTEN `channel`: SQ_OK once

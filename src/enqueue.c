@@ -10,6 +10,9 @@
 #include "json.h"
 
 #include <inttypes.h>
+#include <stdatomic.h>
+#include <time.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -102,8 +105,13 @@ static const sq_stmt stmt_enqueue_keyless = {
 	"         THEN to_timestamp(u.at_us / 1000000.0)"
 	"         ELSE now() + u.delay_ms * interval '1 millisecond' END AS st) s"};
 
-/* Wakes idle workers that LISTEN; once per batch per shard. */
-static const sq_stmt stmt_notify = {"sq_enqueue_notify", "SELECT pg_notify('shardq_jobs', '')"};
+/* Wakes idle workers that LISTEN; once per batch per shard. The payload
+ * (wake_payload) says which of them claim (client.c, wake_is_ours). */
+static const sq_stmt stmt_notify = {"sq_enqueue_notify", "SELECT pg_notify('shardq_jobs', $1)"};
+
+/* A batch naming more task types than this on one shard wakes every
+ * listening worker there. */
+#define WAKE_TYPES 8
 
 /* After a lost connection: ends the old session (if it still runs) and waits
  * for it, so its transaction can no longer commit; counts what did not end. */
@@ -161,8 +169,41 @@ typedef struct shard_batch {
 	int nrounds;
 	sq_buf parts;
 	const char *parts_val[1];
-	unsigned char *seen_part; /* bitmap of partitions added to parts */
+	unsigned char *seen_part;        /* bitmap of partitions added to parts */
+	char wake[24 + WAKE_TYPES * 20]; /* the NOTIFY's payload */
+	const char *wake_val[1];
 } shard_batch;
+
+/* The NOTIFY's payload for one shard's part of a batch: a token new for
+ * every batch, then "HASH:COUNT" for each task type in it; just the token
+ * when there are more than WAKE_TYPES types (every listener claims). */
+static void wake_payload(shard_batch *b, const sq_job_spec *jobs, uint64_t token)
+{
+	uint32_t h[WAKE_TYPES];
+	long count[WAKE_TYPES];
+	int nt = 0, over = 0;
+	for (int k = 0; k < b->nrounds && !over; k++)
+		for (size_t i = 0; i < b->r[k].n && !over; i++) {
+			uint32_t th = sq_wake_type_hash(jobs[b->r[k].idx[i]].type);
+			int f = 0;
+			while (f < nt && h[f] != th)
+				f++;
+			if (f == nt) {
+				if (nt == WAKE_TYPES) {
+					over = 1;
+					break;
+				}
+				h[nt] = th;
+				count[nt++] = 0;
+			}
+			count[f]++;
+		}
+	int len = snprintf(b->wake, sizeof(b->wake), "%016llx", (unsigned long long)token);
+	for (int f = 0; f < nt && !over; f++)
+		len += snprintf(b->wake + len, sizeof(b->wake) - (size_t)len, " %08x:%ld", h[f],
+				count[f]);
+	b->wake_val[0] = b->wake;
+}
 
 sq_status sq_job_spec_check(const sq_config *cfg, const sq_job_spec *j, sq_error *err)
 {
@@ -467,6 +508,13 @@ static sq_status send_all(sq_client *c, shard_batch *sb, const sq_job_spec *jobs
 	sq_status st;
 	uint64_t *sent = calloc((size_t)c->nshards, sizeof(uint64_t));
 	int *pid = calloc((size_t)c->nshards, sizeof(int));
+	/* the NOTIFYs' token: new for every batch, in every process */
+	static _Atomic uint64_t batches;
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	uint64_t seed[3] = {atomic_fetch_add(&batches, 1), (uint64_t)getpid(),
+			    (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec};
+	uint64_t token = XXH3_64bits(seed, sizeof(seed));
 	*moved = 0;
 	if (!sent || !pid) {
 		free(sent);
@@ -484,8 +532,10 @@ static sq_status send_all(sq_client *c, shard_batch *sb, const sq_job_spec *jobs
 			sq_pgconn_push(&c->shards[s],
 				       b->r[k].keyed ? &stmt_enqueue : &stmt_enqueue_keyless, NCOLS,
 				       b->r[k].vals);
-		if (c->cfg->notify)
-			sq_pgconn_push(&c->shards[s], &stmt_notify, 0, NULL);
+		if (c->cfg->notify) {
+			wake_payload(b, jobs, token);
+			sq_pgconn_push(&c->shards[s], &stmt_notify, 1, b->wake_val);
+		}
 	}
 	/* every shard that answered is read, even when another failed: its
 	 * jobs are committed and the caller must learn their ids */

@@ -232,10 +232,25 @@ static void open_listeners(sq_worker *w)
  * when it claims. The shard is claimed from at once when the LISTEN is
  * answered (on_listen), since its wake-ups in between were lost. A LISTEN
  * connection that died unseen is found by sq_listener_check's probe. */
+static int predicted_prefetch(const sq_worker *w, const wtype *t);
+
 static void relisten(sq_worker *w, double now)
 {
+	/* what the LISTEN connections register (sq_listener, self): per type,
+	 * what this worker takes when idle, its slots and its prefetch; none
+	 * when that does not fit (then every NOTIFY wakes it, as before) */
+	char self[sizeof(w->listen[0].self)];
+	size_t len = 0;
+	for (int t = 0; t < w->ntypes && len < sizeof(self); t++)
+		len += (size_t)snprintf(self + len, sizeof(self) - len, "%s%08x:%d", t ? " " : "",
+					sq_wake_type_hash(w->types[t].conf->name),
+					w->types[t].conc + predicted_prefetch(w, &w->types[t]));
+	if (len >= sizeof(self))
+		len = 0;
+	self[len] = '\0';
 	for (int s = 0; w->opts.listen && s < w->c->nshards; s++) {
 		sq_listener *l = &w->listen[s];
+		memcpy(l->self, self, len + 1);
 		char why[256];
 		double next_at; /* unused: the loop comes back every second */
 		if (sq_listener_check(l, now, sq_client_answer_wait_of(w->c), &next_at, why,

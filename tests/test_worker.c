@@ -3,6 +3,7 @@
  * lost leases, the --exec contract, and the NOTIFY wake-up. Executions are
  * asserted from a log the job command writes, not from the code's intent. */
 #include "test_common.h"
+#include "client.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -756,7 +757,8 @@ static void *run_worker(void *arg)
 /* A worker of type n (one slot, note_start) that listens, with its poll
  * at poll_s from the first empty claim on (poll_min = poll_max), running
  * on *th; returned once it is idle (its first claim made). */
-static sq_worker *idle_listening_worker(const char *id, double poll_s, pthread_t *th)
+static sq_worker *idle_listening_worker_of(const char *id, const char *type, double poll_s,
+					   pthread_t *th)
 {
 	sq_worker_opts o;
 	sq_worker *w;
@@ -766,7 +768,7 @@ static sq_worker *idle_listening_worker(const char *id, double poll_s, pthread_t
 	o.listen = 1;
 	o.poll_min_ms = o.poll_max_ms = (int64_t)(poll_s * 1000);
 	OKE(sq_worker_create(t.cfg, &o, &w, &err));
-	OKE(sq_worker_add(w, "n", 1, note_start, NULL, &err));
+	OKE(sq_worker_add(w, type, 1, note_start, NULL, &err));
 	pthread_create(th, NULL, run_worker, w);
 	sq_worker_stats st;
 	double since = test_now_s();
@@ -776,6 +778,11 @@ static sq_worker *idle_listening_worker(const char *id, double poll_s, pthread_t
 	} while (st.claims == 0 && test_now_s() - since < testdb_stall_s());
 	ck_assert_msg(st.claims > 0, "the worker made no claim in %.0fs", testdb_stall_s());
 	return w;
+}
+
+static sq_worker *idle_listening_worker(const char *id, double poll_s, pthread_t *th)
+{
+	return idle_listening_worker_of(id, "n", poll_s, th);
 }
 
 /*
@@ -832,6 +839,12 @@ START_TEST(notify_wakes_idle_worker)
 }
 END_TEST
 
+/* A worker's LISTEN connections, by their application_name (their last
+ * query is a registration, not the LISTEN; the map's end in
+ * "-map-listen"). */
+#define JOB_LISTENERS \
+	"application_name LIKE '%-listen' AND application_name NOT LIKE '%-map-listen'"
+
 /* The LISTEN connections of an idle worker are cut (as a shard's restart
  * cuts them): it listens again on every shard once the shard answers, and
  * a NOTIFY wakes it as before (its poll is 10 minutes away). */
@@ -849,7 +862,7 @@ START_TEST(listens_again_after_its_connections_are_cut)
 		PGconn *pg = testdb_pg(&t, s);
 		PGresult *r =
 			PQexec(pg, "SELECT now()::text, (SELECT count(pg_terminate_backend(pid))"
-				   " FROM pg_stat_activity WHERE query = 'LISTEN shardq_jobs'"
+				   " FROM pg_stat_activity WHERE " JOB_LISTENERS
 				   " AND datname = current_database()"
 				   " AND pid <> pg_backend_pid())");
 		ck_assert_msg(PQresultStatus(r) == PGRES_TUPLES_OK, "s%d: %s", s + 1,
@@ -866,13 +879,11 @@ START_TEST(listens_again_after_its_connections_are_cut)
 	for (;;) {
 		int back = 0;
 		for (int s = 0; s < t.nshards; s++) {
-			char sql[256];
-			snprintf(
-				sql, sizeof(sql),
-				"SELECT count(*) FROM pg_stat_activity WHERE query = 'LISTEN "
-				"shardq_jobs' AND datname = current_database() AND backend_start > "
-				"'%s'",
-				cut_at[s]);
+			char sql[512];
+			snprintf(sql, sizeof(sql),
+				 "SELECT count(*) FROM pg_stat_activity WHERE %s"
+				 " AND datname = current_database() AND backend_start > '%s'",
+				 JOB_LISTENERS, cut_at[s]);
 			back += testdb_scalar(&t, s, sql) == 1;
 		}
 		if (back == t.nshards)
@@ -900,6 +911,174 @@ START_TEST(listens_again_after_its_connections_are_cut)
 	pthread_join(th, NULL);
 	sq_worker_destroy(w);
 	ck_assert_int_eq(completed_once(), 1);
+	cleanup();
+}
+END_TEST
+
+/* Waits until every shard lists `want` registered listeners, and then
+ * until each of them has registered again since (so every worker's own
+ * list names all of them). */
+static void wait_registered(int want)
+{
+	char all_at[64] = "";
+	double since = test_now_s();
+	for (;;) {
+		int ready = 0;
+		for (int s = 0; s < t.nshards; s++) {
+			char sql[512];
+			snprintf(sql, sizeof(sql),
+				 "SELECT count(*) FROM shardq.listeners WHERE seen > %s%s%s",
+				 all_at[0] ? "'" : "now() - interval '15 seconds'", all_at,
+				 all_at[0] ? "'" : "");
+			ready += testdb_scalar(&t, s, sql) == want;
+		}
+		if (ready == t.nshards && all_at[0])
+			return;
+		if (ready == t.nshards) {
+			PGconn *pg = testdb_pg(&t, 0);
+			PGresult *r = PQexec(pg, "SELECT now()::text");
+			snprintf(all_at, sizeof(all_at), "%s", PQgetvalue(r, 0, 0));
+			PQclear(r);
+			PQfinish(pg);
+			continue;
+		}
+		ck_assert_msg(test_now_s() - since < testdb_stall_s(),
+			      "%d of %d shards list the %d workers' LISTEN connections%s after "
+			      "%.0fs",
+			      ready, t.nshards, want,
+			      all_at[0] ? " registered again since all were there" : "",
+			      test_now_s() - since);
+		usleep(50000);
+	}
+}
+
+static uint64_t claims_of(sq_worker **w, int n)
+{
+	uint64_t sum = 0;
+	sq_worker_stats st;
+	for (int i = 0; i < n; i++) {
+		sq_worker_get_stats(w[i], &st);
+		sum += st.claims;
+	}
+	return sum;
+}
+
+/* Enqueues `n` jobs of `type` in one batch and waits until the workers
+ * have started `total` jobs in all (their polls are 10 minutes away:
+ * only NOTIFYs and their own full answers make them claim). */
+static void enqueue_and_wait(const char *type, int n, int total)
+{
+	sq_job_spec js[64];
+	sq_enqueue_result res[64];
+	sq_error err;
+	ck_assert_int_le(n, 64);
+	for (int i = 0; i < n; i++)
+		js[i] = (sq_job_spec){.type = type};
+	OKE(sq_enqueue(t.client, js, (size_t)n, res, &err));
+	double t0 = test_now_s();
+	while (woke_count() < total && test_now_s() - t0 < testdb_stall_s())
+		usleep(2000);
+	ck_assert_msg(woke_count() >= total,
+		      "%d of %d jobs started %.0fs after a batch of %d '%s' jobs (the polls are "
+		      "10 minutes away: did its NOTIFY wake too few workers?)",
+		      woke_count(), total, test_now_s() - t0, n, type);
+	usleep(200000); /* the claims it woke are done */
+}
+
+/*
+ * Six idle workers listen to every shard, their polls 10 minutes away:
+ * four run type n, two run type m, one slot each. Each registers in
+ * shardq.listeners, and a NOTIFY wakes, per type in its batch, the few
+ * workers its jobs need (client.c, wake_is_ours), not all six. Asserted:
+ * every job starts (a job alone, m's too, and a batch of 40 that needs
+ * every n worker), each exactly once, and at most (SQ_WAKE_MIN + 1) claims
+ * for each lone job; every worker woken by every NOTIFY made 6 a job.
+ */
+START_TEST(a_notify_wakes_the_workers_its_batch_needs)
+{
+	enum { W = 6, ALONE = 12, ALONE_M = 4, BATCH = 40 };
+	const double poll_s = 600;
+	setup_with("sqt_work_few", "[type n]\nhistory = true\n[type m]\nhistory = true\n");
+	pthread_t th[W];
+	sq_worker *w[W];
+	for (int i = 0; i < W; i++) {
+		char id[16];
+		snprintf(id, sizeof(id), "wF%d", i);
+		w[i] = idle_listening_worker_of(id, i < 4 ? "n" : "m", poll_s, &th[i]);
+	}
+	wait_registered(W);
+	usleep(300000); /* the claims after listening are done */
+	uint64_t claims0 = claims_of(w, W);
+	int started = 0;
+	for (int i = 0; i < ALONE; i++)
+		enqueue_and_wait("n", 1, ++started);
+	for (int i = 0; i < ALONE_M; i++)
+		enqueue_and_wait("m", 1, ++started);
+	uint64_t alone = claims_of(w, W) - claims0;
+	printf("NOTIFY to %d listening workers: %llu claims for %d jobs enqueued one by one\n", W,
+	       (unsigned long long)alone, ALONE + ALONE_M);
+	ck_assert_msg(alone <= (uint64_t)(SQ_WAKE_MIN + 1) * (ALONE + ALONE_M),
+		      "%llu claims for %d jobs enqueued one by one: a NOTIFY woke more than %d "
+		      "of the %d workers",
+		      (unsigned long long)alone, ALONE + ALONE_M, SQ_WAKE_MIN, W);
+	started += BATCH;
+	enqueue_and_wait("n", BATCH, started);
+	for (int i = 0; i < W; i++) {
+		sq_worker_stats st;
+		sq_worker_get_stats(w[i], &st);
+		ck_assert_msg(st.db_errors == 0, "worker wF%d: %s", i, st.last_error);
+		sq_worker_stop(w[i], 0);
+		pthread_join(th[i], NULL);
+		sq_worker_destroy(w[i]);
+	}
+	ck_assert_int_eq(completed_once(), started);
+	cleanup();
+}
+END_TEST
+
+/* A shard at schema 7 has no shardq.listeners: its listening workers are
+ * woken by every NOTIFY, as before, and say nothing about it (the LISTEN
+ * is not taken for refused, nor made again). */
+START_TEST(without_the_listeners_table_every_worker_is_woken)
+{
+	enum { W = 2, ROUNDS = 4 };
+	setup_with("sqt_work_few7", "[type n]\nhistory = true\n");
+	for (int s = 0; s < t.nshards; s++)
+		testdb_scalar(&t, s,
+			      "DROP TABLE shardq.listeners; DELETE FROM shardq.schema_version "
+			      "WHERE version = 8; SELECT 1");
+	pthread_t th[W];
+	sq_worker *w[W];
+	for (int i = 0; i < W; i++) {
+		char id[16];
+		snprintf(id, sizeof(id), "wS%d", i);
+		w[i] = idle_listening_worker(id, 600, &th[i]);
+	}
+	/* each has tried to register on every shard */
+	double since = test_now_s();
+	while (testdb_sum(&t, "SELECT count(*) FROM pg_stat_activity WHERE " JOB_LISTENERS
+			      " AND datname = current_database()"
+			      " AND query <> 'LISTEN shardq_jobs'") < W * t.nshards) {
+		sq_worker_stats st;
+		sq_worker_get_stats(w[0], &st);
+		ck_assert_msg(test_now_s() - since < testdb_stall_s(),
+			      "the workers' LISTEN connections have not all tried to register and "
+			      "stayed after %.0fs (wS0's last error: %s)",
+			      test_now_s() - since, st.last_error);
+		usleep(50000);
+	}
+	usleep(300000);
+	for (int i = 0; i < ROUNDS; i++)
+		enqueue_and_wait("n", 1, i + 1);
+	for (int i = 0; i < W; i++) {
+		sq_worker_stats st;
+		sq_worker_get_stats(w[i], &st);
+		ck_assert_msg(st.db_errors == 0, "worker wS%d: %s", i, st.last_error);
+		sq_worker_stop(w[i], 0);
+		pthread_join(th[i], NULL);
+		sq_worker_destroy(w[i]);
+	}
+	ck_assert_int_eq(completed_once(), ROUNDS);
 	cleanup();
 }
 END_TEST
@@ -1832,6 +2011,8 @@ int main(void)
 	ADD_CASE(s, exec_contract, 3600);
 	ADD_CASE(s, notify_wakes_idle_worker, 3600);
 	ADD_CASE(s, listens_again_after_its_connections_are_cut, 3600);
+	ADD_CASE(s, a_notify_wakes_the_workers_its_batch_needs, 3600);
+	ADD_CASE(s, without_the_listeners_table_every_worker_is_woken, 3600);
 	ADD_CASE(s, a_shard_that_does_not_answer_holds_no_run_up, 3600);
 	ADD_CASE(s, a_slow_name_lookup_holds_no_run_up, 3600);
 	ADD_CASE(s, a_slow_name_lookup_holds_no_relisten_up, 3600);
