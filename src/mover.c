@@ -174,7 +174,7 @@ static PGresult *run(PGconn *c, const char *who, const char *sql, int n, const c
 		     sq_error *err)
 {
 	int fired;
-	PGresult *r = sq_watch_exec(c, sql, n, n ? v : NULL, wait_of(c), NULL, &fired);
+	PGresult *r = sq_watch_exec(c, sql, n, v, wait_of(c), NULL, &fired);
 	if (fired) {
 		PQclear(r);
 		unanswered(c, who, err);
@@ -195,7 +195,7 @@ static PGresult *run(PGconn *c, const char *who, const char *sql, int n, const c
 	PQclear(r);
 	if (PQtransactionStatus(c) == PQTRANS_INERROR ||
 	    PQtransactionStatus(c) == PQTRANS_INTRANS) {
-		PQclear(sq_watch_exec(c, "ROLLBACK", 0, NULL, wait_of(c), NULL, &fired));
+		PQclear(sq_watch_exec(c, "ROLLBACK", 0, NULL, wait_of(c), NULL, NULL));
 		wait_after(c);
 	}
 	return NULL;
@@ -967,9 +967,8 @@ static void vacuum(sq_client *c, int s)
 	if (!v)
 		return;
 	/* the mass delete leaves dead rows that seed 002 warns about */
-	int fired;
 	PQclear(sq_watch_exec(v, "VACUUM (ANALYZE) shardq.jobs", 0, NULL, bulk_wait(c->cfg), NULL,
-			      &fired));
+			      NULL));
 	PQfinish(v);
 }
 

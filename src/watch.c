@@ -136,9 +136,11 @@ PGresult *sq_watch_exec(PGconn *conn, const char *sql, int nparams, const char *
 {
 	sq_watch w;
 	sq_watch_arm(&w, conn, wait_s, stop);
-	PGresult *r = vals ? PQexecParams(conn, sql, nparams, NULL, vals, NULL, NULL, 0)
-			   : PQexec(conn, sql);
-	*fired = sq_watch_disarm(&w);
+	PGresult *r = nparams > 0 ? PQexecParams(conn, sql, nparams, NULL, vals, NULL, NULL, 0)
+				  : PQexec(conn, sql);
+	int f = sq_watch_disarm(&w);
+	if (fired)
+		*fired = f;
 	return r;
 }
 

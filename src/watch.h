@@ -39,9 +39,10 @@ typedef struct sq_watch {
 int sq_watch_arm(sq_watch *w, PGconn *conn, double wait_s, const atomic_int *stop);
 /* Takes w off the watch; SQ_WATCH_WAIT or SQ_WATCH_STOP if it fired. */
 int sq_watch_disarm(sq_watch *w);
-/* One statement on conn under a watch (PQexecParams with vals, else
- * PQexec); *fired as sq_watch_disarm says. The result as libpq gives it
- * (when *fired, a broken connection's error). */
+/* One statement on conn under a watch (PQexecParams with nparams > 0,
+ * else PQexec); *fired (when fired is not NULL) as sq_watch_disarm says.
+ * The result as libpq gives it (when it fired, a broken connection's
+ * error). */
 PGresult *sq_watch_exec(PGconn *conn, const char *sql, int nparams, const char *const *vals,
 			double wait_s, const atomic_int *stop, int *fired);
 
