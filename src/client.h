@@ -111,7 +111,7 @@ typedef struct sq_listener {
  * until their rooms add up to SQ_WAKE_ROOMS times the type's jobs, and at
  * least SQ_WAKE_MIN of them. */
 #define SQ_WAKE_ROOMS 2
-#define SQ_WAKE_MIN   2
+#define SQ_WAKE_MIN   1
 /* The 32-bit hash of a task type's name, in NOTIFY payloads and
  * registrations. */
 uint32_t sq_wake_type_hash(const char *type);
