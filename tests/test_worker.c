@@ -952,6 +952,20 @@ static void wait_registered(int want)
 	}
 }
 
+/* Stops the n workers (named prefix0, prefix1, ...), each of which must
+ * have met no database error. */
+static void stop_error_free(sq_worker **w, pthread_t *th, int n, const char *prefix)
+{
+	for (int i = 0; i < n; i++) {
+		sq_worker_stats st;
+		sq_worker_get_stats(w[i], &st);
+		ck_assert_msg(st.db_errors == 0, "worker %s%d: %s", prefix, i, st.last_error);
+		sq_worker_stop(w[i], 0);
+		pthread_join(th[i], NULL);
+		sq_worker_destroy(w[i]);
+	}
+}
+
 static uint64_t claims_of(sq_worker **w, int n)
 {
 	uint64_t sum = 0;
@@ -1025,14 +1039,7 @@ START_TEST(a_notify_wakes_the_workers_its_batch_needs)
 		      (unsigned long long)alone, ALONE + ALONE_M, SQ_WAKE_MIN + 2, W, SQ_WAKE_MIN);
 	started += BATCH;
 	enqueue_and_wait("n", BATCH, started);
-	for (int i = 0; i < W; i++) {
-		sq_worker_stats st;
-		sq_worker_get_stats(w[i], &st);
-		ck_assert_msg(st.db_errors == 0, "worker wF%d: %s", i, st.last_error);
-		sq_worker_stop(w[i], 0);
-		pthread_join(th[i], NULL);
-		sq_worker_destroy(w[i]);
-	}
+	stop_error_free(w, th, W, "wF");
 	ck_assert_int_eq(completed_once(), started);
 	cleanup();
 }
@@ -1072,14 +1079,7 @@ START_TEST(without_the_listeners_table_every_worker_is_woken)
 	usleep(300000);
 	for (int i = 0; i < ROUNDS; i++)
 		enqueue_and_wait("n", 1, i + 1);
-	for (int i = 0; i < W; i++) {
-		sq_worker_stats st;
-		sq_worker_get_stats(w[i], &st);
-		ck_assert_msg(st.db_errors == 0, "worker wS%d: %s", i, st.last_error);
-		sq_worker_stop(w[i], 0);
-		pthread_join(th[i], NULL);
-		sq_worker_destroy(w[i]);
-	}
+	stop_error_free(w, th, W, "wS");
 	ck_assert_int_eq(completed_once(), ROUNDS);
 	cleanup();
 }
