@@ -306,31 +306,23 @@ static void take_members(sq_listener *l, const PGresult *r)
 		for (const char *p = PQgetvalue(r, i, 1); *p; p++)
 			ne += *p == ':';
 	if (n + 1 > l->capmembers) {
-		int *a = realloc(l->mpid, (size_t)(n + 1) * sizeof(int));
-		if (a)
-			l->mpid = a;
-		int *b = realloc(l->mfirst, (size_t)(n + 1) * sizeof(int));
-		if (b)
-			l->mfirst = b;
-		if (!a || !b)
+		void *m = realloc(l->members, (size_t)(n + 1) * sizeof(*l->members));
+		if (!m)
 			return;
+		l->members = m;
 		l->capmembers = n + 1;
 	}
 	if (ne > l->capentries) {
-		uint32_t *a = realloc(l->ehash, (size_t)ne * sizeof(uint32_t));
-		if (a)
-			l->ehash = a;
-		int *b = realloc(l->eroom, (size_t)ne * sizeof(int));
-		if (b)
-			l->eroom = b;
-		if (!a || !b)
+		void *e = realloc(l->entries, (size_t)ne * sizeof(*l->entries));
+		if (!e)
 			return;
+		l->entries = e;
 		l->capentries = ne;
 	}
 	int e = 0;
 	for (int i = 0; i < n; i++) {
-		l->mpid[i] = atoi(PQgetvalue(r, i, 0));
-		l->mfirst[i] = e;
+		l->members[i].pid = atoi(PQgetvalue(r, i, 0));
+		l->members[i].first = e;
 		const char *p = PQgetvalue(r, i, 1);
 		char *end;
 		while (*p && e < ne) {
@@ -338,17 +330,16 @@ static void take_members(sq_listener *l, const PGresult *r)
 			if (end == p || *end != ':')
 				break;
 			long room = strtol(end + 1, &end, 10);
-			l->ehash[e] = (uint32_t)h;
-			l->eroom[e] = room > 0 && room < INT_MAX ? (int)room : 0;
+			l->entries[e].hash = (uint32_t)h;
+			l->entries[e].room = room > 0 && room < INT_MAX ? (int)room : 0;
 			e++;
 			p = end;
 			while (*p == ' ')
 				p++;
 		}
 	}
-	l->mfirst[n] = e;
+	l->members[n].first = e;
 	l->nmembers = n;
-	l->nentries = e;
 }
 
 /* Whether a NOTIFY is this listener's wake-up. Its payload, from
@@ -376,7 +367,7 @@ static int wake_is_ours(const sq_listener *l, const char *payload)
 	size_t toklen = (size_t)(sp - payload);
 	int me = PQbackendPID(l->conn), mi = -1;
 	for (int i = 0; i < l->nmembers && mi < 0; i++)
-		if (l->mpid[i] == me)
+		if (l->members[i].pid == me)
 			mi = i;
 	if (mi < 0)
 		return 1;
@@ -394,8 +385,8 @@ static int wake_is_ours(const sq_listener *l, const char *payload)
 		while (*p == ' ')
 			p++;
 		int runs = 0;
-		for (int e = l->mfirst[mi]; e < l->mfirst[mi + 1]; e++)
-			runs |= l->ehash[e] == (uint32_t)h;
+		for (int e = l->members[mi].first; e < l->members[mi + 1].first; e++)
+			runs |= l->entries[e].hash == (uint32_t)h;
 		if (!runs)
 			continue;
 		long above_room = 0;
@@ -404,12 +395,12 @@ static int wake_is_ours(const sq_listener *l, const char *payload)
 			if (i == mi)
 				continue;
 			int room = -1;
-			for (int e = l->mfirst[i]; e < l->mfirst[i + 1]; e++)
-				if (l->ehash[e] == (uint32_t)h)
-					room = l->eroom[e];
+			for (int e = l->members[i].first; e < l->members[i + 1].first; e++)
+				if (l->entries[e].hash == (uint32_t)h)
+					room = l->entries[e].room;
 			if (room < 0 ||
-			    XXH3_64bits_withSeed(payload, toklen, (uint64_t)(uint32_t)l->mpid[i]) <=
-				    mine)
+			    XXH3_64bits_withSeed(payload, toklen,
+						 (uint64_t)(uint32_t)l->members[i].pid) <= mine)
 				continue;
 			above++;
 			above_room += room;
@@ -475,19 +466,17 @@ void sq_listener_drop(sq_listener *l)
 	l->conn = NULL;
 	/* the next connection has another pid, and registers anew */
 	l->listen_ok = l->unregistered = 0;
-	l->nmembers = l->nentries = 0;
+	l->nmembers = 0;
 	l->probed_at = 0;
 }
 
 void sq_listener_free(sq_listener *l)
 {
 	sq_listener_drop(l);
-	free(l->mpid);
-	free(l->mfirst);
-	free(l->ehash);
-	free(l->eroom);
-	l->mpid = l->mfirst = l->eroom = NULL;
-	l->ehash = NULL;
+	free(l->members);
+	free(l->entries);
+	l->members = NULL;
+	l->entries = NULL;
 	l->capmembers = l->capentries = 0;
 	sq_pgconn_close(&l->pc);
 }

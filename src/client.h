@@ -93,11 +93,17 @@ typedef struct sq_listener {
 	char self[256];
 	int listen_ok;    /* the LISTEN was answered on this connection */
 	int unregistered; /* the registration failed on this connection */
-	int *mpid;        /* members: backend pid of each */
-	int *mfirst;      /* members: their first entry in ehash/eroom; one more */
-	uint32_t *ehash;  /* entries: a type's hash and the member's room for it */
-	int *eroom;
-	int nmembers, nentries, capmembers, capentries;
+	/* members[i]: a registered listener's backend pid, and its first
+	 * entry; members[nmembers].first ends the last one's entries */
+	struct sq_listener_member {
+		int pid, first;
+	} * members;
+	/* entries: per member and task type, the type's hash and its room */
+	struct sq_listener_entry {
+		uint32_t hash;
+		int room;
+	} * entries;
+	int nmembers, capmembers, capentries;
 	double probed_at; /* when the last probe was sent; 0: never */
 } sq_listener;
 /* A LISTEN connection gets a probe this long after it was last heard from

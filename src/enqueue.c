@@ -10,9 +10,6 @@
 #include "json.h"
 
 #include <inttypes.h>
-#include <stdatomic.h>
-#include <time.h>
-#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -175,9 +172,10 @@ typedef struct shard_batch {
 } shard_batch;
 
 /* The NOTIFY's payload for one shard's part of a batch: a token new for
- * every batch, then "HASH:COUNT" for each task type in it; just the token
+ * every batch (the id of its first job there: ids are unique in the
+ * cluster), then "HASH:COUNT" for each task type in it; just the token
  * when there are more than WAKE_TYPES types (every listener claims). */
-static void wake_payload(shard_batch *b, const sq_job_spec *jobs, uint64_t token)
+static void wake_payload(shard_batch *b, const sq_job_spec *jobs)
 {
 	uint32_t h[WAKE_TYPES];
 	long count[WAKE_TYPES];
@@ -198,7 +196,7 @@ static void wake_payload(shard_batch *b, const sq_job_spec *jobs, uint64_t token
 			}
 			count[f]++;
 		}
-	int len = snprintf(b->wake, sizeof(b->wake), "%016llx", (unsigned long long)token);
+	int len = snprintf(b->wake, sizeof(b->wake), "%016llx", (unsigned long long)b->r[0].ids[0]);
 	for (int f = 0; f < nt && !over; f++)
 		len += snprintf(b->wake + len, sizeof(b->wake) - (size_t)len, " %08x:%ld", h[f],
 				count[f]);
@@ -508,13 +506,6 @@ static sq_status send_all(sq_client *c, shard_batch *sb, const sq_job_spec *jobs
 	sq_status st;
 	uint64_t *sent = calloc((size_t)c->nshards, sizeof(uint64_t));
 	int *pid = calloc((size_t)c->nshards, sizeof(int));
-	/* the NOTIFYs' token: new for every batch, in every process */
-	static _Atomic uint64_t batches;
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	uint64_t seed[3] = {atomic_fetch_add(&batches, 1), (uint64_t)getpid(),
-			    (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec};
-	uint64_t token = XXH3_64bits(seed, sizeof(seed));
 	*moved = 0;
 	if (!sent || !pid) {
 		free(sent);
@@ -533,7 +524,7 @@ static sq_status send_all(sq_client *c, shard_batch *sb, const sq_job_spec *jobs
 				       b->r[k].keyed ? &stmt_enqueue : &stmt_enqueue_keyless, NCOLS,
 				       b->r[k].vals);
 		if (c->cfg->notify) {
-			wake_payload(b, jobs, token);
+			wake_payload(b, jobs);
 			sq_pgconn_push(&c->shards[s], &stmt_notify, 1, b->wake_val);
 		}
 	}

@@ -225,6 +225,8 @@ static void open_listeners(sq_worker *w)
 	}
 }
 
+static int predicted_prefetch(const sq_worker *w, const wtype *t);
+
 /* A shard without its LISTEN connection gets one again, at most every
  * RELISTEN_S after a connect that failed; a connect under way goes on at
  * every pass. It does not wait for the worker's own connection to the
@@ -232,8 +234,6 @@ static void open_listeners(sq_worker *w)
  * when it claims. The shard is claimed from at once when the LISTEN is
  * answered (on_listen), since its wake-ups in between were lost. A LISTEN
  * connection that died unseen is found by sq_listener_check's probe. */
-static int predicted_prefetch(const sq_worker *w, const wtype *t);
-
 static void relisten(sq_worker *w, double now)
 {
 	/* what the LISTEN connections register (sq_listener, self): per type,
