@@ -381,6 +381,8 @@ static int wake_is_ours(const sq_listener *l, const char *payload)
 		if (end == p || *end != ':')
 			return 1;
 		long count = strtol(end + 1, &end, 10);
+		if (count > INT_MAX) /* a payload not from sq_enqueue */
+			count = INT_MAX;
 		p = end;
 		while (*p == ' ')
 			p++;

@@ -1037,6 +1037,15 @@ START_TEST(a_notify_wakes_the_workers_its_batch_needs)
 		      "%llu claims for %d jobs enqueued one by one, more than %d a job: did "
 		      "each NOTIFY wake more of the %d workers than the %d a lone job needs?",
 		      (unsigned long long)alone, ALONE + ALONE_M, SQ_WAKE_MIN + 2, W, SQ_WAKE_MIN);
+	/* payloads that sq_enqueue never sends (anyone may NOTIFY): a count
+	 * past every integer, text that is no payload; the workers go on */
+	char forged[256];
+	snprintf(forged, sizeof(forged),
+		 "SELECT pg_notify('shardq_jobs', '0 %08x:99999999999999999999999'),"
+		 " pg_notify('shardq_jobs', 'x y:z'), pg_notify('shardq_jobs', ' ')",
+		 sq_wake_type_hash("n"));
+	for (int s = 0; s < t.nshards; s++)
+		testdb_scalar(&t, s, forged);
 	started += BATCH;
 	enqueue_and_wait("n", BATCH, started);
 	stop_error_free(w, th, W, "wF");
