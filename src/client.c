@@ -20,6 +20,11 @@
 #include <xxhash.h>
 
 #define ID_BLOCK 65536
+/* A map LISTEN connection that could not be made is tried again after
+ * this long; the version poll on the meta connection covers the time. */
+#define SQ_MAP_LISTEN_RETRY_S 30.0
+
+static void map_listen_open(sq_client *c);
 
 const sq_stmt sq_stmt_gate_shared = {"sq_gate_shared",
 				     "SELECT pg_advisory_xact_lock_shared(" SQ_GATE_KEY ")"};
@@ -739,24 +744,8 @@ sq_status sq_client_open(const sq_config *cfg, int for_init, sq_client **out, sq
 		st = check_schema(c, err);
 	if (st == SQ_OK && !for_init)
 		st = sq_client_refresh_map(c, err);
-	if (st == SQ_OK && !for_init) {
-		/* map changes arrive by NOTIFY; the version poll covers a lost one */
-		char ignore[256];
-		c->map_listen = sq_connect_plain(cfg, sq_config_meta_dsn(cfg), "map-listen", -1,
-						 ignore, sizeof(ignore));
-		if (c->map_listen) {
-			int fired;
-			PQclear(sq_watch_exec(c->map_listen, "LISTEN shardq_map", 0, NULL, wait_s,
-					      NULL, &fired));
-			if (fired) {
-				/* no answer: the version poll finds map changes */
-				PQfinish(c->map_listen);
-				c->map_listen = NULL;
-			} else {
-				PQsetnonblocking(c->map_listen, 1);
-			}
-		}
-	}
+	if (st == SQ_OK && !for_init)
+		map_listen_open(c);
 	if (st != SQ_OK) {
 		sq_client_close(c);
 		return st;
@@ -845,29 +834,117 @@ sq_status sq_client_take_ids(sq_client *c, size_t n, int64_t *first, sq_error *e
 	return SQ_OK;
 }
 
+static void map_listen_drop(sq_client *c)
+{
+	PQfinish(c->map_listen);
+	c->map_listen = NULL;
+	c->map_asked_at = 0;
+	c->map_checked_at = 0; /* what it would have said is asked at once */
+}
+
+/* Map changes arrive by NOTIFY on this connection, and the version poll
+ * (every map_poll, for a NOTIFY lost) is asked on it too, without waiting
+ * for the answer. It is made at connect, and made again after it broke
+ * (sq_client_check_map) once the meta database has answered; one that
+ * cannot be made is tried again after SQ_MAP_LISTEN_RETRY_S. */
+static void map_listen_open(sq_client *c)
+{
+	char ignore[256];
+	int fired = 0;
+	double wait_s = sq_plain_answer_wait_s(c->cfg, c->cfg->statement_timeout_ms);
+	c->map_asked_at = 0;
+	c->map_listen_at = mono_s() + SQ_MAP_LISTEN_RETRY_S;
+	c->map_listen = sq_connect_plain(c->cfg, sq_config_meta_dsn(c->cfg), "map-listen", -1,
+					 ignore, sizeof(ignore));
+	if (!c->map_listen)
+		return;
+	PGresult *r =
+		sq_watch_exec(c->map_listen, "LISTEN shardq_map", 0, NULL, wait_s, NULL, &fired);
+	int ok = !fired && r && PQresultStatus(r) == PGRES_COMMAND_OK;
+	PQclear(r);
+	if (!ok) {
+		/* no answer, or refused: the version poll finds map changes */
+		PQfinish(c->map_listen);
+		c->map_listen = NULL;
+		return;
+	}
+	PQsetnonblocking(c->map_listen, 1);
+	c->map_listen_at = 0;
+}
+
+/* The version poll's answer on map_listen, once it has all come: 1 when
+ * the version differs from the map's. A poll unanswered for the meta
+ * connection's answer wait (SQ_MAP_LISTEN_RETRY_S without one) drops the
+ * connection: a host cut off answers nothing, NOTIFYs included. */
+static int map_poll_answer(sq_client *c, double now)
+{
+	int changed = 0;
+	PGresult *r;
+	while (c->map_asked_at > 0 && !PQisBusy(c->map_listen)) {
+		if (!(r = PQgetResult(c->map_listen))) {
+			c->map_asked_at = 0;
+			break;
+		}
+		if (PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1)
+			changed |= atoll(PQgetvalue(r, 0, 0)) != c->map_version;
+		PQclear(r);
+	}
+	double wait = c->meta.answer_wait_s > 0 ? c->meta.answer_wait_s : SQ_MAP_LISTEN_RETRY_S;
+	if (c->map_asked_at > 0 && now - c->map_asked_at > wait)
+		map_listen_drop(c);
+	return changed;
+}
+
+/* Nothing here waits for the meta database while map_listen works: the
+ * NOTIFYs and the poll's answer are read as they have come. Only without
+ * it is the version asked on the meta connection, waiting (as every
+ * enqueue and worker tick did before: a meta database slow to answer held
+ * up one call a second in each client). */
 void sq_client_check_map(sq_client *c)
 {
 	int changed = 0;
+	double now = mono_s();
 	PGnotify *n;
 	if (c->map_listen) {
-		if (!PQconsumeInput(c->map_listen)) {
-			PQfinish(c->map_listen);
-			c->map_listen = NULL;
+		if (!PQconsumeInput(c->map_listen) || PQstatus(c->map_listen) == CONNECTION_BAD) {
+			map_listen_drop(c);
 		} else {
 			while ((n = PQnotifies(c->map_listen)) != NULL) {
 				changed |= atoll(n->extra) != c->map_version;
 				PQfreemem(n);
 			}
+			changed |= map_poll_answer(c, now);
 		}
 	}
-	if (!changed && mono_s() - c->map_checked_at >= (double)c->cfg->map_poll_ms / 1000.0) {
-		sq_error e;
-		PGresult *r = sq_pgconn_exec(
-			&c->meta, "SELECT map_version FROM shardq_meta.cluster", 0, NULL, &e);
-		c->map_checked_at = mono_s();
-		if (r) {
-			changed = PQntuples(r) == 1 && atoll(PQgetvalue(r, 0, 0)) != c->map_version;
-			PQclear(r);
+	/* 0: at once (a map to check again, a connection lost) */
+	if (!changed && (c->map_checked_at == 0 ||
+			 now - c->map_checked_at >= (double)c->cfg->map_poll_ms / 1000.0)) {
+		c->map_checked_at = now;
+		if (c->map_listen) {
+			if (!c->map_asked_at) {
+				if (PQsendQuery(c->map_listen,
+						"SELECT map_version FROM shardq_meta.cluster") &&
+				    PQflush(c->map_listen) >= 0)
+					c->map_asked_at = now;
+				else
+					map_listen_drop(c);
+			}
+		} else {
+			sq_error e;
+			PGresult *r = sq_pgconn_exec(&c->meta,
+						     "SELECT map_version FROM shardq_meta.cluster",
+						     0, NULL, &e);
+			c->map_checked_at = mono_s();
+			if (r) {
+				changed = PQntuples(r) == 1 &&
+					  atoll(PQgetvalue(r, 0, 0)) != c->map_version;
+				PQclear(r);
+				/* the meta database answers: listen again (NOTIFYs
+				 * sent while there was no listener were lost, and
+				 * this answer is newer than them) */
+				if (c->map_checked_at >= c->map_listen_at)
+					map_listen_open(c);
+			}
 		}
 	}
 	if (changed && sq_client_refresh_map(c, NULL) != SQ_OK)

@@ -54,6 +54,9 @@ struct sq_client {
 	int merge_txn;         /* push halves leave out their Sync: one transaction */
 	PGconn *map_listen;    /* LISTEN shardq_map on the meta database */
 	double map_checked_at; /* monotonic seconds of the last version check */
+	double map_asked_at;   /* when the version poll now on map_listen was
+				* sent; 0: none in flight */
+	double map_listen_at;  /* no new map_listen before this (one failed) */
 	uint64_t map_refreshes;
 };
 

@@ -9,6 +9,7 @@
 #include "schema.h"
 #include "test_common.h"
 
+#include <inttypes.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -1027,6 +1028,131 @@ START_TEST(stalled_mover_releases_the_gate)
 }
 END_TEST
 
+/* ---- the map's LISTEN connection and version poll ----------------------- */
+
+/* Backends of this suite's database on shard 1 (the meta database's) with
+ * application_name `app`. */
+static long long backends_named(const char *app)
+{
+	char sql[256];
+	snprintf(sql, sizeof(sql),
+		 "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+		 "AND application_name = '%s'",
+		 app);
+	return testdb_scalar(&t, 0, sql);
+}
+
+/*
+ * The meta database stops answering on connections that stay open (a
+ * proxy in front of it freezes). A client asks for the map's version
+ * every map_poll (100 ms here) and would wait up to its answer timeout
+ * (30 s) for it. Asserted: enqueues go on meanwhile, none of them waiting
+ * for the meta database, and every job is written. Before, the version
+ * poll ran inside the enqueue call and held it up for the whole answer
+ * timeout, once a map_poll.
+ */
+START_TEST(a_frozen_meta_database_holds_no_enqueue_up)
+{
+	enum { N = 20 };
+	sq_error err;
+	sq_client *c;
+	sq_config *cfg;
+	testdb_proxy meta;
+	testdb_proxy_start(&meta, t.ports[0]);
+	char extra[512];
+	snprintf(extra, sizeof(extra),
+		 "meta_dsn = host=127.0.0.1 port=%d dbname=%s user=postgres\n"
+		 "\n[connection]\nmap_poll = 100ms\nanswer_timeout = 30s\n",
+		 meta.port, t.db);
+	char *ini = testdb_ini(&t, NULL, extra);
+	OKE(sq_config_parse(ini, "frozen-meta", &cfg, &err));
+	free(ini);
+	OKE(sq_client_open(cfg, 0, &c, &err));
+	/* the first enqueue takes a block of job ids from the meta database */
+	ck_assert_int_gt(enqueue_one(c, "q", "fm-first", NULL, NULL), 0);
+	testdb_proxy_freeze(&meta, 1);
+	for (int i = 0; i < N; i++) {
+		char key[32];
+		snprintf(key, sizeof(key), "fm-%d", i);
+		usleep(150000); /* past map_poll: every call is due a version poll */
+		double t0 = mono();
+		int64_t id = enqueue_one(c, "q", key, NULL, NULL);
+		double took = mono() - t0;
+		ck_assert_msg(took < 10,
+			      "enqueue %d of %d took %.1fs with the meta database frozen: it "
+			      "waited for the map's version poll",
+			      i + 1, N, took);
+		ck_assert_int_gt(id, 0);
+	}
+	testdb_proxy_freeze(&meta, 0);
+	ck_assert_int_eq(testdb_sum(&t, "SELECT count(*) FROM shardq.jobs WHERE task = 'q' "
+					"AND status = 'ready'"),
+			 N + 1);
+	sq_client_close(c);
+	sq_config_free(cfg);
+	testdb_proxy_stop(&meta);
+}
+END_TEST
+
+/*
+ * A client's LISTEN connection for map changes is cut (its backend
+ * terminated). With map_poll at an hour, only that connection tells the
+ * client of a move. Asserted: the connection is made again, and a move
+ * made after that reaches the client's map without a poll and without a
+ * "moved" answer. Before, the connection was never made again, and such a
+ * client learned of map changes only from its polls.
+ */
+START_TEST(a_cut_map_listen_connection_is_made_again)
+{
+	sq_error err;
+	sq_client *c;
+	sq_config *cfg;
+	char *ini = testdb_ini(&t, NULL, "");
+	char *text = malloc(strlen(ini) + 128);
+	sprintf(text, "[connection]\napplication_name = remake\nmap_poll = 1h\n%s", ini);
+	free(ini);
+	OKE(sq_config_parse(text, "remake", &cfg, &err));
+	free(text);
+	OKE(sq_client_open(cfg, 0, &c, &err));
+	ck_assert_int_eq(backends_named("remake-map-listen"), 1);
+	ck_assert_int_eq(
+		testdb_scalar(&t, 0,
+			      "SELECT count(pg_terminate_backend(pid)) FROM "
+			      "pg_stat_activity WHERE application_name = 'remake-map-listen'"),
+		1);
+	/* the client notices at its next look at the map (every enqueue and
+	 * worker tick makes one) */
+	double since = mono();
+	while (backends_named("remake-map-listen") != 1) {
+		ck_assert_msg(mono() - since < stall_s(),
+			      "the map's LISTEN connection was not made again in %.0fs "
+			      "(%lld such backends)",
+			      stall_s(), backends_named("remake-map-listen"));
+		sq_client_check_map(c);
+		usleep(20000);
+	}
+	int64_t before = sq_client_map_version(c);
+	uint32_t p = 0;
+	while (sq_client_shard_of_partition(t.client, p) != 0)
+		p++;
+	OKE(sq_move(t.client, &p, 1, "s2", NULL, NULL, &err));
+	long long want = testdb_scalar(&t, 0, "SELECT map_version FROM shardq_meta.cluster");
+	ck_assert_int_gt(want, before);
+	since = mono();
+	while (sq_client_map_version(c) != want) {
+		ck_assert_msg(mono() - since < stall_s(),
+			      "the client's map is still at version %" PRId64 " %.0fs after a "
+			      "move made it %lld: the NOTIFY did not reach it",
+			      sq_client_map_version(c), stall_s(), want);
+		sq_client_check_map(c);
+		usleep(20000);
+	}
+	ck_assert_int_eq(sq_client_shard_of_partition(c, p), 1);
+	sq_client_close(c);
+	sq_config_free(cfg);
+}
+END_TEST
+
 /* ---- item 6: failpoints only in test builds ----------------------------- */
 
 /* A move in a child process with $SHARDQ_FAILPOINT naming its first step:
@@ -1086,6 +1212,8 @@ static Suite *suite(void)
 	tcase_add_test(tc, long_job_started_from_the_buffer_keeps_its_lease);
 	tcase_add_test(tc, plain_connections_take_the_connection_settings);
 	tcase_add_test(tc, stalled_mover_releases_the_gate);
+	tcase_add_test(tc, a_frozen_meta_database_holds_no_enqueue_up);
+	tcase_add_test(tc, a_cut_map_listen_connection_is_made_again);
 	tcase_add_test(tc, failpoints_only_where_built_in);
 	suite_add_tcase(s, tc);
 	return s;
