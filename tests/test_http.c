@@ -104,10 +104,12 @@ static void write_ini_via(const char *daemon_keys, const char *extra_tokens,
 	FILE *f = fopen(ini_path, "w");
 	ck_assert_msg(f != NULL, "%s: %s", ini_path, strerror(errno));
 	fprintf(f,
-		"%s\n[daemon]\nlisten = 127.0.0.1:0\nthreads = 2\nclaim_poll = 100ms\n%s\n"
+		"%s\n[daemon]\nlisten = 127.0.0.1:0\nthreads = 2\n%s%s\n"
 		"[token w]\n%s\nscopes = worker\n\n[token p]\n%s\nscopes = producer\n\n"
 		"[token a]\n%s\nscopes = admin\n\n%s",
-		ini, daemon_keys ? daemon_keys : "", hw, hp, ha, extra_tokens ? extra_tokens : "");
+		ini, /* polls 100 ms apart, unless the case sets its own */
+		daemon_keys && strstr(daemon_keys, "claim_poll") ? "" : "claim_poll = 100ms\n",
+		daemon_keys ? daemon_keys : "", hw, hp, ha, extra_tokens ? extra_tokens : "");
 	fclose(f);
 	free(ini);
 }
@@ -2346,6 +2348,76 @@ START_TEST(the_schedules_go_on_beside_a_shard_that_does_not_answer)
 }
 END_TEST
 
+/*
+ * The claimer's LISTEN connection to s2 dies unseen: the proxy in front of
+ * s2 drops the shard side of the connections it holds, while the daemon's
+ * side stays open and silent (a NAT that forgot them; no reset reaches
+ * the daemon). With claim_poll at 10 s (its longest), s2's NOTIFYs are then all
+ * that would bring its next job to a waiting long poll sooner, and they go
+ * nowhere. The claimer probes a LISTEN connection silent for 5 s, takes
+ * one whose probe gets no answer (answer_timeout 3 s here) as dead, and
+ * listens again. Asserted: s2 has the daemon's LISTEN backend again, the
+ * daemon's output says why, and a job enqueued on s2 after that reaches a
+ * long poll, once.
+ */
+START_TEST(a_listen_connection_that_died_unseen_is_made_again)
+{
+	testdb_proxy px;
+	testdb_open(&t, "sq_http_zombie", 2, 64, types_ini);
+	testdb_proxy_start(&px, t.ports[1]);
+	write_ini_via("claim_poll = 10s\n", NULL, "answer_timeout = 3s\n", px.port);
+	daemon_start(&D, "shardqd.out");
+	const char *listening = "SELECT count(*) FROM pg_stat_activity WHERE datname = "
+				"current_database() AND application_name = 'sqd-listen'";
+	/* s2's LISTEN backend: there, gone with the cut, there again */
+	const long long want[3] = {1, 0, 1};
+	const char *what[3] = {"after the start", "after the cut", "again after the cut"};
+	for (int k = 0; k < 3; k++) {
+		if (k == 1)
+			testdb_proxy_zombie(&px);
+		double since = now_s();
+		long long n;
+		while ((n = testdb_scalar(&t, 1, listening)) != want[k]) {
+			ck_assert_msg(
+				now_s() - since < STALL_S,
+				"s2 has %lld LISTEN backends of the daemon, not %lld, %.0fs %s; "
+				"its output:\n%s",
+				n, want[k], STALL_S, what[k], slurp_tail(D.out));
+			usleep(50000);
+		}
+	}
+	ck_assert_msg(strstr(slurp(D.out), "shard s2") &&
+			      strstr(slurp(D.out), "the LISTEN connection got no answer"),
+		      "the daemon did not say why it listened again:\n%s", slurp_tail(D.out));
+	/* a job on s2 reaches a long poll (its claim on s2 may first fail on
+	 * the claim connection, which died unseen too) */
+	char key[32];
+	for (int i = 0;; i++) {
+		snprintf(key, sizeof(key), "zombie-%d", i);
+		if (sq_client_shard_of_partition(
+			    t.client, sq_partition_of_key(key, strlen(key), t.partitions)) == 1)
+			break;
+	}
+	int64_t id = enqueue_one(t.client, "a", key, NULL, NULL);
+	ck_assert_int_gt(id, 0);
+	call_timeout_s = STALL_S + 70;
+	hresp r = call("POST", "/v1/claim", tok_worker,
+		       "{\"worker\":\"w1\",\"types\":[{\"type\":\"a\",\"limit\":10}],"
+		       "\"wait_ms\":60000}");
+	EXPECT(r, 200, NULL);
+	json_t *j = js(&r);
+	json_t *jobs = json_object_get(j, "jobs");
+	ck_assert_msg(json_array_size(jobs) == 1 && json_integer_value(json_object_get(
+							    json_array_get(jobs, 0), "id")) == id,
+		      "a long poll of 60 s got %zu jobs, not the one enqueued on s2 (%lld): %.300s",
+		      json_array_size(jobs), (long long)id, r.body);
+	json_decref(j);
+	call_timeout_s = 0;
+	testdb_proxy_stop(&px);
+	stop_all();
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("http");
@@ -2367,5 +2439,6 @@ int main(void)
 	ADD_CASE(s, a_heartbeat_beside_a_shard_that_stops_answering_is_answered, 3600);
 	ADD_CASE(s, a_shard_that_does_not_answer_holds_the_start_up_once, 3600);
 	ADD_CASE(s, the_schedules_go_on_beside_a_shard_that_does_not_answer, 3600);
+	ADD_CASE(s, a_listen_connection_that_died_unseen_is_made_again, 3600);
 	return run_suite(s);
 }
