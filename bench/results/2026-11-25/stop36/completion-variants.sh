@@ -7,8 +7,10 @@ declare -A V
 V[full]="WITH $X, $RR, del AS (DELETE FROM shardq.jobs j USING x WHERE $F AND $OWN AND j.rerun_params IS NULL RETURNING x.ord) SELECT ord FROM rr UNION ALL SELECT ord FROM del"
 V[delonly]="WITH $X, del AS (DELETE FROM shardq.jobs j USING x WHERE $F AND $OWN AND j.rerun_params IS NULL RETURNING x.ord) SELECT ord FROM del"
 V[noown]="WITH $X, del AS (DELETE FROM shardq.jobs j USING x WHERE $F AND j.rerun_params IS NULL RETURNING x.ord) SELECT ord FROM del"
+V[inline]="WITH rr AS (UPDATE shardq.jobs j SET status='ready', params=j.rerun_params, rerun_params=NULL, attempt_base=j.attempt, worker=NULL, expected_status_change_time=NULL, schedule_time=now(), updated_at=now() FROM unnest(\$1::bigint[], \$2::int[]) WITH ORDINALITY AS x(id, att, ord) WHERE $F AND $OWN AND j.rerun_params IS NOT NULL RETURNING x.ord), del AS (DELETE FROM shardq.jobs j USING unnest(\$1::bigint[], \$2::int[]) WITH ORDINALITY AS x(id, att, ord) WHERE $F AND $OWN AND j.rerun_params IS NULL RETURNING x.ord) SELECT ord FROM rr UNION ALL SELECT ord FROM del"
+V[anyfence]="WITH del AS (DELETE FROM shardq.jobs j WHERE j.id = ANY(\$1::bigint[]) AND j.worker = \$3 AND j.status::text IN ('starting','running') AND j.attempt = (\$2::int[])[array_position(\$1::bigint[], j.id)] AND $OWN AND j.rerun_params IS NULL RETURNING j.id) SELECT id FROM del"
 V[bare]="DELETE FROM shardq.jobs j WHERE j.id = ANY(\$1::bigint[]) AND \$2::int[] IS NOT NULL AND \$3::text IS NOT NULL"
-for v in full delonly noown bare; do
+for v in full inline anyfence noown bare; do
  for i in 1 2 3 4 5 6; do
  psql -X -h 127.0.0.1 -p 55631 -U postgres shardq -q <<SQL
 BEGIN;
