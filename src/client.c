@@ -87,8 +87,8 @@ static void build_type_arrays(sq_client *c)
 
 /* The server-side settings of a connection, as libpq's `options`.
  *
- * A client's own shard connections (queue, 1) also turn sequential scans
- * off. Every statement they run on shardq.jobs is meant to go through an
+ * A client's own shard connections (queue, 1) also turn sequential and
+ * bitmap scans off. Every statement they run on shardq.jobs is meant to go through an
  * index, and the plans are cached: the claim and small fenced writes use
  * the plan made once per session, and PostgreSQL may keep a generic plan
  * of any prepared statement after five runs. A plan made while the table
@@ -98,7 +98,17 @@ static void build_type_arrays(sq_client *c)
  * 50,000, 360 ms a claim, 2,000 jobs/s instead of 45,000 with autovacuum
  * off (docs/benchmarks.md, "Plans made on an empty table"). With the
  * setting off a sequential scan is still used where no index can serve
- * (the exact counts of sq_stats_get), never in place of one. */
+ * (the exact counts of sq_stats_get), never in place of one.
+ *
+ * A bitmap scan returns rows in no order, so a claim planned with one
+ * reads every ready job of the type and sorts them to take its limit. The
+ * planner chose it on the statistics a vacuum leaves on a churned queue
+ * table (many pages, a few live rows, most of them running), which take
+ * the type's ready jobs for one or two: at 26,000 jobs/s a claim took
+ * 25 ms instead of 1, more as the backlog grew, until the next ANALYZE
+ * (docs/benchmarks.md, "A claim planned after a vacuum of a churned
+ * table"). The queue's statements all find their rows by key or in index
+ * order, for which a plain index scan is what a bitmap scan would do. */
 static char *conn_options(const sq_config *cfg, int64_t statement_timeout_ms, const char *role,
 			  int queue)
 {
@@ -107,7 +117,7 @@ static char *conn_options(const sq_config *cfg, int64_t statement_timeout_ms, co
 	sq_buf_printf(&b, "-c statement_timeout=%lld -c idle_in_transaction_session_timeout=%lld",
 		      (long long)statement_timeout_ms, (long long)cfg->idle_in_tx_timeout_ms);
 	if (queue)
-		sq_buf_puts(&b, " -c enable_seqscan=off");
+		sq_buf_puts(&b, " -c enable_seqscan=off -c enable_bitmapscan=off");
 	sq_buf_puts(&b, " -c application_name=");
 	for (const char *p = cfg->application_name; p && *p; p++) {
 		if (*p == ' ' || *p == '\\')
