@@ -34,43 +34,61 @@
 	"  WHERE ps.partition = j.partition) = 'owned'"
 /* The plan must look each id up in jobs_pkey, one probe per ref, whatever
  * the statistics say and whether it is planned for these values or once for
- * all (a generic plan, docs/benchmarks.md "Tried and not kept"). So the
- * status is compared as text: written as the enum, it matches the
- * predicate of the partial index jobs_lease, and with the statistics of an
- * idle queue (few jobs running) the planner scanned all of jobs_lease, dead
- * entries included (EXPLAIN of a 90-job completion with 2,090 running: 2.4
- * ms against 1.8 ms). And no `j.id = ANY($1)` beside `j.id = x.id`: with
- * it, the planner took the ids from jobs_pkey first and joined each with
- * every row of x, 62,250 comparisons for 250 refs. */
+ * all (a generic plan, docs/benchmarks.md "Tried and not kept"). So every
+ * fenced write first finds and locks its rows in `f`: per ref (x), a
+ * LATERAL subquery with FOR UPDATE, which PostgreSQL neither flattens nor
+ * reorders, so x drives and each ref is one probe of jobs_pkey by its id.
+ * The write then takes the rows it found by `j.id = ANY (ARRAY(...))`,
+ * which only jobs_pkey serves, and joins nothing (as the claim's update
+ * does). Before, the write joined x itself, and with the statistics a
+ * vacuum leaves on a churned table (many pages, a few live rows) the
+ * planner read the whole of jobs_pkey and compared every row with every
+ * ref: 1.9 million comparisons and 291 ms for a completion of 600 refs
+ * with 3,200 jobs running (docs/benchmarks.md, "A completion planned after
+ * a vacuum of a churned table").
+ *
+ * The lock is what a write would take anyway, and what makes the second
+ * step safe: a row locked in `f` cannot change before the write, so the
+ * write needs no fence of its own, and what `f` found is what is written
+ * (its ords are the answer). A row changed by a transaction that committed
+ * after this statement's snapshot is locked in its newest version, and the
+ * fence is checked again on that version (as an UPDATE would).
+ *
+ * The status is compared as text: written as the enum, it matches the
+ * predicate of the partial index jobs_lease, which the planner then may
+ * scan whole (EXPLAIN of a 90-job completion with 2,090 running: 2.4 ms
+ * against 1.8 ms). */
 #define FENCE(st)                                                                    \
 	"j.id = x.id AND j.attempt = x.att AND j.worker = $3 AND j.status::text " st \
 	" AND " OWNED
-#define TYPE_IDX  "array_position($4::text[], j.task)"
+#define REFS "x AS (SELECT * FROM unnest($1::bigint[], $2::int[]) WITH ORDINALITY AS x(id, att, ord))"
+/* `f`: (ord, id, cols...) of the refs whose row matches the fence, locked */
+#define FOUND(st, cols)                                                                  \
+	" f AS (SELECT x.ord, m.* FROM x CROSS JOIN LATERAL (SELECT j.id" cols              \
+	"          FROM shardq.jobs j WHERE " FENCE(st) " FOR UPDATE) m)"
+#define FOUND_IDS(cond) "j.id = ANY (ARRAY(SELECT f.id FROM f" cond "))"
+#define TYPE_IDX        "array_position($4::text[], j.task)"
 /* the lease a start or heartbeat set, for sq_start_lease and
  * sq_heartbeat_lease (microseconds since the epoch) */
-#define LEASE_US "(extract(epoch FROM j.expected_status_change_time) * 1000000)::bigint"
 #define EXEC_LEASE                                                              \
 	"now() + COALESCE(($5::bigint[])[" TYPE_IDX "], 300000) * interval '1 millisecond'"
+#define LEASE_US "(extract(epoch FROM " EXEC_LEASE ") * 1000000)::bigint"
 
 /* starting -> running. Running already (a start resent after its commit
- * went unanswered) is fine: same run, the lease is renewed. */
-static const sq_stmt stmt_start = {
-	"sq_start",
-	"UPDATE shardq.jobs j SET status = 'running', updated_at = now(),"
-	"       expected_status_change_time = " EXEC_LEASE
-	"  FROM unnest($1::bigint[], $2::int[]) WITH ORDINALITY AS x(id, att, ord)"
-	" WHERE " FENCE("IN ('starting', 'running')") " RETURNING x.ord, " LEASE_US};
+ * went unanswered) is fine: same run, the lease is renewed. now() is the
+ * transaction's, so the lease `f` answers is the one the update writes. */
+#define START_SQL                                                                       \
+	"WITH " REFS "," FOUND("IN ('starting', 'running')", ", " LEASE_US " AS lease") ","    \
+	" u AS (UPDATE shardq.jobs j SET status = 'running', updated_at = now(),"          \
+	"         expected_status_change_time = " EXEC_LEASE " WHERE " FOUND_IDS("") ")" \
+	" SELECT f.ord, f.lease FROM f"
+static const sq_stmt stmt_start = {"sq_start", START_SQL};
 
 /* running -> running, the lease extended. A job still `starting` (a
  * worker that runs it without having sent its start) is started by it, as
  * a start would: the worker that holds it is running it, and answering
  * `lost` would make it drop a job that is still its own. */
-static const sq_stmt stmt_heartbeat = {
-	"sq_heartbeat",
-	"UPDATE shardq.jobs j SET status = 'running', updated_at = now(),"
-	"       expected_status_change_time = " EXEC_LEASE
-	"  FROM unnest($1::bigint[], $2::int[]) WITH ORDINALITY AS x(id, att, ord)"
-	" WHERE " FENCE("IN ('starting', 'running')") " RETURNING x.ord, " LEASE_US};
+static const sq_stmt stmt_heartbeat = {"sq_heartbeat", START_SQL};
 
 /* A completion or failure takes a job that is running, or still starting:
  * a worker starts a buffered job on a free slot at once, under its starting
@@ -85,25 +103,21 @@ static const sq_stmt stmt_heartbeat = {
  * keep history, $5: their history_retention in whole days (expires_at picks
  * the history partition, docs/operations.md), $6: seconds added to now() for
  * finished_at and expires_at (0; a test clock only in failpoint builds). */
-/* The refs, the rerun arm and the delete (returning `ret`), shared by the
- * completion with history and the one without. */
-#define COMPLETE_HEAD(ret)                                                              \
-	"WITH x AS (SELECT * FROM unnest($1::bigint[], $2::int[])"                          \
-	"           WITH ORDINALITY AS x(id, att, ord)),"                                   \
-	" rr AS (UPDATE shardq.jobs j SET status = 'ready', params = j.rerun_params,"       \
-	"          rerun_params = NULL, attempt_base = j.attempt, worker = NULL,"           \
-	"          expected_status_change_time = NULL, schedule_time = now(),"              \
-	"          delay_tolerance_time = now() + (j.delay_tolerance_time - j.schedule_time)," \
-	"          updated_at = now()"                                                      \
-	"          FROM x WHERE " FENCE("IN ('starting', 'running')")                       \
-	"            AND j.rerun_params IS NOT NULL"                                        \
-	"          RETURNING x.ord),"                                                       \
-	" del AS (DELETE FROM shardq.jobs j USING x"                                        \
-	"          WHERE " FENCE("IN ('starting', 'running')")                              \
-	"            AND j.rerun_params IS NULL RETURNING " ret ")"
+/* The refs, the rerun arm and the delete (returning `ret`, or nothing),
+ * shared by the completion with history and the one without. */
+#define COMPLETE_HEAD(ret)                                                                  \
+	"WITH " REFS "," FOUND("IN ('starting', 'running')",                                  \
+			       ", j.rerun_params IS NOT NULL AS rerun") ","                     \
+	" rr AS (UPDATE shardq.jobs j SET status = 'ready', params = j.rerun_params,"           \
+	"          rerun_params = NULL, attempt_base = j.attempt, worker = NULL,"               \
+	"          expected_status_change_time = NULL, schedule_time = now(),"                  \
+	"          delay_tolerance_time = now() + (j.delay_tolerance_time - j.schedule_time),"     \
+	"          updated_at = now()"                                                          \
+	"          WHERE " FOUND_IDS(" WHERE f.rerun") "),"                                     \
+	" del AS (DELETE FROM shardq.jobs j WHERE " FOUND_IDS(" WHERE NOT f.rerun") ret ")"
 static const sq_stmt stmt_complete = {
 	"sq_complete",
-	COMPLETE_HEAD("j.*, x.ord")
+	COMPLETE_HEAD(" RETURNING j.*")
 	", hist AS (INSERT INTO shardq.jobs_history (id, partition, task, status, attempt, worker,"
 	"            active_uid, params, last_error, created_at, finished_at, expires_at)"
 	"          SELECT id, partition, task, 'completed', attempt - attempt_base, worker,"
@@ -112,26 +126,32 @@ static const sq_stmt stmt_complete = {
 	"                 now() + $6::float8 * interval '1 second' + interval '1 day' *"
 	"                   COALESCE(($5::int[])[array_position($4::text[], task)], 7)"
 	"            FROM del WHERE task = ANY($4::text[]))"
-	"SELECT ord FROM rr UNION ALL SELECT ord FROM del"};
+	" SELECT f.ord FROM f"};
 
 /* The same without history, for a client none of whose types keeps it:
- * the deleted rows need not come back whole for an insert that takes none
- * of them (returning them cost a session about 1 us a row, a third of the
+ * the deleted rows need not come back for an insert that takes none of
+ * them (returning them cost a session about 1 us a row, a third of the
  * statement; docs/benchmarks.md, "A completion that does not return its
  * rows"). */
-static const sq_stmt stmt_complete_plain = {
-	"sq_complete_plain",
-	COMPLETE_HEAD("x.ord") " SELECT ord FROM rr UNION ALL SELECT ord FROM del"};
+static const sq_stmt stmt_complete_plain = {"sq_complete_plain",
+					    COMPLETE_HEAD("") " SELECT f.ord FROM f"};
 
 /* Retry with the type's backoff while tries remain, else failed. A pending
  * rerun outlives a final failure: the job is ready again with it and a
- * fresh budget. $4..$8: per-type backoff kind, base, cap and jitter. */
+ * fresh budget. $4..$8: per-type backoff kind, base, cap and jitter. The
+ * update joins `f` for each row's error and permanence: a join of the
+ * found rows only, at worst quadratic in the refs of one call (failures
+ * come in small batches), never in the table. */
 #define TRIES "(j.attempt - j.attempt_base)"
-#define FINAL "(x.perm OR " TRIES " >= j.max_attempts)"
+#define FINAL "(f.perm OR " TRIES " >= j.max_attempts)"
 #define TI    "array_position($4::text[], j.task)"
 static const sq_stmt stmt_fail = {
 	"sq_fail",
-	"UPDATE shardq.jobs j SET"
+	"WITH x AS (SELECT * FROM unnest($1::bigint[], $2::int[], $9::text[], $10::bool[])"
+	"           WITH ORDINALITY AS x(id, att, err, perm, ord)),"
+	" f AS (SELECT x.ord, x.err, x.perm, m.* FROM x CROSS JOIN LATERAL (SELECT j.id"
+	"          FROM shardq.jobs j WHERE " FENCE("IN ('starting', 'running')") " FOR UPDATE) m),"
+	" u AS (UPDATE shardq.jobs j SET"
 	"  status = (CASE WHEN " FINAL " AND j.rerun_params IS NULL THEN 'failed'"
 	"                 ELSE 'ready' END)::shardq.job_status,"
 	"  params = CASE WHEN " FINAL " AND j.rerun_params IS NOT NULL THEN j.rerun_params"
@@ -150,27 +170,22 @@ static const sq_stmt stmt_fail = {
 	"  delay_tolerance_time = NULL,"
 	"  worker = CASE WHEN " FINAL " AND j.rerun_params IS NULL THEN j.worker END,"
 	"  expected_status_change_time = NULL,"
-	"  last_error = x.err, updated_at = now()"
-	"  FROM unnest($1::bigint[], $2::int[], $9::text[], $10::bool[])"
-	"       WITH ORDINALITY AS x(id, att, err, perm, ord)"
-	" WHERE " FENCE("IN ('starting', 'running')") " RETURNING x.ord"};
+	"  last_error = f.err, updated_at = now()"
+	"  FROM f WHERE " FOUND_IDS("") " AND j.id = f.id)"
+	" SELECT f.ord FROM f"};
 
 /* starting -> ready, and the try does not count: the base moves up. */
-static const sq_stmt stmt_release = {
-	"sq_release",
-	"UPDATE shardq.jobs j SET status = 'ready', attempt_base = j.attempt_base + 1,"
-	"       worker = NULL, expected_status_change_time = NULL, updated_at = now()"
-	"  FROM unnest($1::bigint[], $2::int[]) WITH ORDINALITY AS x(id, att, ord)"
-	" WHERE " FENCE("= 'starting'") " RETURNING x.ord"};
+#define RELEASE_SQL(st)                                                                 \
+	"WITH " REFS "," FOUND(st, "") ","                                                 \
+	" u AS (UPDATE shardq.jobs j SET status = 'ready', attempt_base = j.attempt_base + 1," \
+	"         worker = NULL, expected_status_change_time = NULL, updated_at = now()"       \
+	"         WHERE " FOUND_IDS("") ")"                                                 \
+	" SELECT f.ord FROM f"
+static const sq_stmt stmt_release = {"sq_release", RELEASE_SQL("= 'starting'")};
 
 /* The same for a claim whose answer never reached a handler, also when it
  * was claimed straight to `running` (sq_unclaim). */
-static const sq_stmt stmt_unclaim = {
-	"sq_unclaim",
-	"UPDATE shardq.jobs j SET status = 'ready', attempt_base = j.attempt_base + 1,"
-	"       worker = NULL, expected_status_change_time = NULL, updated_at = now()"
-	"  FROM unnest($1::bigint[], $2::int[]) WITH ORDINALITY AS x(id, att, ord)"
-	" WHERE " FENCE("IN ('starting', 'running')") " RETURNING x.ord"};
+static const sq_stmt stmt_unclaim = {"sq_unclaim", RELEASE_SQL("IN ('starting', 'running')")};
 /* clang-format on */
 
 /* The partitions of a batch that this shard does not own (moving, gone, or
