@@ -88,8 +88,9 @@ static void build_type_arrays(sq_client *c)
 /* The server-side settings of a connection, as libpq's `options`.
  *
  * A client's own shard connections (queue, 1) also turn sequential and
- * bitmap scans off. Every statement they run on shardq.jobs is meant to go through an
- * index, and the plans are cached: the claim and small fenced writes use
+ * bitmap scans off. Every statement they run on shardq.jobs is meant to go
+ * through an index, and the plans are cached: the claim and small fenced
+ * writes use
  * the plan made once per session, and PostgreSQL may keep a generic plan
  * of any prepared statement after five runs. A plan made while the table
  * was small reads the whole table for as long as the session lives (or

@@ -62,10 +62,12 @@
 	"j.id = x.id AND j.attempt = x.att AND j.worker = $3 AND j.status::text " st \
 	" AND " OWNED
 #define REFS "x AS (SELECT * FROM unnest($1::bigint[], $2::int[]) WITH ORDINALITY AS x(id, att, ord))"
-/* `f`: (ord, id, cols...) of the refs whose row matches the fence, locked */
-#define FOUND(st, cols)                                                                  \
-	" f AS (SELECT x.ord, m.* FROM x CROSS JOIN LATERAL (SELECT j.id" cols              \
+/* `f`: (ord, xcols..., id, cols...) of the refs whose row matches the
+ * fence, locked */
+#define FOUND_X(xcols, st, cols)                                                         \
+	" f AS (SELECT x.ord" xcols ", m.* FROM x CROSS JOIN LATERAL (SELECT j.id" cols     \
 	"          FROM shardq.jobs j WHERE " FENCE(st) " FOR UPDATE) m)"
+#define FOUND(st, cols) FOUND_X("", st, cols)
 #define FOUND_IDS(cond) "j.id = ANY (ARRAY(SELECT f.id FROM f" cond "))"
 #define TYPE_IDX        "array_position($4::text[], j.task)"
 /* the lease a start or heartbeat set, for sq_start_lease and
@@ -149,8 +151,7 @@ static const sq_stmt stmt_fail = {
 	"sq_fail",
 	"WITH x AS (SELECT * FROM unnest($1::bigint[], $2::int[], $9::text[], $10::bool[])"
 	"           WITH ORDINALITY AS x(id, att, err, perm, ord)),"
-	" f AS (SELECT x.ord, x.err, x.perm, m.* FROM x CROSS JOIN LATERAL (SELECT j.id"
-	"          FROM shardq.jobs j WHERE " FENCE("IN ('starting', 'running')") " FOR UPDATE) m),"
+	FOUND_X(", x.err, x.perm", "IN ('starting', 'running')", "") ","
 	" u AS (UPDATE shardq.jobs j SET"
 	"  status = (CASE WHEN " FINAL " AND j.rerun_params IS NULL THEN 'failed'"
 	"                 ELSE 'ready' END)::shardq.job_status,"

@@ -463,6 +463,28 @@ static void enqueue_p(int n)
 			       &err));
 }
 
+/* The statistics a vacuum leaves on a churned queue table (many pages, a
+ * few live rows, most of them running), made on pg with jobs whose ids no
+ * allocator gives out (10^12 << 16 and up), which it then deletes; the
+ * statistics stay, since autovacuum is turned off for the table. */
+static const char *const churn_sql[] = {
+	"ALTER TABLE shardq.jobs SET (autovacuum_enabled = false);"
+	"INSERT INTO shardq.jobs (id, partition, task)"
+	" SELECT ((g + 1000000000000) << 16), 0, 'p' FROM generate_series(1::bigint, 30000) g;"
+	"UPDATE shardq.jobs SET status = 'running', worker = 'w', attempt = 1,"
+	"       expected_status_change_time = now() + interval '1 hour'"
+	" WHERE id >= 1000000000000::bigint << 16 AND (id >> 16) % 3 <> 0;"
+	"DELETE FROM shardq.jobs"
+	" WHERE id >= 1000000000000::bigint << 16 AND (id >> 16) % 100 <> 0",
+	"VACUUM ANALYZE shardq.jobs",
+	"DELETE FROM shardq.jobs WHERE id >= 1000000000000::bigint << 16"};
+
+static void churned_statistics(PGconn *pg)
+{
+	for (size_t i = 0; i < sizeof(churn_sql) / sizeof(churn_sql[0]); i++)
+		exec_ok(pg, churn_sql[i]);
+}
+
 /* Runs sql on every shard of tp. */
 static void on_every_shard(const char *sql)
 {
@@ -606,16 +628,8 @@ START_TEST(fenced_writes_probe_the_key_whatever_the_statistics)
 	 * (no sequential or bitmap scans), a completion of 600 refs read all
 	 * of jobs_pkey and compared each row with each ref (docs/benchmarks.md,
 	 * "A completion planned after a vacuum of a churned table") */
-	exec_ok(pg, "ALTER TABLE shardq.jobs SET (autovacuum_enabled = false);"
-		    "DELETE FROM shardq.jobs;"
-		    "INSERT INTO shardq.jobs (id, partition, task)"
-		    " SELECT ((g + 1000000000000) << 16), 0, 'p' FROM generate_series(1::bigint, "
-		    "30000) g;"
-		    "UPDATE shardq.jobs SET status = 'running', worker = 'w', attempt = 1,"
-		    "       expected_status_change_time = now() + interval '1 hour'"
-		    " WHERE (id >> 16) % 3 <> 0;"
-		    "DELETE FROM shardq.jobs WHERE (id >> 16) % 100 <> 0");
-	exec_ok(pg, "VACUUM ANALYZE shardq.jobs");
+	exec_ok(pg, "DELETE FROM shardq.jobs");
+	churned_statistics(pg);
 	exec_ok(pg, "SET enable_seqscan = off; SET enable_bitmapscan = off");
 	/* a call of 1,000 refs (only planned: they need not exist) */
 	free(ids), free(atts);
@@ -781,20 +795,11 @@ START_TEST(a_claim_planned_after_a_vacuum_of_a_churned_table_keeps_to_the_index)
 	enum { N = 5000 };
 	sq_job *cl;
 	size_t n;
-	/* the churn, made by hand on every shard with ids no allocator gives
-	 * out (10^12 << 16 and up), and statistics that autovacuum leaves
-	 * alone for the rest of the case */
-	on_every_shard("ALTER TABLE shardq.jobs SET (autovacuum_enabled = false);"
-		       "INSERT INTO shardq.jobs (id, partition, task)"
-		       " SELECT ((g + 1000000000000) << 16), 0, 'p'"
-		       "   FROM generate_series(1::bigint, 30000) g;"
-		       "UPDATE shardq.jobs SET status = 'running', worker = 'w', attempt = 1,"
-		       "       expected_status_change_time = now() + interval '1 hour'"
-		       " WHERE id >= 1000000000000::bigint << 16 AND (id >> 16) % 3 <> 0;"
-		       "DELETE FROM shardq.jobs"
-		       " WHERE id >= 1000000000000::bigint << 16 AND (id >> 16) % 100 <> 0");
-	on_every_shard("VACUUM ANALYZE shardq.jobs");
-	on_every_shard("DELETE FROM shardq.jobs WHERE id >= 1000000000000::bigint << 16");
+	for (int s = 0; s < tp.nshards; s++) {
+		PGconn *pg = testdb_pg(&tp, s);
+		churned_statistics(pg);
+		PQfinish(pg);
+	}
 	sq_client *w = testdb_client(&tp);
 	/* the claim's plan is made on those statistics, then the backlog comes */
 	ck_assert_uint_eq(claim_type(w, "w", "p", 100, &cl), 0);
