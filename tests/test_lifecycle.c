@@ -872,6 +872,121 @@ START_TEST(claims_keep_to_the_indexes_on_schema_6)
 }
 END_TEST
 
+/* A partition that is not owned here (a move's source after its freeze,
+ * its destination before the switch, a source after it) is skipped by
+ * both of the claim's arms: its ready jobs and its expired leases stay
+ * where they are, whatever the plan (the first claims are planned for
+ * their values, the later ones once for all), and come out once it is
+ * owned again. Normally no partition is in such a state, and the claim
+ * tests that once per statement instead of once per row
+ * (docs/benchmarks.md, "The claim's test of the partitions' state once
+ * per statement"). */
+START_TEST(claims_skip_partitions_that_are_not_owned)
+{
+	enum { N = 4000 };
+	static const char *const states[] = {"moving_out", "importing", "gone"};
+	char sql[512];
+	sq_job *cl;
+	size_t n;
+	long long held = 0, held_expired = 0, expired = 0;
+	sq_client *w = testdb_client(&tp);
+	enqueue_p(N);
+	for (int s = 0; s < tp.nshards; s++) {
+		PGconn *pg = testdb_pg(&tp, s);
+		/* the three partitions with the most jobs on this shard: one in
+		 * each state; the first one's jobs run under a lease that
+		 * expired, as a dead worker leaves them */
+		PGresult *r = PQexec(pg, "SELECT partition FROM shardq.jobs GROUP BY partition"
+					 " ORDER BY count(*) DESC, partition LIMIT 3");
+		ck_assert_int_eq(PQresultStatus(r), PGRES_TUPLES_OK);
+		ck_assert_int_eq(PQntuples(r), 3);
+		for (int i = 0; i < 3; i++) {
+			snprintf(sql, sizeof(sql),
+				 "UPDATE shardq.partition_state SET state = '%s'"
+				 " WHERE partition = %s",
+				 states[i], PQgetvalue(r, i, 0));
+			exec_ok(pg, sql);
+		}
+		snprintf(sql, sizeof(sql),
+			 "UPDATE shardq.jobs SET status = 'running', attempt = 1, max_attempts = 3,"
+			 " worker = 'dead',"
+			 " expected_status_change_time = now() - interval '1 minute'"
+			 " WHERE partition = %s",
+			 PQgetvalue(r, 0, 0));
+		exec_ok(pg, sql);
+		PQclear(r);
+		/* and a few of an owned partition, which do come back */
+		exec_ok(pg,
+			"UPDATE shardq.jobs SET status = 'running', attempt = 1, max_attempts = 3,"
+			" worker = 'dead', expected_status_change_time = now() - interval"
+			" '1 minute' WHERE id IN (SELECT j.id FROM shardq.jobs j JOIN"
+			" shardq.partition_state ps USING (partition) WHERE ps.state = 'owned'"
+			" ORDER BY j.id LIMIT 5)");
+		expired += 5;
+		held += testdb_scalar(
+			&tp, s,
+			"SELECT count(*) FROM shardq.jobs j JOIN shardq.partition_state"
+			" ps USING (partition) WHERE ps.state <> 'owned'");
+		held_expired +=
+			testdb_scalar(&tp, s,
+				      "SELECT count(*) FROM shardq.jobs j JOIN"
+				      " shardq.partition_state ps USING (partition)"
+				      " WHERE ps.state <> 'owned' AND j.status = 'running'");
+	}
+	ck_assert_int_gt(held_expired, 0);
+	ck_assert_int_gt(held - held_expired, 0);
+	/* claims of 100 until none is left: more than the five executions
+	 * after which PostgreSQL may plan a prepared statement once */
+	long long got = 0, got_expired = 0, rounds = 0;
+	while ((n = claim_type(w, "w", "p", 100, &cl)) > 0) {
+		for (size_t i = 0; i < n; i++) {
+			snprintf(sql, sizeof(sql),
+				 "SELECT count(*) FROM shardq.partition_state WHERE partition = %u"
+				 " AND state <> 'owned'",
+				 sq_partition_of_id(cl[i].id));
+			ck_assert_msg(testdb_scalar(&tp, cl[i].shard, sql) == 0,
+				      "claim %lld handed out job %lld of partition %u on s%d, "
+				      "which is not owned there",
+				      rounds + 1, (long long)cl[i].id, sq_partition_of_id(cl[i].id),
+				      cl[i].shard + 1);
+			got_expired += cl[i].attempt == 2;
+		}
+		got += (long long)n;
+		rounds++;
+		sq_jobs_free(cl, n);
+	}
+	ck_assert_int_gt(rounds, 5);
+	ck_assert_int_eq(got, N - held);
+	ck_assert_int_eq(got_expired, expired);
+	/* and the states are read by index, not by a scan of all of them */
+	for (int s = 0; s < tp.nshards; s++) {
+		char *claim = cached_plan(&w->shards[s], "sq_claim",
+					  "'{p}', '{1000}', '{300000}', 'w', '{0}'");
+		int ok = !strstr(claim, "Seq Scan on partition_state") &&
+			 strstr(claim, "partition_state_not_owned");
+		if (!ok || getenv("SHARDQ_TEST_SHOW_PLANS"))
+			fprintf(stderr, "s%d: the claim's plan:\n%s\n", s + 1, claim);
+		ck_assert_msg(ok,
+			      "s%d: the claim does not read the partitions' states by "
+			      "partition_state_not_owned (its plan is above)",
+			      s + 1);
+		free(claim);
+	}
+	/* owned again (the move called off): what was held comes out, once */
+	on_every_shard("UPDATE shardq.partition_state SET state = 'owned'");
+	got = got_expired = 0;
+	while ((n = claim_type(w, "w", "p", 100, &cl)) > 0) {
+		for (size_t i = 0; i < n; i++)
+			got_expired += cl[i].attempt == 2;
+		got += (long long)n;
+		sq_jobs_free(cl, n);
+	}
+	ck_assert_int_eq(got, held);
+	ck_assert_int_eq(got_expired, held_expired);
+	sq_client_close(w);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("lifecycle");
@@ -895,6 +1010,7 @@ int main(void)
 	tcase_add_test(tc, plans_made_on_an_empty_table_keep_to_the_indexes);
 	tcase_add_test(tc, claims_keep_to_the_indexes_on_schema_6);
 	tcase_add_test(tc, a_claim_planned_after_a_vacuum_of_a_churned_table_keeps_to_the_index);
+	tcase_add_test(tc, claims_skip_partitions_that_are_not_owned);
 	suite_add_tcase(s, tc);
 	return run_suite(s);
 }
