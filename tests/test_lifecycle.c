@@ -889,6 +889,9 @@ START_TEST(claims_skip_partitions_that_are_not_owned)
 	sq_job *cl;
 	size_t n;
 	long long held = 0, held_expired = 0, expired = 0;
+	static unsigned char not_owned[8][16384];
+	memset(not_owned, 0, sizeof(not_owned));
+	ck_assert_int_le(tp.nshards, 8);
 	sq_client *w = testdb_client(&tp);
 	enqueue_p(N);
 	for (int s = 0; s < tp.nshards; s++) {
@@ -906,6 +909,7 @@ START_TEST(claims_skip_partitions_that_are_not_owned)
 				 " WHERE partition = %s",
 				 states[i], PQgetvalue(r, i, 0));
 			exec_ok(pg, sql);
+			not_owned[s][atoi(PQgetvalue(r, i, 0)) & 16383] = 1;
 		}
 		snprintf(sql, sizeof(sql),
 			 "UPDATE shardq.jobs SET status = 'running', attempt = 1, max_attempts = 3,"
@@ -922,6 +926,7 @@ START_TEST(claims_skip_partitions_that_are_not_owned)
 			" '1 minute' WHERE id IN (SELECT j.id FROM shardq.jobs j JOIN"
 			" shardq.partition_state ps USING (partition) WHERE ps.state = 'owned'"
 			" ORDER BY j.id LIMIT 5)");
+		PQfinish(pg);
 		expired += 5;
 		held += testdb_scalar(
 			&tp, s,
@@ -940,15 +945,11 @@ START_TEST(claims_skip_partitions_that_are_not_owned)
 	long long got = 0, got_expired = 0, rounds = 0;
 	while ((n = claim_type(w, "w", "p", 100, &cl)) > 0) {
 		for (size_t i = 0; i < n; i++) {
-			snprintf(sql, sizeof(sql),
-				 "SELECT count(*) FROM shardq.partition_state WHERE partition = %u"
-				 " AND state <> 'owned'",
-				 sq_partition_of_id(cl[i].id));
-			ck_assert_msg(testdb_scalar(&tp, cl[i].shard, sql) == 0,
+			uint32_t part = sq_partition_of_id(cl[i].id);
+			ck_assert_msg(!not_owned[cl[i].shard][part & 16383],
 				      "claim %lld handed out job %lld of partition %u on s%d, "
 				      "which is not owned there",
-				      rounds + 1, (long long)cl[i].id, sq_partition_of_id(cl[i].id),
-				      cl[i].shard + 1);
+				      rounds + 1, (long long)cl[i].id, part, cl[i].shard + 1);
 			got_expired += cl[i].attempt == 2;
 		}
 		got += (long long)n;
