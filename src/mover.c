@@ -891,6 +891,20 @@ static sq_status cleanup(sq_client *c, move *m, const sq_move_opts *o, sq_error 
 	    run_ok(m->meta, "meta", "COMMIT", 0, NULL, err))
 		return err->code;
 	snprintf(m->step, sizeof(m->step), "done");
+	/* Then the source forgets the partitions: to a writer a partition it
+	 * does not know is "moved", as a gone one is, and no row of them is
+	 * left. A shard whose partitions are all owned has the claim test
+	 * that once per statement instead of once per row (src/claim.c,
+	 * NOT_MOVING), so a shard that gave partitions away gets that back.
+	 * Only after the move is recorded done: a cleanup resumed before that
+	 * needs these markers (the count above). A failure here leaves them,
+	 * which costs the claims there their per-row test, nothing else; the
+	 * move is done either way. */
+	sq_error ignored;
+	(void)run_ok(m->src, who,
+		     "DELETE FROM shardq.partition_state WHERE partition = ANY($1::int[]) "
+		     "AND state = 'gone' AND move_id = $2::bigint",
+		     2, v, &ignored);
 	return SQ_OK;
 }
 
