@@ -237,7 +237,8 @@ typedef struct shard_rows {
 	size_t *idx;
 	uint32_t *part; /* partition of each row */
 	size_t n;
-	int base; /* index of this op's first statement in the shard's pipeline */
+	int base;  /* index of this op's first statement in the shard's pipeline */
+	int write; /* and of its write */
 } shard_rows;
 
 static void add_row(sq_client *c, shard_rows *r, const op *o, const sq_job_ref *ref, size_t i)
@@ -333,10 +334,18 @@ static shard_rows *fenced_push(sq_client *c, const op *o, const char *worker,
 			r->vals[8] = r->errs.data;
 			r->vals[9] = r->perms.data;
 		}
-		sq_client_push_plans(c, s, r->n <= SQ_GENERIC_PLAN_ROWS);
+		/* the ownership report is a probe of partition_state's key per
+		 * partition whatever the batch: planned once per session. Left
+		 * to the write's mode, a batch of more than SQ_GENERIC_PLAN_ROWS
+		 * planned it again on most calls, 0.1 ms a plan, four times what
+		 * the report itself took (docs/benchmarks.md, "Issue 10's
+		 * targets in a quick state of the machine") */
+		sq_client_push_plans(c, s, 1);
 		r->base = c->shards[s].qn;
 		sq_client_push_gate(c, s);
 		sq_pgconn_push(&c->shards[s], &stmt_not_owned, 1, r->parts_val);
+		sq_client_push_plans(c, s, r->n <= SQ_GENERIC_PLAN_ROWS);
+		r->write = c->shards[s].qn;
 		sq_pgconn_push(&c->shards[s], o->stmt, o->nparams, r->vals);
 		if (!c->merge_txn)
 			sq_pgconn_push_sync(&c->shards[s]);
@@ -366,7 +375,7 @@ static sq_status fenced_collect(sq_client *c, shard_rows *rows, sq_status *out, 
 		sq_error e;
 		if (!r->n)
 			continue;
-		sq_status se = sq_pgconn_range_error(&c->shards[s], r->base, r->base + 3, &e);
+		sq_status se = sq_pgconn_range_error(&c->shards[s], r->base, r->write + 1, &e);
 		if (se != SQ_OK) {
 			for (size_t k = 0; k < r->n; k++)
 				out[r->idx[k]] = se;
@@ -378,7 +387,7 @@ static sq_status fenced_collect(sq_client *c, shard_rows *rows, sq_status *out, 
 			continue;
 		}
 		PGresult *rep = c->shards[s].res[r->base + 1];
-		PGresult *res = c->shards[s].res[r->base + 2];
+		PGresult *res = c->shards[s].res[r->write];
 		for (size_t k = 0; k < r->n; k++)
 			out[r->idx[k]] = missing;
 		/* the report is short (the batch's partitions that are not owned,
