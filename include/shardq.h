@@ -26,6 +26,10 @@
 extern "C" {
 #endif
 
+/* libshardq is built with hidden visibility: what this header declares is
+ * exactly what the shared library exports (tests/check_exports.sh). */
+#pragma GCC visibility push(default)
+
 #define SQ_MUST_CHECK __attribute__((warn_unused_result))
 
 /* Largest partition count: the low 16 bits of a job id hold its partition. */
@@ -744,6 +748,8 @@ SQ_MUST_CHECK sq_status sq_schedules_list(sq_client *c, int64_t now_us, sq_sched
 
 /* Statements sent to shard i since the client opened. */
 uint64_t sq_client_statements_sent(const sq_client *c, int shard);
+
+#pragma GCC visibility pop
 
 #ifdef __cplusplus
 }

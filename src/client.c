@@ -1,12 +1,13 @@
 /* client.c - an sq_client: connections to the meta database and every
  * shard, the cached partition map, and job-id blocks. */
 #include "client.h"
-#include "watch.h"
-#include "failpoint.h"
 #include "buf.h"
+#include "clock.h"
 #include "error.h"
+#include "failpoint.h"
 #include "pool.h"
 #include "schema.h"
+#include "watch.h"
 
 #include <event2/event.h>
 #include <math.h>
@@ -499,16 +500,9 @@ void sq_listener_free(sq_listener *l)
 	sq_pgconn_close(&l->pc);
 }
 
-static double mono_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 sq_status sq_client_refresh_map(sq_client *c, sq_error *err)
 {
-	c->map_checked_at = mono_s();
+	c->map_checked_at = sq_mono_s();
 	c->map_refreshes++;
 	PGresult *r = sq_pgconn_exec(
 		&c->meta, "SELECT partitions, map_version, cluster_id FROM shardq_meta.cluster", 0,
@@ -864,7 +858,7 @@ static void map_listen_open(sq_client *c)
 	int fired = 0;
 	double wait_s = sq_plain_answer_wait_s(c->cfg, c->cfg->statement_timeout_ms);
 	c->map_asked_at = 0;
-	c->map_listen_at = mono_s() + SQ_MAP_LISTEN_RETRY_S;
+	c->map_listen_at = sq_mono_s() + SQ_MAP_LISTEN_RETRY_S;
 	c->map_listen = sq_connect_plain(c->cfg, sq_config_meta_dsn(c->cfg), "map-listen", -1,
 					 ignore, sizeof(ignore));
 	if (!c->map_listen)
@@ -914,7 +908,7 @@ static int map_poll_answer(sq_client *c, double now)
 void sq_client_check_map(sq_client *c)
 {
 	int changed = 0;
-	double now = mono_s();
+	double now = sq_mono_s();
 	PGnotify *n;
 	if (c->map_listen) {
 		if (!PQconsumeInput(c->map_listen) || PQstatus(c->map_listen) == CONNECTION_BAD) {
@@ -945,7 +939,7 @@ void sq_client_check_map(sq_client *c)
 			PGresult *r = sq_pgconn_exec(&c->meta,
 						     "SELECT map_version FROM shardq_meta.cluster",
 						     0, NULL, &e);
-			c->map_checked_at = mono_s();
+			c->map_checked_at = sq_mono_s();
 			if (r) {
 				changed = PQntuples(r) == 1 &&
 					  atoll(PQgetvalue(r, 0, 0)) != c->map_version;
@@ -964,7 +958,7 @@ void sq_client_check_map(sq_client *c)
 
 sq_status sq_client_wait_moved(sq_client *c, int moved, int *tries, double *deadline, sq_error *err)
 {
-	double now = mono_s();
+	double now = sq_mono_s();
 	if (*deadline == 0)
 		*deadline = now + (double)c->cfg->moving_wait_ms / 1000.0;
 	if (now >= *deadline)

@@ -6,6 +6,7 @@
  * transactions and COPY, apart from the client's pipelines. */
 #include "buf.h"
 #include "client.h"
+#include "clock.h"
 #include "error.h"
 #include "failpoint.h"
 #include "hrw.h"
@@ -55,13 +56,6 @@ typedef struct move {
 	double t0;
 	PGconn *meta, *src, *dst;
 } move;
-
-static double now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec * 1000.0 + (double)ts.tv_nsec / 1e6;
-}
 
 void sq_move_opts_init(sq_move_opts *o)
 {
@@ -506,7 +500,7 @@ static sq_status gate_exclusive(sq_client *c, move *m, const char *who, const sq
 		 (long long)o->lock_timeout_ms, (long long)idle);
 	for (int attempt = 1;; attempt++) {
 		if (t0)
-			*t0 = now_ms();
+			*t0 = sq_mono_s() * 1000.0;
 		if (run_ok(m->src, who, "BEGIN", 0, NULL, err) ||
 		    run_ok(m->src, who, lt, 0, NULL, err))
 			return err->code;
@@ -560,7 +554,7 @@ static sq_status freeze(sq_client *c, move *m, const sq_move_opts *o, sq_error *
 			   2, v, err) ||
 		    run_ok(m->src, who, "COMMIT", 0, NULL, err))
 			return err->code;
-		m->stall_ms = now_ms() - t0;
+		m->stall_ms = sq_mono_s() * 1000.0 - t0;
 		break;
 	}
 	char extra[64];
@@ -920,7 +914,7 @@ static void fill_info(sq_client *c, const move *m, sq_move_info *info)
 	snprintf(info->step, sizeof(info->step), "%s", m->step);
 	info->rows = m->rows;
 	info->stall_ms = m->stall_ms;
-	info->elapsed_ms = m->t0 ? now_ms() - m->t0 : 0;
+	info->elapsed_ms = m->t0 ? sq_mono_s() * 1000.0 - m->t0 : 0;
 }
 
 /* Carries a loaded or planned move from its recorded step to the end. */
@@ -931,7 +925,7 @@ static sq_status drive(sq_client *c, move *m, const sq_move_opts *o, int set, in
 				      "copied",  "switched", "done"};
 	sq_status st = SQ_OK;
 	int at = -1;
-	m->t0 = m->t0 ? m->t0 : now_ms();
+	m->t0 = m->t0 ? m->t0 : sq_mono_s() * 1000.0;
 	if (!strcmp(m->step, "aborted"))
 		return sq_err(err, SQ_ESTATE, "move %lld was aborted", (long long)m->id);
 	for (int i = 0; i < 7; i++)

@@ -1,6 +1,7 @@
 /* pgconn.c - async libpq connections in pipeline mode on libevent: one
  * pipeline per shard per round, all shards in flight at once. */
 #include "pgconn.h"
+#include "clock.h"
 #include "error.h"
 #include "failpoint.h"
 #include "pool.h"

@@ -3,19 +3,13 @@
 #include "pool.h"
 
 #include "buf.h"
+#include "clock.h"
 
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-
-double sq_mono_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 /* The next handed task of a type whose deadline has not passed; the ones
  * whose has go to `stale`. Under the mutex. */

@@ -105,6 +105,4 @@ sq_task *sq_pool_unhand_all(sq_pool *p);
  * works afterwards (the finished tasks are there). */
 void sq_pool_stop(sq_pool *p);
 
-double sq_mono_s(void);
-
 #endif

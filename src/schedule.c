@@ -3,6 +3,7 @@
  * table shardq_meta.schedules, sql/meta/003_schedules.sql). */
 #include "schedule.h"
 #include "client.h"
+#include "clock.h"
 #include "config.h"
 #include "error.h"
 #include "failpoint.h"

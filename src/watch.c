@@ -2,6 +2,7 @@
  * at the first arm, that shuts down the socket of a watched connection
  * whose wait ran out or whose stop was asked for. */
 #include "watch.h"
+#include "clock.h"
 #include "config.h"
 #include "pool.h"
 

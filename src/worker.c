@@ -6,6 +6,7 @@
  * never more than the capacity allows. */
 #include "buf.h"
 #include "client.h"
+#include "clock.h"
 #include "error.h"
 #include "failpoint.h"
 #include "jobrow.h"

@@ -2,6 +2,7 @@
  * config validation, the JSON validator, durations, the handler pool.
  * No database. */
 #include "buf.h"
+#include "clock.h"
 #include "config.h"
 #include "hrw.h"
 #include "json.h"
