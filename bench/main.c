@@ -18,6 +18,11 @@
 #include <time.h>
 #include <unistd.h>
 
+/* runs go under the build directory (CMake defines this), never in the tree */
+#ifndef SHARDQ_BENCH_RESULTS
+#define SHARDQ_BENCH_RESULTS "bench-results"
+#endif
+
 enum { EX_OK = 0, EX_FAIL = 1, EX_USAGE = 2, EX_SCENARIO = 3 };
 
 static volatile sig_atomic_t interrupted;
@@ -50,7 +55,8 @@ static void usage(FILE *f)
 		"  --set SECTION.KEY=VALUE  override a scenario key, e.g. --set run.jobs=50000,\n"
 		"                         --set producers.rate=20000, --set 'type "
 		"noop.threads=64'\n"
-		"  --out DIR              output directory (default bench-results/NAME-TIME)\n"
+		"  --out DIR              output directory (default: the build directory's\n"
+		"                         bench-results/DATE/NAME-TIME)\n"
 		"  --json                 print the JSON on stdout (the table goes to stderr)\n"
 		"  --pgss                 record the top statements per phase "
 		"(pg_stat_statements)\n"
@@ -413,9 +419,11 @@ int main(int argc, char **argv)
 	if (out) {
 		snprintf(top, sizeof(top), "%s", out);
 	} else {
-		char stamp[32];
-		strftime(stamp, sizeof(stamp), "%Y%m%d-%H%M%S", &tm);
-		snprintf(top, sizeof(top), "bench-results/%s-%s", sc.name, stamp);
+		char day[16], stamp[16];
+		strftime(day, sizeof(day), "%Y-%m-%d", &tm);
+		strftime(stamp, sizeof(stamp), "%H%M%S", &tm);
+		snprintf(top, sizeof(top), "%s/%s/%s-%s", SHARDQ_BENCH_RESULTS, day, sc.name,
+			 stamp);
 	}
 	if (mkdirs(top)) {
 		fprintf(stderr, "shardq-bench: cannot make %s: %s\n", top, strerror(errno));

@@ -18,8 +18,7 @@ typedef struct producer {
 	 * costs the servers a few ms of CPU each (unmapping the shared buffers
 	 * it touched), and four producers closing their four shard
 	 * connections while their last jobs are being claimed held those
-	 * claims up by 15-40 ms (docs/benchmarks.md, "The last jobs of a
-	 * latency run") */
+	 * claims up by 15-40 ms (docs/operations.md, "Connections") */
 	sq_client *client;
 } producer;
 

@@ -70,10 +70,7 @@
  * is: the first test is one probe of an empty index for the whole
  * statement (an InitPlan), and the per-row probe runs only while one is
  * not (a move under way). Both are filters of the arm's index scan, so no
- * join sits under its FOR UPDATE. Before, the per-row test was an anti
- * join under the lock: the claims' statement time per job was 15-32%
- * higher (docs/benchmarks.md, "The claim's test of the partitions' state
- * once per statement"). */
+ * join sits under its FOR UPDATE (docs/design.md, "Plans that keep to the indexes"). */
 #define NOT_MOVING \
 	"(NOT EXISTS (SELECT 1 FROM shardq.partition_state ps0 WHERE ps0.state <> 'owned')" \
 	" OR NOT EXISTS (SELECT 1 FROM shardq.partition_state ps" \
@@ -361,10 +358,9 @@ static void claim_push(sq_client *c, const char *worker, const int *ti, size_t n
 		r->base = c->shards[s].qn;
 		sq_client_push_gate_once(c, s);
 		/* the claim always runs the plan made once per session: it is
-		 * index-driven in any plan (see CLAIM_BODY; sequential scans are
-		 * off on these connections, so also when it was made on a small
-		 * table), and a custom plan per call cost more to make than most
-		 * claims cost to run (docs/benchmarks.md, "Plans made once") */
+		 * index-driven in any plan, and a custom plan per call costs more
+		 * to make than most claims cost to run (docs/design.md, "Plans
+		 * that keep to the indexes") */
 		sq_client_push_plans(c, s, 1);
 		if (lim_here) {
 			sq_arr_close(&r->maxrun);

@@ -89,28 +89,15 @@ static void build_type_arrays(sq_client *c)
 /* The server-side settings of a connection, as libpq's `options`.
  *
  * A client's own shard connections (queue, 1) also turn sequential and
- * bitmap scans off. Every statement they run on shardq.jobs is meant to go
- * through an index, and the plans are cached: the claim and small fenced
- * writes use
- * the plan made once per session, and PostgreSQL may keep a generic plan
- * of any prepared statement after five runs. A plan made while the table
- * was small reads the whole table for as long as the session lives (or
- * until an ANALYZE invalidates it): on a fresh cluster the claim's update
- * found its 1,000 rows by a sequential scan of a table that had grown to
- * 50,000, 360 ms a claim, 2,000 jobs/s instead of 45,000 with autovacuum
- * off (docs/benchmarks.md, "Plans made on an empty table"). With the
- * setting off a sequential scan is still used where no index can serve
- * (the exact counts of sq_stats_get), never in place of one.
- *
- * A bitmap scan returns rows in no order, so a claim planned with one
- * reads every ready job of the type and sorts them to take its limit. The
- * planner chose it on the statistics a vacuum leaves on a churned queue
- * table (many pages, a few live rows, most of them running), which take
- * the type's ready jobs for one or two: at 26,000 jobs/s a claim took
- * 25 ms instead of 1, more as the backlog grew, until the next ANALYZE
- * (docs/benchmarks.md, "A claim planned after a vacuum of a churned
- * table"). The queue's statements all find their rows by key or in index
- * order, for which a plain index scan is what a bitmap scan would do. */
+ * bitmap scans off. Every statement they run on shardq.jobs finds its rows
+ * by key or reads an index in order, and their plans are cached for the
+ * session. A plan made on an empty table, or on the statistics a vacuum
+ * leaves on a churned one (many pages, a few live rows), would otherwise
+ * read every ready job of a type, by a sequential scan or by a bitmap scan
+ * and a sort, on every call until the next ANALYZE (docs/design.md, "Plans
+ * that keep to the indexes"). With the settings off a sequential scan is
+ * still used where no index can serve (the exact counts of sq_stats_get),
+ * never in place of one; a plain index scan does what a bitmap scan would. */
 static char *conn_options(const sq_config *cfg, int64_t statement_timeout_ms, const char *role,
 			  int queue)
 {
@@ -368,7 +355,7 @@ static void take_members(sq_listener *l, const PGresult *r)
  * add up to SQ_WAKE_ROOMS times the count, at least SQ_WAKE_MIN of them. So
  * with many worker processes a batch wakes a few claims on its shard
  * instead of one per process, each of which would read past the rows the
- * others just locked (docs/benchmarks.md, "A fleet with live producers").
+ * others just locked (docs/worker.md, "Which workers a NOTIFY wakes").
  * Counted as a wake-up whenever the choice cannot be made here: no list,
  * no payload (an older producer, more types than it names), or this
  * listener not in the list yet. A list that still names a worker that has

@@ -21,9 +21,8 @@
  * A column whose value every row of the statement shares is sent once, as a
  * one-element array: unnest pads it with NULLs, which read as the first
  * row's value. Parsing the arrays was about a quarter of the insert's time
- * on the shard, and most batches share all but the ids and the params
- * (docs/benchmarks.md, "Columns sent once"). The id and the params are
- * always sent whole, and the keys whole or as an empty array (no row has
+ * on the shard, and most batches share all but the ids and the params.
+ * The id and the params are always sent whole, and the keys whole or as an empty array (no row has
  * one): a NULL key is a value, not "the same as the first". */
 #define INPUT_UNNEST                                                                      \
 	"unnest($1::bigint[], $2::int[], $3::text[], $4::text[], $5::text[], $6::int[], " \

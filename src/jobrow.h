@@ -24,8 +24,7 @@ int sq_jobrow_parse(PGresult *r, int row, int shard, sq_job *job);
 /* The claim's columns, for results in binary format: the stored values as
  * they are (no text to make on the shard, none to parse here), and no
  * worker, which is the claimer's own id. A session formatted 1,000 rows of
- * the text columns above in 2.2 ms, of these in 1.3 ms (docs/benchmarks.md,
- * "The claim answers in binary"). */
+ * the text columns above in 2.2 ms, of these in 1.3 ms. */
 #define SQ_JOB_COLUMNS_BIN                                                            \
 	"j.id, j.attempt, (j.attempt - j.attempt_base), j.max_attempts, j.priority, " \
 	"j.status::text, j.task, j.active_uid, j.params::text, j.schedule_time, "     \

@@ -21,31 +21,26 @@
  * exclusive). A ref of a partition that is moving or gone is left alone,
  * and the other refs of the batch are written; sq_not_owned says which.
  * It is a scalar subquery, not EXISTS: the planner may turn an EXISTS into
- * a join and start from partition_state. Without statistics on that table
- * (a fresh cluster, until autovacuum first analyzes it) it took "owned" for
- * 0.5% of the partitions, read every job of each through jobs_partition and
- * matched them against the refs: 3.2 s for a completion of 250 jobs on
- * 100,000, where probing jobs_pkey per ref takes milliseconds (bench/run
- * fleet, docs/benchmarks.md "The plan of a fresh cluster"). A subquery in
- * the comparison is evaluated per row found, one probe of the key of
- * partition_state. */
+ * a join that starts from partition_state and, without statistics on that
+ * table (a fresh cluster), reads every job of each partition instead of
+ * probing jobs_pkey per ref (docs/design.md, "Plans that keep to the
+ * indexes"). A subquery in the comparison is evaluated per row found, one
+ * probe of the key of partition_state. */
 #define OWNED                                                               \
 	"(SELECT ps.state FROM shardq.partition_state ps"                   \
 	"  WHERE ps.partition = j.partition) = 'owned'"
 /* The plan must look each id up in jobs_pkey, one probe per ref, whatever
  * the statistics say and whether it is planned for these values or once for
- * all (a generic plan, docs/benchmarks.md "Tried and not kept"). So every
- * fenced write first finds and locks its rows in `f`: per ref (x), a
+ * all (a generic plan). So every fenced write first finds and locks its
+ * rows in `f`: per ref (x), a
  * LATERAL subquery with FOR UPDATE, which PostgreSQL neither flattens nor
  * reorders, so x drives and each ref is one probe of jobs_pkey by its id.
  * The write then takes the rows it found by `j.id = ANY (ARRAY(...))`,
  * which only jobs_pkey serves, and joins nothing (as the claim's update
- * does). Before, the write joined x itself, and with the statistics a
- * vacuum leaves on a churned table (many pages, a few live rows) the
- * planner read the whole of jobs_pkey and compared every row with every
- * ref: 1.9 million comparisons and 291 ms for a completion of 600 refs
- * with 3,200 jobs running (docs/benchmarks.md, "A completion planned after
- * a vacuum of a churned table").
+ * does): a join of x with the table, on the statistics a vacuum leaves on
+ * a churned table (many pages, a few live rows), can be planned as a read
+ * of the whole of jobs_pkey compared with every ref (docs/design.md,
+ * "Plans that keep to the indexes").
  *
  * The lock is what a write would take anyway, and what makes the second
  * step safe: a row locked in `f` cannot change before the write, so the
@@ -133,8 +128,7 @@ static const sq_stmt stmt_complete = {
 /* The same without history, for a client none of whose types keeps it:
  * the deleted rows need not come back for an insert that takes none of
  * them (returning them cost a session about 1 us a row, a third of the
- * statement; docs/benchmarks.md, "A completion that does not return its
- * rows"). */
+ * statement). */
 static const sq_stmt stmt_complete_plain = {"sq_complete_plain",
 					    COMPLETE_HEAD("") " SELECT f.ord FROM f"};
 
@@ -337,9 +331,8 @@ static shard_rows *fenced_push(sq_client *c, const op *o, const char *worker,
 		/* the ownership report is a probe of partition_state's key per
 		 * partition whatever the batch: planned once per session. Left
 		 * to the write's mode, a batch of more than SQ_GENERIC_PLAN_ROWS
-		 * planned it again on most calls, 0.1 ms a plan, four times what
-		 * the report itself took (docs/benchmarks.md, "Issue 10's
-		 * targets in a quick state of the machine") */
+		 * would plan it again on most calls, 0.1 ms a plan, four times
+		 * what the report itself takes */
 		sq_client_push_plans(c, s, 1);
 		r->base = c->shards[s].qn;
 		sq_client_push_gate(c, s);

@@ -1207,9 +1207,9 @@ static void tick(sq_worker *w, double now, int claiming)
 		sq_failpoint("worker_lease_write");
 	sq_client_reset(c);
 	sq_client_check_map(c);
-	/* one transaction per shard: the writes, then the claim; one commit a
-	 * tick on each shard, however many jobs (docs/benchmarks.md, "One
-	 * commit a tick"); two on a split shard (w->split) */
+	/* one transaction per shard: the writes, then the claim; one commit
+	 * (a WAL flush) a tick on each shard, however many jobs; two on a
+	 * split shard (w->split) */
 	sq_fenced_pending *p[WB_N] = {NULL};
 	c->merge_txn = 1;
 	for (int k = 0; k < WB_N; k++)

@@ -1700,8 +1700,8 @@ START_TEST(admin_page_matches_shards)
 	json_decref(one);
 	json_decref(j);
 	char shot[512];
-	const char *keep_shot =
-		getenv("SHARDQ_PAGE_SCREENSHOT"); /* to refresh tests/admin-page.png */
+	/* to keep the screenshot, a path in the build directory (build/admin-page.png) */
+	const char *keep_shot = getenv("SHARDQ_PAGE_SCREENSHOT");
 	testdb_path(shot, sizeof(shot), "admin-page.png");
 	dom = render_page(keep_shot ? keep_shot : shot);
 	page_agrees(dom, 0, "with jobs");

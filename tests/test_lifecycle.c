@@ -626,8 +626,8 @@ START_TEST(fenced_writes_probe_the_key_whatever_the_statistics)
 	/* those a vacuum leaves on a churned table: many pages, a few live
 	 * rows, most of them running. Planned with the library's settings
 	 * (no sequential or bitmap scans), a completion of 600 refs read all
-	 * of jobs_pkey and compared each row with each ref (docs/benchmarks.md,
-	 * "A completion planned after a vacuum of a churned table") */
+	 * of jobs_pkey and compared each row with each ref (docs/design.md,
+	 * "Plans that keep to the indexes") */
 	exec_ok(pg, "DELETE FROM shardq.jobs");
 	churned_statistics(pg);
 	exec_ok(pg, "SET enable_seqscan = off; SET enable_bitmapscan = off");
@@ -787,9 +787,8 @@ END_TEST
  * bitmap scans allowed, read every ready entry of the type into a bitmap,
  * every page they were on, and sorted them all to take its limit: on the
  * bench at 26,000 jobs/s, 25 ms a claim on a table of 52,000 ready
- * entries instead of 1 (docs/benchmarks.md, "A claim planned after a
- * vacuum of a churned table"). Its cost then grows with the backlog
- * until the next ANALYZE. */
+ * entries instead of 1. Its cost then grows with the backlog until the
+ * next ANALYZE (docs/design.md, "Plans that keep to the indexes"). */
 START_TEST(a_claim_planned_after_a_vacuum_of_a_churned_table_keeps_to_the_index)
 {
 	enum { N = 5000 };
@@ -878,9 +877,8 @@ END_TEST
  * where they are, whatever the plan (the first claims are planned for
  * their values, the later ones once for all), and come out once it is
  * owned again. Normally no partition is in such a state, and the claim
- * tests that once per statement instead of once per row
- * (docs/benchmarks.md, "The claim's test of the partitions' state once
- * per statement"). */
+ * tests that once per statement instead of once per row (docs/design.md,
+ * "Plans that keep to the indexes"). */
 START_TEST(claims_skip_partitions_that_are_not_owned)
 {
 	enum { N = 4000 };
@@ -1010,9 +1008,8 @@ static void plans_of(sq_pgconn *pc, const char *pattern, long long *custom, long
  * partition_state's key per partition, whatever the batch: it is planned
  * once per session, also in the transaction of a write of more than
  * SQ_GENERIC_PLAN_ROWS refs, whose own statement is planned for its values.
- * Before, the report was planned with it, on most calls: 0.1 ms a plan,
- * four times what the report itself took (docs/benchmarks.md, "Issue 10's
- * targets in a quick state of the machine"). */
+ * Planned with it, the report would be planned on most calls: 0.1 ms a
+ * plan, four times what the report itself takes. */
 START_TEST(a_large_fenced_write_plans_its_ownership_report_once)
 {
 	enum { CALLS = 8, PER_CALL = 400 };

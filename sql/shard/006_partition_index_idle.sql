@@ -2,8 +2,7 @@
 -- starting or running. A claim (ready -> starting) rewrites the row and
 -- adds an entry to every index whose predicate the new row version meets;
 -- with this one partial, that is jobs_pkey and jobs_lease, one entry fewer,
--- which cut the claim's time by a fifth (docs/benchmarks.md, "jobs_partition
--- without the jobs in flight"). A move still finds every job of a
+-- which cut the claim's time by a fifth. A move still finds every job of a
 -- partition: the idle ones here, the ones in flight through jobs_lease,
 -- whose predicate is theirs (src/mover.c, PART_JOBS).
 --

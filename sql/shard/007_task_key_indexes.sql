@@ -3,11 +3,10 @@
 -- of an index tuple that follows a text column has no fixed offset, so
 -- PostgreSQL walks the tuple for every comparison of the columns after it;
 -- with an integer first, all of them have one. On one shard, 300,000
--- inserts took 8% less of the server's CPU (docs/benchmarks.md, "The task
--- first as an integer"). The claim and the counts find a type's rows by
--- hashtext(task) = hashtext($type) AND task = $type: the index finds them,
--- the second condition drops another type's rows in the rare case that
--- two names hash alike.
+-- inserts took 8% less of the server's CPU. The claim and the counts find
+-- a type's rows by hashtext(task) = hashtext($type) AND task = $type: the
+-- index finds them, the second condition drops another type's rows in the
+-- rare case that two names hash alike.
 --
 -- hashtext is the function PostgreSQL's own hash partitioning and hash
 -- indexes rely on for text; it has not changed across major versions since

@@ -1,1 +1,0 @@
-INSERT INTO public.bjob (queue, payload) SELECT 'noop', '{}'::jsonb FROM generate_series(1,100);

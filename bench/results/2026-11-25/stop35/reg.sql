@@ -1,1 +1,0 @@
-WITH me AS (INSERT INTO shardq.listeners AS l (pid, types, seen) VALUES (pg_backend_pid(), 'deadbeef:72', now()) ON CONFLICT (pid) DO UPDATE SET types = EXCLUDED.types, seen = EXCLUDED.seen), gone AS (DELETE FROM shardq.listeners WHERE seen < now() - interval '15 seconds') SELECT pid, types FROM shardq.listeners WHERE seen >= now() - interval '15 seconds';
