@@ -12,6 +12,7 @@
 #include "maintain.h"
 #include "ops.h"
 #include "pool.h"
+#include "startq.h"
 
 #include <errno.h>
 #include <event2/event.h>
@@ -38,8 +39,8 @@ typedef struct wtype {
 	sq_handler fn;
 	void *arg;
 	int conc;
-	sq_task *buf_head, *buf_tail; /* claimed, `starting`, in claim order */
-	int buffered, running;
+	sq_startq buffer; /* claimed, `starting`, in claim order */
+	int running;
 	int handed; /* buffered jobs handed to the pool (sq_pool_hand) */
 	double exec_ms;
 	int have_exec;
@@ -431,29 +432,6 @@ static int predicted_prefetch(const sq_worker *w, const wtype *t)
 	return p;
 }
 
-static void buf_push(wtype *t, sq_task *k)
-{
-	k->next = NULL;
-	if (t->buf_tail)
-		t->buf_tail->next = k;
-	else
-		t->buf_head = k;
-	t->buf_tail = k;
-	t->buffered++;
-}
-
-static sq_task *buf_pop(wtype *t)
-{
-	sq_task *k = t->buf_head;
-	if (!k)
-		return NULL;
-	t->buf_head = k->next;
-	if (!t->buf_head)
-		t->buf_tail = NULL;
-	t->buffered--;
-	return k;
-}
-
 static void task_free(sq_task *k)
 {
 	k->magic = 0;
@@ -487,12 +465,11 @@ static void running_remove(sq_worker *w, sq_task *k)
 	k->run_prev = k->run_next = NULL;
 }
 
+static void begin_unstarted(sq_worker *w, sq_task *k, double now);
+
 /* Finished tasks come back from the pool: their slot frees, and their
  * result waits in `pending` until the shards have it. A task whose lease
  * was found lost while it ran is discarded: another worker owns the job. */
-static void begin_unstarted(sq_worker *w, sq_task *k, double now);
-static void buf_unpop(wtype *t, sq_task *k);
-
 static void take_finished(sq_worker *w)
 {
 	sq_task *started, *stale;
@@ -513,7 +490,7 @@ static void take_finished(sq_worker *w)
 	for (sq_task *k = stale; k; k = next) {
 		next = k->next;
 		w->types[k->type].handed--;
-		buf_unpop(&w->types[k->type], k);
+		sq_startq_unpop(&w->types[k->type].buffer, k);
 	}
 	for (sq_task *k = done; k; k = next) {
 		wtype *t = &w->types[k->type];
@@ -558,10 +535,10 @@ static void release_buffered(sq_worker *w)
 	for (sq_task *k = sq_pool_unhand_all(&w->pool), *next; k; k = next) {
 		next = k->next;
 		w->types[k->type].handed--;
-		buf_push(&w->types[k->type], k);
+		sq_startq_push(&w->types[k->type].buffer, k);
 	}
 	for (int t = 0; t < w->ntypes; t++)
-		n += (size_t)w->types[t].buffered;
+		n += (size_t)w->types[t].buffer.n;
 	if (!n)
 		return;
 	sq_task **ks = malloc(n * sizeof(*ks));
@@ -570,7 +547,7 @@ static void release_buffered(sq_worker *w)
 	sq_error err;
 	if (ks && refs && out) {
 		for (int t = 0; t < w->ntypes; t++)
-			for (sq_task *k; (k = buf_pop(&w->types[t])) != NULL; i++) {
+			for (sq_task *k; (k = sq_startq_pop(&w->types[t].buffer)) != NULL; i++) {
 				ks[i] = k;
 				refs[i].id = k->job.id;
 				refs[i].attempt = k->job.attempt;
@@ -683,26 +660,6 @@ static void check_leases(sq_worker *w, double now)
 	}
 }
 
-/* The first buffered job of a type whose start may be sent now (not
- * waiting on a moving partition or a retry); fresh: one that may also start
- * without a written start (see begin_unstarted). NULL if none. */
-static sq_task *buf_take(wtype *t, double now, int fresh)
-{
-	sq_task *prev = NULL;
-	for (sq_task *k = t->buf_head; k; prev = k, k = k->next)
-		if (k->retry_at <= now && (!fresh || now < k->local_until)) {
-			if (prev)
-				prev->next = k->next;
-			else
-				t->buf_head = k->next;
-			if (t->buf_tail == k)
-				t->buf_tail = prev;
-			t->buffered--;
-			return k;
-		}
-	return NULL;
-}
-
 /* A buffered job starts on a free slot before its `running` is written.
  * Until then the starting lease covers the run, which is why only a job
  * with at least half of that lease left (local_until) starts this way. Its
@@ -746,11 +703,11 @@ static void start_fresh(sq_worker *w, double now)
 	for (int t = 0; t < w->ntypes; t++) {
 		wtype *wt = &w->types[t];
 		while (wt->running < wt->conc) {
-			sq_task *k = buf_take(wt, now, 1);
+			sq_task *k = sq_startq_take(&wt->buffer, now, 1);
 			if (!k && wt->handed && (k = sq_pool_unhand_one(&w->pool, t)) != NULL) {
 				wt->handed--;
 				if (now >= k->local_until) {
-					buf_unpop(wt, k);
+					sq_startq_unpop(&wt->buffer, k);
 					continue;
 				}
 			}
@@ -760,30 +717,11 @@ static void start_fresh(sq_worker *w, double now)
 			k->unstarted = 1;
 			w->local_started++;
 		}
-		for (sq_task *k; (k = buf_take(wt, now, 1)) != NULL;) {
+		for (sq_task *k; (k = sq_startq_take(&wt->buffer, now, 1)) != NULL;) {
 			wt->handed++;
 			sq_pool_hand(&w->pool, k);
 		}
 	}
-}
-
-static void buf_unpop(wtype *t, sq_task *k)
-{
-	k->next = t->buf_head;
-	t->buf_head = k;
-	if (!t->buf_tail)
-		t->buf_tail = k;
-	t->buffered++;
-}
-
-/* Buffered jobs whose start may be sent now (not waiting on a moving
- * partition or a retry). */
-static int buf_ready(const wtype *t, double now)
-{
-	int n = 0;
-	for (const sq_task *k = t->buf_head; k; k = k->next)
-		n += k->retry_at <= now;
-	return n;
 }
 
 /* Jobs to hold beyond free slots, within the capacity left: see
@@ -798,7 +736,7 @@ static int claim_limits(sq_worker *w, sq_claim_req *reqs, const int *promoting)
 	 * the capacity is never exceeded, even while results are in flight */
 	room -= npending;
 	for (int t = 0; t < w->ntypes; t++)
-		room -= w->types[t].running + w->types[t].buffered + w->types[t].handed;
+		room -= w->types[t].running + w->types[t].buffer.n + w->types[t].handed;
 	/* first every type's free slots (jobs that start at once), then the
 	 * prefetch from what is left, beginning with a different type each
 	 * time: one type's prefetch never starves another type's free slots */
@@ -806,7 +744,7 @@ static int claim_limits(sq_worker *w, sq_claim_req *reqs, const int *promoting)
 		wtype *wt = &w->types[t];
 		int free_now = wt->conc - wt->running - promoting[t];
 		int pf = predicted_prefetch(w, wt);
-		int buffered = wt->buffered + wt->handed - promoting[t];
+		int buffered = wt->buffer.n + wt->handed - promoting[t];
 		wt->st.prefetch = pf;
 		slots[t] = free_now > 0 ? free_now : 0;
 		if (slots[t] > room)
@@ -1189,7 +1127,7 @@ static int tick_count(sq_worker *w, tick_state *ts, int claiming, size_t want[WB
 			want[k->unstarted ? WB_START : WB_HEARTBEAT]++;
 	for (int t = 0; claiming && t < w->ntypes; t++) {
 		wtype *wt = &w->types[t];
-		int f = wt->conc - wt->running, ready = buf_ready(wt, now);
+		int f = wt->conc - wt->running, ready = sq_startq_ready(&wt->buffer, now);
 		ts->promoting[t] = f > 0 ? (f < ready ? f : ready) : 0;
 		want[WB_START] += (size_t)ts->promoting[t];
 	}
@@ -1229,7 +1167,8 @@ static void tick_gather(sq_worker *w, tick_state *ts)
 				   k->unstarted ? WB_START : WB_HEARTBEAT, k);
 	for (int t = 0; t < w->ntypes; t++)
 		for (int i = 0; i < ts->promoting[t]; i++)
-			wbatch_add(&ts->b[WB_START], WB_START, buf_take(&w->types[t], now, 0));
+			wbatch_add(&ts->b[WB_START], WB_START,
+				   sq_startq_take(&w->types[t].buffer, now, 0));
 }
 
 /* Phase 2b: every shard's pipeline is pushed (one transaction per shard:
@@ -1438,7 +1377,7 @@ static void start_written(sq_worker *w, tick_state *ts, sq_task *k, sq_status st
 		task_free(k);
 	} else {
 		retry_later(w, ts, k, st);
-		buf_unpop(wt, k); /* not taken: a later tick tries again */
+		sq_startq_unpop(&wt->buffer, k); /* not taken: a later tick tries again */
 	}
 }
 
@@ -1492,7 +1431,7 @@ static int adopt_job(sq_worker *w, tick_state *ts, sq_job *job)
 		/* starts on a free slot without a written start while at
 		 * least half its starting lease is left */
 		k->local_until = half_lease;
-		buf_push(wt, k);
+		sq_startq_push(&wt->buffer, k);
 	}
 	return 0;
 }
@@ -1516,7 +1455,7 @@ static void adopt_claimed(sq_worker *w, tick_state *ts)
 	ts->jobs = NULL;
 	/* a type with no work: its free slots are not waiting for anything */
 	for (int t = 0; t < w->ntypes; t++)
-		if (!w->types[t].had_work && !w->types[t].buffered && !w->types[t].handed)
+		if (!w->types[t].had_work && !w->types[t].buffer.n && !w->types[t].handed)
 			w->types[t].nfreed = 0;
 }
 
@@ -1607,11 +1546,11 @@ static void snapshot(sq_worker *w)
 	for (int t = 0; t < w->ntypes; t++) {
 		wtype *wt = &w->types[t];
 		wt->st.running = wt->running;
-		wt->st.buffered = wt->buffered + wt->handed;
+		wt->st.buffered = wt->buffer.n + wt->handed;
 		wt->st.exec_ms = wt->exec_ms;
 		s.types[t] = wt->st;
 		s.running += wt->running;
-		s.buffered += wt->buffered + wt->handed;
+		s.buffered += wt->buffer.n + wt->handed;
 		idle += wt->idle_s;
 		busy += wt->idle_s + wt->exec_s;
 	}
@@ -1657,7 +1596,7 @@ static double next_wake(sq_worker *w, double now)
 			at = k->retry_at;
 	for (int t = 0; !w->stopping && t < w->ntypes; t++)
 		if (w->types[t].running < w->types[t].conc)
-			for (sq_task *k = w->types[t].buf_head; k; k = k->next)
+			for (sq_task *k = w->types[t].buffer.head; k; k = k->next)
 				if (k->retry_at < at)
 					at = k->retry_at;
 	if (w->stopping && w->grace_deadline < at)
@@ -1773,7 +1712,7 @@ void sq_worker_destroy(sq_worker *w)
 		task_free(k);
 	}
 	for (int t = 0; t < w->ntypes; t++) {
-		for (sq_task *k; (k = buf_pop(&w->types[t])) != NULL;)
+		for (sq_task *k; (k = sq_startq_pop(&w->types[t].buffer)) != NULL;)
 			task_free(k);
 		free(w->types[t].freed);
 	}
