@@ -618,17 +618,11 @@ int sq_job_lease_lost(const sq_job *job)
 {
 	/* Only a job a worker passed to a handler has a task around it. Any
 	 * other (one of sq_claim or sq_get_job, a copy) would be answered from
-	 * whatever memory lies before it: a program error, stopped here with a
-	 * message rather than answered at random. */
+	 * whatever memory lies before it: a program error, answered -1 rather
+	 * than at random (nonzero, so a run that asks stops). */
 	sq_task *k = job ? (sq_task *)((char *)(uintptr_t)job - offsetof(sq_task, job)) : NULL;
-	if (!k || k->magic != SQ_TASK_MAGIC) {
-		fprintf(stderr,
-			"shardq: sq_job_lease_lost() was given %s; it answers only for the job "
-			"a worker passed to a handler (not a job of sq_claim or sq_get_job, "
-			"nor a copy of one), while the handler runs\n",
-			job ? "a job that is not one a worker's handler was given" : "NULL");
-		abort();
-	}
+	if (!k || k->magic != SQ_TASK_MAGIC)
+		return -1;
 	if (atomic_load(&k->gone))
 		return 1;
 	if (sq_mono_s() < atomic_load(&k->stop_by))
