@@ -1,6 +1,6 @@
 /* listener.c - a loop's LISTEN connection to one shard, its probes and
  * its worker registration, and whether a NOTIFY is this listener's
- * wake-up (see listener.h). */
+ * wake-up; a worker's set of them, in its libevent loop (see listener.h). */
 #include "listener.h"
 #include "client.h"
 #include "error.h"
@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <xxhash.h>
+#include <event2/event.h>
 
 sq_status sq_listener_init(sq_listener *l, const sq_config *cfg, int shard, sq_error *err)
 {
@@ -256,8 +257,8 @@ int sq_listener_read(sq_listener *l, int *listening, char *why, size_t whylen)
 		} else if (l->listen_ok) {
 			/* a registration the shard refused (schema 7: no table;
 			 * a role without the right to write it): every NOTIFY
-			 * wakes this listener, as before, and its probes are
-			 * empty queries again */
+			 * wakes this listener, as one that never registered,
+			 * and its probes are empty queries again */
 			l->unregistered = 1;
 			l->nmembers = 0;
 		} else if (!refused) {
@@ -300,4 +301,139 @@ void sq_listener_free(sq_listener *l)
 	l->entries = NULL;
 	l->capmembers = l->capentries = 0;
 	sq_pgconn_close(&l->pc);
+}
+
+/* ---- a worker's LISTEN connections, in its libevent loop ---------------- */
+
+static void listen_lost(sq_listen_set *ls, int s)
+{
+	event_free(ls->ev[s]);
+	ls->ev[s] = NULL;
+	sq_listener_drop(&ls->l[s]);
+}
+
+static void on_read(evutil_socket_t fd, short what, void *arg)
+{
+	sq_listen_set *ls = arg;
+	(void)what;
+	for (int s = 0; s < ls->nshards; s++) {
+		sq_listener *l = &ls->l[s];
+		int listening;
+		if (!l->conn || PQsocket(l->conn) != fd)
+			continue;
+		char why[256];
+		int n = sq_listener_read(l, &listening, why, sizeof(why));
+		if (n < 0) {
+			/* the wake-up is lost; polling carries on, and the loop
+			 * listens again once the shard can be reached (a LISTEN
+			 * the server refused: after SQ_RELISTEN_S, not at once) */
+			listen_lost(ls, s);
+			ls->relisten_at[s] = n == -2 ? sq_mono_s() + SQ_RELISTEN_S : 0;
+			if (n == -2) {
+				sq_error e;
+				sq_err(&e, SQ_EDB, "%s", why);
+				ls->failed(ls->arg, &e);
+			}
+			return;
+		}
+		/* listening from now on: the wake-ups before it were missed, so
+		 * the shard is claimed from at once */
+		if (n > 0 || listening)
+			ls->woke(ls->arg, s);
+	}
+}
+
+/* Connects shard s's LISTEN connection, or goes on connecting it, waiting
+ * at most wait_s for the server (the loop's: SQ_LOOP_CONNECT_WAIT_S, see
+ * sq_listener); on failure, says why in err. */
+static sq_status listen_open(sq_listen_set *ls, int s, double wait_s, sq_error *err)
+{
+	sq_listener *l = &ls->l[s];
+	sq_pgconn_set_connect_wait(&l->pc, wait_s);
+	sq_status st = sq_listener_connect(l, "shardq_jobs", err);
+	sq_pgconn_set_connect_wait(&l->pc, SQ_LOOP_CONNECT_WAIT_S);
+	if (st != SQ_OK) {
+		sq_err_prefix(err, "listen connection");
+		return st;
+	}
+	ls->ev[s] = event_new(ls->base, PQsocket(l->conn), EV_READ | EV_PERSIST, on_read, ls);
+	if (!ls->ev[s]) {
+		sq_listener_drop(l);
+		return sq_err(err, SQ_ENOMEM, "out of memory");
+	}
+	event_add(ls->ev[s], NULL);
+	return SQ_OK;
+}
+
+sq_status sq_listen_set_init(sq_listen_set *ls, const sq_config *cfg, struct event_base *base,
+			     sq_error *err)
+{
+	ls->base = base;
+	ls->nshards = cfg->nshards;
+	for (int s = 0; s < cfg->nshards; s++) {
+		sq_status st = sq_listener_init(&ls->l[s], cfg, s, err);
+		if (st != SQ_OK)
+			return st;
+	}
+	return SQ_OK;
+}
+
+void sq_listen_set_open(sq_listen_set *ls, const sq_client *c, double wait_s)
+{
+	for (int s = 0; s < ls->nshards; s++) {
+		sq_error e;
+		/* a shard whose connection is up answers within wait_s:
+		 * listening when this returns */
+		if (c->shards[s].conn)
+			(void)listen_open(ls, s, wait_s, &e);
+	}
+}
+
+/* It does not wait for the loop's own connection to the shard: an idle
+ * worker whose polls are far apart makes that one only when it claims. */
+void sq_listen_set_tick(sq_listen_set *ls, double now, double answer_wait_s, const char *self)
+{
+	size_t len = strlen(self);
+	for (int s = 0; s < ls->nshards; s++) {
+		sq_listener *l = &ls->l[s];
+		memcpy(l->self, self, len + 1);
+		char why[256];
+		double next_at; /* unused: the loop comes back every second */
+		if (sq_listener_check(l, now, answer_wait_s, &next_at, why, sizeof(why)) < 0) {
+			/* it died unseen: made again below */
+			sq_error e;
+			listen_lost(ls, s);
+			sq_err(&e, SQ_ECONN, "%s", why);
+			ls->failed(ls->arg, &e);
+		}
+		if (l->conn || (!sq_pgconn_connecting(&l->pc) && now < ls->relisten_at[s]))
+			continue;
+		sq_error e;
+		if (listen_open(ls, s, SQ_LOOP_CONNECT_WAIT_S, &e) != SQ_OK &&
+		    !sq_pgconn_connecting(&l->pc)) {
+			ls->relisten_at[s] = now + SQ_RELISTEN_S;
+			ls->failed(ls->arg, &e);
+		}
+	}
+}
+
+int sq_listen_set_connecting(sq_listen_set *ls)
+{
+	int n = 0;
+	for (int s = 0; s < ls->nshards; s++) {
+		sq_listener *l = &ls->l[s];
+		/* a connect that ended: its LISTEN is sent on the next pass */
+		n += sq_pgconn_advance(&l->pc) + (!l->conn && l->pc.conn != NULL);
+	}
+	return n;
+}
+
+void sq_listen_set_free(sq_listen_set *ls)
+{
+	for (int s = 0; s < SQ_MAX_SHARDS; s++) {
+		if (ls->ev[s])
+			event_free(ls->ev[s]);
+		ls->ev[s] = NULL;
+		sq_listener_free(&ls->l[s]);
+	}
 }

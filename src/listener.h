@@ -1,7 +1,8 @@
 /* listener.h - a loop's LISTEN connection to one shard (a worker's,
  * shardqd's claimer): connected without holding the loop up, probed so
  * that one that died unseen is found, and, for a worker, registered so
- * that a NOTIFY wakes only the few workers its batch needs. */
+ * that a NOTIFY wakes only the few workers its batch needs; and a worker's
+ * set of them, one per shard, kept up in its libevent loop. */
 #ifndef SQ_LISTENER_H
 #define SQ_LISTENER_H
 
@@ -16,8 +17,8 @@
  * call, the rest between calls, a host name looked up on a thread), and
  * its LISTEN is sent without waiting for the answer. A shard whose host
  * vanished cuts a LISTEN connection (seen on its socket) before the loop
- * finds its own connection gone, so a blocking connect here held the loop
- * up for connect_timeout. */
+ * finds its own connection gone, so a blocking connect here would hold
+ * the loop up for connect_timeout. */
 typedef struct sq_listener {
 	sq_pgconn pc;    /* the connect under way, its backoff and last error */
 	PGconn *conn;    /* NULL: none; else the LISTEN is sent */
@@ -90,5 +91,52 @@ int sq_listener_check(sq_listener *l, double now, double answer_wait_s, double *
 /* Closes l->conn (not the connect state). */
 void sq_listener_drop(sq_listener *l);
 void sq_listener_free(sq_listener *l);
+
+/* ---- a worker's LISTEN connections, in its libevent loop ---------------- */
+
+struct event;
+struct event_base;
+struct sq_client;
+
+/* One LISTEN connection per shard, its socket read by the loop of `base`.
+ * A shard without one (down at the start, or the connection broke or died
+ * unseen) gets one again from then on, at most every SQ_RELISTEN_S after a
+ * connect that failed or a LISTEN the server refused. */
+typedef struct sq_listen_set {
+	sq_listener l[SQ_MAX_SHARDS];
+	struct event *ev[SQ_MAX_SHARDS];
+	double relisten_at[SQ_MAX_SHARDS]; /* the next connect, once none is under way */
+	int nshards;
+	struct event_base *base;
+	/* called on the loop: shard s's NOTIFY was a wake-up of this
+	 * listener, or its LISTEN was answered (the wake-ups before it were
+	 * missed); failed: an error to note (polling carries on) */
+	void (*woke)(void *arg, int s);
+	void (*failed)(void *arg, const sq_error *e);
+	void *arg;
+} sq_listen_set;
+#define SQ_RELISTEN_S 2.0
+
+/* Sets up ls (zeroed by the caller, who also sets woke, failed and arg)
+ * for every shard of cfg; nothing is connected yet. On failure too, ls is
+ * freed by sq_listen_set_free. */
+SQ_MUST_CHECK sq_status sq_listen_set_init(sq_listen_set *ls, const sq_config *cfg,
+					   struct event_base *base, sq_error *err);
+/* At the start: connects every shard whose connection in c is up, waiting
+ * at most wait_s for each (a connect still under way goes on in
+ * sq_listen_set_tick); a shard that is down is listened to once it is
+ * back. */
+void sq_listen_set_open(sq_listen_set *ls, const struct sq_client *c, double wait_s);
+/* For the loop's every pass: every listener registers `self` (see
+ * sq_listener), one that died unseen is dropped (sq_listener_check, with
+ * answer_wait_s), and a shard without one gets one again (see above); the
+ * shard is claimed from once its LISTEN is answered. */
+void sq_listen_set_tick(sq_listen_set *ls, double now, double answer_wait_s, const char *self);
+/* Connects under way (the loop comes back within SQ_LOOP_CONNECT_WAIT_S
+ * while any is); a connect that ended has its LISTEN sent on the next
+ * sq_listen_set_tick. */
+int sq_listen_set_connecting(sq_listen_set *ls);
+/* Takes the sockets out of the loop and frees every listener. */
+void sq_listen_set_free(sq_listen_set *ls);
 
 #endif

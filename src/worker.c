@@ -9,6 +9,7 @@
 #include "error.h"
 #include "failpoint.h"
 #include "jobrow.h"
+#include "listener.h"
 #include "maintain.h"
 #include "ops.h"
 #include "pool.h"
@@ -64,12 +65,7 @@ struct sq_worker {
 	int wake[2];
 	struct event_base *base;
 	struct event *wake_ev, *timer_ev, *sig_ev[2];
-	sq_listener listen[SQ_MAX_SHARDS];
-	struct event *listen_ev[SQ_MAX_SHARDS];
-	/* a shard without its LISTEN connection (down at the start, or the
-	 * connection broke): tried again from then on, once the shard's own
-	 * connection works (see relisten) */
-	double relisten_at[SQ_MAX_SHARDS];
+	sq_listen_set listen; /* with opts.listen: wake-ups from enqueues */
 	atomic_int stop_req, stop_now;
 	int stopping, released;
 	double grace_deadline;
@@ -141,43 +137,18 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
 	atomic_store(&w->stop_req, 1);
 }
 
-/* A shard's LISTEN connection is made again at most this often after a
- * connect that failed or a LISTEN the server refused (see relisten). */
-#define RELISTEN_S 2.0
-
-static void on_listen(evutil_socket_t fd, short what, void *arg)
+/* A NOTIFY on shard s woke this worker, or its LISTEN was answered
+ * (sq_listen_set): the next tick claims there at once. */
+static void on_woke(void *arg, int s)
 {
 	sq_worker *w = arg;
-	(void)what;
-	for (int s = 0; s < w->c->nshards; s++) {
-		sq_listener *l = &w->listen[s];
-		int listening;
-		if (!l->conn || PQsocket(l->conn) != fd)
-			continue;
-		char why[256];
-		int n = sq_listener_read(l, &listening, why, sizeof(why));
-		if (n < 0) {
-			/* the wake-up is lost; polling carries on, and the loop
-			 * listens again once the shard can be reached (a LISTEN
-			 * the server refused: after RELISTEN_S, not at once) */
-			event_free(w->listen_ev[s]);
-			w->listen_ev[s] = NULL;
-			sq_listener_drop(l);
-			w->relisten_at[s] = n == -2 ? sq_mono_s() + RELISTEN_S : 0;
-			if (n == -2) {
-				sq_error e;
-				sq_err(&e, SQ_EDB, "%s", why);
-				note_error(w, &e);
-			}
-			return;
-		}
-		/* listening from now on: the wake-ups before it were missed, so
-		 * the shard is claimed from at once */
-		if (n > 0 || listening) {
-			w->wake_pending = 1;
-			w->woke[s] = 1;
-		}
-	}
+	w->wake_pending = 1;
+	w->woke[s] = 1;
+}
+
+static void on_listen_failed(void *arg, const sq_error *e)
+{
+	note_error(arg, e);
 }
 
 void sq_worker_stop(sq_worker *w, int at_once)
@@ -190,58 +161,18 @@ void sq_worker_stop(sq_worker *w, int at_once)
 	(void)r;
 }
 
-/* Connects shard s's LISTEN connection, or goes on connecting it, waiting
- * at most wait_s for the server (the loop's: SQ_LOOP_CONNECT_WAIT_S, see
- * sq_listener); on failure, says why in err. */
-static sq_status open_listener(sq_worker *w, int s, double wait_s, sq_error *err)
-{
-	sq_listener *l = &w->listen[s];
-	sq_pgconn_set_connect_wait(&l->pc, wait_s);
-	sq_status st = sq_listener_connect(l, "shardq_jobs", err);
-	sq_pgconn_set_connect_wait(&l->pc, SQ_LOOP_CONNECT_WAIT_S);
-	if (st != SQ_OK) {
-		sq_err_prefix(err, "listen connection");
-		return st;
-	}
-	w->listen_ev[s] = event_new(w->base, PQsocket(l->conn), EV_READ | EV_PERSIST, on_listen, w);
-	if (!w->listen_ev[s]) {
-		sq_listener_drop(l);
-		return sq_err(err, SQ_ENOMEM, "out of memory");
-	}
-	event_add(w->listen_ev[s], NULL);
-	return SQ_OK;
-}
-
-/* At the start: every shard that can be reached (a connect still under way
- * goes on in the loop); a shard that is down is listened to once it is
- * back (relisten). */
-static void open_listeners(sq_worker *w)
-{
-	for (int s = 0; s < w->c->nshards; s++) {
-		sq_error e;
-		/* a shard whose connection is up answers within connect_timeout:
-		 * listening when sq_worker_create returns */
-		if (w->c->shards[s].conn)
-			(void)open_listener(w, s, (double)w->cfg->connect_timeout_ms / 1000.0, &e);
-	}
-}
-
 static int predicted_prefetch(const sq_worker *w, const wtype *t);
 
-/* A shard without its LISTEN connection gets one again, at most every
- * RELISTEN_S after a connect that failed; a connect under way goes on at
- * every pass. It does not wait for the worker's own connection to the
- * shard: an idle worker whose polls are far apart makes that one only
- * when it claims. The shard is claimed from at once when the LISTEN is
- * answered (on_listen), since its wake-ups in between were lost. A LISTEN
- * connection that died unseen is found by sq_listener_check's probe. */
+/* The worker's LISTEN connections, on every pass: what they register
+ * (sq_listener, self) is, per type, what this worker takes when idle, its
+ * slots and its prefetch; none when that does not fit (then every NOTIFY
+ * wakes it). */
 static void relisten(sq_worker *w, double now)
 {
-	/* what the LISTEN connections register (sq_listener, self): per type,
-	 * what this worker takes when idle, its slots and its prefetch; none
-	 * when that does not fit (then every NOTIFY wakes it, as before) */
-	char self[sizeof(w->listen[0].self)];
+	char self[sizeof(w->listen.l[0].self)];
 	size_t len = 0;
+	if (!w->opts.listen)
+		return;
 	for (int t = 0; t < w->ntypes && len < sizeof(self); t++)
 		len += (size_t)snprintf(self + len, sizeof(self) - len, "%s%08x:%d", t ? " " : "",
 					sq_wake_type_hash(w->types[t].conf->name),
@@ -249,43 +180,7 @@ static void relisten(sq_worker *w, double now)
 	if (len >= sizeof(self))
 		len = 0;
 	self[len] = '\0';
-	for (int s = 0; w->opts.listen && s < w->c->nshards; s++) {
-		sq_listener *l = &w->listen[s];
-		memcpy(l->self, self, len + 1);
-		char why[256];
-		double next_at; /* unused: the loop comes back every second */
-		if (sq_listener_check(l, now, sq_client_answer_wait_of(w->c), &next_at, why,
-				      sizeof(why)) < 0) {
-			/* it died unseen: made again below */
-			sq_error e;
-			event_free(w->listen_ev[s]);
-			w->listen_ev[s] = NULL;
-			sq_listener_drop(l);
-			sq_err(&e, SQ_ECONN, "%s", why);
-			note_error(w, &e);
-		}
-		if (l->conn || (!sq_pgconn_connecting(&l->pc) && now < w->relisten_at[s]))
-			continue;
-		sq_error e;
-		if (open_listener(w, s, SQ_LOOP_CONNECT_WAIT_S, &e) != SQ_OK &&
-		    !sq_pgconn_connecting(&l->pc)) {
-			w->relisten_at[s] = now + RELISTEN_S;
-			note_error(w, &e);
-		}
-	}
-}
-
-/* Listen connects under way (the loop comes back within
- * SQ_LOOP_CONNECT_WAIT_S while any is). */
-static int listen_connecting(sq_worker *w)
-{
-	int n = 0;
-	for (int s = 0; w->opts.listen && s < w->c->nshards; s++) {
-		sq_listener *l = &w->listen[s];
-		/* a connect that ended: its LISTEN is sent on the next pass */
-		n += sq_pgconn_advance(&l->pc) + (!l->conn && l->pc.conn != NULL);
-	}
-	return n;
+	sq_listen_set_tick(&w->listen, now, sq_client_answer_wait_of(w->c), self);
 }
 
 sq_status sq_worker_create(const sq_config *cfg, const sq_worker_opts *opts, sq_worker **out,
@@ -346,13 +241,17 @@ sq_status sq_worker_create(const sq_config *cfg, const sq_worker_opts *opts, sq_
 		return st;
 	}
 	sq_client_connect_wait(w->c, SQ_LOOP_CONNECT_WAIT_S);
-	for (int s = 0; s < cfg->nshards; s++)
-		if ((st = sq_listener_init(&w->listen[s], cfg, s, err)) != SQ_OK) {
-			sq_worker_destroy(w);
-			return st;
-		}
+	w->listen.woke = on_woke;
+	w->listen.failed = on_listen_failed;
+	w->listen.arg = w;
+	if ((st = sq_listen_set_init(&w->listen, cfg, w->base, err)) != SQ_OK) {
+		sq_worker_destroy(w);
+		return st;
+	}
+	/* a shard whose connection is up answers within connect_timeout:
+	 * listening when sq_worker_create returns */
 	if (w->opts.listen)
-		open_listeners(w);
+		sq_listen_set_open(&w->listen, w->c, (double)cfg->connect_timeout_ms / 1000.0);
 	w->maint = sq_maintainer_start(cfg, NULL, NULL);
 	w->sched = sq_sched_new(cfg, w->id);
 	*out = w;
@@ -442,7 +341,7 @@ static void task_free(sq_task *k)
 
 /* The running list is doubly linked: a tick with 1,000 handler threads
  * takes back hundreds of finished tasks, and finding each by walking the
- * list was a tenth of the worker's CPU (perf in bench/profile default). */
+ * list costs a tenth of the worker's CPU (perf in bench/profile default). */
 static void running_push(sq_worker *w, sq_task *k)
 {
 	k->run_prev = NULL;
@@ -1653,7 +1552,9 @@ sq_status sq_worker_run(sq_worker *w, sq_error *err)
 
 		double at = next_wake(w, sq_mono_s()), wait = at - sq_mono_s();
 		/* a connect under way goes on between ticks */
-		if (sq_client_advance_connects(w->c) + listen_connecting(w) > 0 &&
+		if (sq_client_advance_connects(w->c) +
+				    (w->opts.listen ? sq_listen_set_connecting(&w->listen) : 0) >
+			    0 &&
 		    wait > SQ_LOOP_CONNECT_WAIT_S)
 			wait = SQ_LOOP_CONNECT_WAIT_S;
 		if (wait > 0) {
@@ -1710,11 +1611,7 @@ void sq_worker_destroy(sq_worker *w)
 			task_free(k);
 		free(w->types[t].freed);
 	}
-	for (int s = 0; s < SQ_MAX_SHARDS; s++) {
-		if (w->listen_ev[s])
-			event_free(w->listen_ev[s]);
-		sq_listener_free(&w->listen[s]);
-	}
+	sq_listen_set_free(&w->listen);
 	for (int i = 0; i < 2; i++)
 		if (w->sig_ev[i])
 			event_free(w->sig_ev[i]);
