@@ -445,9 +445,10 @@ typedef sq_job_result (*sq_handler)(const sq_job *job, void *arg, char *errbuf, 
  * end, so a handler that runs long and ignores this may run beside it. The
  * result of such a run is discarded, whatever it is. Once nonzero, it stays
  * so. Cheap (an atomic load and a clock read); only for the job passed to
- * a handler, while the handler runs. Given any other job (one of sq_claim
- * or sq_get_job, a copy of one) or NULL, it prints what was wrong to
- * stderr and aborts: a program error, with no lease to answer for.
+ * a handler, while the handler runs. Returns -1 (nonzero: the run stops)
+ * when given NULL or any other job (one of sq_claim or sq_get_job, a copy
+ * of one): a program error, with no lease to answer for; nothing is
+ * printed.
  */
 int sq_job_lease_lost(const sq_job *job);
 

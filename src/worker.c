@@ -10,9 +10,11 @@
 #include "error.h"
 #include "failpoint.h"
 #include "jobrow.h"
+#include "listener.h"
 #include "maintain.h"
 #include "ops.h"
 #include "pool.h"
+#include "startq.h"
 
 #include <errno.h>
 #include <event2/event.h>
@@ -39,8 +41,8 @@ typedef struct wtype {
 	sq_handler fn;
 	void *arg;
 	int conc;
-	sq_task *buf_head, *buf_tail; /* claimed, `starting`, in claim order */
-	int buffered, running;
+	sq_startq buffer; /* claimed, `starting`, in claim order */
+	int running;
 	int handed; /* buffered jobs handed to the pool (sq_pool_hand) */
 	double exec_ms;
 	int have_exec;
@@ -64,12 +66,7 @@ struct sq_worker {
 	int wake[2];
 	struct event_base *base;
 	struct event *wake_ev, *timer_ev, *sig_ev[2];
-	sq_listener listen[SQ_MAX_SHARDS];
-	struct event *listen_ev[SQ_MAX_SHARDS];
-	/* a shard without its LISTEN connection (down at the start, or the
-	 * connection broke): tried again from then on, once the shard's own
-	 * connection works (see relisten) */
-	double relisten_at[SQ_MAX_SHARDS];
+	sq_listen_set listen; /* with opts.listen: wake-ups from enqueues */
 	atomic_int stop_req, stop_now;
 	int stopping, released;
 	double grace_deadline;
@@ -141,43 +138,18 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
 	atomic_store(&w->stop_req, 1);
 }
 
-/* A shard's LISTEN connection is made again at most this often after a
- * connect that failed or a LISTEN the server refused (see relisten). */
-#define RELISTEN_S 2.0
-
-static void on_listen(evutil_socket_t fd, short what, void *arg)
+/* A NOTIFY on shard s woke this worker, or its LISTEN was answered
+ * (sq_listen_set): the next tick claims there at once. */
+static void on_woke(void *arg, int s)
 {
 	sq_worker *w = arg;
-	(void)what;
-	for (int s = 0; s < w->c->nshards; s++) {
-		sq_listener *l = &w->listen[s];
-		int listening;
-		if (!l->conn || PQsocket(l->conn) != fd)
-			continue;
-		char why[256];
-		int n = sq_listener_read(l, &listening, why, sizeof(why));
-		if (n < 0) {
-			/* the wake-up is lost; polling carries on, and the loop
-			 * listens again once the shard can be reached (a LISTEN
-			 * the server refused: after RELISTEN_S, not at once) */
-			event_free(w->listen_ev[s]);
-			w->listen_ev[s] = NULL;
-			sq_listener_drop(l);
-			w->relisten_at[s] = n == -2 ? sq_mono_s() + RELISTEN_S : 0;
-			if (n == -2) {
-				sq_error e;
-				sq_err(&e, SQ_EDB, "%s", why);
-				note_error(w, &e);
-			}
-			return;
-		}
-		/* listening from now on: the wake-ups before it were missed, so
-		 * the shard is claimed from at once */
-		if (n > 0 || listening) {
-			w->wake_pending = 1;
-			w->woke[s] = 1;
-		}
-	}
+	w->wake_pending = 1;
+	w->woke[s] = 1;
+}
+
+static void on_listen_failed(void *arg, const sq_error *e)
+{
+	note_error(arg, e);
 }
 
 void sq_worker_stop(sq_worker *w, int at_once)
@@ -190,58 +162,18 @@ void sq_worker_stop(sq_worker *w, int at_once)
 	(void)r;
 }
 
-/* Connects shard s's LISTEN connection, or goes on connecting it, waiting
- * at most wait_s for the server (the loop's: SQ_LOOP_CONNECT_WAIT_S, see
- * sq_listener); on failure, says why in err. */
-static sq_status open_listener(sq_worker *w, int s, double wait_s, sq_error *err)
-{
-	sq_listener *l = &w->listen[s];
-	sq_pgconn_set_connect_wait(&l->pc, wait_s);
-	sq_status st = sq_listener_connect(l, "shardq_jobs", err);
-	sq_pgconn_set_connect_wait(&l->pc, SQ_LOOP_CONNECT_WAIT_S);
-	if (st != SQ_OK) {
-		sq_err_prefix(err, "listen connection");
-		return st;
-	}
-	w->listen_ev[s] = event_new(w->base, PQsocket(l->conn), EV_READ | EV_PERSIST, on_listen, w);
-	if (!w->listen_ev[s]) {
-		sq_listener_drop(l);
-		return sq_err(err, SQ_ENOMEM, "out of memory");
-	}
-	event_add(w->listen_ev[s], NULL);
-	return SQ_OK;
-}
-
-/* At the start: every shard that can be reached (a connect still under way
- * goes on in the loop); a shard that is down is listened to once it is
- * back (relisten). */
-static void open_listeners(sq_worker *w)
-{
-	for (int s = 0; s < w->c->nshards; s++) {
-		sq_error e;
-		/* a shard whose connection is up answers within connect_timeout:
-		 * listening when sq_worker_create returns */
-		if (w->c->shards[s].conn)
-			(void)open_listener(w, s, (double)w->cfg->connect_timeout_ms / 1000.0, &e);
-	}
-}
-
 static int predicted_prefetch(const sq_worker *w, const wtype *t);
 
-/* A shard without its LISTEN connection gets one again, at most every
- * RELISTEN_S after a connect that failed; a connect under way goes on at
- * every pass. It does not wait for the worker's own connection to the
- * shard: an idle worker whose polls are far apart makes that one only
- * when it claims. The shard is claimed from at once when the LISTEN is
- * answered (on_listen), since its wake-ups in between were lost. A LISTEN
- * connection that died unseen is found by sq_listener_check's probe. */
+/* The worker's LISTEN connections, on every pass: what they register
+ * (sq_listener, self) is, per type, what this worker takes when idle, its
+ * slots and its prefetch; none when that does not fit (then every NOTIFY
+ * wakes it). */
 static void relisten(sq_worker *w, double now)
 {
-	/* what the LISTEN connections register (sq_listener, self): per type,
-	 * what this worker takes when idle, its slots and its prefetch; none
-	 * when that does not fit (then every NOTIFY wakes it, as before) */
-	char self[sizeof(w->listen[0].self)];
+	char self[sizeof(w->listen.l[0].self)];
 	size_t len = 0;
+	if (!w->opts.listen)
+		return;
 	for (int t = 0; t < w->ntypes && len < sizeof(self); t++)
 		len += (size_t)snprintf(self + len, sizeof(self) - len, "%s%08x:%d", t ? " " : "",
 					sq_wake_type_hash(w->types[t].conf->name),
@@ -249,43 +181,7 @@ static void relisten(sq_worker *w, double now)
 	if (len >= sizeof(self))
 		len = 0;
 	self[len] = '\0';
-	for (int s = 0; w->opts.listen && s < w->c->nshards; s++) {
-		sq_listener *l = &w->listen[s];
-		memcpy(l->self, self, len + 1);
-		char why[256];
-		double next_at; /* unused: the loop comes back every second */
-		if (sq_listener_check(l, now, sq_client_answer_wait_of(w->c), &next_at, why,
-				      sizeof(why)) < 0) {
-			/* it died unseen: made again below */
-			sq_error e;
-			event_free(w->listen_ev[s]);
-			w->listen_ev[s] = NULL;
-			sq_listener_drop(l);
-			sq_err(&e, SQ_ECONN, "%s", why);
-			note_error(w, &e);
-		}
-		if (l->conn || (!sq_pgconn_connecting(&l->pc) && now < w->relisten_at[s]))
-			continue;
-		sq_error e;
-		if (open_listener(w, s, SQ_LOOP_CONNECT_WAIT_S, &e) != SQ_OK &&
-		    !sq_pgconn_connecting(&l->pc)) {
-			w->relisten_at[s] = now + RELISTEN_S;
-			note_error(w, &e);
-		}
-	}
-}
-
-/* Listen connects under way (the loop comes back within
- * SQ_LOOP_CONNECT_WAIT_S while any is). */
-static int listen_connecting(sq_worker *w)
-{
-	int n = 0;
-	for (int s = 0; w->opts.listen && s < w->c->nshards; s++) {
-		sq_listener *l = &w->listen[s];
-		/* a connect that ended: its LISTEN is sent on the next pass */
-		n += sq_pgconn_advance(&l->pc) + (!l->conn && l->pc.conn != NULL);
-	}
-	return n;
+	sq_listen_set_tick(&w->listen, now, sq_client_answer_wait_of(w->c), self);
 }
 
 sq_status sq_worker_create(const sq_config *cfg, const sq_worker_opts *opts, sq_worker **out,
@@ -346,13 +242,17 @@ sq_status sq_worker_create(const sq_config *cfg, const sq_worker_opts *opts, sq_
 		return st;
 	}
 	sq_client_connect_wait(w->c, SQ_LOOP_CONNECT_WAIT_S);
-	for (int s = 0; s < cfg->nshards; s++)
-		if ((st = sq_listener_init(&w->listen[s], cfg, s, err)) != SQ_OK) {
-			sq_worker_destroy(w);
-			return st;
-		}
+	w->listen.woke = on_woke;
+	w->listen.failed = on_listen_failed;
+	w->listen.arg = w;
+	if ((st = sq_listen_set_init(&w->listen, cfg, w->base, err)) != SQ_OK) {
+		sq_worker_destroy(w);
+		return st;
+	}
+	/* a shard whose connection is up answers within connect_timeout:
+	 * listening when sq_worker_create returns */
 	if (w->opts.listen)
-		open_listeners(w);
+		sq_listen_set_open(&w->listen, w->c, (double)cfg->connect_timeout_ms / 1000.0);
 	w->maint = sq_maintainer_start(cfg, NULL, NULL);
 	w->sched = sq_sched_new(cfg, w->id);
 	*out = w;
@@ -432,29 +332,6 @@ static int predicted_prefetch(const sq_worker *w, const wtype *t)
 	return p;
 }
 
-static void buf_push(wtype *t, sq_task *k)
-{
-	k->next = NULL;
-	if (t->buf_tail)
-		t->buf_tail->next = k;
-	else
-		t->buf_head = k;
-	t->buf_tail = k;
-	t->buffered++;
-}
-
-static sq_task *buf_pop(wtype *t)
-{
-	sq_task *k = t->buf_head;
-	if (!k)
-		return NULL;
-	t->buf_head = k->next;
-	if (!t->buf_head)
-		t->buf_tail = NULL;
-	t->buffered--;
-	return k;
-}
-
 static void task_free(sq_task *k)
 {
 	k->magic = 0;
@@ -465,7 +342,7 @@ static void task_free(sq_task *k)
 
 /* The running list is doubly linked: a tick with 1,000 handler threads
  * takes back hundreds of finished tasks, and finding each by walking the
- * list was a tenth of the worker's CPU (perf in bench/profile default). */
+ * list costs a tenth of the worker's CPU (perf in bench/profile default). */
 static void running_push(sq_worker *w, sq_task *k)
 {
 	k->run_prev = NULL;
@@ -488,12 +365,11 @@ static void running_remove(sq_worker *w, sq_task *k)
 	k->run_prev = k->run_next = NULL;
 }
 
+static void begin_unstarted(sq_worker *w, sq_task *k, double now);
+
 /* Finished tasks come back from the pool: their slot frees, and their
  * result waits in `pending` until the shards have it. A task whose lease
  * was found lost while it ran is discarded: another worker owns the job. */
-static void begin_unstarted(sq_worker *w, sq_task *k, double now);
-static void buf_unpop(wtype *t, sq_task *k);
-
 static void take_finished(sq_worker *w)
 {
 	sq_task *started, *stale;
@@ -514,7 +390,7 @@ static void take_finished(sq_worker *w)
 	for (sq_task *k = stale; k; k = next) {
 		next = k->next;
 		w->types[k->type].handed--;
-		buf_unpop(&w->types[k->type], k);
+		sq_startq_unpop(&w->types[k->type].buffer, k);
 	}
 	for (sq_task *k = done; k; k = next) {
 		wtype *t = &w->types[k->type];
@@ -559,10 +435,10 @@ static void release_buffered(sq_worker *w)
 	for (sq_task *k = sq_pool_unhand_all(&w->pool), *next; k; k = next) {
 		next = k->next;
 		w->types[k->type].handed--;
-		buf_push(&w->types[k->type], k);
+		sq_startq_push(&w->types[k->type].buffer, k);
 	}
 	for (int t = 0; t < w->ntypes; t++)
-		n += (size_t)w->types[t].buffered;
+		n += (size_t)w->types[t].buffer.n;
 	if (!n)
 		return;
 	sq_task **ks = malloc(n * sizeof(*ks));
@@ -571,7 +447,7 @@ static void release_buffered(sq_worker *w)
 	sq_error err;
 	if (ks && refs && out) {
 		for (int t = 0; t < w->ntypes; t++)
-			for (sq_task *k; (k = buf_pop(&w->types[t])) != NULL; i++) {
+			for (sq_task *k; (k = sq_startq_pop(&w->types[t].buffer)) != NULL; i++) {
 				ks[i] = k;
 				refs[i].id = k->job.id;
 				refs[i].attempt = k->job.attempt;
@@ -642,17 +518,11 @@ int sq_job_lease_lost(const sq_job *job)
 {
 	/* Only a job a worker passed to a handler has a task around it. Any
 	 * other (one of sq_claim or sq_get_job, a copy) would be answered from
-	 * whatever memory lies before it: a program error, stopped here with a
-	 * message rather than answered at random. */
+	 * whatever memory lies before it: a program error, answered -1 rather
+	 * than at random (nonzero, so a run that asks stops). */
 	sq_task *k = job ? (sq_task *)((char *)(uintptr_t)job - offsetof(sq_task, job)) : NULL;
-	if (!k || k->magic != SQ_TASK_MAGIC) {
-		fprintf(stderr,
-			"shardq: sq_job_lease_lost() was given %s; it answers only for the job "
-			"a worker passed to a handler (not a job of sq_claim or sq_get_job, "
-			"nor a copy of one), while the handler runs\n",
-			job ? "a job that is not one a worker's handler was given" : "NULL");
-		abort();
-	}
+	if (!k || k->magic != SQ_TASK_MAGIC)
+		return -1;
 	if (atomic_load(&k->gone))
 		return 1;
 	if (sq_mono_s() < atomic_load(&k->stop_by))
@@ -682,26 +552,6 @@ static void check_leases(sq_worker *w, double now)
 				    "job comes back to a worker after the lease)",
 				    (long long)k->job.id, k->unstarted ? "start" : "heartbeat");
 	}
-}
-
-/* The first buffered job of a type whose start may be sent now (not
- * waiting on a moving partition or a retry); fresh: one that may also start
- * without a written start (see begin_unstarted). NULL if none. */
-static sq_task *buf_take(wtype *t, double now, int fresh)
-{
-	sq_task *prev = NULL;
-	for (sq_task *k = t->buf_head; k; prev = k, k = k->next)
-		if (k->retry_at <= now && (!fresh || now < k->local_until)) {
-			if (prev)
-				prev->next = k->next;
-			else
-				t->buf_head = k->next;
-			if (t->buf_tail == k)
-				t->buf_tail = prev;
-			t->buffered--;
-			return k;
-		}
-	return NULL;
 }
 
 /* A buffered job starts on a free slot before its `running` is written.
@@ -747,11 +597,11 @@ static void start_fresh(sq_worker *w, double now)
 	for (int t = 0; t < w->ntypes; t++) {
 		wtype *wt = &w->types[t];
 		while (wt->running < wt->conc) {
-			sq_task *k = buf_take(wt, now, 1);
+			sq_task *k = sq_startq_take(&wt->buffer, now, 1);
 			if (!k && wt->handed && (k = sq_pool_unhand_one(&w->pool, t)) != NULL) {
 				wt->handed--;
 				if (now >= k->local_until) {
-					buf_unpop(wt, k);
+					sq_startq_unpop(&wt->buffer, k);
 					continue;
 				}
 			}
@@ -761,30 +611,11 @@ static void start_fresh(sq_worker *w, double now)
 			k->unstarted = 1;
 			w->local_started++;
 		}
-		for (sq_task *k; (k = buf_take(wt, now, 1)) != NULL;) {
+		for (sq_task *k; (k = sq_startq_take(&wt->buffer, now, 1)) != NULL;) {
 			wt->handed++;
 			sq_pool_hand(&w->pool, k);
 		}
 	}
-}
-
-static void buf_unpop(wtype *t, sq_task *k)
-{
-	k->next = t->buf_head;
-	t->buf_head = k;
-	if (!t->buf_tail)
-		t->buf_tail = k;
-	t->buffered++;
-}
-
-/* Buffered jobs whose start may be sent now (not waiting on a moving
- * partition or a retry). */
-static int buf_ready(const wtype *t, double now)
-{
-	int n = 0;
-	for (const sq_task *k = t->buf_head; k; k = k->next)
-		n += k->retry_at <= now;
-	return n;
 }
 
 /* Jobs to hold beyond free slots, within the capacity left: see
@@ -799,7 +630,7 @@ static int claim_limits(sq_worker *w, sq_claim_req *reqs, const int *promoting)
 	 * the capacity is never exceeded, even while results are in flight */
 	room -= npending;
 	for (int t = 0; t < w->ntypes; t++)
-		room -= w->types[t].running + w->types[t].buffered + w->types[t].handed;
+		room -= w->types[t].running + w->types[t].buffer.n + w->types[t].handed;
 	/* first every type's free slots (jobs that start at once), then the
 	 * prefetch from what is left, beginning with a different type each
 	 * time: one type's prefetch never starves another type's free slots */
@@ -807,7 +638,7 @@ static int claim_limits(sq_worker *w, sq_claim_req *reqs, const int *promoting)
 		wtype *wt = &w->types[t];
 		int free_now = wt->conc - wt->running - promoting[t];
 		int pf = predicted_prefetch(w, wt);
-		int buffered = wt->buffered + wt->handed - promoting[t];
+		int buffered = wt->buffer.n + wt->handed - promoting[t];
 		wt->st.prefetch = pf;
 		slots[t] = free_now > 0 ? free_now : 0;
 		if (slots[t] > room)
@@ -1110,12 +941,6 @@ static int is_moving(sq_status st)
 	return st == SQ_EMOVING || st == SQ_EMOVED;
 }
 
-/* One tick of database work, in one pipeline per shard: completions,
- * failures, heartbeats and starts of buffered jobs for free slots in one
- * transaction, the claim in a second. A write that a shard cannot take now
- * (its partition moving, or moved: the map is reloaded) waits for a later
- * tick on its own; a transaction a shard refuses is isolated, so the
- * others' writes still commit. Nothing here waits on a move. */
 /* The answer to a running job's heartbeat, or to the start of a job that
  * began on a free slot (unstarted): the lease is extended (or set), lost
  * (the result will be discarded), or the write waits. Returns 1 if its
@@ -1149,13 +974,45 @@ static int running_written(sq_worker *w, sq_task *k, sq_status st, double now)
 	return 0;
 }
 
-static void tick(sq_worker *w, double now, int claiming)
-{
-	sq_client *c = w->c;
+/* ---- one tick, phase by phase ------------------------------------------- */
+
+/* What one tick carries from phase to phase. */
+typedef struct tick_state {
+	double now;
 	wbatch b[WB_N];
-	size_t want[WB_N] = {0};
-	int promoting[SQ_WORKER_MAX_TYPES] = {0};
-	memset(b, 0, sizeof(b));
+	/* per type: buffered jobs whose start this tick writes, for free slots */
+	int promoting[SQ_WORKER_MAX_TYPES];
+	sq_claim_req reqs[SQ_WORKER_MAX_TYPES];
+	int woke_only; /* the claim asks only the shards that notified */
+	int asking;    /* jobs the claim asks for; 0: no claim this tick */
+	sq_fenced_pending *p[WB_N];
+	sq_claim_pending *pk;
+	int wend[SQ_MAX_SHARDS];            /* a shard's statements before its claim */
+	unsigned char split[SQ_MAX_SHARDS]; /* its writes in a transaction of their own */
+	sq_status sent;
+	double t0, rtt_ms; /* when the pipelines were sent; the round trip */
+	double at;         /* when the results were read: jobs start from here */
+	/* bad: the shard's writes rolled back; refused: for a reason about
+	 * the rows (isolated); claim_lost: a claim aborted by a write */
+	unsigned char bad[SQ_MAX_SHARDS], refused[SQ_MAX_SHARDS];
+	int any_refused, claim_lost;
+	sq_job *jobs; /* what the claim took */
+	size_t nj;
+	sq_status cst;
+	sq_task *keep; /* results that wait for a later tick (w->pending) */
+	int moved;     /* a write found its partition moved: reload the map */
+	sq_worker_tick tk;
+} tick_state;
+
+/* Phase 1: what is due now (results, heartbeats, starts of buffered jobs
+ * for free slots, a claim), counted per kind of write in want[]. Returns 0
+ * when there is nothing to do. */
+static int tick_count(sq_worker *w, tick_state *ts, int claiming, size_t want[WB_N])
+{
+	double now = ts->now;
+	memset(ts->b, 0, sizeof(ts->b));
+	memset(ts->promoting, 0, sizeof(ts->promoting));
+	memset(want, 0, WB_N * sizeof(*want));
 	for (sq_task *k = w->pending; k; k = k->next)
 		if (k->retry_at <= now)
 			want[k->result == SQ_RESULT_DONE ? WB_COMPLETE : WB_FAIL]++;
@@ -1164,340 +1021,411 @@ static void tick(sq_worker *w, double now, int claiming)
 			want[k->unstarted ? WB_START : WB_HEARTBEAT]++;
 	for (int t = 0; claiming && t < w->ntypes; t++) {
 		wtype *wt = &w->types[t];
-		int f = wt->conc - wt->running, ready = buf_ready(wt, now);
-		promoting[t] = f > 0 ? (f < ready ? f : ready) : 0;
-		want[WB_START] += (size_t)promoting[t];
+		int f = wt->conc - wt->running, ready = sq_startq_ready(&wt->buffer, now);
+		ts->promoting[t] = f > 0 ? (f < ready ? f : ready) : 0;
+		want[WB_START] += (size_t)ts->promoting[t];
 	}
-	sq_claim_req reqs[SQ_WORKER_MAX_TYPES];
 	/* a poll asks every shard; a wake-up only the shards that notified */
 	int full = claiming && now >= w->next_claim_at;
-	int woke_only = claiming && !full && w->wake_pending;
-	int asking = full || woke_only ? claim_limits(w, reqs, promoting) : 0;
-	if (!want[WB_COMPLETE] && !want[WB_FAIL] && !want[WB_HEARTBEAT] && !want[WB_START] &&
-	    !asking)
-		return;
-	for (int k = 0; k < WB_N; k++)
-		if (wbatch_alloc(&b[k], want[k]))
-			goto out;
+	ts->woke_only = claiming && !full && w->wake_pending;
+	ts->asking = full || ts->woke_only ? claim_limits(w, ts->reqs, ts->promoting) : 0;
+	return want[WB_COMPLETE] || want[WB_FAIL] || want[WB_HEARTBEAT] || want[WB_START] ||
+	       ts->asking;
+}
 
-	/* results due now leave `pending`; the ones still waiting stay there */
-	sq_task *keep = NULL;
+/* The batch a pending result goes to. */
+static int result_kind(const sq_task *k)
+{
+	return k->result == SQ_RESULT_DONE ? WB_COMPLETE : WB_FAIL;
+}
+
+/* Phase 2a: the writes counted in phase 1 go into their batches. Results
+ * due now leave `pending`; the ones still waiting are kept in ts->keep. */
+static void tick_gather(sq_worker *w, tick_state *ts)
+{
+	double now = ts->now;
+	ts->keep = NULL;
 	for (sq_task *k = w->pending, *next; k; k = next) {
 		next = k->next;
 		if (k->retry_at <= now) {
-			wbatch_add(&b[k->result == SQ_RESULT_DONE ? WB_COMPLETE : WB_FAIL],
-				   k->result == SQ_RESULT_DONE ? WB_COMPLETE : WB_FAIL, k);
+			wbatch_add(&ts->b[result_kind(k)], result_kind(k), k);
 		} else {
-			k->next = keep;
-			keep = k;
+			k->next = ts->keep;
+			ts->keep = k;
 		}
 	}
 	w->pending = NULL;
 	for (sq_task *k = w->running; k; k = k->run_next)
 		if (!k->lost && now >= k->hb_due)
-			wbatch_add(&b[k->unstarted ? WB_START : WB_HEARTBEAT],
+			wbatch_add(&ts->b[k->unstarted ? WB_START : WB_HEARTBEAT],
 				   k->unstarted ? WB_START : WB_HEARTBEAT, k);
 	for (int t = 0; t < w->ntypes; t++)
-		for (int i = 0; i < promoting[t]; i++)
-			wbatch_add(&b[WB_START], WB_START, buf_take(&w->types[t], now, 0));
+		for (int i = 0; i < ts->promoting[t]; i++)
+			wbatch_add(&ts->b[WB_START], WB_START,
+				   sq_startq_take(&w->types[t].buffer, now, 0));
+}
 
+/* Phase 2b: every shard's pipeline is pushed (one transaction per shard:
+ * the writes, then the claim; one commit a tick on each shard, however
+ * many jobs, see docs/worker.md; two on a split shard, see w->split) and
+ * sent, all shards at once. */
+static void tick_send(sq_worker *w, tick_state *ts)
+{
+	sq_client *c = w->c;
+	sq_error err;
 	/* tests: hold the loop where a lease would be extended (a shard that
 	 * cannot be reached holds it like this) */
-	if (b[WB_HEARTBEAT].n || b[WB_START].n)
+	if (ts->b[WB_HEARTBEAT].n || ts->b[WB_START].n)
 		sq_failpoint("worker_lease_write");
 	sq_client_reset(c);
 	sq_client_check_map(c);
-	/* one transaction per shard: the writes, then the claim; one commit
-	 * (a WAL flush) a tick on each shard, however many jobs; two on a
-	 * split shard (w->split) */
-	sq_fenced_pending *p[WB_N] = {NULL};
 	c->merge_txn = 1;
 	for (int k = 0; k < WB_N; k++)
-		if (b[k].n)
-			p[k] = sq_fenced_push(c, wb_kind[k], w->id, b[k].refs,
-					      k == WB_FAIL ? b[k].fails : NULL, b[k].n);
-	int wend[SQ_MAX_SHARDS];
-	unsigned char split[SQ_MAX_SHARDS];
+		ts->p[k] = ts->b[k].n ? sq_fenced_push(c, wb_kind[k], w->id, ts->b[k].refs,
+						       k == WB_FAIL ? ts->b[k].fails : NULL,
+						       ts->b[k].n)
+				      : NULL;
 	for (int s = 0; s < c->nshards; s++) {
-		wend[s] = c->shards[s].qn;
-		split[s] = w->split[s] && wend[s];
-		if (split[s])
+		ts->wend[s] = c->shards[s].qn;
+		ts->split[s] = w->split[s] && ts->wend[s];
+		if (ts->split[s])
 			sq_pgconn_push_sync(&c->shards[s]);
 	}
-	sq_error err;
-	sq_claim_pending *pk = NULL;
-	if (asking) {
-		pk = sq_claim_push(c, w->id, reqs, (size_t)w->ntypes, woke_only ? w->woke : NULL,
-				   &err);
+	ts->pk = NULL;
+	if (ts->asking) {
+		ts->pk = sq_claim_push(c, w->id, ts->reqs, (size_t)w->ntypes,
+				       ts->woke_only ? w->woke : NULL, &err);
 		w->wake_pending = 0;
 		memset(w->woke, 0, sizeof(w->woke));
 	}
 	c->merge_txn = 0;
 	sq_client_sync_all(c);
-	double t0 = sq_mono_s();
-	sq_status sent = sq_client_send(c, &err);
-	double t1 = sq_mono_s(), rtt = (t1 - t0) * 1000.0;
-	sq_worker_tick tk = {(int64_t)(t0 * 1e6), (int64_t)(t1 * 1e6), asking ? 0 : -1, 0, 0, 0, 0};
-	tk.started = w->local_started;
+	ts->t0 = sq_mono_s();
+	ts->sent = sq_client_send(c, &err);
+	double t1 = sq_mono_s();
+	ts->rtt_ms = (t1 - ts->t0) * 1000.0;
+	ts->tk = (sq_worker_tick){
+		(int64_t)(ts->t0 * 1e6), (int64_t)(t1 * 1e6), ts->asking ? 0 : -1, 0, 0, 0, 0};
+	ts->tk.started = w->local_started;
 	w->local_started = 0;
-	if (sent != SQ_OK)
+	if (ts->sent != SQ_OK)
 		note_error(w, &err);
-	/* a shard's writes and claim share one transaction (unless split): if
-	 * a statement failed, the others on that shard rolled back, whatever
-	 * they answered. A write that failed is noted here, and the claim
-	 * behind it, aborted, is not read; a claim that failed is noted by its
-	 * collect, and the writes before it are sent again, in a transaction of
-	 * their own until a claim on that shard works */
-	unsigned char bad[SQ_MAX_SHARDS] = {0}, refused[SQ_MAX_SHARDS] = {0};
-	int any_refused = 0, claim_lost = 0; /* a claim aborted by a write */
+}
+
+/*
+ * Phase 3: which shard's error hit what. A shard's writes and claim share
+ * one transaction (unless split): if a statement failed, the others on
+ * that shard rolled back, whatever they answered. A write that failed is
+ * noted here, and the claim behind it, aborted, is not read; a claim that
+ * failed is noted by its collect, and the writes before it are sent again,
+ * in a transaction of their own until a claim on that shard works. A
+ * shard that refused its writes for a reason about the rows has them
+ * isolated (isolate), so that the others commit.
+ */
+static void tick_blame(sq_worker *w, tick_state *ts)
+{
+	sq_client *c = w->c;
+	memset(ts->bad, 0, sizeof(ts->bad));
+	memset(ts->refused, 0, sizeof(ts->refused));
+	ts->any_refused = ts->claim_lost = 0;
 	for (int s = 0; s < c->nshards; s++) {
 		sq_error e;
 		sq_pgconn *pc = &c->shards[s];
-		int claimed = pc->qn > wend[s];
-		int writes_ok = !wend[s] || sq_pgconn_range_error(pc, 0, wend[s], &e) == SQ_OK;
-		int claim_ok = claimed && sq_pgconn_range_error(pc, wend[s], pc->qn, NULL) == SQ_OK;
-		if (claimed && sent == SQ_OK && (claim_ok || writes_ok || split[s]))
+		int wend = ts->wend[s], claimed = pc->qn > wend;
+		int writes_ok = !wend || sq_pgconn_range_error(pc, 0, wend, &e) == SQ_OK;
+		int claim_ok = claimed && sq_pgconn_range_error(pc, wend, pc->qn, NULL) == SQ_OK;
+		if (claimed && ts->sent == SQ_OK && (claim_ok || writes_ok || ts->split[s]))
 			w->split[s] = !claim_ok; /* unchanged when a write aborted it */
 		if (writes_ok) {
-			if (wend[s] && claimed && !claim_ok && !split[s])
-				bad[s] = 1; /* rolled back with the claim */
+			if (wend && claimed && !claim_ok && !ts->split[s])
+				ts->bad[s] = 1; /* rolled back with the claim */
 			continue;
 		}
-		bad[s] = 1;
-		const char *st = sq_pgconn_range_sqlstate(pc, 0, wend[s]);
+		ts->bad[s] = 1;
+		const char *st = sq_pgconn_range_sqlstate(pc, 0, wend);
 		if (st && !transient_state(st))
-			refused[s] = 1, any_refused = 1;
+			ts->refused[s] = 1, ts->any_refused = 1;
 		note_error(w, &e);
-		if (pk && !split[s]) {
-			sq_claim_skip_shard(pk, s); /* aborted by that write */
-			claim_lost = 1;
+		if (ts->pk && !ts->split[s]) {
+			sq_claim_skip_shard(ts->pk, s); /* aborted by that write */
+			ts->claim_lost = 1;
 		}
 	}
 	for (int k = 0; k < WB_N; k++) {
-		if (p[k])
-			sq_fenced_collect(c, p[k], b[k].out);
-		for (size_t i = 0; i < b[k].n; i++)
-			if (bad[sq_shard_of_id(c, b[k].refs[i].id)])
-				b[k].out[i] = SQ_EDB;
+		wbatch *b = &ts->b[k];
+		if (ts->p[k])
+			sq_fenced_collect(c, ts->p[k], b->out);
+		for (size_t i = 0; i < b->n; i++)
+			if (ts->bad[sq_shard_of_id(c, b->refs[i].id)])
+				b->out[i] = SQ_EDB;
 	}
-	sq_job *jobs = NULL;
-	size_t nj = 0;
-	sq_status cst = SQ_OK;
-	if (pk) {
+	ts->jobs = NULL;
+	ts->nj = 0;
+	ts->cst = SQ_OK;
+	if (ts->pk) {
 		sq_error cerr;
-		cst = sq_claim_collect(c, pk, &jobs, &nj, &cerr);
-		if (cst != SQ_OK)
+		ts->cst = sq_claim_collect(c, ts->pk, &ts->jobs, &ts->nj, &cerr);
+		if (ts->cst != SQ_OK)
 			note_error(w, &cerr);
 	}
 	sq_client_reset(c);
-	if (any_refused)
-		isolate(w, b, refused);
+	if (ts->any_refused)
+		isolate(w, ts->b, ts->refused);
+}
 
-	int moved = 0;
-	for (size_t i = 0; i < b[WB_COMPLETE].n; i++) {
-		sq_task *k = b[WB_COMPLETE].tasks[i];
-		sq_status st = b[WB_COMPLETE].out[i];
-		wtype *t = &w->types[k->type];
+/* A write of a job that the shards did not take waits for a later tick:
+ * after its partition's move, or RETRY_S. */
+static void retry_later(sq_worker *w, tick_state *ts, sq_task *k, sq_status st)
+{
+	if (is_moving(st)) {
+		ts->moved |= st == SQ_EMOVED;
+		wait_moving(w, k, ts->now);
+	} else {
+		not_moving(k);
+		k->retry_at = ts->now + RETRY_S;
+	}
+}
+
+/* A result the shard took, in the figures. */
+static void result_counted(sq_worker *w, tick_state *ts, int kind, size_t i)
+{
+	sq_task *k = ts->b[kind].tasks[i];
+	wtype *t = &w->types[k->type];
+	if (kind == WB_COMPLETE) {
+		t->st.done++, ts->tk.completed++;
+		return;
+	}
+	ts->tk.failed++;
+	if (ts->b[kind].fails[i].permanent || k->job.tries >= k->job.max_attempts)
+		t->st.failed++;
+	else
+		t->st.retried++;
+}
+
+/* Phases 4 and 5: the answers to the completions (kind WB_COMPLETE) or the
+ * failures (WB_FAIL). A result taken, or found no longer ours, is done
+ * with; one refused MAX_REFUSALS times is dropped (the job comes back after
+ * its lease); any other waits in ts->keep for a later tick. */
+static void settle_results(sq_worker *w, tick_state *ts, int kind)
+{
+	wbatch *b = &ts->b[kind];
+	for (size_t i = 0; i < b->n; i++) {
+		sq_task *k = b->tasks[i];
+		sq_status st = b->out[i];
 		if (st == SQ_OK) {
-			t->st.done++, tk.completed++;
+			result_counted(w, ts, kind, i);
 			task_free(k);
 			continue;
 		}
-		if (st == SQ_ELOST || (st == SQ_ENOTFOUND && k->looked)) {
-			t->st.lost++, tk.lost++;
+		if (st == SQ_ELOST || (st == SQ_ENOTFOUND && kind == WB_COMPLETE && k->looked)) {
+			w->types[k->type].st.lost++, ts->tk.lost++;
 			task_free(k);
 			continue;
 		}
 		if (st == WB_REFUSED && k->refused >= MAX_REFUSALS) {
 			note_errorf(w,
-				    "job %lld: its completion was refused %d times and is dropped; "
-				    "the job comes back after its lease",
-				    (long long)k->job.id, k->refused);
+				    "job %lld: its %s was refused %d times and is dropped; the "
+				    "job comes back after its lease",
+				    (long long)k->job.id, wb_name[kind], k->refused);
 			task_free(k);
 			continue;
 		}
-		if (st == SQ_ENOTFOUND) {
-			/* a rerun may have committed after the statement's snapshot:
-			 * look again at once, with a fresh one; then it is final */
-			k->looked = 1;
-			k->retry_at = now;
-		} else if (is_moving(st)) {
-			moved |= st == SQ_EMOVED;
-			wait_moving(w, k, now);
-		} else {
-			not_moving(k);
-			k->retry_at = now + RETRY_S;
-		}
-		k->next = keep;
-		keep = k;
-	}
-	for (size_t i = 0; i < b[WB_FAIL].n; i++) {
-		sq_task *k = b[WB_FAIL].tasks[i];
-		sq_status st = b[WB_FAIL].out[i];
-		wtype *t = &w->types[k->type];
-		if (st == SQ_OK) {
-			tk.failed++;
-			if (b[WB_FAIL].fails[i].permanent || k->job.tries >= k->job.max_attempts)
-				t->st.failed++;
-			else
-				t->st.retried++;
-			task_free(k);
-			continue;
-		}
-		if (st == SQ_ELOST) {
-			t->st.lost++, tk.lost++;
-			task_free(k);
-			continue;
-		}
-		if (st == WB_REFUSED && k->refused >= MAX_REFUSALS) {
-			note_errorf(
-				w,
-				"job %lld: its failure was refused %d times and is dropped; the "
-				"job comes back after its lease",
-				(long long)k->job.id, k->refused);
-			task_free(k);
-			continue;
-		}
-		if (st == WB_REFUSED) {
+		if (st == WB_REFUSED && kind == WB_FAIL) {
 			/* perhaps it is the text: send a plain one next time */
 			free(k->err);
 			k->err = strdup("the worker could not store this job's error message (the "
 					"shard refused it)");
 		}
-		if (is_moving(st)) {
-			moved |= st == SQ_EMOVED;
-			wait_moving(w, k, now);
+		if (st == SQ_ENOTFOUND && kind == WB_COMPLETE) {
+			/* a rerun may have committed after the statement's snapshot:
+			 * look again at once, with a fresh one; then it is final */
+			k->looked = 1;
+			k->retry_at = ts->now;
 		} else {
-			not_moving(k);
-			k->retry_at = now + RETRY_S;
+			retry_later(w, ts, k, st);
 		}
-		k->next = keep;
-		keep = k;
+		k->next = ts->keep;
+		ts->keep = k;
 	}
-	w->pending = keep;
-	for (size_t i = 0; i < b[WB_HEARTBEAT].n; i++)
-		moved |= running_written(w, b[WB_HEARTBEAT].tasks[i], b[WB_HEARTBEAT].out[i], now);
-	double at = sq_mono_s();
-	for (size_t i = b[WB_START].n; i-- > 0;) {
-		sq_task *k = b[WB_START].tasks[i];
-		sq_status st = b[WB_START].out[i];
-		wtype *wt = &w->types[k->type];
-		if (k->unstarted) { /* running already: answered like a heartbeat */
-			moved |= running_written(w, k, st, now);
-			continue;
-		}
-		if (st == SQ_OK) {
-			lease_set(k, now, wt->conf->execution_timeout_ms);
-			run_task(w, k, at, exec_hb(wt, now));
-			tk.started++;
-		} else if (st == SQ_ELOST) {
-			/* taken by another worker: its starting lease ran out here */
-			wt->st.lost++;
-			task_free(k);
-		} else if (st == WB_REFUSED && k->refused >= MAX_REFUSALS) {
-			note_errorf(w,
-				    "job %lld: its start was refused %d times and is dropped; the "
-				    "job comes back after its starting lease",
-				    (long long)k->job.id, k->refused);
-			task_free(k);
-		} else {
-			if (is_moving(st)) {
-				moved |= st == SQ_EMOVED;
-				wait_moving(w, k, now);
-			} else {
-				not_moving(k);
-				k->retry_at = now + RETRY_S;
-			}
-			buf_unpop(wt, k); /* not taken: a later tick tries again */
-		}
-	}
-	/* "moved": the partition is on another shard now; the next tick sends
-	 * there */
-	if (moved && sq_client_refresh_map(c, NULL) != SQ_OK)
-		c->map_checked_at = 0;
+}
 
-	/* the claim: running jobs go to free slots at once, the rest wait */
-	if (asking) {
-		w->claims++;
-		w->rtt_ms = w->have_rtt ? (1 - EWMA) * w->rtt_ms + EWMA * rtt : rtt;
-		w->have_rtt = 1;
-		for (int t = 0; t < w->ntypes; t++)
-			w->types[t].had_work = 0;
-		for (size_t i = 0; i < nj; i++) {
-			sq_task *k = calloc(1, sizeof(*k));
-			int t = 0;
-			while (t < w->ntypes && strcmp(w->types[t].conf->name, jobs[i].type))
-				t++;
-			if (!k || t == w->ntypes) {
-				/* cannot hold it: its lease brings it back */
-				free(k);
-				sq_job_clear(&jobs[i]);
-				continue;
-			}
-			k->job = jobs[i];
-			k->magic = SQ_TASK_MAGIC;
-			k->type = t;
-			k->fn = w->types[t].fn;
-			k->arg = w->types[t].arg;
-			lease_set(k, t0, w->types[t].conf->starting_timeout_ms);
-			w->types[t].had_work = 1;
-			/* claimed running with the starting lease (counted from before
-			 * the claim was sent): the first heartbeat, at half of it,
-			 * turns it into the execution lease */
-			if (k->job.status == SQ_RUNNING)
-				run_task(w, k, at,
-					 t0 + (double)w->types[t].conf->starting_timeout_ms /
-							 2000.0),
-					tk.started++;
-			else {
-				/* starts on a free slot without a written start while at
-				 * least half its starting lease is left */
-				k->local_until =
-					t0 + (double)w->types[t].conf->starting_timeout_ms / 2000.0;
-				buf_push(&w->types[t], k);
-			}
-			tk.claimed++;
-		}
-		free(jobs);
-		/* a type with no work: its free slots are not waiting for anything */
-		for (int t = 0; t < w->ntypes; t++)
-			if (!w->types[t].had_work && !w->types[t].buffered && !w->types[t].handed)
-				w->types[t].nfreed = 0;
-		if (woke_only) {
-			/* a full answer: more may be there, on any shard; else the
-			 * polls keep their schedule. A claim that failed, or that
-			 * a failed write aborted, lost its wake-up (the woken
-			 * shard's connection had died unseen, say): a poll after
-			 * RETRY_S instead, backing off from there as after any
-			 * failed claim */
-			if (cst == SQ_OK && (int)nj >= asking) {
-				w->poll_delay_ms = 0;
-				w->next_claim_at = now;
-			} else if ((cst != SQ_OK || claim_lost) &&
-				   now + RETRY_S < w->next_claim_at) {
-				w->poll_delay_ms = RETRY_S * 1000;
-				w->next_claim_at = now + RETRY_S;
-			}
-		} else if (cst != SQ_OK || nj == 0) {
-			w->poll_delay_ms = w->poll_delay_ms ? fmin(w->poll_delay_ms * 2,
-								   (double)w->opts.poll_max_ms)
-							    : (double)w->opts.poll_min_ms;
-			w->next_claim_at = now + w->poll_delay_ms / 1000.0;
-		} else {
-			w->poll_delay_ms = 0;
-			/* a full answer: more may be there; a partial one: drained */
-			w->next_claim_at = (int)nj >= asking
-						   ? now
-						   : now + (double)w->opts.poll_min_ms / 1000.0;
-		}
+/* The answer to the start of a buffered job (not one that began on a free
+ * slot: that one is answered like a heartbeat): it runs, is lost, is
+ * dropped, or goes back to the buffer for a later tick. */
+static void start_written(sq_worker *w, tick_state *ts, sq_task *k, sq_status st)
+{
+	wtype *wt = &w->types[k->type];
+	if (st == SQ_OK) {
+		lease_set(k, ts->now, wt->conf->execution_timeout_ms);
+		run_task(w, k, ts->at, exec_hb(wt, ts->now));
+		ts->tk.started++;
+	} else if (st == SQ_ELOST) {
+		/* taken by another worker: its starting lease ran out here */
+		wt->st.lost++;
+		task_free(k);
+	} else if (st == WB_REFUSED && k->refused >= MAX_REFUSALS) {
+		note_errorf(w,
+			    "job %lld: its start was refused %d times and is dropped; the "
+			    "job comes back after its starting lease",
+			    (long long)k->job.id, k->refused);
+		task_free(k);
 	} else {
-		sq_jobs_free(jobs, nj);
+		retry_later(w, ts, k, st);
+		sq_startq_unpop(&wt->buffer, k); /* not taken: a later tick tries again */
 	}
-	if (w->opts.on_tick)
-		w->opts.on_tick(&tk, w->opts.tick_arg);
-out:
+}
+
+/* Phase 6: the answers to the heartbeats and starts. The starts are taken
+ * last to first, so that the ones put back keep their order at the
+ * buffer's head. */
+static void settle_running(sq_worker *w, tick_state *ts)
+{
+	wbatch *hb = &ts->b[WB_HEARTBEAT], *sb = &ts->b[WB_START];
+	for (size_t i = 0; i < hb->n; i++)
+		ts->moved |= running_written(w, hb->tasks[i], hb->out[i], ts->now);
+	ts->at = sq_mono_s();
+	for (size_t i = sb->n; i-- > 0;) {
+		sq_task *k = sb->tasks[i];
+		if (k->unstarted) /* running already: answered like a heartbeat */
+			ts->moved |= running_written(w, k, sb->out[i], ts->now);
+		else
+			start_written(w, ts, k, sb->out[i]);
+	}
+}
+
+/* A claimed job as a task of this worker: running at once when it was
+ * claimed straight to running, else buffered. 0, or -1 when it cannot be
+ * held (its lease brings it back). */
+static int adopt_job(sq_worker *w, tick_state *ts, sq_job *job)
+{
+	sq_task *k = calloc(1, sizeof(*k));
+	int t = 0;
+	while (t < w->ntypes && strcmp(w->types[t].conf->name, job->type))
+		t++;
+	if (!k || t == w->ntypes) {
+		free(k);
+		return -1;
+	}
+	wtype *wt = &w->types[t];
+	/* half its starting lease, counted from before the claim was sent */
+	double half_lease = ts->t0 + (double)wt->conf->starting_timeout_ms / 2000.0;
+	k->job = *job;
+	k->magic = SQ_TASK_MAGIC;
+	k->type = t;
+	k->fn = wt->fn;
+	k->arg = wt->arg;
+	lease_set(k, ts->t0, wt->conf->starting_timeout_ms);
+	wt->had_work = 1;
+	if (k->job.status == SQ_RUNNING) {
+		/* claimed running with the starting lease: the first
+		 * heartbeat, at half of it, turns it into the execution lease */
+		run_task(w, k, ts->at, half_lease);
+		ts->tk.started++;
+	} else {
+		/* starts on a free slot without a written start while at
+		 * least half its starting lease is left */
+		k->local_until = half_lease;
+		sq_startq_push(&wt->buffer, k);
+	}
+	return 0;
+}
+
+/* Phase 7: the claim's jobs: running ones go to free slots at once, the
+ * rest wait in the buffer. */
+static void adopt_claimed(sq_worker *w, tick_state *ts)
+{
+	w->claims++;
+	w->rtt_ms = w->have_rtt ? (1 - EWMA) * w->rtt_ms + EWMA * ts->rtt_ms : ts->rtt_ms;
+	w->have_rtt = 1;
+	for (int t = 0; t < w->ntypes; t++)
+		w->types[t].had_work = 0;
+	for (size_t i = 0; i < ts->nj; i++) {
+		if (adopt_job(w, ts, &ts->jobs[i]))
+			sq_job_clear(&ts->jobs[i]);
+		else
+			ts->tk.claimed++;
+	}
+	free(ts->jobs);
+	ts->jobs = NULL;
+	/* a type with no work: its free slots are not waiting for anything */
+	for (int t = 0; t < w->ntypes; t++)
+		if (!w->types[t].had_work && !w->types[t].buffer.n && !w->types[t].handed)
+			w->types[t].nfreed = 0;
+}
+
+/* Phase 8: when the next claim goes out, after this tick's claim. */
+static void poll_backoff(sq_worker *w, const tick_state *ts)
+{
+	double now = ts->now;
+	int full_answer = ts->cst == SQ_OK && (int)ts->nj >= ts->asking;
+	if (ts->woke_only) {
+		/* a full answer: more may be there, on any shard; else the
+		 * polls keep their schedule. A claim that failed, or that a
+		 * failed write aborted, lost its wake-up (the woken shard's
+		 * connection had died unseen, say): a poll after RETRY_S
+		 * instead, backing off from there as after any failed claim */
+		if (full_answer) {
+			w->poll_delay_ms = 0;
+			w->next_claim_at = now;
+		} else if ((ts->cst != SQ_OK || ts->claim_lost) &&
+			   now + RETRY_S < w->next_claim_at) {
+			w->poll_delay_ms = RETRY_S * 1000;
+			w->next_claim_at = now + RETRY_S;
+		}
+	} else if (ts->cst != SQ_OK || ts->nj == 0) {
+		w->poll_delay_ms = w->poll_delay_ms
+					   ? fmin(w->poll_delay_ms * 2, (double)w->opts.poll_max_ms)
+					   : (double)w->opts.poll_min_ms;
+		w->next_claim_at = now + w->poll_delay_ms / 1000.0;
+	} else {
+		w->poll_delay_ms = 0;
+		/* a full answer: more may be there; a partial one: drained */
+		w->next_claim_at = full_answer ? now : now + (double)w->opts.poll_min_ms / 1000.0;
+	}
+}
+
+/*
+ * One tick of database work, in one pipeline per shard: completions,
+ * failures, heartbeats and starts of buffered jobs for free slots in one
+ * transaction, the claim in a second. A write that a shard cannot take now
+ * (its partition moving, or moved: the map is reloaded) waits for a later
+ * tick on its own; a transaction a shard refuses is isolated, so the
+ * others' writes still commit. Nothing here waits on a move.
+ */
+static void tick(sq_worker *w, double now, int claiming)
+{
+	tick_state ts;
+	size_t want[WB_N];
+	ts.now = now;
+	ts.moved = 0;
+	if (!tick_count(w, &ts, claiming, want))
+		return;
+	int ok = 1;
+	for (int k = 0; k < WB_N && ok; k++)
+		ok = !wbatch_alloc(&ts.b[k], want[k]);
+	if (ok) {
+		tick_gather(w, &ts);
+		tick_send(w, &ts);
+		tick_blame(w, &ts);
+		settle_results(w, &ts, WB_COMPLETE);
+		settle_results(w, &ts, WB_FAIL);
+		w->pending = ts.keep;
+		settle_running(w, &ts);
+		/* "moved": the partition is on another shard now; the next
+		 * tick sends there */
+		if (ts.moved && sq_client_refresh_map(w->c, NULL) != SQ_OK)
+			w->c->map_checked_at = 0;
+		if (ts.asking) {
+			adopt_claimed(w, &ts);
+			poll_backoff(w, &ts);
+		} else {
+			sq_jobs_free(ts.jobs, ts.nj);
+		}
+		if (w->opts.on_tick)
+			w->opts.on_tick(&ts.tk, w->opts.tick_arg);
+	}
 	for (int k = 0; k < WB_N; k++)
-		wbatch_free(&b[k]);
+		wbatch_free(&ts.b[k]);
 }
 
 static void snapshot(sq_worker *w)
@@ -1512,11 +1440,11 @@ static void snapshot(sq_worker *w)
 	for (int t = 0; t < w->ntypes; t++) {
 		wtype *wt = &w->types[t];
 		wt->st.running = wt->running;
-		wt->st.buffered = wt->buffered + wt->handed;
+		wt->st.buffered = wt->buffer.n + wt->handed;
 		wt->st.exec_ms = wt->exec_ms;
 		s.types[t] = wt->st;
 		s.running += wt->running;
-		s.buffered += wt->buffered + wt->handed;
+		s.buffered += wt->buffer.n + wt->handed;
 		idle += wt->idle_s;
 		busy += wt->idle_s + wt->exec_s;
 	}
@@ -1562,7 +1490,7 @@ static double next_wake(sq_worker *w, double now)
 			at = k->retry_at;
 	for (int t = 0; !w->stopping && t < w->ntypes; t++)
 		if (w->types[t].running < w->types[t].conc)
-			for (sq_task *k = w->types[t].buf_head; k; k = k->next)
+			for (sq_task *k = w->types[t].buffer.head; k; k = k->next)
 				if (k->retry_at < at)
 					at = k->retry_at;
 	if (w->stopping && w->grace_deadline < at)
@@ -1625,7 +1553,9 @@ sq_status sq_worker_run(sq_worker *w, sq_error *err)
 
 		double at = next_wake(w, sq_mono_s()), wait = at - sq_mono_s();
 		/* a connect under way goes on between ticks */
-		if (sq_client_advance_connects(w->c) + listen_connecting(w) > 0 &&
+		if (sq_client_advance_connects(w->c) +
+				    (w->opts.listen ? sq_listen_set_connecting(&w->listen) : 0) >
+			    0 &&
 		    wait > SQ_LOOP_CONNECT_WAIT_S)
 			wait = SQ_LOOP_CONNECT_WAIT_S;
 		if (wait > 0) {
@@ -1678,15 +1608,11 @@ void sq_worker_destroy(sq_worker *w)
 		task_free(k);
 	}
 	for (int t = 0; t < w->ntypes; t++) {
-		for (sq_task *k; (k = buf_pop(&w->types[t])) != NULL;)
+		for (sq_task *k; (k = sq_startq_pop(&w->types[t].buffer)) != NULL;)
 			task_free(k);
 		free(w->types[t].freed);
 	}
-	for (int s = 0; s < SQ_MAX_SHARDS; s++) {
-		if (w->listen_ev[s])
-			event_free(w->listen_ev[s]);
-		sq_listener_free(&w->listen[s]);
-	}
+	sq_listen_set_free(&w->listen);
 	for (int i = 0; i < 2; i++)
 		if (w->sig_ev[i])
 			event_free(w->sig_ev[i]);
