@@ -6,19 +6,9 @@
 
 #include <libpq-fe.h>
 
-/* The column list of the statements that return jobs as text (lookups), in
- * this order. */
-#define SQ_JOB_COLUMNS                                                                \
-	"j.id, j.attempt, (j.attempt - j.attempt_base), j.max_attempts, j.priority, " \
-	"j.status::text, j.task, j.active_uid, "                                      \
-	"j.params::text, j.worker, "                                                  \
-	"(extract(epoch from j.schedule_time) * 1000000)::bigint, "                   \
-	"(extract(epoch from j.delay_tolerance_time) * 1000000)::bigint, "            \
-	"(extract(epoch from j.expected_status_change_time) * 1000000)::bigint, "     \
-	"(extract(epoch from j.created_at) * 1000000)::bigint"
-
-/* Fills *job from row `row` of r (columns as SQ_JOB_COLUMNS). Returns 0, or
- * -1 when out of memory (then *job holds nothing to free). */
+/* Fills *job from row `row` of r (columns as the fragment job_columns of
+ * sql/queries/lifecycle.sql). Returns 0, or -1 when out of memory (then
+ * *job holds nothing to free). */
 int sq_jobrow_parse(PGresult *r, int row, int shard, sq_job *job);
 
 /* NULL when r has the claim's columns (the fragment job_columns_bin of
