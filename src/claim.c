@@ -5,157 +5,18 @@
 #include "error.h"
 #include "jobrow.h"
 #include "ops.h"
-#include "schema.h"
+#include "sql_queries.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* Per type: expired leases first (a dead worker's jobs come back), then due
- * ready jobs in priority / delay-tolerance order; at most lim in all. Both
- * arms are index scans (jobs_lease, jobs_ready) and skip partitions that
- * are not owned here (normally none: an empty partial index, NOT_MOVING). */
-/* clang-format off */
-/* A lease that expired on the last try: the job killed or hung every worker
- * that took it. It is failed (or, with a rerun pending, made ready with the
- * rerun's params and a fresh budget), not handed out forever. */
-/* Every claimed job gets the type's starting lease, also the ones that come
- * back `running` (start): if this answer never reaches the worker (a dropped
- * connection, a shard's part skipped), they come back to another worker
- * within the starting timeout, not the execution timeout. The worker that
- * has them extends the lease to the execution lease by heartbeat before the
- * starting lease runs out (docs/worker.md). */
-/* The updates find the picked rows by `j.id = ANY (ARRAY(...))`, which
- * only jobs_pkey serves, and join nothing: whatever the plan, each picked
- * row is one index probe. Two updates of one statement (disjoint rows):
- * the jobs that go straight to `running` (the first `start` of their
- * type) and the others, so that no value of a picked row is needed. A job
- * from the lease arm is one not `ready` (it is locked since it was
- * picked), and the lease is its type's, from `t`. Before: in a plan made
- * once for all values (a generic plan, which PostgreSQL may choose for a
- * prepared statement), a bare join on the ids was a merge join that read
- * jobs_pkey from its lowest id; and with the ids also matched by ANY, a
- * plan made on an analyzed empty table joined the picked rows by a nested
- * loop with a filter, reading every picked row for each one (quadratic in
- * the claim's size). */
-#define SPENT "(j.status <> 'ready' AND j.attempt - j.attempt_base >= j.max_attempts)"
-#define RERUN "j.rerun_params IS NOT NULL"
-/* The update of the picked rows `which` (a condition on p.rn and p.start)
- * to status `st` ("running" or "starting"). */
-#define CLAIM_UPDATE(st, which) \
-	"  UPDATE shardq.jobs j SET" \
-	"    status = (CASE WHEN " SPENT " AND NOT " RERUN " THEN 'failed'" \
-	"                   WHEN " SPENT " THEN 'ready'" \
-	"                   ELSE '" st "' END)::shardq.job_status," \
-	"    worker = CASE WHEN " SPENT " AND NOT " RERUN " THEN j.worker" \
-	"                  WHEN " SPENT " THEN NULL ELSE $4 END," \
-	"    attempt = CASE WHEN " SPENT " THEN j.attempt ELSE j.attempt + 1 END," \
-	"    attempt_base = CASE WHEN " SPENT " AND " RERUN " THEN j.attempt" \
-	"                        ELSE j.attempt_base END," \
-	"    params = CASE WHEN " SPENT " AND " RERUN " THEN j.rerun_params ELSE j.params END," \
-	"    rerun_params = CASE WHEN " SPENT " THEN NULL ELSE j.rerun_params END," \
-	"    schedule_time = CASE WHEN " SPENT " AND " RERUN " THEN now() ELSE j.schedule_time END," \
-	"    expected_status_change_time = CASE WHEN " SPENT " THEN NULL" \
-	"        ELSE now() + (SELECT tl.lease_ms FROM t tl WHERE tl.task = j.task LIMIT 1)" \
-	"                     * interval '1 millisecond' END," \
-	"    last_error = CASE WHEN " SPENT \
-	"        THEN format('the lease of try %s of %s expired (worker %s died or hung)'," \
-	"                    j.attempt - j.attempt_base, j.max_attempts, j.worker)" \
-	"        ELSE j.last_error END," \
-	"    updated_at = now()" \
-	"  WHERE j.id = ANY (ARRAY(SELECT p.id FROM picked p WHERE " which "))" \
-	"  RETURNING j.*"
-/* A picked row is in a partition owned here. Normally every partition
- * is: the first test is one probe of an empty index for the whole
- * statement (an InitPlan), and the per-row probe runs only while one is
- * not (a move under way). Both are filters of the arm's index scan, so no
- * join sits under its FOR UPDATE (docs/design.md, "Plans that keep to the indexes"). */
-#define NOT_MOVING \
-	"(NOT EXISTS (SELECT 1 FROM shardq.partition_state ps0 WHERE ps0.state <> 'owned')" \
-	" OR NOT EXISTS (SELECT 1 FROM shardq.partition_state ps" \
-	"                 WHERE ps.partition = j.partition AND ps.state <> 'owned'))"
-/* The claim's arms and its updates, shared by the plain claim and the
- * limited one; `t` holds (task, lim, lease_ms, start). */
-#define CLAIM_BODY \
-	"picked AS (" \
-	"  SELECT c.id, c.rn, t.start FROM t CROSS JOIN LATERAL (" \
-	"    SELECT u.id, row_number() OVER () AS rn FROM (" \
-	"      SELECT e.id FROM (" \
-	"        SELECT j.id FROM shardq.jobs j" \
-	"         WHERE " SQ_TASK_IS("j.task", "t.task") \
-	"           AND j.status IN ('starting', 'running')" \
-	"           AND j.expected_status_change_time < now()" \
-	"           AND " NOT_MOVING \
-	"         ORDER BY j.expected_status_change_time" \
-	"         LIMIT t.lim FOR UPDATE SKIP LOCKED) e" \
-	"      UNION ALL" \
-	"      SELECT r.id FROM (" \
-	"        SELECT j.id FROM shardq.jobs j" \
-	"         WHERE " SQ_TASK_IS("j.task", "t.task") \
-	"           AND j.status = 'ready' AND j.schedule_time <= now()" \
-	"           AND " NOT_MOVING \
-	"         ORDER BY j.priority DESC, COALESCE(j.delay_tolerance_time, j.schedule_time), j.id" \
-	"         LIMIT t.lim FOR UPDATE SKIP LOCKED) r" \
-	"    ) u LIMIT t.lim" \
-	"  ) c" \
-	"), upd_run AS (" CLAIM_UPDATE("running", "p.rn <= p.start") \
-	"), upd_start AS (" CLAIM_UPDATE("starting", "p.rn > p.start") \
-	"), upd AS (" \
-	"  SELECT * FROM upd_run UNION ALL SELECT * FROM upd_start" \
-	")"
-static const sq_stmt stmt_claim = {
-	"sq_claim",
-	"WITH t AS ("
-	"  SELECT * FROM unnest($1::text[], $2::int[], $3::bigint[], $5::int[])"
-	"           AS t(task, lim, lease_ms, start)"
-	"), " CLAIM_BODY
-	"SELECT " SQ_JOB_COLUMNS_BIN " FROM upd j WHERE j.status IN ('starting', 'running')"};
-
-/* A claim with a type that has `rate` or `max_running` (this shard's
- * shares in $6 max_running, $7 rate per second, $8 bucket size; -1: none).
- * The lock statement before it (stmt_limit_lock) serialises the limited
- * claims of a type on this shard, so what this statement reads (its
- * snapshot starts after the lock is held) is never stale: the count of the
- * type's starting and running rows (jobs_lease) and its token bucket. The
- * bucket fills at the rate since its last claim, up to its size, and loses
- * one token per job handed out; it starts empty. */
-static const sq_stmt stmt_claim_limited = {
-	"sq_claim_limited",
-	"WITH t0 AS ("
-	"  SELECT * FROM unnest($1::text[], $2::int[], $3::bigint[], $5::int[],"
-	"                       $6::int[], $7::float8[], $8::float8[])"
-	"           AS t(task, lim, lease_ms, start, maxrun, rate, burst)"
-	"), t1 AS ("
-	"  SELECT t0.*,"
-	"    CASE WHEN t0.rate < 0 THEN NULL ELSE least(t0.burst, COALESCE(rb.tokens"
-	"      + extract(epoch FROM now() - rb.at) * t0.rate, 0)) END AS avail,"
-	"    CASE WHEN t0.maxrun < 0 THEN NULL ELSE (SELECT count(*) FROM shardq.jobs j"
-	"      WHERE " SQ_TASK_IS("j.task", "t0.task")
-	"        AND j.status IN ('starting', 'running')) END AS busy"
-	"    FROM t0 LEFT JOIN shardq.rate_bucket rb ON rb.task = t0.task"
-	"), t AS ("
-	"  SELECT t1.task, t1.lease_ms, t1.start, t1.avail,"
-	"    greatest(0, least(t1.lim,"
-	"      COALESCE(t1.maxrun - t1.busy, t1.lim),"
-	"      COALESCE(floor(t1.avail)::int, t1.lim)))::int AS lim"
-	"    FROM t1"
-	"), " CLAIM_BODY ", bucket AS ("
-	"  INSERT INTO shardq.rate_bucket AS rb (task, tokens, at)"
-	"  SELECT t.task, t.avail - (SELECT count(*) FROM upd u WHERE u.task = t.task"
-	"                              AND u.status IN ('starting', 'running')), now()"
-	"    FROM t WHERE t.avail IS NOT NULL"
-	"  ON CONFLICT (task) DO UPDATE SET tokens = EXCLUDED.tokens, at = EXCLUDED.at"
-	")"
-	"SELECT " SQ_JOB_COLUMNS_BIN " FROM upd j WHERE j.status IN ('starting', 'running')"};
-
-/* Before a limited claim, in the same transaction: one lock per limited
- * type, in one order (no deadlock between two claims), after the gate. */
-static const sq_stmt stmt_limit_lock = {
-	"sq_limit_lock",
-	"SELECT pg_advisory_xact_lock(" SQ_LIMIT_KEY ", q.k) FROM ("
-	"  SELECT DISTINCT hashtext(x) AS k FROM unnest($1::text[]) AS x ORDER BY 1) q"};
-/* clang-format on */
+/* The statements' text and why each is shaped as it is:
+ * sql/queries/claim.sql. */
+static const sq_stmt stmt_claim = {"sq_claim", sq_sql_claim};
+static const sq_stmt stmt_claim_limited = {"sq_claim_limited", sq_sql_claim_limited};
+static const sq_stmt stmt_limit_lock = {"sq_limit_lock", sq_sql_limit_lock};
 
 /* Shares `limit` among shards in proportion to w[] (largest remainder),
  * starting the tie-break at `rot` so small limits rotate over shards. */
@@ -278,6 +139,119 @@ static void limit_shares(sq_client *c, const sq_type_conf *t, int32_t *maxrun, d
 	}
 }
 
+/* The limited types' shares on every shard, [k * n + s] for request k on
+ * shard s (n shards); NULL when no type of the request is limited, or
+ * without memory (then the limited types claim nothing). */
+typedef struct limit_split {
+	int32_t *maxrun;
+	double *rate, *burst;
+} limit_split;
+
+static void limit_split_make(sq_client *c, const int *ti, size_t nreqs, limit_split *ls)
+{
+	size_t n = (size_t)c->nshards;
+	ls->maxrun = malloc(sizeof(int32_t) * nreqs * n);
+	ls->rate = malloc(sizeof(double) * nreqs * n * 2);
+	ls->burst = ls->rate ? ls->rate + nreqs * n : NULL;
+	for (size_t k = 0; k < nreqs && ls->maxrun && ls->rate; k++)
+		if (sq_type_limited(&c->cfg->types[ti[k]]))
+			limit_shares(c, &c->cfg->types[ti[k]], ls->maxrun + k * n, ls->rate + k * n,
+				     ls->burst + k * n);
+}
+
+static void shard_req_reset(shard_req *r, size_t nreqs)
+{
+	sq_buf_reset(&r->types);
+	sq_buf_reset(&r->limits);
+	sq_buf_reset(&r->leases);
+	sq_buf_reset(&r->starts);
+	sq_buf_reset(&r->maxrun);
+	sq_buf_reset(&r->rate);
+	sq_buf_reset(&r->burst);
+	sq_buf_reset(&r->ltypes);
+	r->any = 0;
+	r->base = r->claim = -1;
+	memset(r->got, 0, sizeof(r->got[0]) * nreqs);
+	memset(r->got_run, 0, sizeof(r->got_run[0]) * nreqs);
+}
+
+/* Adds type t (request k) to shard s's arrays; the shares go in only when
+ * a type of the request is limited (ls non-NULL). Returns whether t is
+ * limited. */
+static int shard_req_add(shard_req *r, const sq_type_conf *t, size_t k, int s, int nshards,
+			 const limit_split *ls)
+{
+	int limited = 0;
+	if (!r->any) {
+		sq_arr_open(&r->types);
+		sq_arr_open(&r->limits);
+		sq_arr_open(&r->leases);
+		sq_arr_open(&r->starts);
+		if (ls) {
+			sq_arr_open(&r->maxrun);
+			sq_arr_open(&r->rate);
+			sq_arr_open(&r->burst);
+			sq_arr_open(&r->ltypes);
+		}
+		r->any = 1;
+	}
+	sq_arr_str(&r->types, t->name);
+	sq_arr_i64(&r->limits, r->asked[k]);
+	sq_arr_i64(&r->leases, t->starting_timeout_ms);
+	sq_arr_i64(&r->starts, r->start[k]);
+	if (ls) {
+		int ok = ls->maxrun && ls->rate;
+		size_t i = k * (size_t)nshards + (size_t)s;
+		limited = sq_type_limited(t);
+		sq_arr_i64(&r->maxrun, !limited ? -1 : ok ? ls->maxrun[i] : 0);
+		sq_arr_f64(&r->rate, !limited ? -1 : ok ? ls->rate[i] : 0);
+		sq_arr_f64(&r->burst, !limited ? -1 : ok ? ls->burst[i] : 0);
+		if (limited)
+			sq_arr_str(&r->ltypes, t->name);
+	}
+	return limited;
+}
+
+/* Queues shard s's gate, the limited types' locks (lim_here) and its
+ * claim, with a Sync after them unless the client merges transactions. */
+static void shard_req_queue(sq_client *c, int s, shard_req *r, const char *worker, int lim_here)
+{
+	sq_arr_close(&r->types);
+	sq_arr_close(&r->limits);
+	sq_arr_close(&r->leases);
+	sq_arr_close(&r->starts);
+	r->vals[0] = r->types.data;
+	r->vals[1] = r->limits.data;
+	r->vals[2] = r->leases.data;
+	r->vals[3] = worker;
+	r->vals[4] = r->starts.data;
+	r->base = c->shards[s].qn;
+	sq_client_push_gate_once(c, s);
+	/* the claim always runs the plan made once per session: why, in
+	 * sql/queries/claim.sql (sequential scans are off on these
+	 * connections, so it is index-driven also when it was made on a small
+	 * table) */
+	sq_client_push_plans(c, s, 1);
+	if (lim_here) {
+		sq_arr_close(&r->maxrun);
+		sq_arr_close(&r->rate);
+		sq_arr_close(&r->burst);
+		sq_arr_close(&r->ltypes);
+		r->vals[5] = r->maxrun.data;
+		r->vals[6] = r->rate.data;
+		r->vals[7] = r->burst.data;
+		r->lvals[0] = r->ltypes.data;
+		sq_pgconn_push(&c->shards[s], &stmt_limit_lock, 1, r->lvals);
+		r->claim = c->shards[s].qn;
+		sq_pgconn_push_binary(&c->shards[s], &stmt_claim_limited, 8, r->vals);
+	} else {
+		r->claim = c->shards[s].qn;
+		sq_pgconn_push_binary(&c->shards[s], &stmt_claim, 5, r->vals);
+	}
+	if (!c->merge_txn)
+		sq_pgconn_push_sync(&c->shards[s]);
+}
+
 /* Queues one round: shard s asks sr[s].asked[k] jobs of type k, of which
  * sr[s].start[k] start at once; the gate and the claim are a transaction of
  * their own (a Sync after them). A request with a limited type takes those
@@ -285,104 +259,25 @@ static void limit_shares(sq_client *c, const sq_type_conf *t, int32_t *maxrun, d
 static void claim_push(sq_client *c, const char *worker, const int *ti, size_t nreqs, shard_req *sr)
 {
 	const sq_config *cfg = c->cfg;
-	int any_limited = 0, n = c->nshards;
+	int any_limited = 0;
+	limit_split ls = {NULL, NULL, NULL};
 	for (size_t k = 0; k < nreqs; k++)
 		any_limited |= sq_type_limited(&cfg->types[ti[k]]);
-	/* [k * n + s]; without memory the limited types claim nothing */
-	int32_t *mr = any_limited ? malloc(sizeof(int32_t) * nreqs * (size_t)n) : NULL;
-	double *rt = any_limited ? malloc(sizeof(double) * nreqs * (size_t)n * 2) : NULL;
-	double *bs = rt ? rt + nreqs * (size_t)n : NULL;
-	for (size_t k = 0; k < nreqs && mr && rt; k++)
-		if (sq_type_limited(&cfg->types[ti[k]]))
-			limit_shares(c, &cfg->types[ti[k]], mr + k * (size_t)n, rt + k * (size_t)n,
-				     bs + k * (size_t)n);
+	if (any_limited)
+		limit_split_make(c, ti, nreqs, &ls);
 	for (int s = 0; s < c->nshards; s++) {
 		shard_req *r = &sr[s];
 		int lim_here = 0;
-		sq_buf_reset(&r->types);
-		sq_buf_reset(&r->limits);
-		sq_buf_reset(&r->leases);
-		sq_buf_reset(&r->starts);
-		sq_buf_reset(&r->maxrun);
-		sq_buf_reset(&r->rate);
-		sq_buf_reset(&r->burst);
-		sq_buf_reset(&r->ltypes);
-		r->any = 0;
-		r->base = r->claim = -1;
-		memset(r->got, 0, sizeof(r->got[0]) * nreqs);
-		memset(r->got_run, 0, sizeof(r->got_run[0]) * nreqs);
-		for (size_t k = 0; k < nreqs; k++) {
-			const sq_type_conf *t = &cfg->types[ti[k]];
-			if (!r->asked[k])
-				continue;
-			if (!r->any) {
-				sq_arr_open(&r->types);
-				sq_arr_open(&r->limits);
-				sq_arr_open(&r->leases);
-				sq_arr_open(&r->starts);
-				if (any_limited) {
-					sq_arr_open(&r->maxrun);
-					sq_arr_open(&r->rate);
-					sq_arr_open(&r->burst);
-					sq_arr_open(&r->ltypes);
-				}
-				r->any = 1;
-			}
-			sq_arr_str(&r->types, t->name);
-			sq_arr_i64(&r->limits, r->asked[k]);
-			sq_arr_i64(&r->leases, t->starting_timeout_ms);
-			sq_arr_i64(&r->starts, r->start[k]);
-			if (any_limited) {
-				int l = sq_type_limited(t), ok = mr && rt;
-				size_t i = k * (size_t)n + (size_t)s;
-				sq_arr_i64(&r->maxrun, !l ? -1 : ok ? mr[i] : 0);
-				sq_arr_f64(&r->rate, !l ? -1 : ok ? rt[i] : 0);
-				sq_arr_f64(&r->burst, !l ? -1 : ok ? bs[i] : 0);
-				if (l) {
-					sq_arr_str(&r->ltypes, t->name);
-					lim_here = 1;
-				}
-			}
-		}
-		if (!r->any)
-			continue;
-		sq_arr_close(&r->types);
-		sq_arr_close(&r->limits);
-		sq_arr_close(&r->leases);
-		sq_arr_close(&r->starts);
-		r->vals[0] = r->types.data;
-		r->vals[1] = r->limits.data;
-		r->vals[2] = r->leases.data;
-		r->vals[3] = worker;
-		r->vals[4] = r->starts.data;
-		r->base = c->shards[s].qn;
-		sq_client_push_gate_once(c, s);
-		/* the claim always runs the plan made once per session: it is
-		 * index-driven in any plan, and a custom plan per call costs more
-		 * to make than most claims cost to run (docs/design.md, "Plans
-		 * that keep to the indexes") */
-		sq_client_push_plans(c, s, 1);
-		if (lim_here) {
-			sq_arr_close(&r->maxrun);
-			sq_arr_close(&r->rate);
-			sq_arr_close(&r->burst);
-			sq_arr_close(&r->ltypes);
-			r->vals[5] = r->maxrun.data;
-			r->vals[6] = r->rate.data;
-			r->vals[7] = r->burst.data;
-			r->lvals[0] = r->ltypes.data;
-			sq_pgconn_push(&c->shards[s], &stmt_limit_lock, 1, r->lvals);
-			r->claim = c->shards[s].qn;
-			sq_pgconn_push_binary(&c->shards[s], &stmt_claim_limited, 8, r->vals);
-		} else {
-			r->claim = c->shards[s].qn;
-			sq_pgconn_push_binary(&c->shards[s], &stmt_claim, 5, r->vals);
-		}
-		if (!c->merge_txn)
-			sq_pgconn_push_sync(&c->shards[s]);
+		shard_req_reset(r, nreqs);
+		for (size_t k = 0; k < nreqs; k++)
+			if (r->asked[k])
+				lim_here |= shard_req_add(r, &cfg->types[ti[k]], k, s, c->nshards,
+							  any_limited ? &ls : NULL);
+		if (r->any)
+			shard_req_queue(c, s, r, worker, lim_here);
 	}
-	free(mr);
-	free(rt);
+	free(ls.maxrun);
+	free(ls.rate);
 }
 
 /* Reads a round's answers into out; sr[s].got[] counts them. A shard that

@@ -7,6 +7,7 @@
 #include "failpoint.h"
 #include "pool.h"
 #include "schema.h"
+#include "sql_queries.h"
 #include "watch.h"
 
 #include <event2/event.h>
@@ -24,13 +25,11 @@
 
 static void map_listen_open(sq_client *c);
 
-const sq_stmt sq_stmt_gate_shared = {"sq_gate_shared",
-				     "SELECT pg_advisory_xact_lock_shared(" SQ_GATE_KEY ")"};
-const sq_stmt sq_stmt_check_owned = {"sq_check_owned", "SELECT shardq.check_owned($1::int[])"};
-static const sq_stmt stmt_plans_generic = {
-	"sq_plans_generic", "SELECT set_config('plan_cache_mode', 'force_generic_plan', true)"};
-static const sq_stmt stmt_plans_auto = {"sq_plans_auto",
-					"SELECT set_config('plan_cache_mode', 'auto', true)"};
+/* The statements' text: sql/queries/client.sql. */
+const sq_stmt sq_stmt_gate_shared = {"sq_gate_shared", sq_sql_gate_shared};
+const sq_stmt sq_stmt_check_owned = {"sq_check_owned", sq_sql_check_owned};
+static const sq_stmt stmt_plans_generic = {"sq_plans_generic", sq_sql_plans_generic};
+static const sq_stmt stmt_plans_auto = {"sq_plans_auto", sq_sql_plans_auto};
 
 static char *type_array(const sq_config *cfg, int what)
 {
@@ -231,10 +230,7 @@ sq_status sq_client_refresh_map(sq_client *c, sq_error *err)
 	c->cluster_id = strdup(PQgetvalue(r, 0, 2));
 	PQclear(r);
 
-	r = sq_pgconn_exec(&c->meta,
-			   "SELECT m.partition, m.shard_id FROM shardq_meta.partition_map m "
-			   "ORDER BY m.partition",
-			   0, NULL, err);
+	r = sq_pgconn_exec(&c->meta, sq_sql_partition_map, 0, NULL, err);
 	if (!r)
 		return err ? err->code : SQ_EDB;
 	if ((uint32_t)PQntuples(r) != parts) {
@@ -275,9 +271,8 @@ static sq_status check_schema(sq_client *c, sq_error *err)
 		sq_error e;
 		if (!c->shards[s].conn)
 			continue; /* down at open (SQ_OPEN_ALLOW_DOWN): checked by its use */
-		PGresult *r = sq_pgconn_exec(
-			&c->shards[s],
-			"SELECT coalesce(max(version), 0) FROM shardq.schema_version", 0, NULL, &e);
+		PGresult *r =
+			sq_pgconn_exec(&c->shards[s], sq_sql_shard_schema_version, 0, NULL, &e);
 		if (!r)
 			return sq_err(err, SQ_ESTATE,
 				      "shard %s (%s) has no shardq schema; run 'shardq init' first",
@@ -514,10 +509,7 @@ sq_status sq_client_take_ids(sq_client *c, size_t n, int64_t *first, sq_error *e
 		const char *v[1] = {nb};
 		snprintf(nb, sizeof(nb), "%lld", (long long)blocks);
 		/* consecutive blocks: take `blocks` values under a lock */
-		PGresult *r = sq_pgconn_exec(
-			&c->meta,
-			"SELECT nextval('shardq_meta.id_block') FROM generate_series(1, $1::int)",
-			1, v, err);
+		PGresult *r = sq_pgconn_exec(&c->meta, sq_sql_id_blocks, 1, v, err);
 		if (!r)
 			return err ? err->code : SQ_EDB;
 		b0 = atoll(PQgetvalue(r, 0, 0));

@@ -8,6 +8,7 @@
 #include "client.h"
 #include "error.h"
 #include "json.h"
+#include "sql_queries.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -15,111 +16,15 @@
 #include <string.h>
 #include <xxhash.h>
 
-/* Columns: per input row, in the order the arrays are given. Policies:
- * i ignore, r replace, m merge, R rerun (see design section 5).
- *
- * A column whose value every row of the statement shares is sent once, as a
- * one-element array: unnest pads it with NULLs, which read as the first
- * row's value. Parsing the arrays was about a quarter of the insert's time
- * on the shard, and most batches share all but the ids and the params.
- * The id and the params are always sent whole, and the keys whole or as an empty array (no row has
- * one): a NULL key is a value, not "the same as the first". */
-#define INPUT_UNNEST                                                                      \
-	"unnest($1::bigint[], $2::int[], $3::text[], $4::text[], $5::text[], $6::int[], " \
-	"$7::bigint[], $8::bigint[], $9::bigint[], $10::int[], $11::text[])"
-#define INPUT_NAMES "id, part, task, uid, params, prio, at_us, delay_ms, tol_ms, maxa, pol"
-#define INPUT_COLS                                              \
-	"u.id,"                                                 \
-	" COALESCE(u.part, ($2::int[])[1]) AS part,"            \
-	" COALESCE(u.task, ($3::text[])[1]) AS task,"           \
-	" u.uid, u.params,"                                     \
-	" COALESCE(u.prio, ($6::int[])[1]) AS prio,"            \
-	" COALESCE(u.at_us, ($7::bigint[])[1]) AS at_us,"       \
-	" COALESCE(u.delay_ms, ($8::bigint[])[1]) AS delay_ms," \
-	" COALESCE(u.tol_ms, ($9::bigint[])[1]) AS tol_ms,"     \
-	" COALESCE(u.maxa, ($10::int[])[1]) AS maxa,"           \
-	" COALESCE(u.pol, ($11::text[])[1]) AS pol"
-static const sq_stmt stmt_enqueue = {
-	"sq_enqueue",
-	"WITH rows AS ("
-	"  SELECT " INPUT_COLS ", u.ord"
-	"    FROM " INPUT_UNNEST " WITH ORDINALITY AS u(" INPUT_NAMES ", ord)"
-	"), input AS ("
-	"  SELECT r.*, CASE WHEN r.at_us <> 0 THEN to_timestamp(r.at_us / 1000000.0)"
-	"              ELSE now() + r.delay_ms * interval '1 millisecond' END AS st"
-	"    FROM rows r"
-	"), ins AS ("
-	"  INSERT INTO shardq.jobs AS j (id, partition, task, active_uid, params, priority,"
-	"         schedule_time, delay_tolerance_time, max_attempts, dedup_policy)"
-	"  SELECT id, part, task, uid, params::jsonb, prio, st,"
-	"         CASE WHEN tol_ms > 0 THEN st + tol_ms * interval '1 millisecond' END, maxa,"
-	"         pol::\"char\""
-	"    FROM input"
-	"  ON CONFLICT (task, active_uid)"
-	"     WHERE status IN ('ready', 'starting', 'running') AND active_uid IS NOT NULL"
-	"  DO UPDATE SET"
-	"    params = CASE WHEN j.status <> 'ready' THEN j.params"
-	"                  WHEN EXCLUDED.dedup_policy = 'm' THEN j.params || EXCLUDED.params"
-	"                  ELSE EXCLUDED.params END,"
-	"    priority = CASE WHEN j.status = 'ready' AND EXCLUDED.dedup_policy = 'r'"
-	"                    THEN EXCLUDED.priority ELSE j.priority END,"
-	"    schedule_time = CASE WHEN j.status = 'ready' AND EXCLUDED.dedup_policy = 'r'"
-	"                    THEN EXCLUDED.schedule_time ELSE j.schedule_time END,"
-	"    delay_tolerance_time = CASE WHEN j.status = 'ready' AND EXCLUDED.dedup_policy = 'r'"
-	"                    THEN EXCLUDED.delay_tolerance_time ELSE j.delay_tolerance_time END,"
-	"    rerun_params = CASE WHEN j.status <> 'ready' THEN EXCLUDED.params"
-	"                        ELSE j.rerun_params END,"
-	"    updated_at = now()"
-	"  WHERE (j.status = 'ready' AND EXCLUDED.dedup_policy IN ('r', 'm', 'R'))"
-	"     OR (j.status IN ('starting', 'running') AND EXCLUDED.dedup_policy = 'R')"
-	"  RETURNING j.id, j.task, j.active_uid, (j.xmax = 0) AS inserted, j.status"
-	")"
-	"SELECT i.ord, COALESCE(a.id, b.id, d.id),"
-	"       CASE WHEN a.id IS NOT NULL THEN 'i'"
-	"            WHEN b.id IS NOT NULL THEN CASE WHEN b.status = 'ready' THEN 'u' ELSE 'R' END"
-	"            WHEN d.id IS NOT NULL THEN 'd' END"
-	"  FROM input i"
-	"  LEFT JOIN ins a ON a.inserted AND a.id = i.id"
-	"  LEFT JOIN ins b ON NOT b.inserted AND b.task = i.task AND b.active_uid = i.uid"
-	"  LEFT JOIN LATERAL (SELECT x.id FROM shardq.jobs x"
-	"                      WHERE a.id IS NULL AND b.id IS NULL AND x.task = i.task"
-	"                        AND x.active_uid = i.uid"
-	"                        AND x.status IN ('ready', 'starting', 'running')) d ON true"};
-
-/* A round of keyless rows only: nothing can conflict (every id is new), so a
- * plain insert; every row is written with the id it was sent with. Same
- * parameters as stmt_enqueue ($4, the keys, all NULL). */
-static const sq_stmt stmt_enqueue_keyless = {
-	"sq_enqueue_keyless",
-	"INSERT INTO shardq.jobs (id, partition, task, params, priority, schedule_time,"
-	"       delay_tolerance_time, max_attempts, dedup_policy)"
-	"SELECT u.id, u.part, u.task, u.params::jsonb, u.prio, s.st,"
-	"       CASE WHEN u.tol_ms > 0 THEN s.st + u.tol_ms * interval '1 millisecond' END,"
-	"       u.maxa, u.pol::\"char\""
-	"  FROM (SELECT " INPUT_COLS " FROM " INPUT_UNNEST " AS u(" INPUT_NAMES ")) u"
-	"  CROSS JOIN LATERAL (SELECT CASE WHEN u.at_us <> 0"
-	"         THEN to_timestamp(u.at_us / 1000000.0)"
-	"         ELSE now() + u.delay_ms * interval '1 millisecond' END AS st) s"};
-
-/* Wakes idle workers that LISTEN; once per batch per shard. The payload
- * (wake_payload) says which of them claim (client.c, wake_is_ours). */
-static const sq_stmt stmt_notify = {"sq_enqueue_notify", "SELECT pg_notify('shardq_jobs', $1)"};
+/* The statements' text, their parameters, and why each is shaped as it
+ * is: sql/queries/enqueue.sql. */
+static const sq_stmt stmt_enqueue = {"sq_enqueue", sq_sql_enqueue};
+static const sq_stmt stmt_enqueue_keyless = {"sq_enqueue_keyless", sq_sql_enqueue_keyless};
+static const sq_stmt stmt_notify = {"sq_enqueue_notify", sq_sql_enqueue_notify};
 
 /* A batch naming more task types than this on one shard wakes every
  * listening worker there. */
 #define WAKE_TYPES 8
-
-/* After a lost connection: ends the old session (if it still runs) and waits
- * for it, so its transaction can no longer commit; counts what did not end. */
-static const char sql_end_session[] =
-	"SELECT count(*) FILTER (WHERE NOT pg_terminate_backend(pid, $2::bigint))"
-	"  FROM pg_stat_activity"
-	" WHERE pid = $1::int AND pid <> pg_backend_pid() AND datname = current_database()";
-/* ... then which of the rows it sent are there (ordinals into $1). */
-static const char sql_rows_there[] =
-	"SELECT u.ord FROM unnest($1::bigint[]) WITH ORDINALITY AS u(id, ord)"
-	" WHERE EXISTS (SELECT 1 FROM shardq.jobs j WHERE j.id = u.id)"
-	"    OR EXISTS (SELECT 1 FROM shardq.jobs_history h WHERE h.id = u.id)";
 
 enum { NCOLS = 11 };
 
@@ -140,8 +45,8 @@ typedef struct round {
 	const sq_type_conf *type;
 } round;
 
-/* Which columns may be sent once (see INPUT_COLS): all but the id, the key
- * and the params. Text columns: the type and the policy. */
+/* Which columns may be sent once (sql/queries/enqueue.sql, enqueue_input):
+ * all but the id, the key and the params. Text columns: the type and the policy. */
 static const unsigned char send_once[NCOLS] = {0, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1};
 static const unsigned char text_col[NCOLS] = {0, 0, 1, 1, 1, 0, 0, 0, 0, 0, 1};
 
@@ -329,8 +234,9 @@ static void round_put(round *r, int k, int64_t i, const char *str)
 
 static const char *const policy_str[] = {"i", "r", "m", "R"};
 
-static void round_add(round *r, const sq_client *c, const sq_job_spec *j, int64_t id, uint32_t part,
-		      size_t input_idx)
+/* Adds job j to round r; -1 when out of memory (r keeps what it had). */
+static int round_add(round *r, const sq_client *c, const sq_job_spec *j, int64_t id, uint32_t part,
+		     size_t input_idx)
 {
 	/* the same pointer is the same type within one call */
 	if (j->type != r->type_name) {
@@ -342,9 +248,15 @@ static void round_add(round *r, const sq_client *c, const sq_job_spec *j, int64_
 		for (int k = 0; k < NCOLS; k++)
 			sq_arr_open(&r->col[k]);
 	if (r->n == r->cap) {
-		r->cap = r->cap ? r->cap * 2 : 64;
-		r->idx = realloc(r->idx, r->cap * sizeof(size_t));
-		r->ids = realloc(r->ids, r->cap * sizeof(int64_t));
+		size_t cap = r->cap ? r->cap * 2 : 64;
+		size_t *idx = realloc(r->idx, cap * sizeof(size_t));
+		if (idx)
+			r->idx = idx;
+		int64_t *ids = idx ? realloc(r->ids, cap * sizeof(int64_t)) : NULL;
+		if (!ids)
+			return -1;
+		r->ids = ids;
+		r->cap = cap;
 	}
 	/* the keys: none sent until a row has one, then NULLs for the rows
 	 * before it */
@@ -370,14 +282,19 @@ static void round_add(round *r, const sq_client *c, const sq_job_spec *j, int64_
 	round_put(r, 10, 0, policy_str[t->dedup]);
 	r->ids[r->n] = id;
 	r->idx[r->n++] = input_idx;
+	return 0;
 }
 
-static void round_close(round *r)
+/* Ends the round's arrays; -1 when one of them ran out of memory. */
+static int round_close(round *r)
 {
+	int oom = 0;
 	for (int k = 0; k < NCOLS; k++) {
 		sq_arr_close(&r->col[k]);
 		r->vals[k] = r->col[k].data;
+		oom |= r->col[k].oom;
 	}
+	return oom ? -1 : 0;
 }
 
 static void round_free(round *r)
@@ -450,7 +367,7 @@ static void settle_lost_part(sq_client *c, int s, shard_batch *b, const sq_job_s
 		if (pc->answer_wait_s > 0 && (double)wait_ms > pc->answer_wait_s * 500)
 			wait_ms = (int64_t)(pc->answer_wait_s * 500);
 		snprintf(wait_s, sizeof(wait_s), "%" PRId64, wait_ms);
-		r = sq_pgconn_exec(pc, sql_end_session, 2, v, &e);
+		r = sq_pgconn_exec(pc, sq_sql_end_session, 2, v, &e);
 		int ended = r && PQntuples(r) == 1 && !strcmp(PQgetvalue(r, 0, 0), "0");
 		PQclear(r);
 		if (!ended)
@@ -464,7 +381,7 @@ static void settle_lost_part(sq_client *c, int s, shard_batch *b, const sq_job_s
 			sq_arr_i64(&ids, b->r[k].ids[i]);
 	sq_arr_close(&ids);
 	v[0] = ids.data;
-	r = found && !ids.oom ? sq_pgconn_exec(pc, sql_rows_there, 1, v, &e) : NULL;
+	r = found && !ids.oom ? sq_pgconn_exec(pc, sq_sql_rows_there, 1, v, &e) : NULL;
 	sq_buf_free(&ids);
 	if (!r) {
 		free(found);
@@ -615,32 +532,14 @@ static uint32_t partition_of_unique(const sq_client *c, int64_t unique)
 	return (uint32_t)(XXH3_64bits(&unique, sizeof(unique)) & (c->partitions - 1));
 }
 
-sq_status sq_enqueue(sq_client *c, const sq_job_spec *jobs, size_t n, sq_enqueue_result *res,
-		     sq_error *err)
+/* The partition of every job: a keyed job's from its key; keyless jobs
+ * in runs of KEYLESS_RUN, or one by one for a limited type. */
+static void route(const sq_client *c, const sq_job_spec *jobs, size_t n, int64_t first,
+		  uint32_t *parts)
 {
-	sq_status st;
-	int64_t first;
-	shard_batch *sb;
-	keyset *ks;
-	size_t pending = 0, *alias;
-	uint32_t *parts, lead = 0;
-	int attempt;
-
-	if (n == 0)
-		return SQ_OK;
-	if ((st = validate(c, jobs, n, err)))
-		return st;
-	if ((st = sq_client_take_ids(c, n, &first, err)))
-		return st;
-	alias = malloc(n * sizeof(size_t));
-	parts = malloc(n * sizeof(uint32_t));
-	if (!alias || !parts) {
-		free(alias);
-		free(parts);
-		return sq_err(err, SQ_ENOMEM, "out of memory");
-	}
 	const char *type_name = NULL;
 	int limited = 0;
+	uint32_t lead = 0;
 	for (size_t i = 0, keyless = 0; i < n; i++) {
 		if (!jobs[i].key && jobs[i].type != type_name) {
 			type_name = jobs[i].type;
@@ -657,127 +556,207 @@ sq_status sq_enqueue(sq_client *c, const sq_job_spec *jobs, size_t n, sq_enqueue
 			parts[i] = lead;
 		}
 	}
+}
+
+/* One pass's batch: per shard, its rounds and the keys it has seen. */
+typedef struct batch {
+	shard_batch *sb;
+	keyset *ks;
+	size_t pending; /* rows in it */
+} batch;
+
+static void batch_free(const sq_client *c, batch *bt)
+{
+	for (int s = 0; s < c->nshards && bt->sb && bt->ks; s++) {
+		for (int k = 0; k < MAX_ROUNDS; k++)
+			round_free(&bt->sb[s].r[k]);
+		sq_buf_free(&bt->sb[s].parts);
+		free(bt->sb[s].seen_part);
+		free(bt->ks[s].h);
+		free(bt->ks[s].count);
+		free(bt->ks[s].first);
+	}
+	free(bt->sb);
+	free(bt->ks);
+	bt->sb = NULL;
+	bt->ks = NULL;
+}
+
+/* Adds partition part to the shard's list for the gate's check, once. */
+static int batch_add_part(const sq_client *c, shard_batch *b, uint32_t part)
+{
+	if (!b->seen_part) {
+		if (!(b->seen_part = calloc(c->partitions / 8 + 1, 1)))
+			return -1;
+		sq_arr_open(&b->parts);
+	}
+	if (!(b->seen_part[part / 8] & (1u << (part % 8)))) {
+		b->seen_part[part / 8] |= (unsigned char)(1u << (part % 8));
+		sq_arr_i64(&b->parts, part);
+	}
+	return 0;
+}
+
+/* A shard's key set, sized for the n jobs of the call. */
+static int keyset_init(keyset *k, size_t n)
+{
+	k->cap = 64;
+	while (k->cap < 2 * n)
+		k->cap *= 2;
+	k->h = calloc(k->cap, sizeof(uint64_t));
+	k->count = calloc(k->cap, sizeof(int));
+	k->first = calloc(k->cap, sizeof(size_t));
+	return k->h && k->count && k->first ? 0 : -1;
+}
+
+/* Puts job i in the round of its shard that its key allows (a key seen
+ * before in the batch goes one round later), or makes it an alias of the
+ * first copy of its key under policy ignore. */
+static sq_status batch_add(sq_client *c, batch *bt, const sq_job_spec *jobs, size_t n, size_t i,
+			   int64_t first, uint32_t part, sq_enqueue_result *res, size_t *alias,
+			   sq_error *err)
+{
+	const sq_job_spec *j = &jobs[i];
+	int s = c->map[part], rnd = 0;
+	shard_batch *b = &bt->sb[s];
+	res[i].shard = s;
+	if (batch_add_part(c, b, part))
+		return sq_err(err, SQ_ENOMEM, "out of memory");
+	if (j->key) {
+		keyset *k = &bt->ks[s];
+		size_t f;
+		if (!k->h && keyset_init(k, n))
+			return sq_err(err, SQ_ENOMEM, "out of memory");
+		rnd = keyset_bump(k, j->type, j->key, i, &f);
+		/* under ignore, later copies in the batch are the first's duplicates */
+		if (rnd && sq_config_type(c->cfg, j->type)->dedup == SQ_DEDUP_IGNORE) {
+			alias[i] = f;
+			return SQ_OK;
+		}
+	}
+	if (rnd >= MAX_ROUNDS)
+		return sq_err(err, SQ_EINVAL,
+			      "job %zu: key '%s' of type '%s' appears more than %d times in one "
+			      "batch; its policy applies them in order, so split the batch",
+			      i + 1, j->key, j->type, MAX_ROUNDS);
+	while (b->nrounds <= rnd)
+		b->nrounds++;
+	if (round_add(&b->r[rnd], c, j, sq_make_id(first + (int64_t)i, part), part, i))
+		return sq_err(err, SQ_ENOMEM, "out of memory");
+	bt->pending++;
+	return SQ_OK;
+}
+
+/* Builds the batch of the rows still to send (id -1, not an alias) and
+ * ends its arrays. */
+static sq_status batch_make(sq_client *c, batch *bt, const sq_job_spec *jobs, size_t n,
+			    int64_t first, const uint32_t *parts, sq_enqueue_result *res,
+			    size_t *alias, sq_error *err)
+{
+	sq_status st;
+	bt->sb = calloc((size_t)c->nshards, sizeof(*bt->sb));
+	bt->ks = calloc((size_t)c->nshards, sizeof(*bt->ks));
+	bt->pending = 0;
+	if (!bt->sb || !bt->ks)
+		return sq_err(err, SQ_ENOMEM, "out of memory");
+	for (size_t i = 0; i < n; i++) {
+		if (res[i].id != -1 || alias[i] != i)
+			continue;
+		if ((st = batch_add(c, bt, jobs, n, i, first, parts[i], res, alias, err)))
+			return st;
+	}
+	for (int s = 0; s < c->nshards; s++) {
+		shard_batch *b = &bt->sb[s];
+		int oom = 0;
+		for (int k = 0; k < b->nrounds; k++)
+			oom |= round_close(&b->r[k]);
+		if (b->nrounds) {
+			sq_arr_close(&b->parts);
+			b->parts_val[0] = b->parts.data;
+			oom |= b->parts.oom;
+		}
+		if (oom)
+			return sq_err(err, SQ_ENOMEM, "out of memory");
+	}
+	return SQ_OK;
+}
+
+/* After a pass: whether rows are left to send. A duplicate that finished
+ * between the insert and its lookup left id 0: it is sent again, and
+ * counted. */
+static int rows_left(sq_enqueue_result *res, const size_t *alias, size_t n, int *dup_tries)
+{
+	int again = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (alias[i] == i && res[i].id == 0) {
+			res[i].id = -1;
+			(*dup_tries)++;
+		}
+		again |= res[i].id == -1 && alias[i] == i;
+	}
+	return again;
+}
+
+/* Sends the rows in passes until each is answered. Rows with id -1 are to
+ * send. A shard answering "moving" or "moved" leaves its rows at -1: they
+ * are routed again by the refreshed map. A duplicate that finished between
+ * our insert and its lookup is sent again too (rare, bounded). */
+static sq_status send_passes(sq_client *c, const sq_job_spec *jobs, size_t n, int64_t first,
+			     const uint32_t *parts, sq_enqueue_result *res, size_t *alias,
+			     sq_error *err)
+{
+	int dup_tries = 0, move_tries = 0;
+	double deadline = 0;
+	sq_status st;
+	sq_client_check_map(c);
+	for (;;) {
+		int moved = 0;
+		batch bt = {NULL, NULL, 0};
+		st = batch_make(c, &bt, jobs, n, first, parts, res, alias, err);
+		if (st == SQ_OK && bt.pending)
+			st = send_all(c, bt.sb, jobs, res, &moved, err);
+		batch_free(c, &bt);
+		sq_client_reset(c);
+		if (st != SQ_OK || !rows_left(res, alias, n, &dup_tries))
+			return st;
+		if (dup_tries > 3 * (int)n)
+			return sq_err(err, SQ_EDB,
+				      "some jobs could not be placed (a duplicate kept finishing "
+				      "concurrently); enqueue them again");
+		if (moved &&
+		    (st = sq_client_wait_moved(c, moved == 2, &move_tries, &deadline, err)))
+			return st;
+	}
+}
+
+sq_status sq_enqueue(sq_client *c, const sq_job_spec *jobs, size_t n, sq_enqueue_result *res,
+		     sq_error *err)
+{
+	sq_status st;
+	int64_t first;
+	size_t *alias;
+	uint32_t *parts;
+
+	if (n == 0)
+		return SQ_OK;
+	if ((st = validate(c, jobs, n, err)))
+		return st;
+	if ((st = sq_client_take_ids(c, n, &first, err)))
+		return st;
+	alias = malloc(n * sizeof(size_t));
+	parts = malloc(n * sizeof(uint32_t));
+	if (!alias || !parts) {
+		free(alias);
+		free(parts);
+		return sq_err(err, SQ_ENOMEM, "out of memory");
+	}
+	route(c, jobs, n, first, parts);
 	for (size_t i = 0; i < n; i++) {
 		res[i].id = -1, alias[i] = i;
 		res[i].outcome = SQ_ENQ_NOT_WRITTEN;
 		res[i].shard = -1;
 	}
-
-	/* Rows with id -1 are to send. A shard answering "moving" or "moved"
-	 * leaves its rows at -1: they are routed again by the refreshed map.
-	 * A duplicate that finished between our insert and its lookup leaves
-	 * id 0: those are sent again too (rare, bounded). */
-	int dup_tries = 0, move_tries = 0;
-	double deadline = 0;
-	sq_client_check_map(c);
-	for (attempt = 0;; attempt++) {
-		int moved = 0;
-		sb = calloc((size_t)c->nshards, sizeof(*sb));
-		ks = calloc((size_t)c->nshards, sizeof(*ks));
-		if (!sb || !ks) {
-			free(sb);
-			free(ks);
-			free(alias);
-			free(parts);
-			return sq_err(err, SQ_ENOMEM, "out of memory");
-		}
-		pending = 0;
-		for (size_t i = 0; i < n; i++) {
-			const sq_job_spec *j = &jobs[i];
-			int64_t unique = first + (int64_t)i;
-			uint32_t part = parts[i];
-			int s, rnd = 0;
-			if (res[i].id != -1 || alias[i] != i)
-				continue;
-			s = c->map[part];
-			res[i].shard = s;
-			shard_batch *b = &sb[s];
-			if (!b->seen_part) {
-				b->seen_part = calloc(c->partitions / 8 + 1, 1);
-				sq_arr_open(&b->parts);
-			}
-			if (!(b->seen_part[part / 8] & (1u << (part % 8)))) {
-				b->seen_part[part / 8] |= (unsigned char)(1u << (part % 8));
-				sq_arr_i64(&b->parts, part);
-			}
-			if (j->key) {
-				keyset *k = &ks[s];
-				if (!k->h) {
-					k->cap = 64;
-					while (k->cap < 2 * n)
-						k->cap *= 2;
-					k->h = calloc(k->cap, sizeof(uint64_t));
-					k->count = calloc(k->cap, sizeof(int));
-					k->first = calloc(k->cap, sizeof(size_t));
-				}
-				size_t f;
-				rnd = keyset_bump(k, j->type, j->key, i, &f);
-				/* under ignore, later copies in the batch are the first's duplicates */
-				if (rnd &&
-				    sq_config_type(c->cfg, j->type)->dedup == SQ_DEDUP_IGNORE) {
-					alias[i] = f;
-					continue;
-				}
-			}
-			if (rnd >= MAX_ROUNDS) {
-				st = sq_err(err, SQ_EINVAL,
-					    "job %zu: key '%s' of type '%s' appears more than %d "
-					    "times in one "
-					    "batch; its policy applies them in order, so split the "
-					    "batch",
-					    i + 1, j->key, j->type, MAX_ROUNDS);
-				goto out;
-			}
-			while (b->nrounds <= rnd)
-				b->nrounds++;
-			round_add(&b->r[rnd], c, j, sq_make_id(unique, part), part, i);
-			pending++;
-		}
-		for (int s = 0; s < c->nshards; s++) {
-			shard_batch *b = &sb[s];
-			for (int k = 0; k < b->nrounds; k++)
-				round_close(&b->r[k]);
-			if (b->nrounds) {
-				sq_arr_close(&b->parts);
-				b->parts_val[0] = b->parts.data;
-			}
-		}
-		st = pending ? send_all(c, sb, jobs, res, &moved, err) : SQ_OK;
-	out:
-		for (int s = 0; s < c->nshards; s++) {
-			for (int k = 0; k < MAX_ROUNDS; k++)
-				round_free(&sb[s].r[k]);
-			sq_buf_free(&sb[s].parts);
-			free(sb[s].seen_part);
-			free(ks[s].h);
-			free(ks[s].count);
-			free(ks[s].first);
-		}
-		free(sb);
-		free(ks);
-		sq_client_reset(c);
-		if (st != SQ_OK)
-			break;
-		int again = 0;
-		for (size_t i = 0; i < n; i++) {
-			if (alias[i] == i && res[i].id == 0) {
-				res[i].id = -1;
-				dup_tries++;
-			}
-			again |= res[i].id == -1 && alias[i] == i;
-		}
-		if (!again)
-			break;
-		if (dup_tries > 3 * (int)n) {
-			st = sq_err(err, SQ_EDB,
-				    "some jobs could not be placed (a duplicate kept finishing "
-				    "concurrently); enqueue them again");
-			break;
-		}
-		if (moved &&
-		    (st = sq_client_wait_moved(c, moved == 2, &move_tries, &deadline, err)))
-			break;
-	}
+	st = send_passes(c, jobs, n, first, parts, res, alias, err);
 	settle_aliases(res, alias, n);
 	free(alias);
 	free(parts);

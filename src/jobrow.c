@@ -52,8 +52,8 @@ int sq_jobrow_parse(PGresult *r, int row, int shard, sq_job *job)
 	return 0;
 }
 
-/* Type oids of SQ_JOB_COLUMNS_BIN (pg_type.h: int8, int4, text,
- * timestamptz). */
+/* Type oids of the claim's columns (sql/queries/claim.sql, job_columns_bin;
+ * pg_type.h: int8, int4, text, timestamptz). */
 enum { OID_INT8 = 20, OID_INT4 = 23, OID_TEXT = 25, OID_TSTZ = 1184 };
 static const unsigned bin_oid[] = {OID_INT8, OID_INT4, OID_INT4, OID_INT4, OID_INT4,
 				   OID_TEXT, OID_TEXT, OID_TEXT, OID_TEXT, OID_TSTZ,

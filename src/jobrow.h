@@ -6,32 +6,14 @@
 
 #include <libpq-fe.h>
 
-/* The column list of the statements that return jobs as text (lookups), in
- * this order. */
-#define SQ_JOB_COLUMNS                                                                \
-	"j.id, j.attempt, (j.attempt - j.attempt_base), j.max_attempts, j.priority, " \
-	"j.status::text, j.task, j.active_uid, "                                      \
-	"j.params::text, j.worker, "                                                  \
-	"(extract(epoch from j.schedule_time) * 1000000)::bigint, "                   \
-	"(extract(epoch from j.delay_tolerance_time) * 1000000)::bigint, "            \
-	"(extract(epoch from j.expected_status_change_time) * 1000000)::bigint, "     \
-	"(extract(epoch from j.created_at) * 1000000)::bigint"
-
-/* Fills *job from row `row` of r (columns as SQ_JOB_COLUMNS). Returns 0, or
- * -1 when out of memory (then *job holds nothing to free). */
+/* Fills *job from row `row` of r (columns as the fragment job_columns of
+ * sql/queries/lifecycle.sql). Returns 0, or -1 when out of memory (then
+ * *job holds nothing to free). */
 int sq_jobrow_parse(PGresult *r, int row, int shard, sq_job *job);
 
-/* The claim's columns, for results in binary format: the stored values as
- * they are (no text to make on the shard, none to parse here), and no
- * worker, which is the claimer's own id. A session formatted 1,000 rows of
- * the text columns above in 2.2 ms, of these in 1.3 ms. */
-#define SQ_JOB_COLUMNS_BIN                                                            \
-	"j.id, j.attempt, (j.attempt - j.attempt_base), j.max_attempts, j.priority, " \
-	"j.status::text, j.task, j.active_uid, j.params::text, j.schedule_time, "     \
-	"j.delay_tolerance_time, j.expected_status_change_time, j.created_at"
-
-/* NULL when r has the columns of SQ_JOB_COLUMNS_BIN in binary format, else
- * what is wrong (a shard whose schema differs). */
+/* NULL when r has the claim's columns (the fragment job_columns_bin of
+ * sql/queries/claim.sql) in binary format, else what is wrong (a shard
+ * whose schema differs). */
 const char *sq_jobrow_check_bin(const PGresult *r);
 /* As sq_jobrow_parse, for a result sq_jobrow_check_bin accepted; the job's
  * worker is a copy of `worker`. */

@@ -8,211 +8,26 @@
 #include "jobrow.h"
 #include "failpoint.h"
 #include "ops.h"
+#include "sql_queries.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* clang-format off */
-/* A fenced write touches a row only while this shard owns its partition.
- * The check is in the writing statement, which runs after the gate
- * statement, so its snapshot is taken once the gate is held: a partition
- * owned then stays owned until the commit (a freeze needs the gate
- * exclusive). A ref of a partition that is moving or gone is left alone,
- * and the other refs of the batch are written; sq_not_owned says which.
- * It is a scalar subquery, not EXISTS: the planner may turn an EXISTS into
- * a join that starts from partition_state and, without statistics on that
- * table (a fresh cluster), reads every job of each partition instead of
- * probing jobs_pkey per ref (docs/design.md, "Plans that keep to the
- * indexes"). A subquery in the comparison is evaluated per row found, one
- * probe of the key of partition_state. */
-#define OWNED                                                               \
-	"(SELECT ps.state FROM shardq.partition_state ps"                   \
-	"  WHERE ps.partition = j.partition) = 'owned'"
-/* The plan must look each id up in jobs_pkey, one probe per ref, whatever
- * the statistics say and whether it is planned for these values or once for
- * all (a generic plan). So every fenced write first finds and locks its
- * rows in `f`: per ref (x), a
- * LATERAL subquery with FOR UPDATE, which PostgreSQL neither flattens nor
- * reorders, so x drives and each ref is one probe of jobs_pkey by its id.
- * The write then takes the rows it found by `j.id = ANY (ARRAY(...))`,
- * which only jobs_pkey serves, and joins nothing (as the claim's update
- * does): a join of x with the table, on the statistics a vacuum leaves on
- * a churned table (many pages, a few live rows), can be planned as a read
- * of the whole of jobs_pkey compared with every ref (docs/design.md,
- * "Plans that keep to the indexes").
- *
- * The lock is what a write would take anyway, and what makes the second
- * step safe: a row locked in `f` cannot change before the write, so the
- * write needs no fence of its own, and what `f` found is what is written
- * (its ords are the answer). A row changed by a transaction that committed
- * after this statement's snapshot is locked in its newest version, and the
- * fence is checked again on that version (as an UPDATE would).
- *
- * The status is compared as text: written as the enum, it matches the
- * predicate of the partial index jobs_lease, which the planner then may
- * scan whole (EXPLAIN of a 90-job completion with 2,090 running: 2.4 ms
- * against 1.8 ms). */
-#define FENCE(st)                                                                    \
-	"j.id = x.id AND j.attempt = x.att AND j.worker = $3 AND j.status::text " st \
-	" AND " OWNED
-#define REFS "x AS (SELECT * FROM unnest($1::bigint[], $2::int[]) WITH ORDINALITY AS x(id, att, ord))"
-/* `f`: (ord, xcols..., id, cols...) of the refs whose row matches the
- * fence, locked */
-#define FOUND_X(xcols, st, cols)                                                         \
-	" f AS (SELECT x.ord" xcols ", m.* FROM x CROSS JOIN LATERAL (SELECT j.id" cols     \
-	"          FROM shardq.jobs j WHERE " FENCE(st) " FOR UPDATE) m)"
-#define FOUND(st, cols) FOUND_X("", st, cols)
-#define FOUND_IDS(cond) "j.id = ANY (ARRAY(SELECT f.id FROM f" cond "))"
-#define TYPE_IDX        "array_position($4::text[], j.task)"
-/* the lease a start or heartbeat set, for sq_start_lease and
- * sq_heartbeat_lease (microseconds since the epoch) */
-#define EXEC_LEASE                                                              \
-	"now() + COALESCE(($5::bigint[])[" TYPE_IDX "], 300000) * interval '1 millisecond'"
-#define LEASE_US "(extract(epoch FROM " EXEC_LEASE ") * 1000000)::bigint"
-
-/* starting -> running. Running already (a start resent after its commit
- * went unanswered) is fine: same run, the lease is renewed. now() is the
- * transaction's, so the lease `f` answers is the one the update writes. */
-#define START_SQL                                                                       \
-	"WITH " REFS "," FOUND("IN ('starting', 'running')", ", " LEASE_US " AS lease") ","    \
-	" u AS (UPDATE shardq.jobs j SET status = 'running', updated_at = now(),"          \
-	"         expected_status_change_time = " EXEC_LEASE " WHERE " FOUND_IDS("") ")" \
-	" SELECT f.ord, f.lease FROM f"
-static const sq_stmt stmt_start = {"sq_start", START_SQL};
-
-/* running -> running, the lease extended. A job still `starting` (a
- * worker that runs it without having sent its start) is started by it, as
- * a start would: the worker that holds it is running it, and answering
- * `lost` would make it drop a job that is still its own. */
-static const sq_stmt stmt_heartbeat = {"sq_heartbeat", START_SQL};
-
-/* A completion or failure takes a job that is running, or still starting:
- * a worker starts a buffered job on a free slot at once, under its starting
- * lease, and writes `running` in its next round; a job that finished before
- * that write is completed (or failed) straight from `starting`. The fence
- * (id, attempt, worker) is what makes the run this worker's. */
-
-/* A completed job leaves the hot table (into history if its type keeps
- * it), unless a rerun is pending: then it is ready again with the rerun's
- * params and a fresh budget of attempts (the base moves up; the attempt,
- * which fences every write of a run, never goes down). $4: the types that
- * keep history, $5: their history_retention in whole days (expires_at picks
- * the history partition, docs/operations.md), $6: seconds added to now() for
- * finished_at and expires_at (0; a test clock only in failpoint builds). */
-/* The refs, the rerun arm and the delete (returning `ret`, or nothing),
- * shared by the completion with history and the one without. */
-#define COMPLETE_HEAD(ret)                                                                  \
-	"WITH " REFS "," FOUND("IN ('starting', 'running')",                                  \
-			       ", j.rerun_params IS NOT NULL AS rerun") ","                     \
-	" rr AS (UPDATE shardq.jobs j SET status = 'ready', params = j.rerun_params,"           \
-	"          rerun_params = NULL, attempt_base = j.attempt, worker = NULL,"               \
-	"          expected_status_change_time = NULL, schedule_time = now(),"                  \
-	"          delay_tolerance_time = now() + (j.delay_tolerance_time - j.schedule_time),"     \
-	"          updated_at = now()"                                                          \
-	"          WHERE " FOUND_IDS(" WHERE f.rerun") "),"                                     \
-	" del AS (DELETE FROM shardq.jobs j WHERE " FOUND_IDS(" WHERE NOT f.rerun") ret ")"
-static const sq_stmt stmt_complete = {
-	"sq_complete",
-	COMPLETE_HEAD(" RETURNING j.*")
-	", hist AS (INSERT INTO shardq.jobs_history (id, partition, task, status, attempt, worker,"
-	"            active_uid, params, last_error, created_at, finished_at, expires_at)"
-	"          SELECT id, partition, task, 'completed', attempt - attempt_base, worker,"
-	"                 active_uid, params, last_error, created_at,"
-	"                 now() + $6::float8 * interval '1 second',"
-	"                 now() + $6::float8 * interval '1 second' + interval '1 day' *"
-	"                   COALESCE(($5::int[])[array_position($4::text[], task)], 7)"
-	"            FROM del WHERE task = ANY($4::text[]))"
-	" SELECT f.ord FROM f"};
-
-/* The same without history, for a client none of whose types keeps it:
- * the deleted rows need not come back for an insert that takes none of
- * them (returning them cost a session about 1 us a row, a third of the
- * statement). */
-static const sq_stmt stmt_complete_plain = {"sq_complete_plain",
-					    COMPLETE_HEAD("") " SELECT f.ord FROM f"};
-
-/* Retry with the type's backoff while tries remain, else failed. A pending
- * rerun outlives a final failure: the job is ready again with it and a
- * fresh budget. $4..$8: per-type backoff kind, base, cap and jitter. The
- * update joins `f` for each row's error and permanence: a join of the
- * found rows only, at worst quadratic in the refs of one call (failures
- * come in small batches), never in the table. */
-#define TRIES "(j.attempt - j.attempt_base)"
-#define FINAL "(f.perm OR " TRIES " >= j.max_attempts)"
-#define TI    "array_position($4::text[], j.task)"
-static const sq_stmt stmt_fail = {
-	"sq_fail",
-	"WITH x AS (SELECT * FROM unnest($1::bigint[], $2::int[], $9::text[], $10::bool[])"
-	"           WITH ORDINALITY AS x(id, att, err, perm, ord)),"
-	FOUND_X(", x.err, x.perm", "IN ('starting', 'running')", "") ","
-	" u AS (UPDATE shardq.jobs j SET"
-	"  status = (CASE WHEN " FINAL " AND j.rerun_params IS NULL THEN 'failed'"
-	"                 ELSE 'ready' END)::shardq.job_status,"
-	"  params = CASE WHEN " FINAL " AND j.rerun_params IS NOT NULL THEN j.rerun_params"
-	"                ELSE j.params END,"
-	"  rerun_params = CASE WHEN " FINAL " THEN NULL ELSE j.rerun_params END,"
-	"  attempt_base = CASE WHEN " FINAL " AND j.rerun_params IS NOT NULL THEN j.attempt"
-	"                      ELSE j.attempt_base END,"
-	"  schedule_time = CASE WHEN " FINAL " THEN now() ELSE now() + interval '1 millisecond' *"
-	"    (LEAST(COALESCE(($7::bigint[])[" TI "], 3600000),"
-	"      CASE COALESCE(($5::int[])[" TI "], 2)"
-	"        WHEN 0 THEN COALESCE(($6::bigint[])[" TI "], 1000)::float8"
-	"        WHEN 1 THEN COALESCE(($6::bigint[])[" TI "], 1000)::float8 * " TRIES
-	"        ELSE COALESCE(($6::bigint[])[" TI "], 1000)::float8"
-	"             * power(2, LEAST(GREATEST(" TRIES " - 1, 0), 60)) END)"
-	"     * (1 + COALESCE(($8::float8[])[" TI "], 0) * (2 * random() - 1))) END,"
-	"  delay_tolerance_time = NULL,"
-	"  worker = CASE WHEN " FINAL " AND j.rerun_params IS NULL THEN j.worker END,"
-	"  expected_status_change_time = NULL,"
-	"  last_error = f.err, updated_at = now()"
-	"  FROM f WHERE " FOUND_IDS("") " AND j.id = f.id)"
-	" SELECT f.ord FROM f"};
-
-/* starting -> ready, and the try does not count: the base moves up. */
-#define RELEASE_SQL(st)                                                                 \
-	"WITH " REFS "," FOUND(st, "") ","                                                 \
-	" u AS (UPDATE shardq.jobs j SET status = 'ready', attempt_base = j.attempt_base + 1," \
-	"         worker = NULL, expected_status_change_time = NULL, updated_at = now()"       \
-	"         WHERE " FOUND_IDS("") ")"                                                 \
-	" SELECT f.ord FROM f"
-static const sq_stmt stmt_release = {"sq_release", RELEASE_SQL("= 'starting'")};
-
-/* The same for a claim whose answer never reached a handler, also when it
- * was claimed straight to `running` (sq_unclaim). */
-static const sq_stmt stmt_unclaim = {"sq_unclaim", RELEASE_SQL("IN ('starting', 'running')")};
-/* clang-format on */
-
-/* The partitions of a batch that this shard does not own (moving, gone, or
- * unknown here), in the same transaction as the write, after the gate. */
-static const sq_stmt stmt_not_owned = {
-	"sq_not_owned", "SELECT p, coalesce(ps.state::text, 'missing') FROM unnest($1::int[]) AS p"
-			"  LEFT JOIN shardq.partition_state ps ON ps.partition = p"
-			" WHERE ps.state IS DISTINCT FROM 'owned'"};
-
-static const sq_stmt stmt_cancel = {
-	"sq_cancel",
-	"UPDATE shardq.jobs j SET status = 'cancelled', expected_status_change_time = NULL,"
-	"       rerun_params = NULL, updated_at = now()"
-	" WHERE j.id = ANY($1::bigint[]) AND j.status IN ('ready', 'starting', 'running')"
-	" RETURNING j.id"};
-
-static const sq_stmt stmt_cancel_key = {
-	"sq_cancel_key",
-	"UPDATE shardq.jobs j SET status = 'cancelled', expected_status_change_time = NULL,"
-	"       rerun_params = NULL, updated_at = now()"
-	" WHERE j.task = $1 AND j.active_uid = $2 AND j.status IN ('ready', 'starting', 'running')"
-	" RETURNING j.id"};
-
-static const sq_stmt stmt_get = {"sq_get",
-				 "SELECT " SQ_JOB_COLUMNS " FROM shardq.jobs j WHERE j.id = $1"};
-
-static const sq_stmt stmt_get_history = {
-	"sq_get_history",
-	"SELECT j.id, j.attempt, j.attempt, j.attempt, 0, j.status::text, j.task, j.active_uid, "
-	"j.params::text,"
-	"       j.worker, NULL, NULL, NULL, (extract(epoch from j.created_at) * 1000000)::bigint"
-	"  FROM shardq.jobs_history j WHERE j.id = $1 ORDER BY j.finished_at DESC LIMIT 1"};
+/* The statements' text, and why each is shaped as it is:
+ * sql/queries/fenced.sql (the fenced writes) and lifecycle.sql. */
+static const sq_stmt stmt_start = {"sq_start", sq_sql_fenced_start};
+static const sq_stmt stmt_heartbeat = {"sq_heartbeat", sq_sql_fenced_heartbeat};
+static const sq_stmt stmt_complete = {"sq_complete", sq_sql_fenced_complete};
+static const sq_stmt stmt_complete_plain = {"sq_complete_plain", sq_sql_fenced_complete_plain};
+static const sq_stmt stmt_fail = {"sq_fail", sq_sql_fenced_fail};
+static const sq_stmt stmt_release = {"sq_release", sq_sql_fenced_release};
+static const sq_stmt stmt_unclaim = {"sq_unclaim", sq_sql_fenced_unclaim};
+static const sq_stmt stmt_not_owned = {"sq_not_owned", sq_sql_not_owned};
+static const sq_stmt stmt_cancel = {"sq_cancel", sq_sql_cancel};
+static const sq_stmt stmt_cancel_key = {"sq_cancel_key", sq_sql_cancel_key};
+static const sq_stmt stmt_get = {"sq_get", sq_sql_get};
+static const sq_stmt stmt_get_history = {"sq_get_history", sq_sql_get_history};
 
 /* What a fenced call sends to each shard. */
 typedef struct op {
@@ -328,11 +143,10 @@ static shard_rows *fenced_push(sq_client *c, const op *o, const char *worker,
 			r->vals[8] = r->errs.data;
 			r->vals[9] = r->perms.data;
 		}
-		/* the ownership report is a probe of partition_state's key per
-		 * partition whatever the batch: planned once per session. Left
-		 * to the write's mode, a batch of more than SQ_GENERIC_PLAN_ROWS
-		 * would plan it again on most calls, 0.1 ms a plan, four times
-		 * what the report itself takes */
+		/* the ownership report runs in the plan made once per session
+		 * (sql/queries/fenced.sql, not_owned), not in the write's mode:
+		 * a batch of more than SQ_GENERIC_PLAN_ROWS is planned for its
+		 * values */
 		sq_client_push_plans(c, s, 1);
 		r->base = c->shards[s].qn;
 		sq_client_push_gate(c, s);

@@ -9,7 +9,7 @@
 #include "client.h"
 #include "error.h"
 #include "failpoint.h"
-#include "schema.h"
+#include "sql_queries.h"
 #include "ticker.h"
 #include "watch.h"
 
@@ -149,12 +149,144 @@ typedef struct part_row {
 } part_row;
 
 /* The pass on one shard, on a connection of its own. */
+static int out_of_memory(sq_maintain_shard *sh)
+{
+	snprintf(sh->error, sizeof(sh->error), "out of memory");
+	sh->status = SQ_ENOMEM;
+	return -1;
+}
+
+/* Sets the lock timeout and takes the shard's maintenance lock; -1 on
+ * error, or when another runner has it (sh->skipped). */
+static int take_lock(mconn *mc, sq_maintain_shard *sh, const sq_maintain_opts *o)
+{
+	char buf[64];
+	PGresult *r;
+	snprintf(buf, sizeof(buf), "SET lock_timeout = %lld", (long long)o->lock_timeout_ms);
+	if (run_ok(mc, sh, "lock_timeout", buf, 0, NULL))
+		return -1;
+	if (!(r = run(mc, sh, "the maintenance lock", sq_sql_maintain_lock, 0, NULL)))
+		return -1;
+	sh->skipped = strcmp(PQgetvalue(r, 0, 0), "t") != 0;
+	PQclear(r);
+	return sh->skipped ? -1 : 0;
+}
+
+/* The day partitions, with their bounds as epoch seconds (*parts: free). */
+static int list_parts(mconn *mc, sq_maintain_shard *sh, part_row **parts, int *nparts)
+{
+	PGresult *r = run(mc, sh, "list partitions", sq_sql_history_partitions, 0, NULL);
+	if (!r)
+		return -1;
+	*nparts = PQntuples(r);
+	*parts = calloc((size_t)*nparts + 1, sizeof(**parts));
+	if (!*parts) {
+		PQclear(r);
+		return out_of_memory(sh);
+	}
+	for (int i = 0; i < *nparts; i++) {
+		part_row *p = &(*parts)[i];
+		snprintf(p->name, sizeof(p->name), "%s", PQgetvalue(r, i, 0));
+		p->lo_s = *PQgetvalue(r, i, 1) ? atoll(PQgetvalue(r, i, 1)) : INT64_MIN;
+		p->hi_s = *PQgetvalue(r, i, 2) ? atoll(PQgetvalue(r, i, 2)) : INT64_MAX;
+		p->est = atoll(PQgetvalue(r, i, 3));
+	}
+	PQclear(r);
+	return 0;
+}
+
+/* Drops what ended: a partition whose upper bound is at or before now. */
+static int drop_ended(mconn *mc, sq_maintain_shard *sh, part_row *parts, int nparts, int64_t now_s)
+{
+	char msg[512], sql[160];
+	for (int i = 0; i < nparts; i++) {
+		if (parts[i].hi_s == INT64_MAX || parts[i].hi_s > now_s)
+			continue;
+		char *id = PQescapeIdentifier(mc->pc, parts[i].name, strlen(parts[i].name));
+		snprintf(sql, sizeof(sql), "DROP TABLE shardq.%s", id ? id : "\"?\"");
+		PQfreemem(id);
+		snprintf(msg, sizeof(msg), "drop %s", parts[i].name);
+		if (run_ok(mc, sh, msg, sql, 0, NULL))
+			return -1;
+		if (add_part(&sh->dropped, &sh->ndropped, parts[i].name, parts[i].est))
+			return out_of_memory(sh);
+		parts[i].lo_s = parts[i].hi_s = INT64_MIN; /* gone */
+	}
+	return 0;
+}
+
+/* Creates ahead: today through today + the longest retention + ahead. */
+static int create_ahead(mconn *mc, sq_maintain_shard *sh, const part_row *parts, int nparts,
+			int64_t today, int64_t last)
+{
+	char msg[512];
+	for (int64_t d = today; d <= last; d++) {
+		int64_t lo = d * DAY_S, hi = lo + DAY_S;
+		int covered = 0;
+		for (int i = 0; i < nparts && !covered; i++)
+			covered = parts[i].lo_s < hi && parts[i].hi_s > lo;
+		if (covered)
+			continue;
+		char day[16], name[64];
+		const char *v[1] = {day};
+		day_text(d, day, sizeof(day));
+		snprintf(msg, sizeof(msg), "create the partition of %s", day);
+		PGresult *r = run(mc, sh, msg, sq_sql_history_add_day, 1, v);
+		if (!r)
+			return -1;
+		int64_t moved = atoll(PQgetvalue(r, 0, 0));
+		PQclear(r);
+		if (moved < 0)
+			continue; /* made meanwhile by hand */
+		snprintf(name, sizeof(name), "jobs_history_p%.4s%.2s%.2s", day, day + 5, day + 8);
+		if (add_part(&sh->created, &sh->ncreated, name, moved))
+			return out_of_memory(sh);
+	}
+	sh->default_moved = 0;
+	for (size_t i = 0; i < sh->ncreated; i++)
+		sh->default_moved += sh->created[i].rows;
+	return 0;
+}
+
+/* The default partition: expired rows go in batches; the rest counted (up
+ * to the cap), and the day partitions too. */
+static int clean_default(mconn *mc, sq_maintain_shard *sh, const sq_maintain_opts *o,
+			 const char *nowbuf)
+{
+	char lim[24], buf[64];
+	const char *dv[2] = {nowbuf, lim}, *v[1] = {buf};
+	PGresult *r;
+	snprintf(lim, sizeof(lim), "%lld", (long long)o->default_delete_batch);
+	for (;;) {
+		if (!(r = run(mc, sh, "delete expired rows of the default partition",
+			      sq_sql_history_delete_expired_default, 2, dv)))
+			return -1;
+		int64_t n = atoll(PQgetvalue(r, 0, 0));
+		PQclear(r);
+		sh->default_deleted += n;
+		if (n < o->default_delete_batch)
+			break;
+	}
+	snprintf(buf, sizeof(buf), "%lld", (long long)o->default_count_cap + 1);
+	if (!(r = run(mc, sh, "count the default partition", sq_sql_history_count_default, 1, v)))
+		return -1;
+	sh->default_rows = atoll(PQgetvalue(r, 0, 0));
+	PQclear(r);
+	if (sh->default_rows > o->default_count_cap) {
+		sh->default_rows = o->default_count_cap;
+		sh->default_rows_capped = 1;
+	}
+	if (!(r = run(mc, sh, "count partitions", sq_sql_history_count_partitions, 0, NULL)))
+		return -1;
+	sh->partitions = atoll(PQgetvalue(r, 0, 0));
+	PQclear(r);
+	return 0;
+}
+
 static void maintain_shard(const sq_config *cfg, int s, int64_t now_us, int max_days,
 			   const sq_maintain_opts *o, const atomic_int *stop, sq_maintain_shard *sh)
 {
-	char msg[512], nowbuf[32], buf[64];
-	const char *v[2];
-	PGresult *r;
+	char msg[512], nowbuf[32], fpname[96];
 	part_row *parts = NULL;
 	int nparts = 0;
 	/* the maintainer's thread: a stop does not wait for this connect */
@@ -168,134 +300,16 @@ static void maintain_shard(const sq_config *cfg, int s, int64_t now_us, int max_
 		return;
 	}
 	mconn mc = {pc, sq_plain_answer_wait_s(cfg, cfg->statement_timeout_ms), stop};
-	char fpname[96];
 	snprintf(fpname, sizeof(fpname), "maintain_connected_%s", cfg->shards[s].id);
 	sq_failpoint(fpname);
-	snprintf(buf, sizeof(buf), "SET lock_timeout = %lld", (long long)o->lock_timeout_ms);
-	if (run_ok(&mc, sh, "lock_timeout", buf, 0, NULL))
-		goto out;
-	if (!(r = run(&mc, sh, "the maintenance lock",
-		      "SELECT pg_try_advisory_lock(" SQ_MAINTAIN_KEY ")", 0, NULL)))
-		goto out;
-	sh->skipped = strcmp(PQgetvalue(r, 0, 0), "t") != 0;
-	PQclear(r);
-	if (sh->skipped)
-		goto out;
-
 	snprintf(nowbuf, sizeof(nowbuf), "%lld", (long long)now_us);
-	v[0] = nowbuf;
-	/* the partitions, with their bounds as epoch seconds */
-	if (!(r = run(&mc, sh, "list partitions",
-		      "SELECT name, coalesce(floor(extract(epoch from lo))::bigint::text, ''),"
-		      "       coalesce(floor(extract(epoch from hi))::bigint::text, ''), est_rows"
-		      "  FROM shardq.history_partitions() WHERE NOT is_default ORDER BY hi",
-		      0, NULL)))
-		goto out;
-	nparts = PQntuples(r);
-	parts = calloc((size_t)nparts + 1, sizeof(*parts));
-	if (!parts) {
-		PQclear(r);
-		snprintf(sh->error, sizeof(sh->error), "out of memory");
-		sh->status = SQ_ENOMEM;
-		goto out;
-	}
-	for (int i = 0; i < nparts; i++) {
-		snprintf(parts[i].name, sizeof(parts[i].name), "%s", PQgetvalue(r, i, 0));
-		parts[i].lo_s = *PQgetvalue(r, i, 1) ? atoll(PQgetvalue(r, i, 1)) : INT64_MIN;
-		parts[i].hi_s = *PQgetvalue(r, i, 2) ? atoll(PQgetvalue(r, i, 2)) : INT64_MAX;
-		parts[i].est = atoll(PQgetvalue(r, i, 3));
-	}
-	PQclear(r);
-
-	/* drop what ended: its upper bound is at or before now */
 	int64_t now_s = now_us >= 0 ? now_us / 1000000 : -((-now_us + 999999) / 1000000);
-	for (int i = 0; i < nparts; i++) {
-		if (parts[i].hi_s == INT64_MAX || parts[i].hi_s > now_s)
-			continue;
-		char *id = PQescapeIdentifier(pc, parts[i].name, strlen(parts[i].name));
-		char sql[160];
-		snprintf(sql, sizeof(sql), "DROP TABLE shardq.%s", id ? id : "\"?\"");
-		PQfreemem(id);
-		snprintf(msg, sizeof(msg), "drop %s", parts[i].name);
-		if (run_ok(&mc, sh, msg, sql, 0, NULL))
-			goto out;
-		if (add_part(&sh->dropped, &sh->ndropped, parts[i].name, parts[i].est))
-			goto oom;
-		parts[i].lo_s = parts[i].hi_s = INT64_MIN; /* gone */
-	}
-
-	/* create ahead: today through today + the longest retention + ahead */
 	int64_t today = day_of(now_s);
-	for (int64_t d = today; d <= today + max_days + o->ahead_days; d++) {
-		int64_t lo = d * DAY_S, hi = lo + DAY_S;
-		int covered = 0;
-		for (int i = 0; i < nparts && !covered; i++)
-			covered = parts[i].lo_s < hi && parts[i].hi_s > lo;
-		if (covered)
-			continue;
-		char day[16], name[64];
-		day_text(d, day, sizeof(day));
-		v[1] = day;
-		snprintf(msg, sizeof(msg), "create the partition of %s", day);
-		if (!(r = run(&mc, sh, msg, "SELECT shardq.history_add_day($1::date)", 1, v + 1)))
-			goto out;
-		int64_t moved = atoll(PQgetvalue(r, 0, 0));
-		PQclear(r);
-		if (moved < 0)
-			continue; /* made meanwhile by hand */
-		snprintf(name, sizeof(name), "jobs_history_p%.4s%.2s%.2s", day, day + 5, day + 8);
-		if (add_part(&sh->created, &sh->ncreated, name, moved))
-			goto oom;
-	}
-	sh->default_moved = 0;
-	for (size_t i = 0; i < sh->ncreated; i++)
-		sh->default_moved += sh->created[i].rows;
-
-	/* the default partition: expired rows go in batches; the rest counted */
-	for (;;) {
-		char lim[24];
-		const char *dv[2] = {nowbuf, lim};
-		snprintf(lim, sizeof(lim), "%lld", (long long)o->default_delete_batch);
-		if (!(r = run(&mc, sh, "delete expired rows of the default partition",
-			      "WITH d AS (DELETE FROM shardq.jobs_history_default WHERE ctid = "
-			      "ANY(ARRAY("
-			      "  SELECT ctid FROM shardq.jobs_history_default"
-			      "   WHERE expires_at <= to_timestamp($1::float8 / 1e6) LIMIT "
-			      "$2::bigint))"
-			      "  RETURNING 1) SELECT count(*) FROM d",
-			      2, dv)))
-			goto out;
-		int64_t n = atoll(PQgetvalue(r, 0, 0));
-		PQclear(r);
-		sh->default_deleted += n;
-		if (n < o->default_delete_batch)
-			break;
-	}
-	snprintf(buf, sizeof(buf), "%lld", (long long)o->default_count_cap + 1);
-	v[1] = buf;
-	if (!(r = run(&mc, sh, "count the default partition",
-		      "SELECT count(*) FROM (SELECT 1 FROM shardq.jobs_history_default LIMIT "
-		      "$1::bigint) x",
-		      1, v + 1)))
-		goto out;
-	sh->default_rows = atoll(PQgetvalue(r, 0, 0));
-	PQclear(r);
-	if (sh->default_rows > o->default_count_cap) {
-		sh->default_rows = o->default_count_cap;
-		sh->default_rows_capped = 1;
-	}
-	if (!(r = run(&mc, sh, "count partitions",
-		      "SELECT count(*) FROM shardq.history_partitions() WHERE NOT is_default", 0,
-		      NULL)))
-		goto out;
-	sh->partitions = atoll(PQgetvalue(r, 0, 0));
-	PQclear(r);
-	sh->ran = 1;
-	goto out;
-oom:
-	snprintf(sh->error, sizeof(sh->error), "out of memory");
-	sh->status = SQ_ENOMEM;
-out:
+	if (!take_lock(&mc, sh, o) && !list_parts(&mc, sh, &parts, &nparts) &&
+	    !drop_ended(&mc, sh, parts, nparts, now_s) &&
+	    !create_ahead(&mc, sh, parts, nparts, today, today + max_days + o->ahead_days) &&
+	    !clean_default(&mc, sh, o, nowbuf))
+		sh->ran = 1;
 	free(parts);
 	PQfinish(pc); /* ends the session: the advisory lock goes with it */
 }

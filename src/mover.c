@@ -10,7 +10,7 @@
 #include "error.h"
 #include "failpoint.h"
 #include "hrw.h"
-#include "schema.h"
+#include "sql_queries.h"
 #include "watch.h"
 
 #include <libpq-events.h>
@@ -21,28 +21,8 @@
 #include <time.h>
 #include <unistd.h>
 
-/* Every column of shardq.jobs, in one order for both ends of the copy. */
-#define JOB_COLS                                                                       \
-	"id, partition, task, status, priority, schedule_time, delay_tolerance_time, " \
-	"expected_status_change_time, attempt, max_attempts, worker, active_uid, "     \
-	"dedup_policy, params, rerun_params, last_error, created_at, updated_at, attempt_base"
-
-/* The jobs of the partitions `parts` (an int[] expression), as a FROM
- * item of the columns `cols`. jobs_partition leaves out the jobs in flight
- * (migration 006: a claim then adds one index entry fewer), so they are
- * found through jobs_lease, whose predicate is theirs; the two arms
- * together are every job. Each arm repeats its index's predicate so that
- * the planner can use it. */
-#define PART_JOBS(cols, parts)                                                         \
-	"(SELECT " cols " FROM shardq.jobs WHERE partition = ANY(" parts ")"           \
-	"    AND status <> 'starting' AND status <> 'running'"                         \
-	" UNION ALL SELECT " cols " FROM shardq.jobs WHERE partition = ANY(" parts ")" \
-	"    AND status IN ('starting', 'running')) pj"
-/* Deletes the jobs of the partitions in $1 (at most $2 of them, when
- * `limit` is " LIMIT $2::int"), and `extra`: more conditions on them. */
-#define DELETE_PART_JOBS(extra, limit)                                                \
-	"DELETE FROM shardq.jobs WHERE ctid = ANY(ARRAY(SELECT ctid FROM " PART_JOBS( \
-		"ctid, partition", "$1::int[]") extra limit "))"
+/* The statements of every step, and why each is shaped as it is:
+ * sql/queries/mover.sql. */
 
 typedef struct move {
 	int64_t id;
@@ -272,16 +252,15 @@ static void set_lit(move *m)
 	m->lit = sq_buf_steal(&b);
 }
 
-static sq_status record(move *m, const char *step, const char *extra_sql, sq_error *err)
+/* Records the move's step; sql NULL: that alone, else the statement that
+ * also records `extra` ($3). */
+static sq_status record(move *m, const char *step, const char *sql, const char *extra,
+			sq_error *err)
 {
-	char id[24], sql[512];
-	const char *v[2] = {id, step};
+	char id[24];
+	const char *v[3] = {id, step, extra};
 	snprintf(id, sizeof(id), "%lld", (long long)m->id);
-	snprintf(
-		sql, sizeof(sql),
-		"UPDATE shardq_meta.moves SET step = $2, updated_at = now()%s%s WHERE move_id = $1",
-		extra_sql ? ", " : "", extra_sql ? extra_sql : "");
-	if (run_ok(m->meta, "meta", sql, 2, v, err))
+	if (run_ok(m->meta, "meta", sql ? sql : sq_sql_move_record_step, sql ? 3 : 2, v, err))
 		return err->code;
 	snprintf(m->step, sizeof(m->step), "%s", step);
 	return SQ_OK;
@@ -296,11 +275,7 @@ static void record_error(move *m, const sq_error *e)
 	sq_utf8_clean(msg, sizeof(msg), e->msg, strlen(e->msg));
 	snprintf(id, sizeof(id), "%lld", (long long)m->id);
 	if (m->meta)
-		(void)run_ok(
-			m->meta, "meta",
-			"UPDATE shardq_meta.moves SET error = left($2, 1000), updated_at = now() "
-			"WHERE move_id = $1",
-			2, v, &ignore);
+		(void)run_ok(m->meta, "meta", sq_sql_move_record_error, 2, v, &ignore);
 }
 
 /* Reads a move's row into m. */
@@ -312,11 +287,7 @@ static sq_status load(sq_client *c, move *m, int64_t id, sq_error *err)
 	snprintf(ids, sizeof(ids), "%lld", (long long)id);
 	if (!m->meta && !(m->meta = connect_to(c, "meta", sq_config_meta_dsn(c->cfg), err)))
 		return err->code;
-	r = run(m->meta, "meta",
-		"SELECT array_to_string(partitions, ','), from_shard, to_shard, step, "
-		"coalesce(rows_copied, -1), coalesce(stall_ms, 0) FROM shardq_meta.moves "
-		"WHERE move_id = $1",
-		1, v, err);
+	r = run(m->meta, "meta", sq_sql_move_load, 1, v, err);
 	if (!r)
 		return err->code;
 	if (PQntuples(r) != 1) {
@@ -369,8 +340,7 @@ static sq_status lock_move(move *m, sq_error *err)
 	char ids[24];
 	const char *v[1] = {ids};
 	snprintf(ids, sizeof(ids), "%lld", (long long)m->id);
-	PGresult *r = run(m->meta, "meta", "SELECT pg_try_advisory_lock(" SQ_MOVE_KEY ", $1::int)",
-			  1, v, err);
+	PGresult *r = run(m->meta, "meta", sq_sql_move_lock, 1, v, err);
 	if (!r)
 		return err->code;
 	int got = !strcmp(PQgetvalue(r, 0, 0), "t");
@@ -391,10 +361,7 @@ static sq_status plan(sq_client *c, move *m, sq_error *err)
 	if (run_ok(m->meta, "meta", "BEGIN", 0, NULL, err))
 		return err->code;
 	/* the map must agree that the source holds them all */
-	r = run(m->meta, "meta",
-		"SELECT count(*) FROM shardq_meta.partition_map "
-		"WHERE partition = ANY($1::int[]) AND shard_id = $2",
-		2, v, err);
+	r = run(m->meta, "meta", sq_sql_move_plan_on_source, 2, v, err);
 	if (!r)
 		return err->code;
 	if ((size_t)atoll(PQgetvalue(r, 0, 0)) != m->n) {
@@ -404,10 +371,7 @@ static sq_status plan(sq_client *c, move *m, sq_error *err)
 			      sid(c, m->from));
 	}
 	PQclear(r);
-	r = run(m->meta, "meta",
-		"INSERT INTO shardq_meta.moves (partitions, from_shard, to_shard, step) "
-		"VALUES ($1::int[], $2, $3, 'planned') RETURNING move_id",
-		3, v, err);
+	r = run(m->meta, "meta", sq_sql_move_plan_insert, 3, v, err);
 	if (!r)
 		return err->code;
 	m->id = atoll(PQgetvalue(r, 0, 0));
@@ -415,11 +379,7 @@ static sq_status plan(sq_client *c, move *m, sq_error *err)
 	char ids[24];
 	const char *v2[2] = {m->lit, ids};
 	snprintf(ids, sizeof(ids), "%lld", (long long)m->id);
-	r = run(m->meta, "meta",
-		"INSERT INTO shardq_meta.move_lock (partition, move_id) "
-		"SELECT p, $2 FROM unnest($1::int[]) p ON CONFLICT (partition) DO NOTHING "
-		"RETURNING partition",
-		2, v2, err);
+	r = run(m->meta, "meta", sq_sql_move_plan_lock_parts, 2, v2, err);
 	if (!r)
 		return err->code;
 	if ((size_t)PQntuples(r) != m->n) {
@@ -448,11 +408,7 @@ static sq_status prepare(sq_client *c, move *m, sq_error *err)
 	snprintf(who, sizeof(who), "shard %s (destination)", sid(c, m->to));
 	if (run_ok(m->dst, who, "BEGIN", 0, NULL, err) || bulk_timeout(c, m->dst, who, 1, 1, err))
 		return err->code;
-	r = run(m->dst, who,
-		"SELECT count(*) FILTER (WHERE state IN ('owned', 'moving_out')) FROM (SELECT "
-		"state "
-		"FROM shardq.partition_state WHERE partition = ANY($1::int[]) FOR UPDATE) x",
-		1, v, err);
+	r = run(m->dst, who, sq_sql_move_prepare_owned, 1, v, err);
 	if (!r)
 		return err->code;
 	long owned = atol(PQgetvalue(r, 0, 0));
@@ -462,16 +418,11 @@ static sq_status prepare(sq_client *c, move *m, sq_error *err)
 		return sq_err(err, SQ_ESTATE, "%s already owns %ld of these partitions", who,
 			      owned);
 	}
-	if (run_ok(m->dst, who, DELETE_PART_JOBS("", ""), 1, v, err) ||
-	    run_ok(m->dst, who,
-		   "INSERT INTO shardq.partition_state (partition, state, move_id) "
-		   "SELECT p, 'importing', $2 FROM unnest($1::int[]) p "
-		   "ON CONFLICT (partition) DO UPDATE SET state = 'importing', move_id = $2, "
-		   "epoch = shardq.partition_state.epoch + 1, updated_at = now()",
-		   2, v, err) ||
+	if (run_ok(m->dst, who, sq_sql_move_delete_jobs, 1, v, err) ||
+	    run_ok(m->dst, who, sq_sql_move_prepare_importing, 2, v, err) ||
 	    run_ok(m->dst, who, "COMMIT", 0, NULL, err))
 		return err->code;
-	if (record(m, "prepared", NULL, err))
+	if (record(m, "prepared", NULL, NULL, err))
 		return err->code;
 	sq_failpoint("after_prepare");
 	return SQ_OK;
@@ -504,8 +455,7 @@ static sq_status gate_exclusive(sq_client *c, move *m, const char *who, const sq
 		if (run_ok(m->src, who, "BEGIN", 0, NULL, err) ||
 		    run_ok(m->src, who, lt, 0, NULL, err))
 			return err->code;
-		if (!run_ok(m->src, who, "SELECT pg_advisory_xact_lock(" SQ_GATE_KEY ")", 0, NULL,
-			    err))
+		if (!run_ok(m->src, who, sq_sql_move_gate_exclusive, 0, NULL, err))
 			return SQ_OK;
 		if (err->code == SQ_EMOVING && attempt < o->freeze_tries) {
 			usleep((useconds_t)(50000 * attempt));
@@ -531,12 +481,7 @@ static sq_status freeze(sq_client *c, move *m, const sq_move_opts *o, sq_error *
 		PGresult *r;
 		if (gate_exclusive(c, m, who, o, "freeze", &t0, err))
 			return err->code;
-		r = run(m->src, who,
-			"SELECT count(*) FILTER (WHERE state = 'owned' OR (state = 'moving_out' "
-			"AND "
-			"move_id = $2::bigint)) FROM shardq.partition_state "
-			"WHERE partition = ANY($1::int[])",
-			2, v, err);
+		r = run(m->src, who, sq_sql_move_freeze_owned, 2, v, err);
 		if (!r)
 			return err->code;
 		size_t ok = (size_t)atoll(PQgetvalue(r, 0, 0));
@@ -547,19 +492,15 @@ static sq_status freeze(sq_client *c, move *m, const sq_move_opts *o, sq_error *
 				      "%s does not own all %zu partitions of move %lld", who, m->n,
 				      (long long)m->id);
 		}
-		if (run_ok(m->src, who,
-			   "UPDATE shardq.partition_state SET state = 'moving_out', move_id = $2, "
-			   "epoch = epoch + 1, updated_at = now() "
-			   "WHERE partition = ANY($1::int[]) AND state = 'owned'",
-			   2, v, err) ||
+		if (run_ok(m->src, who, sq_sql_move_freeze, 2, v, err) ||
 		    run_ok(m->src, who, "COMMIT", 0, NULL, err))
 			return err->code;
 		m->stall_ms = sq_mono_s() * 1000.0 - t0;
 		break;
 	}
 	char extra[64];
-	snprintf(extra, sizeof(extra), "stall_ms = %.3f", m->stall_ms);
-	if (record(m, "frozen", extra, err))
+	snprintf(extra, sizeof(extra), "%.3f", m->stall_ms);
+	if (record(m, "frozen", sq_sql_move_record_frozen, extra, err))
 		return err->code;
 	sq_failpoint("after_freeze");
 	return SQ_OK;
@@ -577,107 +518,121 @@ static sq_status drain(sq_client *c, move *m, const sq_move_opts *o, sq_error *e
 	sq_failpoint("during_drain");
 	if (run_ok(m->src, who, "COMMIT", 0, NULL, err))
 		return err->code;
-	return record(m, "drained", NULL, err);
+	return record(m, "drained", NULL, NULL, err);
 }
 
-/* The stream of copy_and_own: the source's rows in COPY binary into the
- * destination's open transaction; *copied as the destination counted them.
- * On failure the destination's transaction is rolled back. The source's
- * watch ws is taken off once the source is done (*lost_src: whether it
- * fired), so that a destination that stops answering later is not taken
- * for the source. */
-static sq_status stream(sq_client *c, move *m, const char *sw, const char *dw, sq_watch *ws,
-			int *lost_src, int *failed, int64_t *copied, sq_error *err)
+/* The side of the first call of the stream that failed: 0 the source, 1
+ * the destination (who is named when both watches ran out at once: the
+ * other side's call then fails too, but later). */
+static void failed_first(int *failed, int side)
+{
+	if (*failed < 0)
+		*failed = side;
+}
+
+/* Ends the destination's COPY (why: its error) and rolls its transaction
+ * back; returns st. */
+static sq_status copy_abandon(move *m, const char *dw, const char *why, sq_status st, sq_error *err)
 {
 	PGresult *r;
-	/* *failed: the side of the first call that failed, 0 the source, 1 the
-	 * destination (who is named when both watches ran out at once: the
-	 * other side's call then fails too, but later) */
-#define FAILED(side)                      \
-	do {                              \
-		if (*failed < 0)          \
-			*failed = (side); \
-	} while (0)
-	r = PQexec(m->dst, "COPY shardq.jobs (" JOB_COLS ") FROM STDIN (FORMAT binary)");
+	PQputCopyEnd(m->dst, why);
+	while ((r = PQgetResult(m->dst)) != NULL)
+		PQclear(r);
+	run_ok(m->dst, dw, "ROLLBACK", 0, NULL, err);
+	return st;
+}
+
+/* move_copy_out with the partitions' literal in place of $1 (COPY takes
+ * no parameters; the list is our own integers, so it is safe inline);
+ * NULL when out of memory. */
+static char *copy_out_sql(const move *m)
+{
+	sq_buf q;
+	const char *at, *from = sq_sql_move_copy_out;
+	sq_buf_init(&q);
+	while ((at = strstr(from, "$1"))) {
+		sq_buf_append(&q, from, (size_t)(at - from));
+		sq_buf_printf(&q, "'%s'", m->lit);
+		from = at + 2;
+	}
+	sq_buf_puts(&q, from);
+	if (q.oom) {
+		sq_buf_free(&q);
+		return NULL;
+	}
+	return sq_buf_steal(&q);
+}
+
+/* Starts both ends of the copy: the destination's COPY FROM STDIN, then
+ * the source's COPY TO STDOUT. On failure the destination's transaction
+ * is rolled back. */
+static sq_status copy_open(move *m, const char *sw, const char *dw, int *failed, sq_error *err)
+{
+	PGresult *r = PQexec(m->dst, sq_sql_move_copy_in);
 	if (PQresultStatus(r) != PGRES_COPY_IN) {
-		FAILED(1);
+		failed_first(failed, 1);
 		sq_err(err, SQ_EDB, "%s: COPY: %s", dw, PQerrorMessage(m->dst));
 		PQclear(r);
 		run_ok(m->dst, dw, "ROLLBACK", 0, NULL, err);
 		return SQ_EDB;
 	}
 	PQclear(r);
-	{
-		/* the list is our own integers, so it is safe inline (COPY takes
-		 * no parameters) */
-		sq_buf q;
-		sq_buf_init(&q);
-		sq_buf_printf(&q,
-			      "COPY (SELECT " JOB_COLS " FROM " PART_JOBS(
-				      JOB_COLS, "'%s'::int[]") ") TO STDOUT (FORMAT binary)",
-			      m->lit, m->lit);
-		r = PQexec(m->src, q.data);
-		sq_buf_free(&q);
-	}
+	char *sql = copy_out_sql(m);
+	r = sql ? PQexec(m->src, sql) : NULL;
+	free(sql);
 	if (PQresultStatus(r) != PGRES_COPY_OUT) {
-		FAILED(0);
-		sq_err(err, SQ_EDB, "%s: COPY: %s", sw, PQerrorMessage(m->src));
+		failed_first(failed, 0);
+		if (r)
+			sq_err(err, SQ_EDB, "%s: COPY: %s", sw, PQerrorMessage(m->src));
+		else
+			sq_err(err, SQ_ENOMEM, "out of memory");
 		PQclear(r);
 		PQputCopyEnd(m->dst, "source failed");
 		PQclear(PQgetResult(m->dst));
 		run_ok(m->dst, dw, "ROLLBACK", 0, NULL, err);
-		return SQ_EDB;
+		return r ? SQ_EDB : SQ_ENOMEM;
 	}
 	PQclear(r);
+	return SQ_OK;
+}
+
+/* Passes the source's rows to the destination. The source is read to its
+ * end even if the destination failed, so that its connection leaves COPY
+ * OUT cleanly. Returns whether every row was put. */
+static int copy_rows(move *m, int *failed)
+{
+	PGresult *r;
 	int got, put_ok = 1;
 	char *buf;
-	/* read the source to its end even if the destination failed, so
-	 * the source connection leaves COPY OUT cleanly */
 	while ((got = PQgetCopyData(m->src, &buf, 0)) > 0) {
 		if (put_ok && PQputCopyData(m->dst, buf, got) != 1) {
-			FAILED(1);
+			failed_first(failed, 1);
 			put_ok = 0;
 		}
 		PQfreemem(buf);
 	}
 	if (got == -2)
-		FAILED(0);
+		failed_first(failed, 0);
 	while ((r = PQgetResult(m->src)) != NULL) {
 		if (PQresultStatus(r) != PGRES_COMMAND_OK)
-			FAILED(0);
+			failed_first(failed, 0);
 		PQclear(r);
 	}
-	if ((*lost_src = sq_watch_disarm(ws)) != SQ_WATCH_NONE) {
-		PQputCopyEnd(m->dst, "source failed");
-		while ((r = PQgetResult(m->dst)) != NULL)
-			PQclear(r);
-		run_ok(m->dst, dw, "ROLLBACK", 0, NULL, err);
-		return SQ_ECONN;
-	}
-	if (bulk_timeout(c, m->src, sw, 0, 0, err)) {
-		PQputCopyEnd(m->dst, "source failed");
-		while ((r = PQgetResult(m->dst)) != NULL)
-			PQclear(r);
-		run_ok(m->dst, dw, "ROLLBACK", 0, NULL, err);
-		return err->code;
-	}
-	if (!put_ok) {
-		sq_err(err, SQ_EDB, "%s: COPY: %s", dw, PQerrorMessage(m->dst));
-		PQputCopyEnd(m->dst, "destination failed");
-		while ((r = PQgetResult(m->dst)) != NULL)
-			PQclear(r);
-		run_ok(m->dst, dw, "ROLLBACK", 0, NULL, err);
-		return SQ_EDB;
-	}
-	sq_failpoint("mid_copy");
+	return put_ok;
+}
+
+/* Ends the destination's COPY; *copied as it counted the rows. */
+static sq_status copy_close(move *m, const char *dw, int *failed, int64_t *copied, sq_error *err)
+{
+	PGresult *r;
 	if (PQputCopyEnd(m->dst, NULL) != 1) {
-		FAILED(1);
+		failed_first(failed, 1);
 		sq_err(err, SQ_EDB, "%s: COPY: %s", dw, PQerrorMessage(m->dst));
 		return SQ_EDB;
 	}
 	r = PQgetResult(m->dst);
 	if (PQresultStatus(r) != PGRES_COMMAND_OK) {
-		FAILED(1);
+		failed_first(failed, 1);
 		sq_err(err, SQ_EDB, "%s: COPY: %s", dw, PQresultErrorMessage(r));
 		PQclear(r);
 		while ((r = PQgetResult(m->dst)) != NULL)
@@ -690,7 +645,34 @@ static sq_status stream(sq_client *c, move *m, const char *sw, const char *dw, s
 	while ((r = PQgetResult(m->dst)) != NULL)
 		PQclear(r);
 	return SQ_OK;
-#undef FAILED
+}
+
+/* The stream of copy_and_own: the source's rows in COPY binary into the
+ * destination's open transaction; *copied as the destination counted them.
+ * On failure the destination's transaction is rolled back. The source's
+ * watch ws is taken off once the source is done (*lost_src: whether it
+ * fired), so that a destination that stops answering later is not taken
+ * for the source. *failed: the side of the first call that failed
+ * (failed_first). */
+static sq_status stream(sq_client *c, move *m, const char *sw, const char *dw, sq_watch *ws,
+			int *lost_src, int *failed, int64_t *copied, sq_error *err)
+{
+	sq_status st = copy_open(m, sw, dw, failed, err);
+	if (st != SQ_OK)
+		return st;
+	int put_ok = copy_rows(m, failed);
+	if ((*lost_src = sq_watch_disarm(ws)) != SQ_WATCH_NONE)
+		return copy_abandon(m, dw, "source failed", SQ_ECONN, err);
+	if (bulk_timeout(c, m->src, sw, 0, 0, err)) {
+		copy_abandon(m, dw, "source failed", SQ_OK, err);
+		return err->code;
+	}
+	if (!put_ok) {
+		sq_err(err, SQ_EDB, "%s: COPY: %s", dw, PQerrorMessage(m->dst));
+		return copy_abandon(m, dw, "destination failed", SQ_EDB, err);
+	}
+	sq_failpoint("mid_copy");
+	return copy_close(m, dw, failed, copied, err);
 }
 
 /* Step 4: in one destination transaction, copy the rows (COPY binary from
@@ -707,10 +689,7 @@ static sq_status copy_and_own(sq_client *c, move *m, sq_error *err)
 	snprintf(dw, sizeof(dw), "shard %s (destination)", sid(c, m->to));
 
 	/* done before? (killed after the commit, before recording it) */
-	r = run(m->dst, dw,
-		"SELECT count(*) FROM shardq.partition_state WHERE partition = ANY($1::int[]) "
-		"AND state = 'owned' AND move_id = $2::bigint",
-		2, v, err);
+	r = run(m->dst, dw, sq_sql_move_copied_before, 2, v, err);
 	if (!r)
 		return err->code;
 	int done = (size_t)atoll(PQgetvalue(r, 0, 0)) == m->n;
@@ -718,7 +697,7 @@ static sq_status copy_and_own(sq_client *c, move *m, sq_error *err)
 	if (!done) {
 		if (bulk_timeout(c, m->src, sw, 0, 1, err))
 			return err->code;
-		r = run(m->src, sw, "SELECT count(*) FROM " PART_JOBS("1", "$1::int[]"), 1, v, err);
+		r = run(m->src, sw, sq_sql_move_count_jobs, 1, v, err);
 		if (!r)
 			return err->code;
 		int64_t want = atoll(PQgetvalue(r, 0, 0));
@@ -726,12 +705,7 @@ static sq_status copy_and_own(sq_client *c, move *m, sq_error *err)
 		if (run_ok(m->dst, dw, "BEGIN", 0, NULL, err) ||
 		    bulk_timeout(c, m->dst, dw, 1, 1, err))
 			return err->code;
-		r = run(m->dst, dw,
-			"SELECT count(*) FROM (SELECT 1 FROM shardq.partition_state WHERE "
-			"partition = "
-			"ANY($1::int[]) AND state = 'importing' AND move_id = $2::bigint FOR "
-			"UPDATE) x",
-			2, v, err);
+		r = run(m->dst, dw, sq_sql_move_copy_importing, 2, v, err);
 		if (!r)
 			return err->code;
 		size_t importing = (size_t)atoll(PQgetvalue(r, 0, 0));
@@ -742,7 +716,7 @@ static sq_status copy_and_own(sq_client *c, move *m, sq_error *err)
 				      "%s is not importing these partitions for move %lld", dw,
 				      (long long)m->id);
 		}
-		if (run_ok(m->dst, dw, DELETE_PART_JOBS("", ""), 1, v, err))
+		if (run_ok(m->dst, dw, sq_sql_move_delete_jobs, 1, v, err))
 			return err->code;
 		/* stream source -> destination; a side that stops answering ends it
 		 * (the statements ran under move_statement_timeout) */
@@ -770,23 +744,20 @@ static sq_status copy_and_own(sq_client *c, move *m, sq_error *err)
 				"was committed, run the move again",
 				(long long)m->id, (long long)copied, (long long)want);
 		}
-		if (run_ok(m->dst, dw,
-			   "UPDATE shardq.partition_state SET state = 'owned', epoch = epoch + 1, "
-			   "updated_at = now() WHERE partition = ANY($1::int[]) AND move_id = $2",
-			   2, v, err) ||
+		if (run_ok(m->dst, dw, sq_sql_move_own, 2, v, err) ||
 		    run_ok(m->dst, dw, "COMMIT", 0, NULL, err))
 			return err->code;
 		m->rows = copied;
 	} else if (m->rows < 0) {
-		r = run(m->dst, dw, "SELECT count(*) FROM " PART_JOBS("1", "$1::int[]"), 1, v, err);
+		r = run(m->dst, dw, sq_sql_move_count_jobs, 1, v, err);
 		if (!r)
 			return err->code;
 		m->rows = atoll(PQgetvalue(r, 0, 0));
 		PQclear(r);
 	}
 	char extra[64];
-	snprintf(extra, sizeof(extra), "rows_copied = %lld", (long long)m->rows);
-	if (record(m, "copied", extra, err))
+	snprintf(extra, sizeof(extra), "%lld", (long long)m->rows);
+	if (record(m, "copied", sq_sql_move_record_copied, extra, err))
 		return err->code;
 	sq_failpoint("after_copy_commit");
 	return SQ_OK;
@@ -800,15 +771,9 @@ static sq_status switch_map(sq_client *c, move *m, sq_error *err)
 	PGresult *r;
 	snprintf(ids, sizeof(ids), "%lld", (long long)m->id);
 	if (run_ok(m->meta, "meta", "BEGIN", 0, NULL, err) ||
-	    run_ok(m->meta, "meta",
-		   "UPDATE shardq_meta.partition_map SET shard_id = $2 "
-		   "WHERE partition = ANY($1::int[])",
-		   2, v, err))
+	    run_ok(m->meta, "meta", sq_sql_move_switch_map, 2, v, err))
 		return err->code;
-	r = run(m->meta, "meta",
-		"UPDATE shardq_meta.cluster SET map_version = map_version + 1 RETURNING "
-		"map_version",
-		0, NULL, err);
+	r = run(m->meta, "meta", sq_sql_move_bump_map_version, 0, NULL, err);
 	if (!r)
 		return err->code;
 	char ver[24];
@@ -816,11 +781,8 @@ static sq_status switch_map(sq_client *c, move *m, sq_error *err)
 	PQclear(r);
 	const char *nv[1] = {ver};
 	const char *sv[1] = {ids};
-	if (run_ok(m->meta, "meta", "SELECT pg_notify('shardq_map', $1)", 1, nv, err) ||
-	    run_ok(m->meta, "meta",
-		   "UPDATE shardq_meta.moves SET step = 'switched', switched_at = now(), "
-		   "updated_at = now() WHERE move_id = $1",
-		   1, sv, err) ||
+	if (run_ok(m->meta, "meta", sq_sql_move_notify_map, 1, nv, err) ||
+	    run_ok(m->meta, "meta", sq_sql_move_record_switched, 1, sv, err) ||
 	    run_ok(m->meta, "meta", "COMMIT", 0, NULL, err))
 		return err->code;
 	snprintf(m->step, sizeof(m->step), "switched");
@@ -838,18 +800,11 @@ static sq_status cleanup(sq_client *c, move *m, const sq_move_opts *o, sq_error 
 	snprintf(ids, sizeof(ids), "%lld", (long long)m->id);
 	snprintf(batch, sizeof(batch), "%d", o->delete_batch > 0 ? o->delete_batch : 10000);
 	snprintf(who, sizeof(who), "shard %s (source)", sid(c, m->from));
-	if (run_ok(m->src, who,
-		   "UPDATE shardq.partition_state SET state = 'gone', epoch = epoch + 1, "
-		   "updated_at = now() WHERE partition = ANY($1::int[]) AND move_id = $2 "
-		   "AND state = 'moving_out'",
-		   2, v, err))
+	if (run_ok(m->src, who, sq_sql_move_gone, 2, v, err))
 		return err->code;
 	/* rows are deleted only where the source shows the partitions gone for
 	 * this very move: never rows of partitions it still owns */
-	PGresult *g = run(m->src, who,
-			  "SELECT count(*) FROM shardq.partition_state WHERE partition = "
-			  "ANY($1::int[]) AND state = 'gone' AND move_id = $2::bigint",
-			  2, v, err);
+	PGresult *g = run(m->src, who, sq_sql_move_gone_count, 2, v, err);
 	if (!g)
 		return err->code;
 	size_t gone = (size_t)atoll(PQgetvalue(g, 0, 0));
@@ -862,7 +817,7 @@ static sq_status cleanup(sq_client *c, move *m, const sq_move_opts *o, sq_error 
 	if (bulk_timeout(c, m->src, who, 0, 1, err))
 		return err->code;
 	for (int first = 1;; first = 0) {
-		PGresult *r = run(m->src, who, DELETE_PART_JOBS("", " LIMIT $2::int"), 2, dv, err);
+		PGresult *r = run(m->src, who, sq_sql_move_delete_jobs_batch, 2, dv, err);
 		if (!r)
 			return err->code;
 		long n = atol(PQcmdTuples(r));
@@ -876,12 +831,8 @@ static sq_status cleanup(sq_client *c, move *m, const sq_move_opts *o, sq_error 
 		return err->code;
 	const char *fv[1] = {ids};
 	if (run_ok(m->meta, "meta", "BEGIN", 0, NULL, err) ||
-	    run_ok(m->meta, "meta",
-		   "UPDATE shardq_meta.moves SET step = 'done', finished_at = now(), error = NULL, "
-		   "updated_at = now() WHERE move_id = $1",
-		   1, fv, err) ||
-	    run_ok(m->meta, "meta", "DELETE FROM shardq_meta.move_lock WHERE move_id = $1", 1, fv,
-		   err) ||
+	    run_ok(m->meta, "meta", sq_sql_move_record_done, 1, fv, err) ||
+	    run_ok(m->meta, "meta", sq_sql_move_unlock, 1, fv, err) ||
 	    run_ok(m->meta, "meta", "COMMIT", 0, NULL, err))
 		return err->code;
 	snprintf(m->step, sizeof(m->step), "done");
@@ -895,10 +846,7 @@ static sq_status cleanup(sq_client *c, move *m, const sq_move_opts *o, sq_error 
 	 * which costs the claims there their per-row test, nothing else; the
 	 * move is done either way. */
 	sq_error ignored;
-	(void)run_ok(m->src, who,
-		     "DELETE FROM shardq.partition_state WHERE partition = ANY($1::int[]) "
-		     "AND state = 'gone' AND move_id = $2::bigint",
-		     2, v, &ignored);
+	(void)run_ok(m->src, who, sq_sql_move_forget_gone, 2, v, &ignored);
 	return SQ_OK;
 }
 
@@ -1085,10 +1033,7 @@ sq_status sq_move_check(sq_client *c, const uint32_t *parts, size_t n, const cha
 	PGresult *r = NULL;
 	/* the meta database: no unfinished move holds any of them */
 	if (!(m.meta = connect_to(c, "meta", sq_config_meta_dsn(c->cfg), err)) ||
-	    !(r = run(m.meta, "meta",
-		      "SELECT count(*), min(move_id) FROM shardq_meta.move_lock "
-		      "WHERE partition = ANY($1::int[])",
-		      1, v, err))) {
+	    !(r = run(m.meta, "meta", sq_sql_move_check_locks, 1, v, err))) {
 		st = err->code;
 		goto out;
 	}
@@ -1112,10 +1057,7 @@ sq_status sq_move_check(sq_client *c, const uint32_t *parts, size_t n, const cha
 	r = NULL;
 	snprintf(who, sizeof(who), "shard %s (destination)", sid(c, dst));
 	if (!(m.dst = connect_to(c, who, c->cfg->shards[dst].dsn, err)) ||
-	    !(r = run(m.dst, who,
-		      "SELECT count(*) FROM shardq.partition_state WHERE partition = "
-		      "ANY($1::int[]) AND state IN ('owned', 'moving_out')",
-		      1, v, err))) {
+	    !(r = run(m.dst, who, sq_sql_move_check_dst_owned, 1, v, err))) {
 		st = err->code;
 		goto out;
 	}
@@ -1192,12 +1134,7 @@ sq_status sq_move_abort(sq_client *c, int64_t id, sq_error *err)
 	if ((st = run_ok(m.dst, who, "BEGIN", 0, NULL, err)) ||
 	    (st = bulk_timeout(c, m.dst, who, 1, 1, err)))
 		goto out;
-	PGresult *r =
-		run(m.dst, who,
-		    "SELECT count(*) FILTER (WHERE state = 'owned' AND move_id = $2::bigint) "
-		    "FROM (SELECT state, move_id FROM shardq.partition_state WHERE partition = "
-		    "ANY($1::int[]) FOR UPDATE) x",
-		    2, v, err);
+	PGresult *r = run(m.dst, who, sq_sql_move_abort_owned, 2, v, err);
 	if (!r) {
 		st = err->code;
 		goto out;
@@ -1212,33 +1149,17 @@ sq_status sq_move_abort(sq_client *c, int64_t id, sq_error *err)
 			(long long)id, sid(c, m.to));
 		goto out;
 	}
-	if ((st = run_ok(m.dst, who,
-			 DELETE_PART_JOBS(" WHERE EXISTS (SELECT 1 FROM shardq.partition_state ps"
-					  " WHERE ps.partition = pj.partition"
-					  " AND ps.state = 'importing' AND ps.move_id = $2)",
-					  ""),
-			 2, v, err)) ||
-	    (st = run_ok(m.dst, who,
-			 "DELETE FROM shardq.partition_state WHERE partition = ANY($1::int[]) AND "
-			 "state = 'importing' AND move_id = $2",
-			 2, v, err)) ||
+	if ((st = run_ok(m.dst, who, sq_sql_move_abort_delete_jobs, 2, v, err)) ||
+	    (st = run_ok(m.dst, who, sq_sql_move_abort_forget, 2, v, err)) ||
 	    (st = run_ok(m.dst, who, "COMMIT", 0, NULL, err)))
 		goto out;
 	snprintf(who, sizeof(who), "shard %s (source)", sid(c, m.from));
-	if ((st = run_ok(m.src, who,
-			 "UPDATE shardq.partition_state SET state = 'owned', epoch = epoch + 1, "
-			 "updated_at = now() WHERE partition = ANY($1::int[]) AND move_id = $2 AND "
-			 "state = 'moving_out'",
-			 2, v, err)))
+	if ((st = run_ok(m.src, who, sq_sql_move_abort_restore, 2, v, err)))
 		goto out;
 	const char *fv[1] = {ids};
 	if ((st = run_ok(m.meta, "meta", "BEGIN", 0, NULL, err)) ||
-	    (st = run_ok(m.meta, "meta",
-			 "UPDATE shardq_meta.moves SET step = 'aborted', finished_at = now(), "
-			 "updated_at = now() WHERE move_id = $1",
-			 1, fv, err)) ||
-	    (st = run_ok(m.meta, "meta", "DELETE FROM shardq_meta.move_lock WHERE move_id = $1", 1,
-			 fv, err)) ||
+	    (st = run_ok(m.meta, "meta", sq_sql_move_record_aborted, 1, fv, err)) ||
+	    (st = run_ok(m.meta, "meta", sq_sql_move_unlock, 1, fv, err)) ||
 	    (st = run_ok(m.meta, "meta", "COMMIT", 0, NULL, err)))
 		goto out;
 out:
@@ -1257,16 +1178,7 @@ sq_status sq_moves_list(sq_client *c, int all, sq_move_info **out, size_t *n, sq
 	*n = 0;
 	if (!meta)
 		return err->code;
-	r = run(meta, "meta",
-		all ? "SELECT move_id, from_shard, to_shard, cardinality(partitions), step, "
-		      "coalesce(rows_copied, -1), coalesce(stall_ms, 0), "
-		      "extract(epoch from coalesce(finished_at, now()) - started_at) * 1000, "
-		      "coalesce(error, '') FROM shardq_meta.moves ORDER BY move_id"
-		    : "SELECT move_id, from_shard, to_shard, cardinality(partitions), step, "
-		      "coalesce(rows_copied, -1), coalesce(stall_ms, 0), "
-		      "extract(epoch from now() - started_at) * 1000, coalesce(error, '') "
-		      "FROM shardq_meta.moves WHERE finished_at IS NULL ORDER BY move_id",
-		0, NULL, err);
+	r = run(meta, "meta", all ? sq_sql_moves_list_all : sq_sql_moves_list_open, 0, NULL, err);
 	if (!r) {
 		PQfinish(meta);
 		return err->code;

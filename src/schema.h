@@ -2,7 +2,10 @@
 #ifndef SQ_SCHEMA_H
 #define SQ_SCHEMA_H
 
-/* The advisory-lock keys (two int4) of the partition gate and of init. */
+/* The advisory-lock keys (two int4) of the partition gate and of init.
+ * The statements under sql/queries/ spell these numbers out (gate_shared,
+ * move_gate_exclusive, move_lock, limit_lock, maintain_lock): change them
+ * together. */
 #define SQ_GATE_KEY "1397837137, 1"
 #define SQ_INIT_KEY "1397837137, 2"
 /* History maintenance (sq_maintain): one runner per shard, session level. */

@@ -1,0 +1,41 @@
+-- client.sql: what every client's pipeline puts around its statements on a
+-- shard (src/client.c), and the client's own questions to the meta
+-- database and the shards.
+
+-- name: gate_shared
+-- The partition gate (1397837137, 1; SQ_GATE_KEY in src/schema.h), taken
+-- shared for the transaction by every write that names partitions, in a
+-- statement of its own before it checks the partitions' state: the
+-- statement after it takes its snapshot with the gate held, and the mover
+-- takes it exclusive to change that state.
+SELECT pg_advisory_xact_lock_shared(1397837137, 1)
+
+-- name: check_owned
+-- Fails the transaction (SQLSTATEs the client reads as "moving" or
+-- "moved") unless this shard owns every partition given.
+-- $1 int[]    the partitions
+-- Index: partition_state_pkey per partition (in shardq.check_owned).
+SELECT shardq.check_owned($1::int[])
+
+-- name: plans_generic
+-- The rest of the transaction runs its prepared statements in the plan made
+-- once per session (why: SQ_GENERIC_PLAN_ROWS in src/client.h).
+SELECT set_config('plan_cache_mode', 'force_generic_plan', true)
+
+-- name: plans_auto
+-- The rest of the transaction plans as PostgreSQL chooses.
+SELECT set_config('plan_cache_mode', 'auto', true)
+
+-- name: partition_map
+-- The whole map, from the meta database, in partition order.
+SELECT m.partition, m.shard_id FROM shardq_meta.partition_map m ORDER BY m.partition
+
+-- name: shard_schema_version
+-- The shard's schema version (0: none applied).
+SELECT coalesce(max(version), 0) FROM shardq.schema_version
+
+-- name: id_blocks
+-- $1 blocks of job ids from the meta database's sequence; the client uses
+-- them as one range when they come out consecutive.
+-- $1 int      how many blocks
+SELECT nextval('shardq_meta.id_block') FROM generate_series(1, $1::int)

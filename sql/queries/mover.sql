@@ -1,0 +1,292 @@
+-- mover.sql: the steps of an online partition move (src/mover.c; design
+-- section 6): plan, prepare, freeze, drain, copy and take ownership,
+-- switch, clean up, and abort. They run on the mover's own plain
+-- connections, one at a time, mostly in explicit transactions the C code
+-- opens and commits. Every step is recorded in shardq_meta.moves.
+--
+-- The move's partitions are $1, an int[] (the C code's literal of its own
+-- integers), and the move's id $2 where a shard statement needs it.
+--
+-- A partition's jobs are read in two arms: jobs_partition leaves out the
+-- jobs in flight (shard schema 6: a claim then adds one index entry
+-- fewer), so those are found through jobs_lease, whose predicate is
+-- theirs; the two arms together are every job. Each arm repeats its
+-- index's predicate so that the planner can use it.
+
+-- name: move_record_step
+-- The move's step. $1 bigint move id, $2 text the step.
+-- Index: moves_pkey.
+UPDATE shardq_meta.moves SET step = $2, updated_at = now() WHERE move_id = $1
+
+-- name: move_record_frozen
+-- The step `frozen` and the write stall the freeze caused.
+-- $1 bigint move id, $2 text the step, $3 float8 the stall in ms.
+UPDATE shardq_meta.moves SET step = $2, updated_at = now(), stall_ms = $3 WHERE move_id = $1
+
+-- name: move_record_copied
+-- The step `copied` and the rows the destination took.
+-- $1 bigint move id, $2 text the step, $3 bigint the rows.
+UPDATE shardq_meta.moves SET step = $2, updated_at = now(), rows_copied = $3 WHERE move_id = $1
+
+-- name: move_record_error
+-- The error that stopped the move (kept until it is resumed and done).
+-- $1 bigint move id, $2 text the message.
+UPDATE shardq_meta.moves SET error = left($2, 1000), updated_at = now() WHERE move_id = $1
+
+-- name: move_load
+-- A move's row. $1 bigint move id.
+SELECT array_to_string(partitions, ','), from_shard, to_shard, step,
+       coalesce(rows_copied, -1), coalesce(stall_ms, 0)
+  FROM shardq_meta.moves WHERE move_id = $1
+
+-- name: move_lock
+-- One driver per move: a session advisory lock (1397837138, move id; see
+-- SQ_MOVE_KEY in src/schema.h) on the mover's meta connection, held until
+-- the connection closes. $1 int move id. Returns whether it was taken.
+SELECT pg_try_advisory_lock(1397837138, $1::int)
+
+-- name: move_plan_on_source
+-- How many of the partitions the map places on the source.
+-- $1 int[] partitions, $2 text the source shard.
+SELECT count(*) FROM shardq_meta.partition_map
+ WHERE partition = ANY($1::int[]) AND shard_id = $2
+
+-- name: move_plan_insert
+-- A new move. $1 int[] partitions, $2 text source, $3 text destination.
+-- Returns its id.
+INSERT INTO shardq_meta.moves (partitions, from_shard, to_shard, step)
+VALUES ($1::int[], $2, $3, 'planned') RETURNING move_id
+
+-- name: move_plan_lock_parts
+-- The partitions locked to the move; one already locked to another is not
+-- returned. $1 int[] partitions, $2 bigint move id.
+INSERT INTO shardq_meta.move_lock (partition, move_id)
+SELECT p, $2 FROM unnest($1::int[]) p ON CONFLICT (partition) DO NOTHING
+RETURNING partition
+
+-- name: move_prepare_owned
+-- On the destination, its rows of the partitions locked: how many it
+-- already owns (or is moving out). $1 int[] partitions.
+SELECT count(*) FILTER (WHERE state IN ('owned', 'moving_out'))
+  FROM (SELECT state FROM shardq.partition_state
+         WHERE partition = ANY($1::int[]) FOR UPDATE) x
+
+-- name: move_delete_jobs
+-- Every job of the partitions (on the destination: what an aborted
+-- attempt left). $1 int[] partitions.
+-- Indexes: jobs_partition and jobs_lease.
+DELETE FROM shardq.jobs WHERE ctid = ANY(ARRAY(
+  SELECT ctid FROM
+    (SELECT ctid, partition FROM shardq.jobs WHERE partition = ANY($1::int[])
+        AND status <> 'starting' AND status <> 'running'
+     UNION ALL SELECT ctid, partition FROM shardq.jobs WHERE partition = ANY($1::int[])
+        AND status IN ('starting', 'running')) pj))
+
+-- name: move_prepare_importing
+-- The destination marks the partitions importing for this move.
+-- $1 int[] partitions, $2 bigint move id.
+INSERT INTO shardq.partition_state (partition, state, move_id)
+SELECT p, 'importing', $2 FROM unnest($1::int[]) p
+ON CONFLICT (partition) DO UPDATE SET state = 'importing', move_id = $2,
+  epoch = shardq.partition_state.epoch + 1, updated_at = now()
+
+-- name: move_gate_exclusive
+-- The partition gate (1397837137, 1; SQ_GATE_KEY in src/schema.h),
+-- exclusive: waits for every write in flight on the shard (they hold it
+-- shared) and holds new ones until the transaction ends.
+SELECT pg_advisory_xact_lock(1397837137, 1)
+
+-- name: move_freeze_owned
+-- On the source, under the exclusive gate: how many of the partitions it
+-- owns, or froze for this move already. $1 int[] partitions, $2 bigint
+-- move id.
+SELECT count(*) FILTER (WHERE state = 'owned' OR (state = 'moving_out' AND move_id = $2::bigint))
+  FROM shardq.partition_state WHERE partition = ANY($1::int[])
+
+-- name: move_freeze
+-- The source marks the partitions moving_out (writers hear "moving").
+-- $1 int[] partitions, $2 bigint move id.
+UPDATE shardq.partition_state SET state = 'moving_out', move_id = $2,
+       epoch = epoch + 1, updated_at = now()
+ WHERE partition = ANY($1::int[]) AND state = 'owned'
+
+-- name: move_copied_before
+-- On the destination: how many of the partitions this move owns already
+-- (a mover killed after the copy's commit, before recording it).
+-- $1 int[] partitions, $2 bigint move id.
+SELECT count(*) FROM shardq.partition_state WHERE partition = ANY($1::int[])
+   AND state = 'owned' AND move_id = $2::bigint
+
+-- name: move_count_jobs
+-- How many jobs the partitions hold. $1 int[] partitions.
+-- Indexes: jobs_partition and jobs_lease.
+SELECT count(*) FROM
+  (SELECT 1 FROM shardq.jobs WHERE partition = ANY($1::int[])
+      AND status <> 'starting' AND status <> 'running'
+   UNION ALL SELECT 1 FROM shardq.jobs WHERE partition = ANY($1::int[])
+      AND status IN ('starting', 'running')) pj
+
+-- name: move_copy_importing
+-- On the destination, the partitions locked: how many it imports for this
+-- move. $1 int[] partitions, $2 bigint move id.
+SELECT count(*) FROM (SELECT 1 FROM shardq.partition_state
+                       WHERE partition = ANY($1::int[]) AND state = 'importing'
+                         AND move_id = $2::bigint FOR UPDATE) x
+
+-- name: move_copy_in
+-- The destination's end of the copy, every column of shardq.jobs in the
+-- order of move_copy_out.
+COPY shardq.jobs (id, partition, task, status, priority, schedule_time, delay_tolerance_time,
+  expected_status_change_time, attempt, max_attempts, worker, active_uid,
+  dedup_policy, params, rerun_params, last_error, created_at, updated_at, attempt_base)
+FROM STDIN (FORMAT binary)
+
+-- name: move_copy_out
+-- The source's end of the copy. COPY takes no parameters: the C code puts
+-- the partitions' int[] literal (its own integers) in place of $1.
+-- Indexes: jobs_partition and jobs_lease.
+COPY (SELECT id, partition, task, status, priority, schedule_time, delay_tolerance_time,
+        expected_status_change_time, attempt, max_attempts, worker, active_uid,
+        dedup_policy, params, rerun_params, last_error, created_at, updated_at, attempt_base
+  FROM
+  (SELECT id, partition, task, status, priority, schedule_time, delay_tolerance_time,
+          expected_status_change_time, attempt, max_attempts, worker, active_uid,
+          dedup_policy, params, rerun_params, last_error, created_at, updated_at, attempt_base
+     FROM shardq.jobs WHERE partition = ANY($1::int[])
+      AND status <> 'starting' AND status <> 'running'
+   UNION ALL
+   SELECT id, partition, task, status, priority, schedule_time, delay_tolerance_time,
+          expected_status_change_time, attempt, max_attempts, worker, active_uid,
+          dedup_policy, params, rerun_params, last_error, created_at, updated_at, attempt_base
+     FROM shardq.jobs WHERE partition = ANY($1::int[])
+      AND status IN ('starting', 'running')) pj) TO STDOUT (FORMAT binary)
+
+-- name: move_own
+-- The destination owns the partitions; its commit is the move's point of
+-- no return. $1 int[] partitions, $2 bigint move id.
+UPDATE shardq.partition_state SET state = 'owned', epoch = epoch + 1, updated_at = now()
+ WHERE partition = ANY($1::int[]) AND move_id = $2
+
+-- name: move_switch_map
+-- The meta map follows. $1 int[] partitions, $2 text the destination.
+UPDATE shardq_meta.partition_map SET shard_id = $2 WHERE partition = ANY($1::int[])
+
+-- name: move_bump_map_version
+-- A new map version, which clients poll. Returns it.
+UPDATE shardq_meta.cluster SET map_version = map_version + 1 RETURNING map_version
+
+-- name: move_notify_map
+-- Tells the clients that LISTEN of the new map. $1 text its version.
+SELECT pg_notify('shardq_map', $1)
+
+-- name: move_record_switched
+-- $1 bigint move id.
+UPDATE shardq_meta.moves SET step = 'switched', switched_at = now(), updated_at = now()
+ WHERE move_id = $1
+
+-- name: move_gone
+-- The source marks the partitions gone (writers hear "moved").
+-- $1 int[] partitions, $2 bigint move id.
+UPDATE shardq.partition_state SET state = 'gone', epoch = epoch + 1, updated_at = now()
+ WHERE partition = ANY($1::int[]) AND move_id = $2 AND state = 'moving_out'
+
+-- name: move_gone_count
+-- How many of the partitions the source shows gone for this very move:
+-- rows are deleted only then, never rows of partitions it still owns.
+-- $1 int[] partitions, $2 bigint move id.
+SELECT count(*) FROM shardq.partition_state WHERE partition = ANY($1::int[])
+   AND state = 'gone' AND move_id = $2::bigint
+
+-- name: move_delete_jobs_batch
+-- At most $2 jobs of the partitions, deleted on the source in batches so
+-- that no one statement runs long. $1 int[] partitions, $2 int the batch.
+-- Indexes: jobs_partition and jobs_lease.
+DELETE FROM shardq.jobs WHERE ctid = ANY(ARRAY(
+  SELECT ctid FROM
+    (SELECT ctid, partition FROM shardq.jobs WHERE partition = ANY($1::int[])
+        AND status <> 'starting' AND status <> 'running'
+     UNION ALL SELECT ctid, partition FROM shardq.jobs WHERE partition = ANY($1::int[])
+        AND status IN ('starting', 'running')) pj LIMIT $2::int))
+
+-- name: move_record_done
+-- $1 bigint move id.
+UPDATE shardq_meta.moves SET step = 'done', finished_at = now(), error = NULL,
+       updated_at = now()
+ WHERE move_id = $1
+
+-- name: move_unlock
+-- The move's partitions are free for another move. $1 bigint move id.
+DELETE FROM shardq_meta.move_lock WHERE move_id = $1
+
+-- name: move_forget_gone
+-- The source forgets the partitions once the move is done: to a writer a
+-- partition it does not know is "moved", as a gone one is, and a shard
+-- whose partitions are all owned has the claim's test of them once per
+-- statement instead of once per row (claim.sql, claim_body).
+-- $1 int[] partitions, $2 bigint move id.
+DELETE FROM shardq.partition_state WHERE partition = ANY($1::int[])
+   AND state = 'gone' AND move_id = $2::bigint
+
+-- name: move_check_locks
+-- How many of the partitions an unfinished move holds, and the first such
+-- move. $1 int[] partitions.
+SELECT count(*), min(move_id) FROM shardq_meta.move_lock WHERE partition = ANY($1::int[])
+
+-- name: move_check_dst_owned
+-- How many of the partitions the destination owns or moves out already.
+-- $1 int[] partitions.
+SELECT count(*) FROM shardq.partition_state WHERE partition = ANY($1::int[])
+   AND state IN ('owned', 'moving_out')
+
+-- name: move_abort_owned
+-- On the destination, the partitions locked: how many this move owns (its
+-- copy committed: it cannot be aborted). $1 int[] partitions, $2 bigint
+-- move id.
+SELECT count(*) FILTER (WHERE state = 'owned' AND move_id = $2::bigint)
+  FROM (SELECT state, move_id FROM shardq.partition_state
+         WHERE partition = ANY($1::int[]) FOR UPDATE) x
+
+-- name: move_abort_delete_jobs
+-- The destination's jobs of the partitions it imports for this move.
+-- $1 int[] partitions, $2 bigint move id.
+DELETE FROM shardq.jobs WHERE ctid = ANY(ARRAY(
+  SELECT ctid FROM
+    (SELECT ctid, partition FROM shardq.jobs WHERE partition = ANY($1::int[])
+        AND status <> 'starting' AND status <> 'running'
+     UNION ALL SELECT ctid, partition FROM shardq.jobs WHERE partition = ANY($1::int[])
+        AND status IN ('starting', 'running')) pj
+   WHERE EXISTS (SELECT 1 FROM shardq.partition_state ps
+                  WHERE ps.partition = pj.partition
+                    AND ps.state = 'importing' AND ps.move_id = $2)))
+
+-- name: move_abort_forget
+-- The destination forgets the partitions it imported for this move.
+-- $1 int[] partitions, $2 bigint move id.
+DELETE FROM shardq.partition_state WHERE partition = ANY($1::int[])
+   AND state = 'importing' AND move_id = $2
+
+-- name: move_abort_restore
+-- The source owns the partitions it froze for this move again.
+-- $1 int[] partitions, $2 bigint move id.
+UPDATE shardq.partition_state SET state = 'owned', epoch = epoch + 1, updated_at = now()
+ WHERE partition = ANY($1::int[]) AND move_id = $2 AND state = 'moving_out'
+
+-- name: move_record_aborted
+-- $1 bigint move id.
+UPDATE shardq_meta.moves SET step = 'aborted', finished_at = now(), updated_at = now()
+ WHERE move_id = $1
+
+-- name: moves_list_all
+-- Every move, with its elapsed time in ms.
+SELECT move_id, from_shard, to_shard, cardinality(partitions), step,
+       coalesce(rows_copied, -1), coalesce(stall_ms, 0),
+       extract(epoch from coalesce(finished_at, now()) - started_at) * 1000,
+       coalesce(error, '')
+  FROM shardq_meta.moves ORDER BY move_id
+
+-- name: moves_list_open
+-- The unfinished moves, with their elapsed time in ms.
+SELECT move_id, from_shard, to_shard, cardinality(partitions), step,
+       coalesce(rows_copied, -1), coalesce(stall_ms, 0),
+       extract(epoch from now() - started_at) * 1000, coalesce(error, '')
+  FROM shardq_meta.moves WHERE finished_at IS NULL ORDER BY move_id
