@@ -9,83 +9,16 @@
  * as PostgreSQL returned them, never parsed again. */
 #include "client.h"
 #include "daemon.h"
+#include "log.h"
 #include "json.h"
 
 #include <errno.h>
 #include <jansson.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define MAX_BATCH 10000
-
-void sqd_error(sqd_task *t, int status, const char *code, const char *fmt, ...)
-{
-	char msg[1200];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	t->status = status;
-	sq_buf_reset(&t->resp);
-	sq_buf_puts(&t->resp, "{\"error\":{\"code\":");
-	sq_json_put_string(&t->resp, code);
-	sq_buf_puts(&t->resp, ",\"message\":");
-	sq_json_put_string(&t->resp, msg);
-	sq_buf_puts(&t->resp, "}}");
-}
-
-void sqd_task_add_ref(sqd_task *t, int64_t id, int32_t attempt)
-{
-	if (t->nrefs == t->refcap) {
-		size_t cap = t->refcap ? t->refcap * 2 : 16;
-		sq_job_ref *v = realloc(t->refs, cap * sizeof(*v));
-		if (!v)
-			return;
-		t->refs = v;
-		t->refcap = cap;
-	}
-	t->refs[t->nrefs].id = id;
-	t->refs[t->nrefs].attempt = attempt;
-	t->nrefs++;
-}
-
-static void put_ms(sq_buf *b, const char *name, int64_t us)
-{
-	if (us)
-		sq_buf_printf(b, ",\"%s\":%lld", name, (long long)(us / 1000));
-	else
-		sq_buf_printf(b, ",\"%s\":null", name);
-}
-
-void sqd_put_job(sq_buf *b, const sq_config *cfg, const sq_job *j)
-{
-	sq_buf_printf(b, "{\"id\":%lld,\"attempt\":%d,\"worker\":", (long long)j->id, j->attempt);
-	if (j->worker)
-		sq_json_put_string(b, j->worker);
-	else
-		sq_buf_puts(b, "null");
-	sq_buf_puts(b, ",\"type\":");
-	sq_json_put_string(b, j->type ? j->type : "");
-	sq_buf_puts(b, ",\"key\":");
-	if (j->key)
-		sq_json_put_string(b, j->key);
-	else
-		sq_buf_puts(b, "null");
-	sq_buf_puts(b, ",\"params\":");
-	sq_buf_puts(b, j->params && *j->params ? j->params : "{}");
-	sq_buf_printf(b, ",\"status\":\"%s\",\"priority\":%d,\"tries\":%d,\"max_attempts\":%d",
-		      sq_job_status_name(j->status), j->priority, j->tries, j->max_attempts);
-	sq_buf_puts(b, ",\"shard\":");
-	const char *sid = sq_config_shard_id(cfg, j->shard);
-	sq_json_put_string(b, sid ? sid : "");
-	put_ms(b, "schedule_ms", j->schedule_time_us);
-	put_ms(b, "delay_tolerance_ms", j->delay_tolerance_time_us);
-	put_ms(b, "lease_until_ms", j->lease_until_us);
-	put_ms(b, "created_ms", j->created_us);
-	sq_buf_putc(b, '}');
-}
 
 /* 503 for what a shard's failure means to a client; else 500. */
 static void fail_status(sqd_task *t, sq_status st, const sq_error *err)

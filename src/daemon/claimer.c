@@ -10,6 +10,8 @@
  * meanwhile) are released at once. */
 #include "client.h"
 #include "daemon.h"
+#include "clock.h"
+#include "log.h"
 #include "failpoint.h"
 
 #include <errno.h>
@@ -61,7 +63,7 @@ static void listen_open(int s, double wait_s)
 	sq_listener *l = &C.listen[s];
 	sq_pgconn_set_connect_wait(&l->pc, wait_s);
 	if (sq_listener_connect(l, "shardq_jobs", &e) != SQ_OK && !sq_pgconn_connecting(&l->pc))
-		C.listen_retry[s] = sqd_now() + 5;
+		C.listen_retry[s] = sq_mono_s() + 5;
 	sq_pgconn_set_connect_wait(&l->pc, SQ_LOOP_CONNECT_WAIT_S);
 }
 
@@ -164,7 +166,7 @@ static void tick(sqd *d, sq_client *c)
 	atomic_fetch_add(&d->m.jobs_claimed, njobs);
 	if (st != SQ_OK) {
 		atomic_fetch_add(&d->m.claim_errors, 1);
-		double now = sqd_now();
+		double now = sq_mono_s();
 		if (now - C.last_log > 5) {
 			sqd_log("claim: %s", err.msg);
 			C.last_log = now;
@@ -221,7 +223,7 @@ static void tick(sqd *d, sq_client *c)
 	sq_failpoint("sqd_dealt");
 	/* answer the claims that got jobs, and on a failure those that cannot
 	 * wait */
-	double now = sqd_now();
+	double now = sq_mono_s();
 	prev = NULL;
 	for (t = C.head; t; t = next) {
 		next = t->next;
@@ -276,10 +278,10 @@ static void *claimer_main(void *arg)
 			if (stopping == 2)
 				break;
 		}
-		double now = sqd_now();
+		double now = sq_mono_s();
 		if (C.head && (fresh || now >= next_poll)) {
 			tick(d, c);
-			now = sqd_now();
+			now = sq_mono_s();
 			next_poll = now + d->cfg->daemon.claim_poll_ms / 1000.0;
 		}
 		/* answer the waits that ran out */
@@ -367,7 +369,7 @@ static void *claimer_main(void *arg)
 				sq_listener_drop(&C.listen[s]);
 				/* a LISTEN the server refused: logged, and not
 				 * tried again at once */
-				C.listen_retry[s] = sqd_now() + (n == -2 ? 5 : 1);
+				C.listen_retry[s] = sq_mono_s() + (n == -2 ? 5 : 1);
 				if (n == -2)
 					sqd_log("claimer: %s", why);
 				continue;

@@ -3,6 +3,7 @@
  * so a scrape costs no query however many jobs there are. */
 #include "daemon.h"
 
+#include "clock.h"
 #include "json.h"
 
 #include <stdio.h>
@@ -145,7 +146,7 @@ void sqd_metrics_write(sqd *d, sq_buf *b)
 void sqd_rates_sample(sqd *d)
 {
 	sqd_rates *r = &d->rates;
-	double now = sqd_now();
+	double now = sq_mono_s();
 	unsigned long long cur[RATE_KINDS] = {
 		atomic_load(&d->m.jobs_enqueued), atomic_load(&d->m.jobs_claimed),
 		atomic_load(&d->m.jobs_completed), atomic_load(&d->m.jobs_failed)};

@@ -1,6 +1,8 @@
 /* server.c - shardqd's main thread: the HTTP server, connection limits,
  * auth, routing, the request threads and the process (docs/http.md). */
 #include "daemon.h"
+#include "log.h"
+#include "clock.h"
 #include "client.h"
 #include "error.h"
 #include "maintain.h"
@@ -16,7 +18,6 @@
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,27 +26,6 @@
 #include <unistd.h>
 
 /* ---- small things ------------------------------------------------------- */
-
-double sqd_now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
-void sqd_log(const char *fmt, ...)
-{
-	char line[1200];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(line, sizeof(line), fmt, ap);
-	va_end(ap);
-	/* one line per problem: a library message may hold newlines */
-	for (char *p = line; *p; p++)
-		if (*p == '\n')
-			*p = ' ';
-	fprintf(stderr, "shardqd: %s\n", line);
-}
 
 static void maint_log(const char *line, void *arg)
 {
@@ -167,12 +147,12 @@ static struct bufferevent *on_new_conn(struct event_base *base, void *arg)
 	bufferevent_incref(bev);
 	c->bev = bev;
 	c->fd = -1;
-	c->deadline = sqd_now() + d->cfg->daemon.request_timeout_ms / 1000.0;
+	c->deadline = sq_mono_s() + d->cfg->daemon.request_timeout_ms / 1000.0;
 	if (S.nconns >= d->cfg->daemon.max_connections || atomic_load(&d->stopping)) {
 		/* its request, if it comes within a second, gets 503 and the
 		 * connection closes; else the sweep shuts it */
 		c->over = 1;
-		c->deadline = sqd_now() + 1;
+		c->deadline = sq_mono_s() + 1;
 	}
 	c->next = S.conns;
 	if (S.conns)
@@ -229,7 +209,7 @@ static int same_peer(const sqd_conn *c)
 static void on_sweep(evutil_socket_t fd, short what, void *arg)
 {
 	sqd *d = arg;
-	double now = sqd_now();
+	double now = sq_mono_s();
 	if (now - d->rates.last_t >= 1)
 		sqd_rates_sample(d);
 	sqd_conn *next;
@@ -272,18 +252,6 @@ static const char *reason_of(int status)
 	case 503: return "Service Unavailable";
 	default: return "";
 	}
-}
-
-static void task_free(sqd_task *t)
-{
-	if (t->claim) {
-		sq_buf_free(&t->claim->jobs);
-		free(t->claim);
-	}
-	free(t->body);
-	free(t->refs);
-	sq_buf_free(&t->resp);
-	free(t);
 }
 
 /* libevent reads nothing from a connection while its request is being
@@ -334,7 +302,7 @@ static void reply(sqd *d, sqd_task *t)
 	if (c) {
 		c->task = NULL;
 		if (!c->over)
-			c->deadline = sqd_now() + d->cfg->daemon.request_timeout_ms / 1000.0;
+			c->deadline = sq_mono_s() + d->cfg->daemon.request_timeout_ms / 1000.0;
 	}
 	if (t->resp.oom) {
 		/* a cut answer would read as a whole one */
@@ -348,7 +316,7 @@ static void reply(sqd *d, sqd_task *t)
 		t->status = 500;
 		t->text = t->html = 0;
 	}
-	sqd_observe(d, t->route, t->status, sqd_now() - t->t0);
+	sqd_observe(d, t->route, t->status, sq_mono_s() - t->t0);
 	struct evkeyvalq *h = evhttp_request_get_output_headers(req);
 	evhttp_add_header(h, "Content-Type",
 			  t->text   ? "text/plain; version=0.0.4; charset=utf-8"
@@ -377,21 +345,8 @@ static void reply(sqd *d, sqd_task *t)
 	evhttp_send_reply(req, t->status, reason_of(t->status), out);
 	if (out)
 		evbuffer_free(out);
-	task_free(t);
+	sqd_task_free(t);
 	atomic_fetch_sub(&d->inflight, 1);
-}
-
-void sqd_done(sqd *d, sqd_task *t)
-{
-	pthread_mutex_lock(&d->done_mu);
-	t->next = NULL;
-	if (d->done_tail)
-		d->done_tail->next = t;
-	else
-		d->done_head = t;
-	d->done_tail = t;
-	pthread_mutex_unlock(&d->done_mu);
-	event_active(d->done_ev, EV_READ, 0);
 }
 
 static void maybe_exit(sqd *d);
@@ -418,7 +373,7 @@ static void on_done(evutil_socket_t fd, short what, void *arg)
 	while (t) {
 		sqd_task *next = t->next;
 		if (!t->req) { /* internal */
-			task_free(t);
+			sqd_task_free(t);
 			atomic_fetch_sub(&d->inflight, 1);
 		} else {
 			int gone = atomic_load(&t->gone) ||
@@ -434,7 +389,7 @@ static void on_done(evutil_socket_t fd, short what, void *arg)
 					r->nrefs = t->nrefs;
 					t->refs = NULL;
 					t->nrefs = 0;
-					r->t0 = sqd_now();
+					r->t0 = sq_mono_s();
 					atomic_fetch_add(&d->inflight, 1);
 					sqd_submit(d, r);
 				}
@@ -451,21 +406,6 @@ static void on_done(evutil_socket_t fd, short what, void *arg)
 }
 
 /* ---- request threads ---------------------------------------------------- */
-
-void sqd_submit(sqd *d, sqd_task *t)
-{
-	pthread_mutex_lock(&d->work.mu);
-	t->next = NULL;
-	if (d->work.tail)
-		d->work.tail->next = t;
-	else
-		d->work.head = t;
-	d->work.tail = t;
-	d->work.n++;
-	atomic_store(&d->m.queue_len, d->work.n);
-	pthread_cond_signal(&d->work.cv);
-	pthread_mutex_unlock(&d->work.mu);
-}
 
 typedef struct thread_arg {
 	sqd *d;
@@ -673,7 +613,7 @@ static void on_request(struct evhttp_request *req, void *arg)
 	}
 	t->req = req;
 	t->fd = -1;
-	t->t0 = sqd_now();
+	t->t0 = sq_mono_s();
 	t->status = 200;
 	atomic_fetch_add(&d->inflight, 1);
 	/* (a request libevent refuses itself, over max_body or max_headers or
