@@ -7,10 +7,10 @@
  * keeps), so it is walked with the library's own validating scanner.
  * Replies are written straight into a buffer: a job's params are spliced in
  * as PostgreSQL returned them, never parsed again. */
-#include "client.h"
 #include "daemon.h"
 #include "log.h"
 #include "json.h"
+#include "router_internal.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -727,7 +727,7 @@ static void do_get_job(sqd *d, sq_client *c, sqd_task *t)
 /* Partitions per shard in the client's map (calloc'd, one per shard). */
 static int64_t *map_counts(sqd *d, sq_client *c)
 {
-	int ns = d->cfg->nshards;
+	int ns = sq_config_shard_count(d->cfg);
 	int64_t *count = calloc((size_t)ns, sizeof(*count));
 	for (uint32_t p = 0; count && p < sq_config_partitions(d->cfg); p++) {
 		int sh = sq_client_shard_of_partition(c, p);
@@ -744,10 +744,10 @@ static void put_stats(sqd *d, sq_buf *b, const sq_stats *s, const int64_t *map_c
 	sq_buf_puts(b, "\"shards\":[");
 	for (int i = 0; i < s->nshards; i++) {
 		sq_buf_printf(b, "%s{\"id\":", i ? "," : "");
-		sq_json_put_string(b, d->cfg->shards[i].id);
+		sq_json_put_string(b, sq_config_shard_id(d->cfg, i));
 		sq_buf_printf(b,
 			      ",\"weight\":%g,\"partitions_owned\":%lld,\"partitions_moving\":%lld",
-			      d->cfg->shards[i].weight, (long long)s->partitions_owned[i],
+			      sq_config_shard_weight(d->cfg, i), (long long)s->partitions_owned[i],
 			      (long long)s->partitions_moving[i]);
 		if (map_count)
 			sq_buf_printf(b, ",\"partitions\":%lld", (long long)map_count[i]);
@@ -762,7 +762,7 @@ static void put_stats(sqd *d, sq_buf *b, const sq_stats *s, const int64_t *map_c
 	for (size_t i = 0; i < s->nrows; i++) {
 		const sq_stats_row *r = &s->rows[i];
 		sq_buf_printf(b, "%s{\"shard\":", i ? "," : "");
-		sq_json_put_string(b, d->cfg->shards[r->shard].id);
+		sq_json_put_string(b, sq_config_shard_id(d->cfg, r->shard));
 		sq_buf_puts(b, ",\"type\":");
 		sq_json_put_string(b, r->type);
 		sq_buf_printf(
@@ -853,7 +853,7 @@ static void do_overview(sqd *d, sq_client *c, sqd_task *t)
 				      (long long)f[i].id);
 			sq_json_put_string(b, f[i].type);
 			sq_buf_puts(b, ",\"shard\":");
-			sq_json_put_string(b, d->cfg->shards[f[i].shard].id);
+			sq_json_put_string(b, sq_config_shard_id(d->cfg, f[i].shard));
 			sq_buf_printf(b, ",\"tries\":%d,\"failed_ms\":%lld,\"last_error\":",
 				      f[i].tries, (long long)(f[i].failed_us / 1000));
 			sq_json_put_string(b, f[i].last_error);
@@ -883,7 +883,7 @@ static void do_map(sqd *d, sq_client *c, sqd_task *t)
 		return;
 	}
 	uint32_t np = sq_config_partitions(d->cfg);
-	int ns = d->cfg->nshards;
+	int ns = sq_config_shard_count(d->cfg);
 	int64_t *count = map_counts(d, c);
 	if (!count) {
 		sqd_error(t, 500, "internal", "out of memory");
@@ -895,9 +895,9 @@ static void do_map(sqd *d, sq_client *c, sqd_task *t)
 		      (long long)sq_client_map_version(c), np);
 	for (int s = 0; s < ns; s++) {
 		sq_buf_printf(b, "%s{\"id\":", s ? "," : "");
-		sq_json_put_string(b, d->cfg->shards[s].id);
-		sq_buf_printf(b, ",\"weight\":%g,\"partitions\":%lld}", d->cfg->shards[s].weight,
-			      (long long)count[s]);
+		sq_json_put_string(b, sq_config_shard_id(d->cfg, s));
+		sq_buf_printf(b, ",\"weight\":%g,\"partitions\":%lld}",
+			      sq_config_shard_weight(d->cfg, s), (long long)count[s]);
 	}
 	sq_buf_puts(b, "]}");
 	free(count);
@@ -999,9 +999,10 @@ int sqd_claim_parse(sqd *d, sqd_task *t)
 	for (size_t i = 0; i < n; i++) {
 		json_t *e = json_array_get(types, i);
 		json_t *ty = json_object_get(e, "type"), *lim = json_object_get(e, "limit");
-		const sq_type_conf *tc =
-			json_is_string(ty) ? sq_config_type(d->cfg, json_string_value(ty)) : NULL;
-		if (!tc) {
+		const char *type = json_is_string(ty)
+					   ? sq_config_type_lookup(d->cfg, json_string_value(ty))
+					   : NULL;
+		if (!type) {
 			sqd_error(t, 400, "bad_request",
 				  "types[%zu]: %s; the types are the [type NAME] sections of the "
 				  "daemon's config",
@@ -1016,15 +1017,15 @@ int sqd_claim_parse(sqd *d, sqd_task *t)
 			goto out;
 		}
 		for (int k = 0; k < cl->ntypes; k++)
-			if (cl->types[k].t == tc) {
+			if (cl->types[k].type == type) {
 				sqd_error(
 					t, 400, "bad_request",
 					"types[%zu]: type '%s' is listed twice; give it once with "
 					"the sum of the limits",
-					i, tc->name);
+					i, type);
 				goto out;
 			}
-		cl->types[cl->ntypes].t = tc;
+		cl->types[cl->ntypes].type = type;
 		cl->types[cl->ntypes].limit = (int32_t)json_integer_value(lim);
 		cl->ntypes++;
 	}
@@ -1036,8 +1037,8 @@ int sqd_claim_parse(sqd *d, sqd_task *t)
 			goto out;
 		}
 		wait_ms = json_integer_value(wait);
-		if (wait_ms > d->cfg->daemon.claim_wait_max_ms)
-			wait_ms = d->cfg->daemon.claim_wait_max_ms;
+		if (wait_ms > sq_config_daemon(d->cfg)->claim_wait_max_ms)
+			wait_ms = sq_config_daemon(d->cfg)->claim_wait_max_ms;
 	}
 	if (start) {
 		if (!json_is_boolean(start)) {

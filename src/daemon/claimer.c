@@ -8,16 +8,16 @@
  * A claim that got nothing waits until its wait_ms runs out. Jobs the
  * statement returned beyond what the clients can take (a client went away
  * meanwhile) are released at once. */
-#include "client.h"
 #include "daemon.h"
 #include "clock.h"
 #include "log.h"
-#include "failpoint.h"
+#include "router_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
 #include <poll.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -26,8 +26,8 @@ typedef struct claimer {
 	sqd *d;
 	sqd_task *head, *tail; /* waiting claims, in order of arrival */
 	int n;
-	sq_listener listen[SQ_MAX_SHARDS];
-	double listen_retry[SQ_MAX_SHARDS];
+	sq_listener **listen; /* per shard */
+	double *listen_retry;
 	double last_log;
 } claimer;
 
@@ -60,11 +60,10 @@ void sqd_claimer_submit(sqd *d, sqd_task *t)
 static void listen_open(int s, double wait_s)
 {
 	sq_error e;
-	sq_listener *l = &C.listen[s];
-	sq_pgconn_set_connect_wait(&l->pc, wait_s);
-	if (sq_listener_connect(l, "shardq_jobs", &e) != SQ_OK && !sq_pgconn_connecting(&l->pc))
+	sq_listener *l = C.listen[s];
+	if (sq_listener_connect_within(l, "shardq_jobs", wait_s, &e) != SQ_OK &&
+	    !sq_listener_connecting(l))
 		C.listen_retry[s] = sq_mono_s() + 5;
-	sq_pgconn_set_connect_wait(&l->pc, SQ_LOOP_CONNECT_WAIT_S);
 }
 
 /* Answers a claim: its jobs, or [] */
@@ -108,7 +107,7 @@ static void unlink_task(sqd_task *prev, sqd_task *t)
 static void tick(sqd *d, sq_client *c)
 {
 	sq_claim_req reqs[SQ_MAX_TYPES];
-	const sq_type_conf *tc[SQ_MAX_TYPES];
+	const char *tc[SQ_MAX_TYPES]; /* each request's type, as the claims name it */
 	int nreqs = 0;
 	/* drop the claims of clients that went away */
 	sqd_task *prev = NULL, *t, *next;
@@ -133,7 +132,7 @@ static void tick(sqd *d, sq_client *c)
 			int fits = 1;
 			for (int k = 0; k < cl->ntypes && fits; k++)
 				for (int r = 0; r < nreqs; r++)
-					if (tc[r] == cl->types[k].t &&
+					if (tc[r] == cl->types[k].type &&
 					    reqs[r].limit + cl->types[k].limit > 100000)
 						fits = 0;
 			cl->fits = fits;
@@ -141,11 +140,11 @@ static void tick(sqd *d, sq_client *c)
 				continue;
 			for (int k = 0; k < cl->ntypes; k++) {
 				int r = 0;
-				while (r < nreqs && tc[r] != cl->types[k].t)
+				while (r < nreqs && tc[r] != cl->types[k].type)
 					r++;
 				if (r == nreqs) {
-					tc[r] = cl->types[k].t;
-					reqs[r].type = tc[r]->name;
+					tc[r] = cl->types[k].type;
+					reqs[r].type = tc[r];
 					reqs[r].limit = reqs[r].start = 0;
 					nreqs++;
 				}
@@ -189,7 +188,7 @@ static void tick(sqd *d, sq_client *c)
 			if (atomic_load(&t->gone) || cl->start != want_start)
 				continue;
 			for (int k = 0; k < cl->ntypes; k++)
-				if (!strcmp(cl->types[k].t->name, j->type) &&
+				if (!strcmp(cl->types[k].type, j->type) &&
 				    cl->types[k].got < cl->types[k].limit) {
 					to = t;
 					slot = k;
@@ -220,7 +219,7 @@ static void tick(sqd *d, sq_client *c)
 		free(out);
 	}
 	free(extra);
-	sq_failpoint("sqd_dealt");
+	SQ_ROUTER_FAILPOINT("sqd_dealt");
 	/* answer the claims that got jobs, and on a failure those that cannot
 	 * wait */
 	double now = sq_mono_s();
@@ -243,7 +242,7 @@ static void *claimer_main(void *arg)
 {
 	sqd *d = arg;
 	sq_client *c = d->claim_client;
-	int ns = d->cfg->nshards;
+	int ns = sq_config_shard_count(d->cfg);
 	double next_poll = 0;
 	struct pollfd *pf = calloc((size_t)ns + 1, sizeof(*pf));
 	int *pf_shard = calloc((size_t)ns + 1, sizeof(int));
@@ -282,7 +281,7 @@ static void *claimer_main(void *arg)
 		if (C.head && (fresh || now >= next_poll)) {
 			tick(d, c);
 			now = sq_mono_s();
-			next_poll = now + d->cfg->daemon.claim_poll_ms / 1000.0;
+			next_poll = now + sq_config_daemon(d->cfg)->claim_poll_ms / 1000.0;
 		}
 		/* answer the waits that ran out */
 		double wake = next_poll;
@@ -310,7 +309,7 @@ static void *claimer_main(void *arg)
 		int listen_going = 0;
 		double probe_at = INFINITY;
 		for (int s = 0; s < ns; s++) {
-			sq_listener *l = &C.listen[s];
+			sq_listener *l = C.listen[s];
 			char why[256];
 			double next_at;
 			if (sq_listener_check(l, now, sq_client_answer_wait_of(c), &next_at, why,
@@ -322,13 +321,13 @@ static void *claimer_main(void *arg)
 			}
 			if (next_at < probe_at)
 				probe_at = next_at;
-			if (!l->conn && (sq_pgconn_connecting(&l->pc) ||
-					 (now >= C.listen_retry[s] && c->shards[s].conn &&
-					  PQstatus(c->shards[s].conn) == CONNECTION_OK)))
+			if (sq_listener_socket(l) < 0 &&
+			    (sq_listener_connecting(l) ||
+			     (now >= C.listen_retry[s] && sq_client_shard_up(c, s))))
 				listen_open(s, SQ_LOOP_CONNECT_WAIT_S);
-			listen_going += sq_pgconn_connecting(&l->pc) || (!l->conn && l->pc.conn);
-			if (l->conn) {
-				pf[npf].fd = PQsocket(l->conn);
+			listen_going += sq_listener_pending(l);
+			if (sq_listener_socket(l) >= 0) {
+				pf[npf].fd = sq_listener_socket(l);
 				pf[npf].events = POLLIN;
 				pf_shard[npf++] = s;
 			}
@@ -364,9 +363,9 @@ static void *claimer_main(void *arg)
 			}
 			int s = pf_shard[i], listening;
 			char why[256];
-			int n = sq_listener_read(&C.listen[s], &listening, why, sizeof(why));
+			int n = sq_listener_read(C.listen[s], &listening, why, sizeof(why));
 			if (n < 0) {
-				sq_listener_drop(&C.listen[s]);
+				sq_listener_drop(C.listen[s]);
 				/* a LISTEN the server refused: logged, and not
 				 * tried again at once */
 				C.listen_retry[s] = sq_mono_s() + (n == -2 ? 5 : 1);
@@ -383,7 +382,9 @@ static void *claimer_main(void *arg)
 			next_poll = 0; /* claim at once */
 	}
 	for (int s = 0; s < ns; s++)
-		sq_listener_free(&C.listen[s]);
+		sq_listener_destroy(C.listen[s]);
+	free(C.listen);
+	free(C.listen_retry);
 	free(pf);
 	free(pf_shard);
 	return NULL;
@@ -404,16 +405,19 @@ int sqd_claimer_start(sqd *d, sq_error *err)
 	 * answer must not hold the others' claims up for connect_timeout */
 	sq_client_connect_wait(d->claim_client, SQ_LOOP_CONNECT_WAIT_S);
 	/* a shard down at the start is listened to once it is back (the loop) */
-	for (int s = 0; s < d->cfg->nshards; s++) {
-		sq_error e;
-		if (sq_listener_init(&C.listen[s], d->cfg, s, &e) != SQ_OK) {
-			*err = e;
+	int ns = sq_config_shard_count(d->cfg);
+	C.listen = calloc((size_t)ns, sizeof(*C.listen));
+	C.listen_retry = calloc((size_t)ns, sizeof(*C.listen_retry));
+	if (!C.listen || !C.listen_retry) {
+		snprintf(err->msg, sizeof(err->msg), "out of memory");
+		return -1;
+	}
+	for (int s = 0; s < ns; s++) {
+		if (!(C.listen[s] = sq_listener_create(d->cfg, s, err)))
 			return -1;
-		}
-		PGconn *conn = d->claim_client->shards[s].conn;
 		/* a shard whose connection is up answers within connect_timeout */
-		if (conn && PQstatus(conn) == CONNECTION_OK)
-			listen_open(s, (double)d->cfg->connect_timeout_ms / 1000.0);
+		if (sq_client_shard_up(d->claim_client, s))
+			listen_open(s, sq_config_connect_timeout_s(d->cfg));
 	}
 	if (pthread_create(&d->claimer, NULL, claimer_main, d)) {
 		snprintf(err->msg, sizeof(err->msg), "cannot start the claim thread");

@@ -22,7 +22,6 @@
 #define SQD_DAEMON_H
 
 #include "buf.h"
-#include "config.h"
 #include "shardq.h"
 
 #include <pthread.h>
@@ -60,7 +59,7 @@ typedef struct sqd_claim {
 	char worker[129];
 	int ntypes;
 	struct {
-		const sq_type_conf *t;
+		const char *type; /* the config's own name (sq_config_type_lookup) */
 		int32_t limit, got;
 	} types[SQ_WORKER_MAX_TYPES];
 	int start;       /* jobs come back running */

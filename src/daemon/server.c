@@ -1,11 +1,9 @@
 /* server.c - shardqd's main thread: the HTTP server, connection limits,
  * auth, routing, the request threads and the process (docs/http.md). */
 #include "daemon.h"
-#include "log.h"
 #include "clock.h"
-#include "client.h"
-#include "error.h"
-#include "maintain.h"
+#include "log.h"
+#include "router_internal.h"
 
 #include <errno.h>
 #include <netdb.h>
@@ -147,8 +145,8 @@ static struct bufferevent *on_new_conn(struct event_base *base, void *arg)
 	bufferevent_incref(bev);
 	c->bev = bev;
 	c->fd = -1;
-	c->deadline = sq_mono_s() + d->cfg->daemon.request_timeout_ms / 1000.0;
-	if (S.nconns >= d->cfg->daemon.max_connections || atomic_load(&d->stopping)) {
+	c->deadline = sq_mono_s() + sq_config_daemon(d->cfg)->request_timeout_ms / 1000.0;
+	if (S.nconns >= sq_config_daemon(d->cfg)->max_connections || atomic_load(&d->stopping)) {
 		/* its request, if it comes within a second, gets 503 and the
 		 * connection closes; else the sweep shuts it */
 		c->over = 1;
@@ -302,7 +300,8 @@ static void reply(sqd *d, sqd_task *t)
 	if (c) {
 		c->task = NULL;
 		if (!c->over)
-			c->deadline = sq_mono_s() + d->cfg->daemon.request_timeout_ms / 1000.0;
+			c->deadline =
+				sq_mono_s() + sq_config_daemon(d->cfg)->request_timeout_ms / 1000.0;
 	}
 	if (t->resp.oom) {
 		/* a cut answer would read as a whole one */
@@ -587,11 +586,12 @@ static int authorize(sqd *d, struct evhttp_request *req, sqd_task *t, int scopes
 /* Loads the tokens of cfg; their hashes are all the daemon keeps. */
 static int load_tokens(const sq_config *cfg)
 {
-	sqd_token *v = calloc((size_t)cfg->ntokens + 1, sizeof(*v));
+	int n = sq_config_token_count(cfg);
+	sqd_token *v = calloc((size_t)n + 1, sizeof(*v));
 	if (!v)
 		return -1;
-	for (int i = 0; i < cfg->ntokens; i++) {
-		const sq_token_conf *tc = &cfg->tokens[i];
+	for (int i = 0; i < n; i++) {
+		const sq_token_conf *tc = sq_config_token(cfg, i);
 		snprintf(v[i].name, sizeof(v[i].name), "%s", tc->name);
 		for (int k = 0; k < 32; k++)
 			sscanf(tc->hash + 7 + 2 * k, "%2hhx", &v[i].hash[k]);
@@ -599,7 +599,7 @@ static int load_tokens(const sq_config *cfg)
 	}
 	free(S.tokens);
 	S.tokens = v;
-	S.ntokens = cfg->ntokens;
+	S.ntokens = n;
 	return 0;
 }
 
@@ -695,7 +695,7 @@ static void on_request(struct evhttp_request *req, void *arg)
 		sqd_error(t, 503, "unavailable",
 			  "the daemon has max_connections (%d) open; try again in a moment, or "
 			  "reuse a keep-alive connection",
-			  d->cfg->daemon.max_connections);
+			  sq_config_daemon(d->cfg)->max_connections);
 		reply(d, t);
 		return;
 	}
@@ -770,7 +770,8 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
 		if (load_tokens(nc))
 			sqd_log("SIGHUP: tokens not reloaded: out of memory");
 		else
-			sqd_log("SIGHUP: %d tokens loaded from %s", nc->ntokens, d->config_path);
+			sqd_log("SIGHUP: %d tokens loaded from %s", sq_config_token_count(nc),
+				d->config_path);
 		sq_config_free(nc);
 		return;
 	}
@@ -856,7 +857,7 @@ static void *open_one(void *arg)
  * that cannot be reached. */
 static int open_clients(sqd *d, sq_client **sched_client, sq_error *err)
 {
-	int sched = d->cfg->scheduler.enabled && d->cfg->nschedules > 0;
+	int sched = sq_config_runs_schedules(d->cfg);
 	int n = d->nthreads + 1 + sched;
 	opener *o = calloc((size_t)n, sizeof(*o));
 	if (!o) {
@@ -871,10 +872,13 @@ static int open_clients(sqd *d, sq_client **sched_client, sq_error *err)
 	}
 	int failed = -1;
 	for (int i = 0; i < n; i++) {
-		if (i < started)
+		if (i < started) {
 			pthread_join(o[i].th, NULL);
-		else
-			o[i].st = sq_err(&o[i].err, SQ_ENOMEM, "cannot start a thread to connect");
+		} else {
+			o[i].st = o[i].err.code = SQ_ENOMEM;
+			snprintf(o[i].err.msg, sizeof(o[i].err.msg),
+				 "cannot start a thread to connect");
+		}
 		if (o[i].st != SQ_OK && failed < 0)
 			failed = i;
 	}
@@ -901,10 +905,8 @@ static int open_clients(sqd *d, sq_client **sched_client, sq_error *err)
 	 * read may rightly take longer (docs/http.md, "A shard that stops
 	 * answering") */
 	d->results_wait_s = sq_client_answer_wait_of(d->clients[0]);
-	for (int t = 0; t < d->cfg->ntypes; t++) {
-		sq_client_answer_wait_for_lease(d->claim_client, &d->cfg->types[t]);
-		d->results_wait_s = sq_lease_answer_wait(d->results_wait_s, &d->cfg->types[t]);
-	}
+	sq_client_answer_wait_for_leases(d->claim_client);
+	d->results_wait_s = sq_config_lease_answer_wait(d->cfg, d->results_wait_s);
 	*sched_client = sched ? o[d->nthreads + 1].c : NULL;
 	free(o);
 	char down[sizeof(err->msg)];
@@ -950,8 +952,8 @@ int main(int argc, char **argv)
 		fprintf(stderr, "shardqd: %s\n", err.msg);
 		return 2;
 	}
-	const sq_daemon_conf *dc = &d->cfg->daemon;
-	if (d->cfg->ntokens == 0)
+	const sq_daemon_conf *dc = sq_config_daemon(d->cfg);
+	if (sq_config_token_count(d->cfg) == 0)
 		sqd_log("warning: no [token NAME] section in %s: every request but /healthz will "
 			"be refused (401)",
 			config);
@@ -1063,7 +1065,8 @@ int main(int argc, char **argv)
 					: ntohs(((struct sockaddr_in *)&ss)->sin_port);
 			printf("shardqd: listening on http://%s:%d (%d shards, %d request threads, "
 			       "worker id %s)\n",
-			       bind_host, p, d->cfg->nshards, d->nthreads, d->worker_id);
+			       bind_host, p, sq_config_shard_count(d->cfg), d->nthreads,
+			       d->worker_id);
 			fflush(stdout);
 		}
 	}
