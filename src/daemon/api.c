@@ -128,8 +128,8 @@ static int enqueue_array(sqd_task *t, sq_json_member *arr)
 	return 0;
 }
 
-/* Sets field f (job_fields[k], or an unknown one when k is past them) of
- * job s, owned by o: 0, 1 when its value is not what the field takes,
+/* Sets job s's field f (one of job_fields; the strings it needs owned by
+ * o): 0; 1 when its value is not what the field takes (job_field_rules);
  * -1 out of memory. */
 static int set_job_field(sq_job_spec *s, enq_job *o, const sq_json_member *f)
 {
