@@ -2,6 +2,8 @@
 #ifndef SQ_CONFIG_H
 #define SQ_CONFIG_H
 
+/* the [daemon] and [token NAME] sections, which only shardqd reads */
+#include "router_internal.h"
 #include "schedule.h"
 #include "shardq.h"
 
@@ -40,31 +42,6 @@ typedef struct sq_type_conf {
 } sq_type_conf;
 
 #define SQ_MAX_TOKENS     64
-#define SQ_SCOPE_WORKER   1
-#define SQ_SCOPE_PRODUCER 2
-#define SQ_SCOPE_ADMIN    4
-
-/* [token NAME]: a bearer token of shardqd, kept as its hash. */
-typedef struct sq_token_conf {
-	char *name;
-	char *hash;        /* "sha256:" and 64 hex digits */
-	char *scopes_text; /* as written */
-	int scopes;        /* SQ_SCOPE_* bits */
-	int line;
-} sq_token_conf;
-
-/* [daemon]: shardqd's own settings (docs/http.md). */
-typedef struct sq_daemon_conf {
-	char *listen;                  /* HOST:PORT */
-	int threads;                   /* request threads, each one connection per shard */
-	int64_t max_body, max_headers; /* bytes */
-	int64_t request_timeout_ms;
-	int64_t claim_wait_max_ms;
-	int64_t claim_poll_ms;
-	int max_connections;
-	char *worker_id; /* NULL: shardqd-HOST-PID */
-} sq_daemon_conf;
-
 #define SQ_MAX_SCHEDULES 256
 typedef enum { SQ_MISSED_ONCE, SQ_MISSED_SKIP } sq_missed_policy;
 

@@ -7,85 +7,18 @@
  * keeps), so it is walked with the library's own validating scanner.
  * Replies are written straight into a buffer: a job's params are spliced in
  * as PostgreSQL returned them, never parsed again. */
-#include "client.h"
 #include "daemon.h"
+#include "log.h"
 #include "json.h"
+#include "router_internal.h"
 
 #include <errno.h>
 #include <jansson.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define MAX_BATCH 10000
-
-void sqd_error(sqd_task *t, int status, const char *code, const char *fmt, ...)
-{
-	char msg[1200];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	t->status = status;
-	sq_buf_reset(&t->resp);
-	sq_buf_puts(&t->resp, "{\"error\":{\"code\":");
-	sq_json_put_string(&t->resp, code);
-	sq_buf_puts(&t->resp, ",\"message\":");
-	sq_json_put_string(&t->resp, msg);
-	sq_buf_puts(&t->resp, "}}");
-}
-
-void sqd_task_add_ref(sqd_task *t, int64_t id, int32_t attempt)
-{
-	if (t->nrefs == t->refcap) {
-		size_t cap = t->refcap ? t->refcap * 2 : 16;
-		sq_job_ref *v = realloc(t->refs, cap * sizeof(*v));
-		if (!v)
-			return;
-		t->refs = v;
-		t->refcap = cap;
-	}
-	t->refs[t->nrefs].id = id;
-	t->refs[t->nrefs].attempt = attempt;
-	t->nrefs++;
-}
-
-static void put_ms(sq_buf *b, const char *name, int64_t us)
-{
-	if (us)
-		sq_buf_printf(b, ",\"%s\":%lld", name, (long long)(us / 1000));
-	else
-		sq_buf_printf(b, ",\"%s\":null", name);
-}
-
-void sqd_put_job(sq_buf *b, const sq_config *cfg, const sq_job *j)
-{
-	sq_buf_printf(b, "{\"id\":%lld,\"attempt\":%d,\"worker\":", (long long)j->id, j->attempt);
-	if (j->worker)
-		sq_json_put_string(b, j->worker);
-	else
-		sq_buf_puts(b, "null");
-	sq_buf_puts(b, ",\"type\":");
-	sq_json_put_string(b, j->type ? j->type : "");
-	sq_buf_puts(b, ",\"key\":");
-	if (j->key)
-		sq_json_put_string(b, j->key);
-	else
-		sq_buf_puts(b, "null");
-	sq_buf_puts(b, ",\"params\":");
-	sq_buf_puts(b, j->params && *j->params ? j->params : "{}");
-	sq_buf_printf(b, ",\"status\":\"%s\",\"priority\":%d,\"tries\":%d,\"max_attempts\":%d",
-		      sq_job_status_name(j->status), j->priority, j->tries, j->max_attempts);
-	sq_buf_puts(b, ",\"shard\":");
-	const char *sid = sq_config_shard_id(cfg, j->shard);
-	sq_json_put_string(b, sid ? sid : "");
-	put_ms(b, "schedule_ms", j->schedule_time_us);
-	put_ms(b, "delay_tolerance_ms", j->delay_tolerance_time_us);
-	put_ms(b, "lease_until_ms", j->lease_until_us);
-	put_ms(b, "created_ms", j->created_us);
-	sq_buf_putc(b, '}');
-}
 
 /* 503 for what a shard's failure means to a client; else 500. */
 static void fail_status(sqd_task *t, sq_status st, const sq_error *err)
@@ -139,8 +72,9 @@ static char *str_of(const sq_json_member *m)
 	return s;
 }
 
+/* What an enqueue's job owns: the strings its sq_job_spec points at. */
 typedef struct enq_job {
-	char *type, *key;
+	char *type, *key, *params;
 } enq_job;
 
 /* The fields of a job in an enqueue; each may be given once. */
@@ -159,139 +93,138 @@ static const char *const job_field_rules[] = {
 	"an integer in 1..1000000",
 };
 
-static void do_enqueue(sqd *d, sq_client *c, sqd_task *t)
+/* The "jobs" array of an enqueue's body into *arr; -1 with the error set
+ * when the body is not an object with one such array. */
+static int enqueue_array(sqd_task *t, sq_json_member *arr)
 {
-	size_t where;
+	size_t where, pos = 0;
 	const char *what;
 	if (sq_json_validate_object(t->body, t->len, &where, &what)) {
 		sqd_error(t, 400, "bad_json",
 			  "the body is not one JSON object: %s at byte %zu; send "
 			  "{\"jobs\":[{\"type\":...}]}",
 			  what, where);
-		return;
+		return -1;
 	}
-	sq_json_member m, e, f;
-	size_t pos = 0;
-	const char *arr = NULL;
-	size_t arr_len = 0;
+	sq_json_member m;
+	int found = 0;
 	while (sq_json_next_member(t->body, t->len, &pos, &m))
 		if (member_is(&m, "jobs")) {
-			if (arr) {
+			if (found) {
 				sqd_error(t, 400, "bad_json",
 					  "\"jobs\" is given twice; send one \"jobs\" array");
-				return;
+				return -1;
 			}
 			if (m.kind != SQ_JSON_ARRAY)
 				break;
-			arr = m.val;
-			arr_len = m.val_len;
+			*arr = m;
+			found = 1;
 		}
-	if (!arr) {
+	if (!found) {
 		sqd_error(t, 400, "bad_request",
 			  "no \"jobs\" array; send {\"jobs\":[{\"type\":...}]}");
-		return;
+		return -1;
 	}
-	size_t n = 0;
-	pos = 0;
-	while (sq_json_next_element(arr, arr_len, &pos, &e))
-		n++;
-	if (n == 0 || n > MAX_BATCH) {
-		sqd_error(t, 400, "bad_request",
-			  "\"jobs\" holds %zu jobs; send 1 to %d per request", n, MAX_BATCH);
-		return;
+	return 0;
+}
+
+/* Sets job s's field f (one of job_fields; the strings it needs owned by
+ * o): 0; 1 when its value is not what the field takes (job_field_rules);
+ * -1 out of memory. */
+static int set_job_field(sq_job_spec *s, enq_job *o, const sq_json_member *f)
+{
+	int64_t v;
+	if (member_is(f, "type") && f->kind == SQ_JSON_STRING)
+		return (s->type = o->type = str_of(f)) ? 0 : -1;
+	if (member_is(f, "key") && f->kind == SQ_JSON_STRING)
+		return (s->key = o->key = str_of(f)) ? 0 : -1;
+	if ((member_is(f, "key") || member_is(f, "params")) && f->kind == SQ_JSON_NULL)
+		return 0;
+	if (member_is(f, "params") && f->kind == SQ_JSON_OBJECT) {
+		if (!(o->params = malloc(f->val_len + 1)))
+			return -1;
+		memcpy(o->params, f->val, f->val_len);
+		o->params[f->val_len] = '\0';
+		s->params = o->params;
+		return 0;
 	}
-	sq_job_spec *specs = calloc(n, sizeof(*specs));
-	enq_job *own = calloc(n, sizeof(*own));
-	sq_enqueue_result *res = calloc(n, sizeof(*res));
-	char **params = calloc(n, sizeof(*params));
-	if (!specs || !own || !res || !params) {
-		sqd_error(t, 500, "internal", "out of memory");
-		goto out;
+	if (member_is(f, "delay_tolerance_ms") && f->kind == SQ_JSON_NULL) {
+		s->delay_tolerance_ms = SQ_NO_DELAY_TOLERANCE;
+		return 0;
 	}
-	pos = 0;
-	for (size_t i = 0; sq_json_next_element(arr, arr_len, &pos, &e); i++) {
-		sq_job_spec *s = &specs[i];
-		if (e.kind != SQ_JSON_OBJECT) {
-			sqd_error(t, 400, "bad_job", "job %zu: not a JSON object", i);
-			goto out;
+	if (int_of(f, &v))
+		return 1;
+	if (member_is(f, "priority") && v >= SQ_MIN_PRIORITY && v <= SQ_MAX_PRIORITY) {
+		s->has_priority = 1;
+		s->priority = (int32_t)v;
+	} else if (member_is(f, "run_at_ms") && v > 0 && v <= SQ_MAX_RUN_AT_US / 1000) {
+		s->run_at_us = v * 1000;
+	} else if (member_is(f, "delay_ms") && v >= 0 && v <= SQ_MAX_DELAY_MS) {
+		s->delay_ms = v;
+	} else if (member_is(f, "delay_tolerance_ms") && v > 0 && v <= SQ_MAX_DELAY_TOLERANCE_MS) {
+		s->delay_tolerance_ms = v;
+	} else if (member_is(f, "max_attempts") && v >= 1 && v <= SQ_MAX_ATTEMPTS) {
+		s->max_attempts = (int32_t)v;
+	} else {
+		return 1;
+	}
+	return 0;
+}
+
+/* Job i of an enqueue (the array's element e) into s and o; -1 with the
+ * error set. */
+static int parse_job(sqd_task *t, size_t i, const sq_json_member *e, sq_job_spec *s, enq_job *o)
+{
+	if (e->kind != SQ_JSON_OBJECT) {
+		sqd_error(t, 400, "bad_job", "job %zu: not a JSON object", i);
+		return -1;
+	}
+	sq_json_member f;
+	size_t fp = 0;
+	unsigned seen = 0;
+	while (sq_json_next_member(e->val, e->val_len, &fp, &f)) {
+		int k = 0;
+		while (job_fields[k] && !member_is(&f, job_fields[k]))
+			k++;
+		if (!job_fields[k]) {
+			sqd_error(t, 400, "bad_job",
+				  "job %zu: unknown field \"%.*s\"; a job's fields are type, key, "
+				  "params, priority, run_at_ms, delay_ms, delay_tolerance_ms and "
+				  "max_attempts",
+				  i, (int)(f.key_len > 64 ? 64 : f.key_len), f.key);
+			return -1;
 		}
-		size_t fp = 0;
-		unsigned seen = 0;
-		while (sq_json_next_member(e.val, e.val_len, &fp, &f)) {
-			int64_t v;
-			int k = 0;
-			while (job_fields[k] && !member_is(&f, job_fields[k]))
-				k++;
-			if (job_fields[k] && (seen & (1u << k))) {
-				sqd_error(t, 400, "bad_json",
-					  "job %zu: field \"%s\" is given twice; give each field "
-					  "once",
-					  i, job_fields[k]);
-				goto out;
-			}
-			seen |= 1u << k;
-			if (member_is(&f, "type") && f.kind == SQ_JSON_STRING) {
-				if (!(s->type = own[i].type = str_of(&f)))
-					goto oom;
-			} else if (member_is(&f, "key") && f.kind == SQ_JSON_STRING) {
-				if (!(s->key = own[i].key = str_of(&f)))
-					goto oom;
-			} else if (member_is(&f, "key") && f.kind == SQ_JSON_NULL) {
-			} else if (member_is(&f, "params") && f.kind == SQ_JSON_OBJECT) {
-				if (!(params[i] = malloc(f.val_len + 1)))
-					goto oom;
-				memcpy(params[i], f.val, f.val_len);
-				params[i][f.val_len] = '\0';
-				s->params = params[i];
-			} else if (member_is(&f, "params") && f.kind == SQ_JSON_NULL) {
-			} else if (member_is(&f, "priority") && !int_of(&f, &v) &&
-				   v >= SQ_MIN_PRIORITY && v <= SQ_MAX_PRIORITY) {
-				s->has_priority = 1;
-				s->priority = (int32_t)v;
-			} else if (member_is(&f, "run_at_ms") && !int_of(&f, &v) && v > 0 &&
-				   v <= SQ_MAX_RUN_AT_US / 1000) {
-				s->run_at_us = v * 1000;
-			} else if (member_is(&f, "delay_ms") && !int_of(&f, &v) && v >= 0 &&
-				   v <= SQ_MAX_DELAY_MS) {
-				s->delay_ms = v;
-			} else if (member_is(&f, "delay_tolerance_ms") && f.kind == SQ_JSON_NULL) {
-				s->delay_tolerance_ms = SQ_NO_DELAY_TOLERANCE;
-			} else if (member_is(&f, "delay_tolerance_ms") && !int_of(&f, &v) &&
-				   v > 0 && v <= SQ_MAX_DELAY_TOLERANCE_MS) {
-				s->delay_tolerance_ms = v;
-			} else if (member_is(&f, "max_attempts") && !int_of(&f, &v) && v >= 1 &&
-				   v <= SQ_MAX_ATTEMPTS) {
-				s->max_attempts = (int32_t)v;
-			} else if (!job_fields[k]) {
-				sqd_error(
-					t, 400, "bad_job",
-					"job %zu: unknown field \"%.*s\"; a job's fields are type, "
-					"key, params, priority, run_at_ms, delay_ms, "
-					"delay_tolerance_ms and max_attempts",
-					i, (int)(f.key_len > 64 ? 64 : f.key_len), f.key);
-				goto out;
-			} else {
-				sqd_error(t, 400, "bad_job", "job %zu: \"%s\" must be %s", i,
-					  job_fields[k], job_field_rules[k]);
-				goto out;
-			}
+		if (seen & (1u << k)) {
+			sqd_error(t, 400, "bad_json",
+				  "job %zu: field \"%s\" is given twice; give each field once", i,
+				  job_fields[k]);
+			return -1;
 		}
-		if (!s->type) {
-			sqd_error(t, 400, "bad_job", "job %zu: no \"type\"", i);
-			goto out;
+		seen |= 1u << k;
+		int r = set_job_field(s, o, &f);
+		if (r < 0) {
+			sqd_error(t, 500, "internal", "out of memory");
+			return -1;
+		}
+		if (r > 0) {
+			sqd_error(t, 400, "bad_job", "job %zu: \"%s\" must be %s", i, job_fields[k],
+				  job_field_rules[k]);
+			return -1;
 		}
 	}
-	sq_error err;
-	for (size_t i = 0; i < n; i++)
-		if (sq_job_spec_check(d->cfg, &specs[i], &err) != SQ_OK) {
-			sqd_error(t, 400, "bad_job", "job %zu: %s", i, err.msg);
-			goto out;
-		}
-	sq_status st = sq_enqueue(c, specs, n, res, &err);
-	if (st == SQ_EINVAL) {
-		sqd_error(t, 400, "bad_job", "%s", err.msg);
-		goto out;
+	if (!s->type) {
+		sqd_error(t, 400, "bad_job", "job %zu: no \"type\"", i);
+		return -1;
 	}
+	return 0;
+}
+
+/* The reply of an enqueue that was sent: each job's fate, after the error
+ * when st is not SQ_OK (the jobs on the shards that answered are written
+ * all the same). */
+static void enqueue_reply(sqd *d, sqd_task *t, const sq_enqueue_result *res, size_t n, sq_status st,
+			  const sq_error *err)
+{
 	size_t written = 0;
 	sq_buf out;
 	sq_buf_init(&out);
@@ -307,8 +240,8 @@ static void do_enqueue(sqd *d, sq_client *c, sqd_task *t)
 	sq_buf_puts(&out, "]");
 	atomic_fetch_add(&d->m.jobs_enqueued, written);
 	if (st != SQ_OK) {
-		sqd_log("enqueue: %s", err.msg);
-		fail_status(t, st, &err);
+		sqd_log("enqueue: %s", err->msg);
+		fail_status(t, st, err);
 		/* keep the error and add the per-job fates */
 		if (t->resp.len && t->resp.data[t->resp.len - 1] == '}') {
 			t->resp.len--;
@@ -323,20 +256,59 @@ static void do_enqueue(sqd *d, sq_client *c, sqd_task *t)
 		sq_buf_putc(&t->resp, '}');
 	}
 	sq_buf_free(&out);
-	goto out;
-oom:
-	sqd_error(t, 500, "internal", "out of memory");
-out:
-	if (own)
-		for (size_t i = 0; i < n; i++) {
-			free(own[i].type);
-			free(own[i].key);
-			free(params ? params[i] : NULL);
+}
+
+/* Parses the n jobs of arr, checks them against the config and sends
+ * them. */
+static void enqueue_jobs(sqd *d, sq_client *c, sqd_task *t, const sq_json_member *arr,
+			 sq_job_spec *specs, enq_job *own, sq_enqueue_result *res, size_t n)
+{
+	sq_json_member e;
+	size_t pos = 0;
+	for (size_t i = 0; sq_json_next_element(arr->val, arr->val_len, &pos, &e); i++)
+		if (parse_job(t, i, &e, &specs[i], &own[i]))
+			return;
+	sq_error err;
+	for (size_t i = 0; i < n; i++)
+		if (sq_job_spec_check(d->cfg, &specs[i], &err) != SQ_OK) {
+			sqd_error(t, 400, "bad_job", "job %zu: %s", i, err.msg);
+			return;
 		}
+	sq_status st = sq_enqueue(c, specs, n, res, &err);
+	if (st == SQ_EINVAL)
+		sqd_error(t, 400, "bad_job", "%s", err.msg);
+	else
+		enqueue_reply(d, t, res, n, st, &err);
+}
+
+static void do_enqueue(sqd *d, sq_client *c, sqd_task *t)
+{
+	sq_json_member arr, e;
+	if (enqueue_array(t, &arr))
+		return;
+	size_t n = 0, pos = 0;
+	while (sq_json_next_element(arr.val, arr.val_len, &pos, &e))
+		n++;
+	if (n == 0 || n > MAX_BATCH) {
+		sqd_error(t, 400, "bad_request",
+			  "\"jobs\" holds %zu jobs; send 1 to %d per request", n, MAX_BATCH);
+		return;
+	}
+	sq_job_spec *specs = calloc(n, sizeof(*specs));
+	enq_job *own = calloc(n, sizeof(*own));
+	sq_enqueue_result *res = calloc(n, sizeof(*res));
+	if (specs && own && res)
+		enqueue_jobs(d, c, t, &arr, specs, own, res, n);
+	else
+		sqd_error(t, 500, "internal", "out of memory");
+	for (size_t i = 0; own && i < n; i++) {
+		free(own[i].type);
+		free(own[i].key);
+		free(own[i].params);
+	}
 	free(own);
 	free(specs);
 	free(res);
-	free(params);
 }
 
 /* ---- results: start, heartbeat, complete, fail, release ------------------------- */
@@ -567,6 +539,125 @@ static void answer_results(sqd *d, sq_client *c, sqd_task *t, res_req *q, sq_sta
 	sq_buf_puts(&t->resp, "]}");
 }
 
+/* The jobs of several result requests of one kind, merged: the requests'
+ * refs one after another (each request's from its res_req.at), and the
+ * share of one call (one worker name) in the sub* arrays. */
+typedef struct res_merge {
+	sqd_route route;
+	size_t total;
+	sq_job_ref *refs;
+	sq_fail_req *fails;
+	const char **workers;
+	sq_status *out;
+	int64_t *lease; /* start, heartbeat: each ok ref's lease */
+	sq_job_ref *sub;
+	sq_fail_req *subf;
+	sq_status *subo;
+	int64_t *subl;
+	size_t *idx; /* sub[j] is refs[idx[j]] */
+	worker_ref *byw;
+	sq_status first_err; /* the first call that failed, for the answers */
+	sq_error first_e;
+} res_merge;
+
+static void merge_free(res_merge *m)
+{
+	free(m->refs);
+	free(m->fails);
+	free(m->workers);
+	free(m->out);
+	free(m->lease);
+	free(m->sub);
+	free(m->subf);
+	free(m->subo);
+	free(m->subl);
+	free(m->idx);
+	free(m->byw);
+}
+
+/* m's arrays for `total` refs, zeroed; -1 out of memory. */
+static int merge_alloc(res_merge *m, sqd_route route, size_t total)
+{
+	size_t n = total ? total : 1;
+	memset(m, 0, sizeof(*m));
+	m->route = route;
+	m->total = total;
+	m->refs = calloc(n, sizeof(*m->refs));
+	m->fails = calloc(n, sizeof(*m->fails));
+	m->workers = calloc(n, sizeof(*m->workers));
+	m->out = calloc(n, sizeof(*m->out));
+	m->lease = calloc(n, sizeof(*m->lease));
+	m->sub = calloc(n, sizeof(*m->sub));
+	m->subf = calloc(n, sizeof(*m->subf));
+	m->subo = calloc(n, sizeof(*m->subo));
+	m->subl = calloc(n, sizeof(*m->subl));
+	m->idx = calloc(n, sizeof(*m->idx));
+	m->byw = calloc(n, sizeof(*m->byw));
+	return m->refs && m->fails && m->workers && m->out && m->lease && m->sub && m->subf &&
+			       m->subo && m->subl && m->idx && m->byw
+		       ? 0
+		       : -1;
+}
+
+/* Copies the parsed requests' (ok[k]) refs into m. */
+static void merge_fill(res_merge *m, const res_req *q, const char *ok, size_t ntasks)
+{
+	for (size_t k = 0; k < ntasks; k++)
+		if (ok[k])
+			for (size_t i = 0; i < q[k].n; i++) {
+				m->refs[q[k].at + i] = q[k].refs[i];
+				m->fails[q[k].at + i] = q[k].fails[i];
+				m->workers[q[k].at + i] = q[k].workers[i];
+				m->out[q[k].at + i] = SQ_ECONN;
+			}
+}
+
+/* One library call for the k refs of m->sub, all of worker w; their
+ * outcomes go back to their places in m. */
+static void call_one_worker(sq_client *c, res_merge *m, const char *w, size_t k)
+{
+	sq_error err = {0};
+	sq_status st;
+	switch (m->route) {
+	case R_START: st = sq_start_lease(c, w, m->sub, k, m->subo, m->subl, &err); break;
+	case R_HEARTBEAT: st = sq_heartbeat_lease(c, w, m->sub, k, m->subo, m->subl, &err); break;
+	case R_COMPLETE: st = sq_complete(c, w, m->sub, k, m->subo, &err); break;
+	case R_RELEASE: st = sq_unclaim(c, w, m->sub, k, m->subo, &err); break;
+	default: st = sq_fail(c, w, m->subf, k, m->subo, &err); break;
+	}
+	if (st != SQ_OK && m->first_err == SQ_OK) {
+		m->first_err = st;
+		m->first_e = err;
+		sqd_log("%s: %s", m->route == R_COMPLETE ? "complete" : "results", err.msg);
+	}
+	int leased = m->route == R_START || m->route == R_HEARTBEAT;
+	for (size_t j = 0; j < k; j++) {
+		m->out[m->idx[j]] = m->subo[j];
+		m->lease[m->idx[j]] = leased ? m->subl[j] : 0;
+	}
+}
+
+/* One library call per worker name: the refs sorted by it, each name's
+ * gathered into m->sub. */
+static void call_per_worker(sq_client *c, res_merge *m)
+{
+	for (size_t i = 0; i < m->total; i++)
+		m->byw[i].w = m->workers[i], m->byw[i].i = i;
+	qsort(m->byw, m->total, sizeof(*m->byw), by_worker);
+	for (size_t g = 0; g < m->total;) {
+		const char *w = m->workers[m->byw[g].i];
+		size_t k = 0;
+		for (; g < m->total && !strcmp(m->byw[g].w, w); g++) {
+			size_t j = m->byw[g].i;
+			m->sub[k] = m->refs[j];
+			m->subf[k] = m->fails[j];
+			m->subo[k] = SQ_ECONN;
+			m->idx[k++] = j;
+		}
+		call_one_worker(c, m, w, k);
+	}
+}
+
 /*
  * Start, heartbeat, complete, fail or release for several requests of one
  * kind at once: a request thread takes every request of that kind waiting
@@ -577,106 +668,37 @@ static void answer_results(sqd *d, sq_client *c, sqd_task *t, res_req *q, sq_sta
 static void run_results(sqd *d, sq_client *c, sqd_task **tasks, size_t ntasks)
 {
 	res_req *q = calloc(ntasks, sizeof(*q));
-	size_t total = 0;
-	if (!q) {
-		for (size_t k = 0; k < ntasks; k++)
-			sqd_error(tasks[k], 500, "internal", "out of memory");
-		return;
-	}
 	char *ok = calloc(ntasks, 1);
-	for (size_t k = 0; k < ntasks; k++) {
-		if (ok && parse_results(tasks[k], &q[k]) == 0) {
+	res_merge m;
+	size_t total = 0;
+	for (size_t k = 0; q && ok && k < ntasks; k++)
+		if (parse_results(tasks[k], &q[k]) == 0) {
 			ok[k] = 1;
 			q[k].at = total;
 			total += q[k].n;
 		}
-	}
-	sqd_route route = tasks[0]->route;
-	sq_job_ref *refs = calloc(total ? total : 1, sizeof(*refs));
-	sq_fail_req *fails = calloc(total ? total : 1, sizeof(*fails));
-	const char **workers = calloc(total ? total : 1, sizeof(*workers));
-	sq_status *out = calloc(total ? total : 1, sizeof(*out));
-	sq_job_ref *sub = calloc(total ? total : 1, sizeof(*sub));
-	sq_fail_req *subf = calloc(total ? total : 1, sizeof(*subf));
-	sq_status *subo = calloc(total ? total : 1, sizeof(*subo));
-	int64_t *lease = calloc(total ? total : 1, sizeof(*lease));
-	int64_t *subl = calloc(total ? total : 1, sizeof(*subl));
-	size_t *idx = calloc(total ? total : 1, sizeof(*idx));
-	worker_ref *byw = calloc(total ? total : 1, sizeof(*byw));
-	sq_status first_err = SQ_OK;
-	sq_error err = {0}, first_e = {0};
-	if (!ok || !refs || !fails || !workers || !out || !sub || !subf || !subo || !lease ||
-	    !subl || !idx || !byw) {
+	if (!q || !ok || merge_alloc(&m, tasks[0]->route, total)) {
 		for (size_t k = 0; k < ntasks; k++)
-			if (!ok || ok[k])
+			if (!q || !ok || ok[k])
 				sqd_error(tasks[k], 500, "internal", "out of memory");
-		goto out;
-	}
-	for (size_t k = 0; k < ntasks; k++)
-		if (ok[k])
-			for (size_t i = 0; i < q[k].n; i++) {
-				refs[q[k].at + i] = q[k].refs[i];
-				fails[q[k].at + i] = q[k].fails[i];
-				workers[q[k].at + i] = q[k].workers[i];
-				out[q[k].at + i] = SQ_ECONN;
+	} else {
+		merge_fill(&m, q, ok, ntasks);
+		call_per_worker(c, &m);
+		for (size_t k = 0; k < ntasks; k++)
+			if (ok[k]) {
+				memcpy(q[k].out, m.out + q[k].at, q[k].n * sizeof(*m.out));
+				q[k].lease = m.lease + q[k].at;
+				answer_results(d, c, tasks[k], &q[k], m.first_err, &m.first_e);
 			}
-	/* one library call per worker name: the refs sorted by it */
-	for (size_t i = 0; i < total; i++)
-		byw[i].w = workers[i], byw[i].i = i;
-	qsort(byw, total, sizeof(*byw), by_worker);
-	for (size_t g = 0; g < total;) {
-		size_t i = byw[g].i, k = 0;
-		for (; g < total && !strcmp(byw[g].w, workers[i]); g++) {
-			size_t j = byw[g].i;
-			sub[k] = refs[j];
-			subf[k] = fails[j];
-			subo[k] = SQ_ECONN;
-			idx[k++] = j;
-		}
-		sq_status st;
-		switch (route) {
-		case R_START: st = sq_start_lease(c, workers[i], sub, k, subo, subl, &err); break;
-		case R_HEARTBEAT:
-			st = sq_heartbeat_lease(c, workers[i], sub, k, subo, subl, &err);
-			break;
-		case R_COMPLETE: st = sq_complete(c, workers[i], sub, k, subo, &err); break;
-		case R_RELEASE: st = sq_unclaim(c, workers[i], sub, k, subo, &err); break;
-		default: st = sq_fail(c, workers[i], subf, k, subo, &err); break;
-		}
-		if (st != SQ_OK && first_err == SQ_OK) {
-			first_err = st;
-			first_e = err;
-			sqd_log("%s: %s", route == R_COMPLETE ? "complete" : "results", err.msg);
-		}
-		for (size_t j = 0; j < k; j++) {
-			out[idx[j]] = subo[j];
-			lease[idx[j]] = route == R_START || route == R_HEARTBEAT ? subl[j] : 0;
-		}
+		atomic_fetch_add(&d->m.result_calls, 1);
+		atomic_fetch_add(&d->m.result_requests, ntasks);
 	}
-	for (size_t k = 0; k < ntasks; k++)
-		if (ok[k]) {
-			memcpy(q[k].out, out + q[k].at, q[k].n * sizeof(*out));
-			q[k].lease = lease + q[k].at;
-			answer_results(d, c, tasks[k], &q[k], first_err, &first_e);
-		}
-	atomic_fetch_add(&d->m.result_calls, 1);
-	atomic_fetch_add(&d->m.result_requests, ntasks);
-out:
-	for (size_t k = 0; k < ntasks; k++)
+	if (q && ok)
+		merge_free(&m);
+	for (size_t k = 0; q && k < ntasks; k++)
 		free_results(&q[k]);
 	free(q);
 	free(ok);
-	free(refs);
-	free(fails);
-	free(workers);
-	free(out);
-	free(sub);
-	free(subf);
-	free(subo);
-	free(lease);
-	free(subl);
-	free(idx);
-	free(byw);
 }
 
 static void do_release_gone(sqd *d, sq_client *c, sqd_task *t)
@@ -794,7 +816,7 @@ static void do_get_job(sqd *d, sq_client *c, sqd_task *t)
 /* Partitions per shard in the client's map (calloc'd, one per shard). */
 static int64_t *map_counts(sqd *d, sq_client *c)
 {
-	int ns = d->cfg->nshards;
+	int ns = sq_config_shard_count(d->cfg);
 	int64_t *count = calloc((size_t)ns, sizeof(*count));
 	for (uint32_t p = 0; count && p < sq_config_partitions(d->cfg); p++) {
 		int sh = sq_client_shard_of_partition(c, p);
@@ -811,10 +833,10 @@ static void put_stats(sqd *d, sq_buf *b, const sq_stats *s, const int64_t *map_c
 	sq_buf_puts(b, "\"shards\":[");
 	for (int i = 0; i < s->nshards; i++) {
 		sq_buf_printf(b, "%s{\"id\":", i ? "," : "");
-		sq_json_put_string(b, d->cfg->shards[i].id);
+		sq_json_put_string(b, sq_config_shard_id(d->cfg, i));
 		sq_buf_printf(b,
 			      ",\"weight\":%g,\"partitions_owned\":%lld,\"partitions_moving\":%lld",
-			      d->cfg->shards[i].weight, (long long)s->partitions_owned[i],
+			      sq_config_shard_weight(d->cfg, i), (long long)s->partitions_owned[i],
 			      (long long)s->partitions_moving[i]);
 		if (map_count)
 			sq_buf_printf(b, ",\"partitions\":%lld", (long long)map_count[i]);
@@ -829,7 +851,7 @@ static void put_stats(sqd *d, sq_buf *b, const sq_stats *s, const int64_t *map_c
 	for (size_t i = 0; i < s->nrows; i++) {
 		const sq_stats_row *r = &s->rows[i];
 		sq_buf_printf(b, "%s{\"shard\":", i ? "," : "");
-		sq_json_put_string(b, d->cfg->shards[r->shard].id);
+		sq_json_put_string(b, sq_config_shard_id(d->cfg, r->shard));
 		sq_buf_puts(b, ",\"type\":");
 		sq_json_put_string(b, r->type);
 		sq_buf_printf(
@@ -920,7 +942,7 @@ static void do_overview(sqd *d, sq_client *c, sqd_task *t)
 				      (long long)f[i].id);
 			sq_json_put_string(b, f[i].type);
 			sq_buf_puts(b, ",\"shard\":");
-			sq_json_put_string(b, d->cfg->shards[f[i].shard].id);
+			sq_json_put_string(b, sq_config_shard_id(d->cfg, f[i].shard));
 			sq_buf_printf(b, ",\"tries\":%d,\"failed_ms\":%lld,\"last_error\":",
 				      f[i].tries, (long long)(f[i].failed_us / 1000));
 			sq_json_put_string(b, f[i].last_error);
@@ -950,7 +972,7 @@ static void do_map(sqd *d, sq_client *c, sqd_task *t)
 		return;
 	}
 	uint32_t np = sq_config_partitions(d->cfg);
-	int ns = d->cfg->nshards;
+	int ns = sq_config_shard_count(d->cfg);
 	int64_t *count = map_counts(d, c);
 	if (!count) {
 		sqd_error(t, 500, "internal", "out of memory");
@@ -962,9 +984,9 @@ static void do_map(sqd *d, sq_client *c, sqd_task *t)
 		      (long long)sq_client_map_version(c), np);
 	for (int s = 0; s < ns; s++) {
 		sq_buf_printf(b, "%s{\"id\":", s ? "," : "");
-		sq_json_put_string(b, d->cfg->shards[s].id);
-		sq_buf_printf(b, ",\"weight\":%g,\"partitions\":%lld}", d->cfg->shards[s].weight,
-			      (long long)count[s]);
+		sq_json_put_string(b, sq_config_shard_id(d->cfg, s));
+		sq_buf_printf(b, ",\"weight\":%g,\"partitions\":%lld}",
+			      sq_config_shard_weight(d->cfg, s), (long long)count[s]);
 	}
 	sq_buf_puts(b, "]}");
 	free(count);
@@ -1066,9 +1088,10 @@ int sqd_claim_parse(sqd *d, sqd_task *t)
 	for (size_t i = 0; i < n; i++) {
 		json_t *e = json_array_get(types, i);
 		json_t *ty = json_object_get(e, "type"), *lim = json_object_get(e, "limit");
-		const sq_type_conf *tc =
-			json_is_string(ty) ? sq_config_type(d->cfg, json_string_value(ty)) : NULL;
-		if (!tc) {
+		const char *type = json_is_string(ty)
+					   ? sq_config_type_lookup(d->cfg, json_string_value(ty))
+					   : NULL;
+		if (!type) {
 			sqd_error(t, 400, "bad_request",
 				  "types[%zu]: %s; the types are the [type NAME] sections of the "
 				  "daemon's config",
@@ -1083,15 +1106,15 @@ int sqd_claim_parse(sqd *d, sqd_task *t)
 			goto out;
 		}
 		for (int k = 0; k < cl->ntypes; k++)
-			if (cl->types[k].t == tc) {
+			if (cl->types[k].type == type) {
 				sqd_error(
 					t, 400, "bad_request",
 					"types[%zu]: type '%s' is listed twice; give it once with "
 					"the sum of the limits",
-					i, tc->name);
+					i, type);
 				goto out;
 			}
-		cl->types[cl->ntypes].t = tc;
+		cl->types[cl->ntypes].type = type;
 		cl->types[cl->ntypes].limit = (int32_t)json_integer_value(lim);
 		cl->ntypes++;
 	}
@@ -1103,8 +1126,8 @@ int sqd_claim_parse(sqd *d, sqd_task *t)
 			goto out;
 		}
 		wait_ms = json_integer_value(wait);
-		if (wait_ms > d->cfg->daemon.claim_wait_max_ms)
-			wait_ms = d->cfg->daemon.claim_wait_max_ms;
+		if (wait_ms > sq_config_daemon(d->cfg)->claim_wait_max_ms)
+			wait_ms = sq_config_daemon(d->cfg)->claim_wait_max_ms;
 	}
 	if (start) {
 		if (!json_is_boolean(start)) {

@@ -8,14 +8,16 @@
  * A claim that got nothing waits until its wait_ms runs out. Jobs the
  * statement returned beyond what the clients can take (a client went away
  * meanwhile) are released at once. */
-#include "client.h"
 #include "daemon.h"
-#include "failpoint.h"
+#include "clock.h"
+#include "log.h"
+#include "router_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
 #include <poll.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -24,8 +26,12 @@ typedef struct claimer {
 	sqd *d;
 	sqd_task *head, *tail; /* waiting claims, in order of arrival */
 	int n;
-	sq_listener listen[SQ_MAX_SHARDS];
-	double listen_retry[SQ_MAX_SHARDS];
+	sq_listener **listen; /* per shard */
+	double *listen_retry;
+	/* what a pass polls: the wake pipe (shard -1), the LISTEN sockets */
+	struct pollfd *pf;
+	int *pf_shard;
+	int npf;
 	double last_log;
 } claimer;
 
@@ -58,11 +64,10 @@ void sqd_claimer_submit(sqd *d, sqd_task *t)
 static void listen_open(int s, double wait_s)
 {
 	sq_error e;
-	sq_listener *l = &C.listen[s];
-	sq_pgconn_set_connect_wait(&l->pc, wait_s);
-	if (sq_listener_connect(l, "shardq_jobs", &e) != SQ_OK && !sq_pgconn_connecting(&l->pc))
-		C.listen_retry[s] = sqd_now() + 5;
-	sq_pgconn_set_connect_wait(&l->pc, SQ_LOOP_CONNECT_WAIT_S);
+	sq_listener *l = C.listen[s];
+	if (sq_listener_connect_within(l, "shardq_jobs", wait_s, &e) != SQ_OK &&
+	    !sq_listener_connecting(l))
+		C.listen_retry[s] = sq_mono_s() + 5;
 }
 
 /* Answers a claim: its jobs, or [] */
@@ -102,15 +107,12 @@ static void unlink_task(sqd_task *prev, sqd_task *t)
 	t->next = NULL;
 }
 
-/* One tick: one sq_claim for every waiting claim. */
-static void tick(sqd *d, sq_client *c)
+/* Answers (with what they have: nothing) the claims of clients that went
+ * away. */
+static void drop_gone(sqd *d)
 {
-	sq_claim_req reqs[SQ_MAX_TYPES];
-	const sq_type_conf *tc[SQ_MAX_TYPES];
-	int nreqs = 0;
-	/* drop the claims of clients that went away */
-	sqd_task *prev = NULL, *t, *next;
-	for (t = C.head; t; t = next) {
+	sqd_task *prev = NULL, *next;
+	for (sqd_task *t = C.head; t; t = next) {
 		next = t->next;
 		if (atomic_load(&t->gone)) {
 			unlink_task(prev, t);
@@ -119,81 +121,110 @@ static void tick(sqd *d, sq_client *c)
 		}
 		prev = t;
 	}
-	/* sum the rest by type, up to 100,000 jobs of a type a tick. The
-	 * claims the last tick had no room for come first, so that each is in
-	 * the next tick; until then none is answered, even with its wait over
-	 * (claimer_main) */
+}
+
+/* A tick's merged claim: one request per type, the sum of the waiting
+ * claims' limits. */
+typedef struct merged {
+	sq_claim_req reqs[SQ_MAX_TYPES];
+	const char *type[SQ_MAX_TYPES]; /* each request's type, as the claims name it */
+	int n;
+} merged;
+
+/* Whether claim cl fits in m: a type's request takes at most 100,000 jobs
+ * a tick. */
+static int fits_in(const merged *m, const sqd_claim *cl)
+{
+	for (int k = 0; k < cl->ntypes; k++)
+		for (int r = 0; r < m->n; r++)
+			if (m->type[r] == cl->types[k].type &&
+			    m->reqs[r].limit + cl->types[k].limit > 100000)
+				return 0;
+	return 1;
+}
+
+static void add_claim(merged *m, const sqd_claim *cl)
+{
+	for (int k = 0; k < cl->ntypes; k++) {
+		int r = 0;
+		while (r < m->n && m->type[r] != cl->types[k].type)
+			r++;
+		if (r == m->n) {
+			m->type[r] = cl->types[k].type;
+			m->reqs[r].type = m->type[r];
+			m->reqs[r].limit = m->reqs[r].start = 0;
+			m->n++;
+		}
+		m->reqs[r].limit += cl->types[k].limit;
+		if (cl->start)
+			m->reqs[r].start += cl->types[k].limit;
+	}
+}
+
+/* Sums the waiting claims by type into m. The claims the last tick had no
+ * room for come first, so that each is in this one; one that does not fit
+ * is marked skipped, and until its next tick it is not answered even with
+ * its wait over (expire_waits). */
+static void merge_claims(merged *m)
+{
+	m->n = 0;
 	for (int pass = 0; pass < 2; pass++)
-		for (t = C.head; t; t = t->next) {
+		for (sqd_task *t = C.head; t; t = t->next) {
 			sqd_claim *cl = t->claim;
 			if (cl->skipped != !pass)
 				continue;
-			int fits = 1;
-			for (int k = 0; k < cl->ntypes && fits; k++)
-				for (int r = 0; r < nreqs; r++)
-					if (tc[r] == cl->types[k].t &&
-					    reqs[r].limit + cl->types[k].limit > 100000)
-						fits = 0;
-			cl->fits = fits;
-			if (!fits)
-				continue;
-			for (int k = 0; k < cl->ntypes; k++) {
-				int r = 0;
-				while (r < nreqs && tc[r] != cl->types[k].t)
-					r++;
-				if (r == nreqs) {
-					tc[r] = cl->types[k].t;
-					reqs[r].type = tc[r]->name;
-					reqs[r].limit = reqs[r].start = 0;
-					nreqs++;
-				}
-				reqs[r].limit += cl->types[k].limit;
-				if (cl->start)
-					reqs[r].start += cl->types[k].limit;
-			}
+			cl->fits = fits_in(m, cl);
+			if (cl->fits)
+				add_claim(m, cl);
 		}
-	for (t = C.head; t; t = t->next)
+	for (sqd_task *t = C.head; t; t = t->next)
 		t->claim->skipped = !t->claim->fits;
-	if (!nreqs)
-		return;
-	sq_job *jobs = NULL;
-	size_t njobs = 0;
-	sq_error err;
-	sq_status st = sq_claim(c, d->worker_id, reqs, (size_t)nreqs, &jobs, &njobs, &err);
-	atomic_fetch_add(&d->m.claim_statements, 1);
-	atomic_fetch_add(&d->m.jobs_claimed, njobs);
-	if (st != SQ_OK) {
-		atomic_fetch_add(&d->m.claim_errors, 1);
-		double now = sqd_now();
-		if (now - C.last_log > 5) {
-			sqd_log("claim: %s", err.msg);
-			C.last_log = now;
-		}
+}
+
+/* The first waiting claim, in order of arrival, that can take job j: one
+ * of its type with room, that asked to start if j is running and not if
+ * it is starting; NULL if none. *slot: the claim's entry of j's type. */
+static sqd_task *taker_of(const sq_job *j, int *slot)
+{
+	int want_start = j->status == SQ_RUNNING;
+	for (sqd_task *t = C.head; t; t = t->next) {
+		sqd_claim *cl = t->claim;
+		if (atomic_load(&t->gone) || cl->start != want_start)
+			continue;
+		for (int k = 0; k < cl->ntypes; k++)
+			if (!strcmp(cl->types[k].type, j->type) &&
+			    cl->types[k].got < cl->types[k].limit) {
+				*slot = k;
+				return t;
+			}
 	}
-	/* deal the jobs out in the claim's order, to the clients in order of
-	 * arrival: a running job to a client that asked to start, a starting
-	 * one to a client that did not */
-	sq_job_ref *extra = NULL;
+	return NULL;
+}
+
+/* Releases at once the jobs the claim took that no client could take (one
+ * went away meanwhile): else they would wait for their lease. */
+static void release_extra(sqd *d, sq_client *c, const sq_job_ref *extra, size_t nextra)
+{
+	sq_status *out = calloc(nextra, sizeof(*out));
+	sq_error err;
+	if (out && sq_unclaim(c, d->worker_id, extra, nextra, out, &err) != SQ_OK)
+		sqd_log("releasing %zu jobs no client could take: %s (their lease brings "
+			"them back)",
+			nextra, err.msg);
+	atomic_fetch_add(&d->m.jobs_released_extra, nextra);
+	free(out);
+}
+
+/* Deals the jobs out in the claim's order to the claims in order of
+ * arrival (taker_of), and releases those none could take. */
+static void deal(sqd *d, sq_client *c, const sq_job *jobs, size_t njobs)
+{
+	sq_job_ref *extra = njobs ? calloc(njobs, sizeof(*extra)) : NULL;
 	size_t nextra = 0;
-	if (njobs)
-		extra = calloc(njobs, sizeof(*extra));
 	for (size_t i = 0; i < njobs; i++) {
 		const sq_job *j = &jobs[i];
-		int want_start = j->status == SQ_RUNNING;
-		sqd_task *to = NULL;
 		int slot = -1;
-		for (t = C.head; t && !to; t = t->next) {
-			sqd_claim *cl = t->claim;
-			if (atomic_load(&t->gone) || cl->start != want_start)
-				continue;
-			for (int k = 0; k < cl->ntypes; k++)
-				if (!strcmp(cl->types[k].t->name, j->type) &&
-				    cl->types[k].got < cl->types[k].limit) {
-					to = t;
-					slot = k;
-					break;
-				}
-		}
+		sqd_task *to = taker_of(j, &slot);
 		if (!to) {
 			if (extra)
 				extra[nextra++] = (sq_job_ref){j->id, j->attempt};
@@ -206,184 +237,245 @@ static void tick(sqd *d, sq_client *c)
 		sqd_put_job(&cl->jobs, d->cfg, j);
 		sqd_task_add_ref(to, j->id, j->attempt);
 	}
-	sq_jobs_free(jobs, njobs);
-	if (nextra) {
-		sq_status *out = calloc(nextra, sizeof(*out));
-		sq_error e2;
-		if (out && sq_unclaim(c, d->worker_id, extra, nextra, out, &e2) != SQ_OK)
-			sqd_log("releasing %zu jobs no client could take: %s (their lease brings "
-				"them back)",
-				nextra, e2.msg);
-		atomic_fetch_add(&d->m.jobs_released_extra, nextra);
-		free(out);
-	}
+	if (nextra)
+		release_extra(d, c, extra, nextra);
 	free(extra);
-	sq_failpoint("sqd_dealt");
-	/* answer the claims that got jobs, and on a failure those that cannot
-	 * wait */
-	double now = sqd_now();
-	prev = NULL;
-	for (t = C.head; t; t = next) {
+}
+
+/* Answers the claims that got jobs, and after a failed claim those whose
+ * wait is over. */
+static void answer_dealt(sqd *d, sq_status st, const sq_error *err)
+{
+	double now = sq_mono_s();
+	sqd_task *prev = NULL, *next;
+	for (sqd_task *t = C.head; t; t = next) {
 		next = t->next;
 		if (t->claim->njobs) {
 			unlink_task(prev, t);
 			answer(d, t);
 		} else if (st != SQ_OK && now >= t->claim->deadline) {
 			unlink_task(prev, t);
-			answer_error(d, t, st == SQ_EMOVING ? "moving" : "unavailable", err.msg);
+			answer_error(d, t, st == SQ_EMOVING ? "moving" : "unavailable", err->msg);
 		} else {
 			prev = t;
 		}
 	}
 }
 
+/* One tick: one sq_claim for every waiting claim. */
+static void tick(sqd *d, sq_client *c)
+{
+	merged m;
+	drop_gone(d);
+	merge_claims(&m);
+	if (!m.n)
+		return;
+	sq_job *jobs = NULL;
+	size_t njobs = 0;
+	sq_error err;
+	sq_status st = sq_claim(c, d->worker_id, m.reqs, (size_t)m.n, &jobs, &njobs, &err);
+	atomic_fetch_add(&d->m.claim_statements, 1);
+	atomic_fetch_add(&d->m.jobs_claimed, njobs);
+	if (st != SQ_OK) {
+		atomic_fetch_add(&d->m.claim_errors, 1);
+		double now = sq_mono_s();
+		if (now - C.last_log > 5) { /* one line per 5 s while a shard fails */
+			sqd_log("claim: %s", err.msg);
+			C.last_log = now;
+		}
+	}
+	deal(d, c, jobs, njobs);
+	sq_jobs_free(jobs, njobs);
+	SQ_ROUTER_FAILPOINT("sqd_dealt");
+	answer_dealt(d, st, &err);
+}
+
+/* Moves the claims that arrived since the last pass to the waiting list;
+ * 1 if there were any. */
+static int take_arrivals(sqd *d)
+{
+	pthread_mutex_lock(&d->claim_mu);
+	sqd_task *arrived = d->claim_head;
+	d->claim_head = d->claim_tail = NULL;
+	pthread_mutex_unlock(&d->claim_mu);
+	int fresh = arrived != NULL;
+	while (arrived) {
+		sqd_task *next = arrived->next;
+		arrived->next = NULL;
+		if (C.tail)
+			C.tail->next = arrived;
+		else
+			C.head = arrived;
+		C.tail = arrived;
+		C.n++;
+		arrived = next;
+	}
+	return fresh;
+}
+
+/* Stopping: every waiting claim is answered with what it has (nothing). */
+static void answer_all(sqd *d)
+{
+	while (C.head) {
+		sqd_task *t = C.head;
+		unlink_task(NULL, t);
+		answer(d, t);
+	}
+}
+
+/* Answers the claims whose wait ran out (not one the last tick skipped:
+ * the next tick takes it first) or whose client went away; returns the
+ * earliest deadline of the others, or `until` if none is earlier. */
+static double expire_waits(sqd *d, double now, double until)
+{
+	sqd_task *prev = NULL, *next;
+	for (sqd_task *t = C.head; t; t = next) {
+		next = t->next;
+		if ((now >= t->claim->deadline && !t->claim->skipped) || atomic_load(&t->gone)) {
+			unlink_task(prev, t);
+			answer(d, t);
+			continue;
+		}
+		if (t->claim->deadline < until && !t->claim->skipped)
+			until = t->claim->deadline;
+		prev = t;
+	}
+	return until;
+}
+
+static void poll_add(int fd, int shard)
+{
+	C.pf[C.npf].fd = fd;
+	C.pf[C.npf].events = POLLIN;
+	C.pf_shard[C.npf++] = shard;
+}
+
+/* Shard s's LISTEN connection for this pass: probed, made again once the
+ * shard's claim connection is up, a connect under way taken on (none of
+ * it blocks this thread: a shard that does not answer would hold every
+ * claim up), its socket polled. Returns whether a connect is under way;
+ * *probe_at is lowered to when it must be probed. */
+static int tend_listener(sq_client *c, int s, double now, double *probe_at)
+{
+	sq_listener *l = C.listen[s];
+	char why[256];
+	double next_at;
+	if (sq_listener_check(l, now, sq_client_answer_wait_of(c), &next_at, why, sizeof(why)) <
+	    0) {
+		/* it died unseen: made again once s answers */
+		sq_listener_drop(l);
+		C.listen_retry[s] = now + 1;
+		sqd_log("claimer: %s", why);
+	}
+	if (next_at < *probe_at)
+		*probe_at = next_at;
+	if (sq_listener_socket(l) < 0 &&
+	    (sq_listener_connecting(l) || (now >= C.listen_retry[s] && sq_client_shard_up(c, s))))
+		listen_open(s, SQ_LOOP_CONNECT_WAIT_S);
+	if (sq_listener_socket(l) >= 0)
+		poll_add(sq_listener_socket(l), s);
+	return sq_listener_pending(l);
+}
+
+/* How long to poll (ms): until the first deadline or the next poll `wake`,
+ * a LISTEN connection's probe, and while a connect is under way (`going`)
+ * at most SQ_LOOP_CONNECT_WAIT_S, for it goes on between claims. */
+static int poll_timeout(double now, double wake, double probe_at, int going)
+{
+	int timeout;
+	if (C.head) {
+		double ms = (wake - now) * 1000;
+		timeout = ms < 0 ? 0 : ms > 60000 ? 60000 : (int)ms + 1;
+	} else {
+		timeout = 5000; /* to retry broken LISTEN connections */
+	}
+	if (probe_at < INFINITY) {
+		double ms = (probe_at - now) * 1000;
+		if (ms < timeout)
+			timeout = ms < 0 ? 0 : (int)ms + 1;
+	}
+	if (going && timeout > SQ_LOOP_CONNECT_WAIT_S * 1000)
+		timeout = (int)(SQ_LOOP_CONNECT_WAIT_S * 1000);
+	return timeout;
+}
+
+/* Shard s's LISTEN socket was readable: 1 when a NOTIFY came, or the
+ * LISTEN was answered (what was enqueued before it woke nobody): either
+ * way, claim at once. */
+static int read_listener(int s)
+{
+	int listening;
+	char why[256];
+	int n = sq_listener_read(C.listen[s], &listening, why, sizeof(why));
+	if (n < 0) {
+		sq_listener_drop(C.listen[s]);
+		/* a LISTEN the server refused: logged, and not tried again at
+		 * once */
+		C.listen_retry[s] = sq_mono_s() + (n == -2 ? 5 : 1);
+		if (n == -2)
+			sqd_log("claimer: %s", why);
+		return 0;
+	}
+	return n > 0 || listening;
+}
+
+/* Waits for a claim, a NOTIFY, a deadline or the next poll; returns 1 when
+ * a shard said there is work to claim. */
+static int wait_for_news(sqd *d, sq_client *c, double now, double wake)
+{
+	C.npf = 0;
+	poll_add(d->wake[0], -1);
+	int going = 0;
+	double probe_at = INFINITY;
+	for (int s = 0; s < sq_config_shard_count(d->cfg); s++)
+		going += tend_listener(c, s, now, &probe_at);
+	going += sq_client_advance_connects(c);
+	int r = poll(C.pf, (nfds_t)C.npf, poll_timeout(now, wake, probe_at, going > 0));
+	if (r < 0 && errno != EINTR)
+		sqd_log("claimer: poll: %s", strerror(errno));
+	int notified = 0;
+	for (int i = 0; r > 0 && i < C.npf; i++) {
+		if (!(C.pf[i].revents & (POLLIN | POLLERR | POLLHUP)))
+			continue;
+		if (C.pf_shard[i] >= 0) {
+			notified |= read_listener(C.pf_shard[i]);
+			continue;
+		}
+		char buf[256];
+		while (read(d->wake[0], buf, sizeof(buf)) > 0) {
+		}
+	}
+	return notified;
+}
+
 static void *claimer_main(void *arg)
 {
 	sqd *d = arg;
 	sq_client *c = d->claim_client;
-	int ns = d->cfg->nshards;
 	double next_poll = 0;
-	struct pollfd *pf = calloc((size_t)ns + 1, sizeof(*pf));
-	int *pf_shard = calloc((size_t)ns + 1, sizeof(int));
-	if (!pf || !pf_shard)
-		abort();
 	for (;;) {
 		int stopping = atomic_load(&d->stopping);
-		/* take the new arrivals */
-		pthread_mutex_lock(&d->claim_mu);
-		sqd_task *arrived = d->claim_head;
-		d->claim_head = d->claim_tail = NULL;
-		pthread_mutex_unlock(&d->claim_mu);
-		int fresh = arrived != NULL;
-		while (arrived) {
-			sqd_task *next = arrived->next;
-			arrived->next = NULL;
-			if (C.tail)
-				C.tail->next = arrived;
-			else
-				C.head = arrived;
-			C.tail = arrived;
-			C.n++;
-			arrived = next;
-		}
-		if (stopping) {
-			/* answer everything with what it has (nothing) */
-			while (C.head) {
-				sqd_task *t = C.head;
-				unlink_task(NULL, t);
-				answer(d, t);
-			}
-			if (stopping == 2)
-				break;
-		}
-		double now = sqd_now();
+		int fresh = take_arrivals(d);
+		if (stopping)
+			answer_all(d);
+		if (stopping == 2)
+			break;
+		double now = sq_mono_s();
 		if (C.head && (fresh || now >= next_poll)) {
 			tick(d, c);
-			now = sqd_now();
-			next_poll = now + d->cfg->daemon.claim_poll_ms / 1000.0;
+			now = sq_mono_s();
+			next_poll = now + sq_config_daemon(d->cfg)->claim_poll_ms / 1000.0;
 		}
-		/* answer the waits that ran out */
-		double wake = next_poll;
-		sqd_task *prev = NULL, *next;
-		for (sqd_task *t = C.head; t; t = next) {
-			next = t->next;
-			if ((now >= t->claim->deadline && !t->claim->skipped) ||
-			    atomic_load(&t->gone)) {
-				unlink_task(prev, t);
-				answer(d, t);
-				continue;
-			}
-			if (t->claim->deadline < wake && !t->claim->skipped)
-				wake = t->claim->deadline;
-			prev = t;
-		}
-		/* wait for a claim, a NOTIFY, a deadline or the next poll */
-		int npf = 0;
-		pf[npf].fd = d->wake[0];
-		pf[npf].events = POLLIN;
-		pf_shard[npf++] = -1;
-		/* LISTEN again once the shard's claim connection is up; a connect
-		 * under way goes on (neither blocks this thread: a shard that does
-		 * not answer would hold every claim up) */
-		int listen_going = 0;
-		double probe_at = INFINITY;
-		for (int s = 0; s < ns; s++) {
-			sq_listener *l = &C.listen[s];
-			char why[256];
-			double next_at;
-			if (sq_listener_check(l, now, sq_client_answer_wait_of(c), &next_at, why,
-					      sizeof(why)) < 0) {
-				/* it died unseen: made again once s answers */
-				sq_listener_drop(l);
-				C.listen_retry[s] = now + 1;
-				sqd_log("claimer: %s", why);
-			}
-			if (next_at < probe_at)
-				probe_at = next_at;
-			if (!l->conn && (sq_pgconn_connecting(&l->pc) ||
-					 (now >= C.listen_retry[s] && c->shards[s].conn &&
-					  PQstatus(c->shards[s].conn) == CONNECTION_OK)))
-				listen_open(s, SQ_LOOP_CONNECT_WAIT_S);
-			listen_going += sq_pgconn_connecting(&l->pc) || (!l->conn && l->pc.conn);
-			if (l->conn) {
-				pf[npf].fd = PQsocket(l->conn);
-				pf[npf].events = POLLIN;
-				pf_shard[npf++] = s;
-			}
-		}
-		int timeout = -1;
-		if (C.head) {
-			double ms = (wake - now) * 1000;
-			timeout = ms < 0 ? 0 : ms > 60000 ? 60000 : (int)ms + 1;
-		} else {
-			timeout = 5000; /* to retry broken LISTEN connections */
-		}
-		if (probe_at < INFINITY) { /* a LISTEN connection's probe */
-			double ms = (probe_at - now) * 1000;
-			if (timeout < 0 || ms < timeout)
-				timeout = ms < 0 ? 0 : (int)ms + 1;
-		}
-		/* a connect under way goes on between claims */
-		if (sq_client_advance_connects(c) + listen_going > 0 &&
-		    (timeout < 0 || timeout > SQ_LOOP_CONNECT_WAIT_S * 1000))
-			timeout = (int)(SQ_LOOP_CONNECT_WAIT_S * 1000);
-		int r = poll(pf, (nfds_t)npf, timeout);
-		if (r < 0 && errno != EINTR)
-			sqd_log("claimer: poll: %s", strerror(errno));
-		int notified = 0;
-		for (int i = 0; r > 0 && i < npf; i++) {
-			if (!(pf[i].revents & (POLLIN | POLLERR | POLLHUP)))
-				continue;
-			if (pf_shard[i] < 0) {
-				char buf[256];
-				while (read(d->wake[0], buf, sizeof(buf)) > 0) {
-				}
-				continue;
-			}
-			int s = pf_shard[i], listening;
-			char why[256];
-			int n = sq_listener_read(&C.listen[s], &listening, why, sizeof(why));
-			if (n < 0) {
-				sq_listener_drop(&C.listen[s]);
-				/* a LISTEN the server refused: logged, and not
-				 * tried again at once */
-				C.listen_retry[s] = sqd_now() + (n == -2 ? 5 : 1);
-				if (n == -2)
-					sqd_log("claimer: %s", why);
-				continue;
-			}
-			/* listening from now on: what was enqueued before it
-			 * woke nobody, so claim at once */
-			if (n > 0 || listening)
-				notified = 1;
-		}
-		if (notified)
+		double wake = expire_waits(d, now, next_poll);
+		if (wait_for_news(d, c, now, wake))
 			next_poll = 0; /* claim at once */
 	}
-	for (int s = 0; s < ns; s++)
-		sq_listener_free(&C.listen[s]);
-	free(pf);
-	free(pf_shard);
+	for (int s = 0; s < sq_config_shard_count(d->cfg); s++)
+		sq_listener_destroy(C.listen[s]);
+	free(C.listen);
+	free(C.listen_retry);
+	free(C.pf);
+	free(C.pf_shard);
 	return NULL;
 }
 
@@ -402,16 +494,21 @@ int sqd_claimer_start(sqd *d, sq_error *err)
 	 * answer must not hold the others' claims up for connect_timeout */
 	sq_client_connect_wait(d->claim_client, SQ_LOOP_CONNECT_WAIT_S);
 	/* a shard down at the start is listened to once it is back (the loop) */
-	for (int s = 0; s < d->cfg->nshards; s++) {
-		sq_error e;
-		if (sq_listener_init(&C.listen[s], d->cfg, s, &e) != SQ_OK) {
-			*err = e;
+	int ns = sq_config_shard_count(d->cfg);
+	C.listen = calloc((size_t)ns, sizeof(*C.listen));
+	C.listen_retry = calloc((size_t)ns, sizeof(*C.listen_retry));
+	C.pf = calloc((size_t)ns + 1, sizeof(*C.pf));
+	C.pf_shard = calloc((size_t)ns + 1, sizeof(*C.pf_shard));
+	if (!C.listen || !C.listen_retry || !C.pf || !C.pf_shard) {
+		snprintf(err->msg, sizeof(err->msg), "out of memory");
+		return -1;
+	}
+	for (int s = 0; s < ns; s++) {
+		if (!(C.listen[s] = sq_listener_create(d->cfg, s, err)))
 			return -1;
-		}
-		PGconn *conn = d->claim_client->shards[s].conn;
 		/* a shard whose connection is up answers within connect_timeout */
-		if (conn && PQstatus(conn) == CONNECTION_OK)
-			listen_open(s, (double)d->cfg->connect_timeout_ms / 1000.0);
+		if (sq_client_shard_up(d->claim_client, s))
+			listen_open(s, sq_config_connect_timeout_s(d->cfg));
 	}
 	if (pthread_create(&d->claimer, NULL, claimer_main, d)) {
 		snprintf(err->msg, sizeof(err->msg), "cannot start the claim thread");

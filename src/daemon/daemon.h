@@ -5,12 +5,23 @@
  * sq_client (one connection per shard) and run enqueue, results, reads;
  * one claimer thread holds its own sq_client and LISTEN connections and
  * merges every waiting claim into one sq_claim (one statement per shard)
- * per tick. Finished tasks go back to the main thread, which replies. */
+ * per tick. Finished tasks go back to the main thread, which replies.
+ *
+ * Layers: each file calls only the files below it, never one above or
+ * beside it (tests/check_layers.py holds the daemon's files to no cycle):
+ *
+ *   server.c              main, the HTTP wiring, routing, auth, the threads
+ *   api.c    claimer.c    the endpoints; the claim coalescing
+ *   metrics.c             the counters, /metrics, the page's rates
+ *   task.c                a task's reply, its queues to and from the threads
+ *   log.c                 the log (log.h)
+ *
+ * and all of them the library through include/shardq.h, buf.h, json.h,
+ * clock.h and src/router_internal.h. */
 #ifndef SQD_DAEMON_H
 #define SQD_DAEMON_H
 
 #include "buf.h"
-#include "config.h"
 #include "shardq.h"
 
 #include <pthread.h>
@@ -48,7 +59,7 @@ typedef struct sqd_claim {
 	char worker[129];
 	int ntypes;
 	struct {
-		const sq_type_conf *t;
+		const char *type; /* the config's own name (sq_config_type_lookup) */
 		int32_t limit, got;
 	} types[SQ_WORKER_MAX_TYPES];
 	int start;       /* jobs come back running */
@@ -170,16 +181,20 @@ typedef struct sqd {
 /* the admin page (src/daemon/page.html, embedded at build time) */
 extern const char sqd_page[];
 
-/* server.c: hands a finished task back to the main thread. */
-void sqd_done(sqd *d, sqd_task *t);
-/* server.c: queues a task for the request threads. */
-void sqd_submit(sqd *d, sqd_task *t);
-double sqd_now(void);
-void sqd_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-/* api.c: writes {"error":{...}} as the task's reply. */
+/* task.c: writes {"error":{...}} as the task's reply. */
 void sqd_error(sqd_task *t, int status, const char *code, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
+/* task.c: appends one job's JSON. */
+void sqd_put_job(sq_buf *b, const sq_config *cfg, const sq_job *j);
+/* task.c: the task's jobs given, as a ref to release later */
+void sqd_task_add_ref(sqd_task *t, int64_t id, int32_t attempt);
+/* task.c: frees the task, its claim, body, refs and reply. */
+void sqd_task_free(sqd_task *t);
+/* task.c: queues a task for the request threads. */
+void sqd_submit(sqd *d, sqd_task *t);
+/* task.c: hands a finished task back to the main thread, which replies. */
+void sqd_done(sqd *d, sqd_task *t);
+
 /* api.c: runs a task on a request thread with its client. */
 void sqd_run(sqd *d, sq_client *c, sqd_task *t);
 /* api.c: start/heartbeat/complete/fail/release requests of one kind, merged
@@ -187,10 +202,6 @@ void sqd_run(sqd *d, sq_client *c, sqd_task *t);
 void sqd_run_results(sqd *d, sq_client *c, sqd_task **tasks, size_t ntasks);
 /* api.c: parses a claim's body into t->claim; 0, or -1 with the error set. */
 int sqd_claim_parse(sqd *d, sqd_task *t);
-/* api.c: appends one job's JSON. */
-void sqd_put_job(sq_buf *b, const sq_config *cfg, const sq_job *j);
-/* api.c: the task's jobs given, as a ref to release later */
-void sqd_task_add_ref(sqd_task *t, int64_t id, int32_t attempt);
 
 /* claimer.c */
 /* Starts the claim thread on d->claim_client (opened by the caller). */

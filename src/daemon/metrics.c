@@ -3,6 +3,7 @@
  * so a scrape costs no query however many jobs there are. */
 #include "daemon.h"
 
+#include "clock.h"
 #include "json.h"
 
 #include <stdio.h>
@@ -145,7 +146,7 @@ void sqd_metrics_write(sqd *d, sq_buf *b)
 void sqd_rates_sample(sqd *d)
 {
 	sqd_rates *r = &d->rates;
-	double now = sqd_now();
+	double now = sq_mono_s();
 	unsigned long long cur[RATE_KINDS] = {
 		atomic_load(&d->m.jobs_enqueued), atomic_load(&d->m.jobs_claimed),
 		atomic_load(&d->m.jobs_completed), atomic_load(&d->m.jobs_failed)};
@@ -190,21 +191,22 @@ void sqd_metrics_write_shards(sqd *d, sq_client *c, sq_buf *b)
 	if (sq_stats_fast(c, 0, &st, &err) != SQ_OK) {
 		sq_buf_puts(b, "# shardq_shard_up: no shard could be read\n");
 		sq_buf_puts(b, "# TYPE shardq_shard_up gauge\n");
-		for (int s = 0; s < d->cfg->nshards; s++)
-			sq_buf_printf(b, "shardq_shard_up{shard=\"%s\"} 0\n", d->cfg->shards[s].id);
+		for (int s = 0; s < sq_config_shard_count(d->cfg); s++)
+			sq_buf_printf(b, "shardq_shard_up{shard=\"%s\"} 0\n",
+				      sq_config_shard_id(d->cfg, s));
 		return;
 	}
 	sq_buf_puts(b, "# HELP shardq_shard_up Whether the shard answered this scrape.\n"
 		       "# TYPE shardq_shard_up gauge\n");
 	for (int s = 0; s < st->nshards; s++)
-		sq_buf_printf(b, "shardq_shard_up{shard=\"%s\"} %d\n", d->cfg->shards[s].id,
-			      st->shard_error[s] ? 0 : 1);
+		sq_buf_printf(b, "shardq_shard_up{shard=\"%s\"} %d\n",
+			      sq_config_shard_id(d->cfg, s), st->shard_error[s] ? 0 : 1);
 	sq_buf_puts(b, "# HELP shardq_jobs Live jobs per shard, type and status (ready: exact "
 		       "up to 10000, PostgreSQL's estimate above; see estimated).\n"
 		       "# TYPE shardq_jobs gauge\n");
 	for (size_t i = 0; i < st->nrows; i++) {
 		const sq_stats_row *r = &st->rows[i];
-		const char *sid = d->cfg->shards[r->shard].id;
+		const char *sid = sq_config_shard_id(d->cfg, r->shard);
 		sq_buf_printf(b, "shardq_jobs{shard=\"%s\",type=\"%s\",status=\"ready\"} %lld\n",
 			      sid, r->type, (long long)r->count[SQ_READY]);
 		sq_buf_printf(b, "shardq_jobs{shard=\"%s\",type=\"%s\",status=\"starting\"} %lld\n",
@@ -216,14 +218,14 @@ void sqd_metrics_write_shards(sqd *d, sq_client *c, sq_buf *b)
 		       "# TYPE shardq_jobs_ready_estimated gauge\n");
 	for (size_t i = 0; i < st->nrows; i++)
 		sq_buf_printf(b, "shardq_jobs_ready_estimated{shard=\"%s\",type=\"%s\"} %d\n",
-			      d->cfg->shards[st->rows[i].shard].id, st->rows[i].type,
+			      sq_config_shard_id(d->cfg, st->rows[i].shard), st->rows[i].type,
 			      st->rows[i].ready_estimated);
 	sq_buf_puts(b, "# HELP shardq_expired_leases Jobs starting or running past their lease "
 		       "(their worker died or hung; the next claim takes them back).\n"
 		       "# TYPE shardq_expired_leases gauge\n");
 	for (size_t i = 0; i < st->nrows; i++)
 		sq_buf_printf(b, "shardq_expired_leases{shard=\"%s\",type=\"%s\"} %lld\n",
-			      d->cfg->shards[st->rows[i].shard].id, st->rows[i].type,
+			      sq_config_shard_id(d->cfg, st->rows[i].shard), st->rows[i].type,
 			      (long long)st->rows[i].expired_leases);
 	sq_buf_puts(b, "# HELP shardq_oldest_ready_age_seconds How long the next due job in claim "
 		       "order has been due (absent: none due).\n"
@@ -233,16 +235,18 @@ void sqd_metrics_write_shards(sqd *d, sq_client *c, sq_buf *b)
 			sq_buf_printf(
 				b,
 				"shardq_oldest_ready_age_seconds{shard=\"%s\",type=\"%s\"} %.3f\n",
-				d->cfg->shards[st->rows[i].shard].id, st->rows[i].type,
+				sq_config_shard_id(d->cfg, st->rows[i].shard), st->rows[i].type,
 				st->rows[i].oldest_ready_age_ms / 1000.0);
 	sq_buf_puts(b, "# HELP shardq_partitions Partitions per shard and state.\n"
 		       "# TYPE shardq_partitions gauge\n");
 	for (int s = 0; s < st->nshards; s++)
 		if (!st->shard_error[s]) {
 			sq_buf_printf(b, "shardq_partitions{shard=\"%s\",state=\"owned\"} %lld\n",
-				      d->cfg->shards[s].id, (long long)st->partitions_owned[s]);
+				      sq_config_shard_id(d->cfg, s),
+				      (long long)st->partitions_owned[s]);
 			sq_buf_printf(b, "shardq_partitions{shard=\"%s\",state=\"moving\"} %lld\n",
-				      d->cfg->shards[s].id, (long long)st->partitions_moving[s]);
+				      sq_config_shard_id(d->cfg, s),
+				      (long long)st->partitions_moving[s]);
 		}
 	sq_stats_free(st);
 	/* moves: how many are unfinished, and the longest write stall of those */

@@ -1,9 +1,9 @@
 /* server.c - shardqd's main thread: the HTTP server, connection limits,
  * auth, routing, the request threads and the process (docs/http.md). */
 #include "daemon.h"
-#include "client.h"
-#include "error.h"
-#include "maintain.h"
+#include "clock.h"
+#include "log.h"
+#include "router_internal.h"
 
 #include <errno.h>
 #include <netdb.h>
@@ -16,7 +16,6 @@
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,27 +24,6 @@
 #include <unistd.h>
 
 /* ---- small things ------------------------------------------------------- */
-
-double sqd_now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
-void sqd_log(const char *fmt, ...)
-{
-	char line[1200];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(line, sizeof(line), fmt, ap);
-	va_end(ap);
-	/* one line per problem: a library message may hold newlines */
-	for (char *p = line; *p; p++)
-		if (*p == '\n')
-			*p = ' ';
-	fprintf(stderr, "shardqd: %s\n", line);
-}
 
 static void maint_log(const char *line, void *arg)
 {
@@ -167,12 +145,12 @@ static struct bufferevent *on_new_conn(struct event_base *base, void *arg)
 	bufferevent_incref(bev);
 	c->bev = bev;
 	c->fd = -1;
-	c->deadline = sqd_now() + d->cfg->daemon.request_timeout_ms / 1000.0;
-	if (S.nconns >= d->cfg->daemon.max_connections || atomic_load(&d->stopping)) {
+	c->deadline = sq_mono_s() + sq_config_daemon(d->cfg)->request_timeout_ms / 1000.0;
+	if (S.nconns >= sq_config_daemon(d->cfg)->max_connections || atomic_load(&d->stopping)) {
 		/* its request, if it comes within a second, gets 503 and the
 		 * connection closes; else the sweep shuts it */
 		c->over = 1;
-		c->deadline = sqd_now() + 1;
+		c->deadline = sq_mono_s() + 1;
 	}
 	c->next = S.conns;
 	if (S.conns)
@@ -229,7 +207,7 @@ static int same_peer(const sqd_conn *c)
 static void on_sweep(evutil_socket_t fd, short what, void *arg)
 {
 	sqd *d = arg;
-	double now = sqd_now();
+	double now = sq_mono_s();
 	if (now - d->rates.last_t >= 1)
 		sqd_rates_sample(d);
 	sqd_conn *next;
@@ -272,18 +250,6 @@ static const char *reason_of(int status)
 	case 503: return "Service Unavailable";
 	default: return "";
 	}
-}
-
-static void task_free(sqd_task *t)
-{
-	if (t->claim) {
-		sq_buf_free(&t->claim->jobs);
-		free(t->claim);
-	}
-	free(t->body);
-	free(t->refs);
-	sq_buf_free(&t->resp);
-	free(t);
 }
 
 /* libevent reads nothing from a connection while its request is being
@@ -334,7 +300,8 @@ static void reply(sqd *d, sqd_task *t)
 	if (c) {
 		c->task = NULL;
 		if (!c->over)
-			c->deadline = sqd_now() + d->cfg->daemon.request_timeout_ms / 1000.0;
+			c->deadline =
+				sq_mono_s() + sq_config_daemon(d->cfg)->request_timeout_ms / 1000.0;
 	}
 	if (t->resp.oom) {
 		/* a cut answer would read as a whole one */
@@ -348,7 +315,7 @@ static void reply(sqd *d, sqd_task *t)
 		t->status = 500;
 		t->text = t->html = 0;
 	}
-	sqd_observe(d, t->route, t->status, sqd_now() - t->t0);
+	sqd_observe(d, t->route, t->status, sq_mono_s() - t->t0);
 	struct evkeyvalq *h = evhttp_request_get_output_headers(req);
 	evhttp_add_header(h, "Content-Type",
 			  t->text   ? "text/plain; version=0.0.4; charset=utf-8"
@@ -377,21 +344,8 @@ static void reply(sqd *d, sqd_task *t)
 	evhttp_send_reply(req, t->status, reason_of(t->status), out);
 	if (out)
 		evbuffer_free(out);
-	task_free(t);
+	sqd_task_free(t);
 	atomic_fetch_sub(&d->inflight, 1);
-}
-
-void sqd_done(sqd *d, sqd_task *t)
-{
-	pthread_mutex_lock(&d->done_mu);
-	t->next = NULL;
-	if (d->done_tail)
-		d->done_tail->next = t;
-	else
-		d->done_head = t;
-	d->done_tail = t;
-	pthread_mutex_unlock(&d->done_mu);
-	event_active(d->done_ev, EV_READ, 0);
 }
 
 static void maybe_exit(sqd *d);
@@ -418,7 +372,7 @@ static void on_done(evutil_socket_t fd, short what, void *arg)
 	while (t) {
 		sqd_task *next = t->next;
 		if (!t->req) { /* internal */
-			task_free(t);
+			sqd_task_free(t);
 			atomic_fetch_sub(&d->inflight, 1);
 		} else {
 			int gone = atomic_load(&t->gone) ||
@@ -434,7 +388,7 @@ static void on_done(evutil_socket_t fd, short what, void *arg)
 					r->nrefs = t->nrefs;
 					t->refs = NULL;
 					t->nrefs = 0;
-					r->t0 = sqd_now();
+					r->t0 = sq_mono_s();
 					atomic_fetch_add(&d->inflight, 1);
 					sqd_submit(d, r);
 				}
@@ -451,21 +405,6 @@ static void on_done(evutil_socket_t fd, short what, void *arg)
 }
 
 /* ---- request threads ---------------------------------------------------- */
-
-void sqd_submit(sqd *d, sqd_task *t)
-{
-	pthread_mutex_lock(&d->work.mu);
-	t->next = NULL;
-	if (d->work.tail)
-		d->work.tail->next = t;
-	else
-		d->work.head = t;
-	d->work.tail = t;
-	d->work.n++;
-	atomic_store(&d->m.queue_len, d->work.n);
-	pthread_cond_signal(&d->work.cv);
-	pthread_mutex_unlock(&d->work.mu);
-}
 
 typedef struct thread_arg {
 	sqd *d;
@@ -647,11 +586,12 @@ static int authorize(sqd *d, struct evhttp_request *req, sqd_task *t, int scopes
 /* Loads the tokens of cfg; their hashes are all the daemon keeps. */
 static int load_tokens(const sq_config *cfg)
 {
-	sqd_token *v = calloc((size_t)cfg->ntokens + 1, sizeof(*v));
+	int n = sq_config_token_count(cfg);
+	sqd_token *v = calloc((size_t)n + 1, sizeof(*v));
 	if (!v)
 		return -1;
-	for (int i = 0; i < cfg->ntokens; i++) {
-		const sq_token_conf *tc = &cfg->tokens[i];
+	for (int i = 0; i < n; i++) {
+		const sq_token_conf *tc = sq_config_token(cfg, i);
 		snprintf(v[i].name, sizeof(v[i].name), "%s", tc->name);
 		for (int k = 0; k < 32; k++)
 			sscanf(tc->hash + 7 + 2 * k, "%2hhx", &v[i].hash[k]);
@@ -659,141 +599,154 @@ static int load_tokens(const sq_config *cfg)
 	}
 	free(S.tokens);
 	S.tokens = v;
-	S.ntokens = cfg->ntokens;
+	S.ntokens = n;
 	return 0;
 }
 
-static void on_request(struct evhttp_request *req, void *arg)
+/* A task for request req, in flight and tied to its connection; NULL
+ * (answered 500) out of memory. A request libevent refuses itself, over
+ * max_body or max_headers or malformed, never reaches here: libevent
+ * answers it, 413 or 400. */
+static sqd_task *new_task(sqd *d, struct evhttp_request *req)
 {
-	sqd *d = arg;
 	sqd_task *t = calloc(1, sizeof(*t));
 	if (!t) {
 		evhttp_send_error(req, 500, "out of memory");
-		return;
+		return NULL;
 	}
 	t->req = req;
 	t->fd = -1;
-	t->t0 = sqd_now();
+	t->t0 = sq_mono_s();
 	t->status = 200;
 	atomic_fetch_add(&d->inflight, 1);
-	/* (a request libevent refuses itself, over max_body or max_headers or
-	 * malformed, never reaches here: libevent answers it, 413 or 400) */
 	t->conn = conn_of(req);
 	if (t->conn)
 		t->conn->task = t;
-	const struct evhttp_uri *u = evhttp_request_get_evhttp_uri(req);
-	const char *path = evhttp_uri_get_path(u);
-	const char *query = evhttp_uri_get_query(u);
+	return t;
+}
+
+/* 405 for a path that takes other methods, with those in the Allow header
+ * (RFC 9110); the routes take GET or POST. */
+static void method_not_allowed(struct evhttp_request *req, sqd_task *t, const char *path)
+{
+	char allow[64] = "";
+	for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++)
+		if (!strcmp(path, routes[i].path)) {
+			size_t at = strlen(allow);
+			snprintf(allow + at, sizeof(allow) - at, "%s%s", at ? ", " : "",
+				 routes[i].method == EVHTTP_REQ_GET ? "GET" : "POST");
+		}
+	evhttp_add_header(evhttp_request_get_output_headers(req), "Allow", allow);
+	sqd_error(t, 405, "method_not_allowed", "%s does not take this method", path);
+}
+
+/* GET /v1/jobs/ID: the route, with t->id set; NULL with the error set. */
+static const route_def *job_route(struct evhttp_request *req, sqd_task *t, const char *path)
+{
+	static const route_def get_job = {"/v1/jobs/{id}", EVHTTP_REQ_GET, R_GET_JOB,
+					  SQ_SCOPE_WORKER | SQ_SCOPE_PRODUCER | SQ_SCOPE_ADMIN};
+	if (evhttp_request_get_command(req) != EVHTTP_REQ_GET) {
+		evhttp_add_header(evhttp_request_get_output_headers(req), "Allow", "GET");
+		sqd_error(t, 405, "method_not_allowed", "/v1/jobs/ID takes GET only");
+		return NULL;
+	}
+	char *end;
+	errno = 0;
+	long long id = strtoll(path + 9, &end, 10);
+	if (*end || end == path + 9 || errno || id <= 0) {
+		sqd_error(t, 404, "not_found",
+			  "'%s' is not a job; GET /v1/jobs/ID takes a job id (a positive integer)",
+			  path + 9);
+		return NULL;
+	}
+	t->id = id;
+	return &get_job;
+}
+
+/* The route of req's path and method; NULL with the error set (404, 405). */
+static const route_def *route_of(struct evhttp_request *req, sqd_task *t, const char *path)
+{
 	enum evhttp_cmd_type cmd = evhttp_request_get_command(req);
 	const route_def *rd = NULL;
 	int path_known = 0;
-	if (!path)
-		path = "/";
 	for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++)
 		if (!strcmp(path, routes[i].path)) {
 			path_known = 1;
 			if (routes[i].method == cmd)
 				rd = &routes[i];
 		}
-	if (!rd && !path_known && !strncmp(path, "/v1/jobs/", 9) && cmd != EVHTTP_REQ_GET) {
-		evhttp_add_header(evhttp_request_get_output_headers(req), "Allow", "GET");
-		sqd_error(t, 405, "method_not_allowed", "/v1/jobs/ID takes GET only");
-		reply(d, t);
-		return;
-	}
-	if (!rd && !path_known && !strncmp(path, "/v1/jobs/", 9)) {
-		static const route_def get_job = {"/v1/jobs/{id}", EVHTTP_REQ_GET, R_GET_JOB,
-						  SQ_SCOPE_WORKER | SQ_SCOPE_PRODUCER |
-							  SQ_SCOPE_ADMIN};
-		char *end;
-		errno = 0;
-		long long id = strtoll(path + 9, &end, 10);
-		if (*end || end == path + 9 || errno || id <= 0) {
-			sqd_error(t, 404, "not_found",
-				  "'%s' is not a job; GET /v1/jobs/ID takes a job id (a positive "
-				  "integer)",
-				  path + 9);
-			reply(d, t);
-			return;
-		}
-		t->id = id;
-		rd = &get_job;
-		path_known = 1;
-	}
-	if (!rd) {
-		if (path_known) {
-			/* the methods it takes, in the Allow header (RFC 9110) */
-			char allow[64] = "";
-			for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++)
-				if (!strcmp(path, routes[i].path)) {
-					size_t at = strlen(allow);
-					/* the routes take GET or POST */
-					snprintf(allow + at, sizeof(allow) - at, "%s%s",
-						 at ? ", " : "",
-						 routes[i].method == EVHTTP_REQ_GET ? "GET"
-										    : "POST");
-				}
-			evhttp_add_header(evhttp_request_get_output_headers(req), "Allow", allow);
-			sqd_error(t, 405, "method_not_allowed", "%s does not take this method",
-				  path);
-		} else
-			sqd_error(t, 404, "not_found",
-				  "no endpoint %s; the API is under /v1 (docs/http.md)", path);
-		reply(d, t);
-		return;
-	}
-	t->route = rd->route;
-	atomic_fetch_add(&d->m.requests[t->route], 1);
+	if (rd)
+		return rd;
+	if (path_known)
+		method_not_allowed(req, t, path);
+	else if (!strncmp(path, "/v1/jobs/", 9))
+		return job_route(req, t, path);
+	else
+		sqd_error(t, 404, "not_found",
+			  "no endpoint %s; the API is under /v1 (docs/http.md)", path);
+	return NULL;
+}
+
+/* Whether the daemon takes t now: 503 while it stops or when its
+ * connection is beyond max_connections (but /healthz answers), and the
+ * route's scopes; -1 with the error set. */
+static int admit(sqd *d, struct evhttp_request *req, sqd_task *t, const route_def *rd)
+{
 	if (atomic_load(&d->stopping) && t->route != R_HEALTH) {
 		t->retry_after = 1;
 		sqd_error(t, 503, "unavailable", "the daemon is shutting down; try another one");
-		reply(d, t);
-		return;
+		return -1;
 	}
 	if (t->conn && t->conn->over && t->route != R_HEALTH) {
 		t->retry_after = 1;
 		sqd_error(t, 503, "unavailable",
 			  "the daemon has max_connections (%d) open; try again in a moment, or "
 			  "reuse a keep-alive connection",
-			  d->cfg->daemon.max_connections);
-		reply(d, t);
-		return;
+			  sq_config_daemon(d->cfg)->max_connections);
+		return -1;
 	}
-	if (rd->scopes && authorize(d, req, t, rd->scopes)) {
-		reply(d, t);
-		return;
-	}
-	t->all = query_flag(query, "all");
-	t->exact = query_flag(query, "exact");
+	return rd->scopes ? authorize(d, req, t, rd->scopes) : 0;
+}
+
+/* The request's body into t, NUL-terminated; -1 with the error set. */
+static int read_body(struct evhttp_request *req, sqd_task *t)
+{
 	struct evbuffer *in = evhttp_request_get_input_buffer(req);
 	size_t n = evbuffer_get_length(in);
 	t->body = malloc(n + 1);
 	if (!t->body) {
 		sqd_error(t, 500, "internal", "out of memory");
-		reply(d, t);
-		return;
+		return -1;
 	}
 	evbuffer_remove(in, t->body, n);
 	t->body[n] = '\0';
 	t->len = n;
+	return 0;
+}
+
+/* The admin page: it holds no data, so without an admin token it is still
+ * sent, with 401, and asks for one; what it shows comes from
+ * /v1/admin/overview, which needs the token. */
+static void answer_page(sqd *d, struct evhttp_request *req, sqd_task *t)
+{
+	sqd_task probe = {0};
+	t->html = 1;
+	t->status = authorize(d, req, &probe, SQ_SCOPE_ADMIN) ? probe.status : 200;
+	sq_buf_free(&probe.resp);
+	sq_buf_puts(&t->resp, sqd_page);
+	reply(d, t);
+}
+
+/* Where an admitted task goes: answered here (health, the page), to the
+ * claimer (claims), or to the request threads. */
+static void dispatch(sqd *d, struct evhttp_request *req, sqd_task *t)
+{
 	switch (t->route) {
 	case R_HEALTH:
 		sq_buf_puts(&t->resp, "{\"ok\":true}");
 		reply(d, t);
 		return;
-	case R_PAGE:
-		/* the page itself holds no data: without an admin token it is
-		 * still sent, with 401, and asks for one; what it shows comes
-		 * from /v1/admin/overview, which needs the token */
-		t->html = 1;
-		{
-			sqd_task probe = {0};
-			t->status = authorize(d, req, &probe, SQ_SCOPE_ADMIN) ? probe.status : 200;
-			sq_buf_free(&probe.resp);
-		}
-		sq_buf_puts(&t->resp, sqd_page);
-		reply(d, t);
-		return;
+	case R_PAGE: answer_page(d, req, t); return;
 	case R_CLAIM:
 		if (sqd_claim_parse(d, t)) {
 			reply(d, t);
@@ -804,6 +757,31 @@ static void on_request(struct evhttp_request *req, void *arg)
 		return;
 	default: sqd_submit(d, t);
 	}
+}
+
+static void on_request(struct evhttp_request *req, void *arg)
+{
+	sqd *d = arg;
+	sqd_task *t = new_task(d, req);
+	if (!t)
+		return;
+	const struct evhttp_uri *u = evhttp_request_get_evhttp_uri(req);
+	const char *path = evhttp_uri_get_path(u);
+	const char *query = evhttp_uri_get_query(u);
+	const route_def *rd = route_of(req, t, path ? path : "/");
+	if (!rd) {
+		reply(d, t);
+		return;
+	}
+	t->route = rd->route;
+	atomic_fetch_add(&d->m.requests[t->route], 1);
+	if (admit(d, req, t, rd) || read_body(req, t)) {
+		reply(d, t);
+		return;
+	}
+	t->all = query_flag(query, "all");
+	t->exact = query_flag(query, "exact");
+	dispatch(d, req, t);
 }
 
 /* ---- the process ---------------------------------------------------------- */
@@ -830,7 +808,8 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
 		if (load_tokens(nc))
 			sqd_log("SIGHUP: tokens not reloaded: out of memory");
 		else
-			sqd_log("SIGHUP: %d tokens loaded from %s", nc->ntokens, d->config_path);
+			sqd_log("SIGHUP: %d tokens loaded from %s", sq_config_token_count(nc),
+				d->config_path);
 		sq_config_free(nc);
 		return;
 	}
@@ -916,7 +895,7 @@ static void *open_one(void *arg)
  * that cannot be reached. */
 static int open_clients(sqd *d, sq_client **sched_client, sq_error *err)
 {
-	int sched = d->cfg->scheduler.enabled && d->cfg->nschedules > 0;
+	int sched = sq_config_runs_schedules(d->cfg);
 	int n = d->nthreads + 1 + sched;
 	opener *o = calloc((size_t)n, sizeof(*o));
 	if (!o) {
@@ -931,10 +910,13 @@ static int open_clients(sqd *d, sq_client **sched_client, sq_error *err)
 	}
 	int failed = -1;
 	for (int i = 0; i < n; i++) {
-		if (i < started)
+		if (i < started) {
 			pthread_join(o[i].th, NULL);
-		else
-			o[i].st = sq_err(&o[i].err, SQ_ENOMEM, "cannot start a thread to connect");
+		} else {
+			o[i].st = o[i].err.code = SQ_ENOMEM;
+			snprintf(o[i].err.msg, sizeof(o[i].err.msg),
+				 "cannot start a thread to connect");
+		}
 		if (o[i].st != SQ_OK && failed < 0)
 			failed = i;
 	}
@@ -961,10 +943,8 @@ static int open_clients(sqd *d, sq_client **sched_client, sq_error *err)
 	 * read may rightly take longer (docs/http.md, "A shard that stops
 	 * answering") */
 	d->results_wait_s = sq_client_answer_wait_of(d->clients[0]);
-	for (int t = 0; t < d->cfg->ntypes; t++) {
-		sq_client_answer_wait_for_lease(d->claim_client, &d->cfg->types[t]);
-		d->results_wait_s = sq_lease_answer_wait(d->results_wait_s, &d->cfg->types[t]);
-	}
+	sq_client_answer_wait_for_leases(d->claim_client);
+	d->results_wait_s = sq_config_lease_answer_wait(d->cfg, d->results_wait_s);
 	*sched_client = sched ? o[d->nthreads + 1].c : NULL;
 	free(o);
 	char down[sizeof(err->msg)];
@@ -975,43 +955,53 @@ static int open_clients(sqd *d, sq_client **sched_client, sq_error *err)
 	return 0;
 }
 
-int main(int argc, char **argv)
+/* The command line: 0 with *config set to go on; else the exit code of
+ * what it asked for (--help, --version, --hash-token) or 2 on a mistake. */
+static int parse_args(int argc, char **argv, const char **config, int *exit_code)
 {
-	static sqd D;
-	sqd *d = &D;
-	const char *config = NULL;
-	sq_error err;
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
 			usage(stdout);
-			return 0;
+			*exit_code = 0;
+			return -1;
 		} else if (!strcmp(argv[i], "--version")) {
 			printf("shardqd %s\n", SHARDQ_VERSION);
-			return 0;
+			*exit_code = 0;
+			return -1;
 		} else if (!strcmp(argv[i], "--hash-token")) {
-			return hash_token();
+			*exit_code = hash_token();
+			return -1;
 		} else if ((!strcmp(argv[i], "-c") || !strcmp(argv[i], "--config")) &&
 			   i + 1 < argc) {
-			config = argv[++i];
+			*config = argv[++i];
 		} else if (!strncmp(argv[i], "--config=", 9)) {
-			config = argv[i] + 9;
+			*config = argv[i] + 9;
 		} else {
 			fprintf(stderr, "shardqd: unknown argument '%s' (see --help)\n", argv[i]);
-			return 2;
+			*exit_code = 2;
+			return -1;
 		}
 	}
-	if (!config) {
+	if (!*config) {
 		fprintf(stderr, "shardqd: no config; run shardqd -c FILE (see --help)\n");
-		return 2;
+		*exit_code = 2;
+		return -1;
 	}
-	signal(SIGPIPE, SIG_IGN);
+	return 0;
+}
+
+/* Loads the config and the daemon's worker name: [daemon] worker_id, or
+ * one of this host and process. */
+static int load_config(sqd *d, const char *config)
+{
+	sq_error err;
 	d->config_path = config;
 	if (sq_config_load(config, &d->cfg, &err) != SQ_OK) {
 		fprintf(stderr, "shardqd: %s\n", err.msg);
-		return 2;
+		return -1;
 	}
-	const sq_daemon_conf *dc = &d->cfg->daemon;
-	if (d->cfg->ntokens == 0)
+	const sq_daemon_conf *dc = sq_config_daemon(d->cfg);
+	if (sq_config_token_count(d->cfg) == 0)
 		sqd_log("warning: no [token NAME] section in %s: every request but /healthz will "
 			"be refused (401)",
 			config);
@@ -1022,39 +1012,52 @@ int main(int argc, char **argv)
 		gethostname(host, sizeof(host) - 1);
 		snprintf(d->worker_id, sizeof(d->worker_id), "shardqd-%s-%d", host, (int)getpid());
 	}
+	return 0;
+}
+
+/* The event loop, the HTTP server, the tokens, and the request threads'
+ * places and locks. */
+static int init_state(sqd *d)
+{
 	evthread_use_pthreads();
 	S.d = d;
 	S.base = event_base_new();
 	S.http = evhttp_new(S.base);
-	if (!S.base || !S.http || load_tokens(d->cfg)) {
-		fprintf(stderr, "shardqd: out of memory\n");
-		return 1;
-	}
-	/* the request threads and their clients */
-	d->nthreads = dc->threads;
+	d->nthreads = sq_config_daemon(d->cfg)->threads;
 	d->threads = calloc((size_t)d->nthreads, sizeof(pthread_t));
 	d->clients = calloc((size_t)d->nthreads, sizeof(sq_client *));
+	if (!S.base || !S.http || load_tokens(d->cfg) || !d->threads || !d->clients) {
+		fprintf(stderr, "shardqd: out of memory\n");
+		return -1;
+	}
 	pthread_mutex_init(&d->work.mu, NULL);
 	pthread_cond_init(&d->work.cv, NULL);
 	pthread_mutex_init(&d->done_mu, NULL);
 	pthread_mutex_init(&d->claim_mu, NULL);
 	pthread_mutex_init(&d->rates.mu, NULL);
-	/* a shard that is down does not keep the daemon from starting: its
-	 * calls answer 503 until it is back, the others are served */
+	return 0;
+}
+
+/* The clients, then the scheduler's thread (when there are schedules),
+ * the claimer and the request threads. A shard that is down does not keep
+ * the daemon from starting: its calls answer 503 until it is back, the
+ * others are served. */
+static int start_threads(sqd *d, sq_sched_thread **sched)
+{
+	sq_error err;
 	sq_client *sched_client;
 	if (open_clients(d, &sched_client, &err) != 0) {
 		fprintf(stderr, "shardqd: %s\n", err.msg);
-		return 1;
+		return -1;
 	}
-	sq_sched_thread *sched =
-		sq_sched_thread_start(d->cfg, d->worker_id, sched_client, on_sched_error, NULL);
-	if (sched_client && !sched) {
+	*sched = sq_sched_thread_start(d->cfg, d->worker_id, sched_client, on_sched_error, NULL);
+	if (sched_client && !*sched) {
 		fprintf(stderr, "shardqd: cannot start the scheduler's thread\n");
-		return 1;
+		return -1;
 	}
 	if (sqd_claimer_start(d, &err) != 0) {
 		fprintf(stderr, "shardqd: %s\n", err.msg);
-		return 1;
+		return -1;
 	}
 	d->done_ev = event_new(S.base, -1, EV_PERSIST, on_done, d);
 	for (int i = 0; i < d->nthreads; i++) {
@@ -1062,7 +1065,69 @@ int main(int argc, char **argv)
 		targs[i].i = i;
 		pthread_create(&d->threads[i], NULL, request_thread, &targs[i]);
 	}
-	/* the server */
+	return 0;
+}
+
+/* [daemon] listen as the host to bind (brackets of [::1] taken off) and
+ * the port. */
+static void split_listen(const char *listen, char *host, size_t len, const char **bind_host,
+			 int *port)
+{
+	snprintf(host, len, "%s", listen);
+	char *colon = strrchr(host, ':');
+	*colon = '\0';
+	*port = atoi(colon + 1);
+	*bind_host = host;
+	if (host[0] == '[' && host[strlen(host) - 1] == ']') { /* [::1]:8080 */
+		host[strlen(host) - 1] = '\0';
+		*bind_host = host + 1;
+	}
+}
+
+/* Whether the host resolves: one that does not is named as such (the
+ * bind would only say "Success"). */
+static int check_host(const char *listen, const char *bind_host, int port)
+{
+	struct addrinfo hints, *ai = NULL;
+	char portstr[16];
+	memset(&hints, 0, sizeof(hints));
+	hints.ai_family = AF_UNSPEC;
+	hints.ai_socktype = SOCK_STREAM;
+	hints.ai_flags = AI_PASSIVE;
+	snprintf(portstr, sizeof(portstr), "%d", port);
+	int gai = getaddrinfo(bind_host[0] ? bind_host : NULL, portstr, &hints, &ai);
+	if (gai) {
+		fprintf(stderr,
+			"shardqd: cannot listen on %s: the host '%s' does not resolve (%s); set "
+			"[daemon] listen to an address of this machine, for example "
+			"127.0.0.1:8080\n",
+			listen, bind_host, gai_strerror(gai));
+		return -1;
+	}
+	freeaddrinfo(ai);
+	return 0;
+}
+
+/* Says on stdout where the daemon listens (the port the kernel chose for
+ * port 0): the tests and scripts wait for this line. */
+static void announce(sqd *d, struct evhttp_bound_socket *bs, const char *bind_host)
+{
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof(ss);
+	evutil_socket_t fd = evhttp_bound_socket_get_fd(bs);
+	if (getsockname(fd, (struct sockaddr *)&ss, &sl))
+		return;
+	int p = ss.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&ss)->sin6_port)
+					 : ntohs(((struct sockaddr_in *)&ss)->sin_port);
+	printf("shardqd: listening on http://%s:%d (%d shards, %d request threads, worker id %s)\n",
+	       bind_host, p, sq_config_shard_count(d->cfg), d->nthreads, d->worker_id);
+	fflush(stdout);
+}
+
+/* The HTTP server's callbacks and limits, and its socket. */
+static int start_http(sqd *d)
+{
+	const sq_daemon_conf *dc = sq_config_daemon(d->cfg);
 	evhttp_set_bevcb(S.http, on_new_conn, d);
 	evhttp_set_gencb(S.http, on_request, d);
 	evhttp_set_allowed_methods(S.http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_PUT |
@@ -1072,37 +1137,11 @@ int main(int argc, char **argv)
 	evhttp_set_max_headers_size(S.http, dc->max_headers);
 	evhttp_set_timeout(S.http, (int)((dc->request_timeout_ms + 999) / 1000));
 	char host[256];
-	snprintf(host, sizeof(host), "%s", dc->listen);
-	char *colon = strrchr(host, ':');
-	*colon = '\0';
-	int port = atoi(colon + 1);
-	const char *bind_host = host;
-	if (host[0] == '[' && host[strlen(host) - 1] == ']') { /* [::1]:8080 */
-		host[strlen(host) - 1] = '\0';
-		bind_host = host + 1;
-	}
-	/* the host first: a name that does not resolve is named as such (the
-	 * bind would only say "Success") */
-	{
-		struct addrinfo hints, *ai = NULL;
-		char portstr[16];
-		memset(&hints, 0, sizeof(hints));
-		hints.ai_family = AF_UNSPEC;
-		hints.ai_socktype = SOCK_STREAM;
-		hints.ai_flags = AI_PASSIVE;
-		snprintf(portstr, sizeof(portstr), "%d", port);
-		int gai = getaddrinfo(bind_host[0] ? bind_host : NULL, portstr, &hints, &ai);
-		if (gai) {
-			fprintf(stderr,
-				"shardqd: cannot listen on %s: the host '%s' does not resolve "
-				"(%s); "
-				"set [daemon] listen to an address of this machine, for example "
-				"127.0.0.1:8080\n",
-				dc->listen, bind_host, gai_strerror(gai));
-			return 1;
-		}
-		freeaddrinfo(ai);
-	}
+	const char *bind_host;
+	int port;
+	split_listen(dc->listen, host, sizeof(host), &bind_host, &port);
+	if (check_host(dc->listen, bind_host, port))
+		return -1;
 	errno = 0;
 	struct evhttp_bound_socket *bs =
 		evhttp_bind_socket_with_handle(S.http, bind_host, (ev_uint16_t)port);
@@ -1111,22 +1150,15 @@ int main(int argc, char **argv)
 			"shardqd: cannot listen on %s: %s; set [daemon] listen to a free "
 			"HOST:PORT of this machine\n",
 			dc->listen, errno ? strerror(errno) : "the address cannot be bound");
-		return 1;
+		return -1;
 	}
-	{
-		struct sockaddr_storage ss;
-		socklen_t sl = sizeof(ss);
-		evutil_socket_t fd = evhttp_bound_socket_get_fd(bs);
-		if (getsockname(fd, (struct sockaddr *)&ss, &sl) == 0) {
-			int p = ss.ss_family == AF_INET6
-					? ntohs(((struct sockaddr_in6 *)&ss)->sin6_port)
-					: ntohs(((struct sockaddr_in *)&ss)->sin_port);
-			printf("shardqd: listening on http://%s:%d (%d shards, %d request threads, "
-			       "worker id %s)\n",
-			       bind_host, p, d->cfg->nshards, d->nthreads, d->worker_id);
-			fflush(stdout);
-		}
-	}
+	announce(d, bs, bind_host);
+	return 0;
+}
+
+/* The connections' sweep (every 250 ms) and the signals. */
+static void add_events(sqd *d)
+{
 	struct timeval tv = {0, 250000};
 	S.sweep_ev = event_new(S.base, -1, EV_PERSIST, on_sweep, d);
 	event_add(S.sweep_ev, &tv);
@@ -1136,12 +1168,11 @@ int main(int argc, char **argv)
 	event_add(S.sig_term, NULL);
 	event_add(S.sig_int, NULL);
 	event_add(S.sig_hup, NULL);
+}
 
-	sq_maintainer *maint = sq_maintainer_start(d->cfg, maint_log, NULL);
-	event_base_dispatch(S.base);
-	sq_maintainer_stop(maint);
-
-	/* stopped: the threads end, the connections close */
+/* After the loop: the threads end, the connections close, all is freed. */
+static void stop_all(sqd *d, sq_sched_thread *sched)
+{
 	atomic_store(&d->stopping, 2);
 	pthread_mutex_lock(&d->work.mu);
 	pthread_cond_broadcast(&d->work.cv);
@@ -1170,6 +1201,27 @@ int main(int argc, char **argv)
 	close(d->wake[0]);
 	close(d->wake[1]);
 	sq_config_free(d->cfg);
+}
+
+int main(int argc, char **argv)
+{
+	static sqd D;
+	sqd *d = &D;
+	const char *config = NULL;
+	int code;
+	if (parse_args(argc, argv, &config, &code))
+		return code;
+	signal(SIGPIPE, SIG_IGN);
+	if (load_config(d, config))
+		return 2;
+	sq_sched_thread *sched;
+	if (init_state(d) || start_threads(d, &sched) || start_http(d))
+		return 1;
+	add_events(d);
+	sq_maintainer *maint = sq_maintainer_start(d->cfg, maint_log, NULL);
+	event_base_dispatch(S.base);
+	sq_maintainer_stop(maint);
+	stop_all(d, sched);
 	sqd_log("stopped");
 	return 0;
 }
