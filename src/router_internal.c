@@ -5,6 +5,7 @@
 #include "router_internal.h"
 
 #include "client.h"
+#include "listener.h"
 #include "config.h"
 #include "error.h"
 
