@@ -3,9 +3,9 @@
  * key with its file and line. */
 #include "config.h"
 #include "buf.h"
+#include "cron.h"
 #include "error.h"
 #include "json.h"
-#include "schedule.h"
 
 #include <ctype.h>
 #include <errno.h>

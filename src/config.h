@@ -2,7 +2,7 @@
 #ifndef SQ_CONFIG_H
 #define SQ_CONFIG_H
 
-#include "schedule.h"
+#include "cron.h"
 #include "shardq.h"
 
 #define SQ_MAX_SHARDS 256

@@ -13,6 +13,7 @@
 #include "maintain.h"
 #include "ops.h"
 #include "pool.h"
+#include "schedule.h"
 
 #include <errno.h>
 #include <event2/event.h>

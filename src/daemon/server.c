@@ -4,6 +4,7 @@
 #include "client.h"
 #include "error.h"
 #include "maintain.h"
+#include "schedule.h"
 
 #include <errno.h>
 #include <netdb.h>
