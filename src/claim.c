@@ -4,7 +4,7 @@
 #include "client.h"
 #include "error.h"
 #include "jobrow.h"
-#include "ops.h"
+#include "claim.h"
 #include "schema.h"
 
 #include <math.h>

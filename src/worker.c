@@ -11,7 +11,8 @@
 #include "failpoint.h"
 #include "jobrow.h"
 #include "maintain.h"
-#include "ops.h"
+#include "claim.h"
+#include "fenced.h"
 #include "pool.h"
 #include "schedule.h"
 
