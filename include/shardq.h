@@ -3,18 +3,35 @@
  * PostgreSQL shards.
  *
  * Conventions, for every function below:
- *  - The return value is an sq_status; SQ_OK means success. On any other
- *    value the sq_error passed in (if not NULL) holds the same code and a
- *    message that names what was wrong and what to do. The library never
- *    prints and never calls exit(); it abort()s only on a broken internal
- *    invariant (a bug). A test build with SHARDQ_FAILPOINTS (never a
- *    release) _exit()s at a failpoint named in $SHARDQ_FAILPOINT.
+ *  - A function that can fail returns an sq_status; SQ_OK means success.
+ *    On any other value the sq_error passed in (err may be NULL: then only
+ *    the status tells) holds the same code and a message that names what
+ *    was wrong and what to do. The library never prints and never calls
+ *    exit(); it abort()s only on a broken internal invariant (a bug). A
+ *    test build with SHARDQ_FAILPOINTS (never a release) _exit()s at a
+ *    failpoint named in $SHARDQ_FAILPOINT.
  *  - Strings passed in are copied when the library keeps them; the caller
- *    may free them after the call returns.
+ *    may free them after the call returns. The exceptions are objects a
+ *    call says it keeps a pointer to: the sq_config of sq_client_open and
+ *    sq_worker_create, which must outlive the client or worker.
  *  - Memory returned through an out-parameter belongs to the caller and is
  *    freed as the function's comment says: with its *_free function, or
- *    with free() for a plain array (sq_moves_list, sq_failed_recent).
- *  - An sq_client is not thread-safe: use one per thread.
+ *    with free() for a plain array (sq_moves_list, sq_failed_recent,
+ *    sq_schedules_list). A const char * returned (a name, an id) belongs to
+ *    the library: a static string, or one that lives as long as the object
+ *    it was read from; never free it.
+ *  - The *_free functions, sq_client_close and sq_worker_destroy accept
+ *    NULL and do nothing with it. Other pointer arguments must not be NULL
+ *    unless their comment says so.
+ *  - Threads: an sq_config is never changed after it is loaded, so one may
+ *    be shared by any number of threads, clients and workers at once (as
+ *    shardqd does); free it once they are all closed. An sq_client is not
+ *    thread-safe: use one per thread (or one at a time). An sq_worker is
+ *    driven by the thread that runs it; the calls that say so
+ *    (sq_worker_stop, sq_worker_get_stats) may come from any thread.
+ *    Functions without an object (the *_name functions, the hashes, the
+ *    option initialisers) are thread-safe. One process-wide effect: a
+ *    schedule's time zone (see "periodic jobs" below).
  */
 #ifndef SHARDQ_H
 #define SHARDQ_H
@@ -106,20 +123,37 @@ static inline uint32_t sq_partition_of_id(int64_t id)
 
 typedef struct sq_client sq_client;
 
+/* The flags of sq_client_open, OR'ed together; 0: none. */
+/* The cluster need not be initialised: the client neither checks the
+ * schema nor loads the partition map, for sq_init (`shardq init`). Its
+ * value is 1, so a caller that passes a boolean "for init" keeps its
+ * meaning. */
+#define SQ_OPEN_FOR_INIT 1u
+/* A shard that cannot be reached is not an error (the meta database and at
+ * least one shard must be); the first call that needs it connects again,
+ * and fails with SQ_ECONN while it is down. For services that must start
+ * during a shard's outage (shardqd). */
+#define SQ_OPEN_ALLOW_DOWN 2u
+
 /*
  * Connects to the meta database and every shard, and loads the partition
  * map. The client keeps a pointer to cfg: cfg must outlive it.
- * Fails with SQ_ESTATE when the cluster was never initialised (unless
- * `for_init` is non-zero, as `shardq init` does).
- * Free with sq_client_close().
+ * Fails with SQ_EINVAL on a flag not defined above; SQ_ECONN when a shard
+ * (without SQ_OPEN_ALLOW_DOWN) or the meta database cannot be reached;
+ * SQ_ESTATE when the cluster was never initialised (without
+ * SQ_OPEN_FOR_INIT) or a shard's schema is older or newer than this
+ * library handles; SQ_EDB when reading the map fails; SQ_ENOMEM. *out is
+ * NULL on any error. Free with sq_client_close().
  */
-SQ_MUST_CHECK sq_status sq_client_open(const sq_config *cfg, int for_init, sq_client **out,
+SQ_MUST_CHECK sq_status sq_client_open(const sq_config *cfg, unsigned flags, sq_client **out,
 				       sq_error *err);
-/* Or'ed into for_init: a shard that cannot be reached is not an error (the
- * meta database and at least one shard must be); the first call that needs
- * it connects again, and fails with SQ_ECONN while it is down. For services
- * that must start during a shard's outage (shardqd). */
-#define SQ_OPEN_ALLOW_DOWN 2
+/*
+ * Ends the client's sessions (every shard's and the meta database's) and
+ * frees it; c is invalid afterwards. NULL does nothing. No call on c may be
+ * under way in another thread. What the client returned to the caller
+ * (jobs, stats, reports) is the caller's and stays valid; the config is
+ * left alone.
+ */
 void sq_client_close(sq_client *c);
 
 /*
@@ -232,6 +266,14 @@ typedef enum sq_job_status {
 	SQ_CANCELLED,
 } sq_job_status;
 
+/* The number of statuses: sq_job_status runs from 0 to this - 1 (the size
+ * of a per-status array, as sq_stats_row.count). */
+#define SQ_JOB_STATUS_COUNT (SQ_CANCELLED + 1)
+
+/* The status's name as the job rows and the CLI write it ("ready",
+ * "starting", "running", "completed", "failed", "cancelled"), or "unknown"
+ * for a value outside the enum. A static string: never NULL, never to be
+ * freed. Thread-safe. */
 const char *sq_job_status_name(sq_job_status s);
 
 typedef struct sq_job {
@@ -254,7 +296,8 @@ typedef struct sq_job {
 	int64_t created_us;
 } sq_job;
 
-/* Frees the strings of one job (as filled by sq_get_job) and zeroes it. */
+/* Frees the strings of one job (as filled by sq_get_job) and zeroes it;
+ * NULL does nothing. */
 void sq_job_clear(sq_job *job);
 /* Frees an array of n jobs returned by sq_claim(). */
 void sq_jobs_free(sq_job *jobs, size_t n);
@@ -365,9 +408,9 @@ SQ_MUST_CHECK sq_status sq_get_job(sq_client *c, int64_t id, sq_job *job, sq_err
 typedef struct sq_stats_row {
 	int shard;
 	char *type;
-	int64_t count[6];            /* indexed by sq_job_status; completed counts rows kept
-	                     in history */
-	int64_t oldest_ready_age_ms; /* -1: no ready job */
+	int64_t count[SQ_JOB_STATUS_COUNT]; /* indexed by sq_job_status; completed counts
+	                                       rows kept in history */
+	int64_t oldest_ready_age_ms;        /* -1: no ready job */
 	int64_t expired_leases;
 	int ready_estimated; /* sq_stats_fast: count[SQ_READY] is PostgreSQL's
 	                        estimate (above the cap), not a count */
@@ -526,7 +569,16 @@ void sq_worker_opts_init(sq_worker_opts *opts);
  */
 SQ_MUST_CHECK sq_status sq_worker_create(const sq_config *cfg, const sq_worker_opts *opts,
 					 sq_worker **out, sq_error *err);
-/* Registers the handler of a type with its concurrency (1..1024). */
+/*
+ * Registers the handler of a type with its concurrency (1..1024): fn runs
+ * each job of the type with arg. Call it before sq_worker_run, on the
+ * thread that runs the worker. Fails, with nothing registered, with:
+ *  - SQ_EINVAL: type NULL or not a [type] of the worker's config, fn NULL,
+ *    concurrency outside 1..1024, the type already has a handler, or the
+ *    worker has SQ_WORKER_MAX_TYPES types already;
+ *  - SQ_ESTATE: the worker has run already (its pool is sized);
+ *  - SQ_ENOMEM.
+ */
 SQ_MUST_CHECK sq_status sq_worker_add(sq_worker *w, const char *type, int concurrency,
 				      sq_handler fn, void *arg, sq_error *err);
 /*
@@ -585,6 +637,10 @@ typedef struct sq_move_opts {
 	void *progress_arg;
 } sq_move_opts;
 
+/* Fills *o with the defaults in the comments above (no progress
+ * callback). o must not be NULL. sq_move, sq_move_resume and sq_rebalance
+ * take a NULL options pointer for these same defaults. Thread-safe: it
+ * writes *o only. */
 void sq_move_opts_init(sq_move_opts *o);
 
 /* Moves the partitions to shard `to` (all must be on one source shard now);
@@ -696,12 +752,22 @@ typedef struct sq_maintain_report {
 	sq_maintain_shard *shards; /* in config order */
 } sq_maintain_report;
 
+/* Fills *o with the defaults in the comments above (now_us 0: the clock).
+ * o must not be NULL. Thread-safe: it writes *o only. */
 void sq_maintain_opts_init(sq_maintain_opts *o);
-/* o may be NULL (the defaults). */
+/* o may be NULL (the defaults of sq_maintain_opts_init). */
 SQ_MUST_CHECK sq_status sq_maintain(sq_client *c, const sq_maintain_opts *o,
 				    sq_maintain_report *out, sq_error *err);
 void sq_maintain_report_free(sq_maintain_report *r);
 /* ---- periodic jobs ([schedule NAME], docs/operations.md) ---------------- */
+
+/* A schedule with a timezone has its slots read off the system's tz
+ * database through the C library: while the library computes them (in
+ * sq_schedules_run, sq_schedules_list, and the scheduler of the worker
+ * runtime and of shardqd) it sets TZ, under a lock of its own, and puts it
+ * back. Another thread of the program that reads TZ or the local time at
+ * that moment (getenv, localtime, mktime) may see the schedule's zone.
+ * Schedules in UTC, and every = schedules, never touch TZ. */
 
 typedef struct sq_schedule_pass {
 	int enqueued; /* slots enqueued by this pass (retries included) */
@@ -745,9 +811,19 @@ typedef struct sq_schedule_info {
 SQ_MUST_CHECK sq_status sq_schedules_list(sq_client *c, int64_t now_us, sq_schedule_info **out,
 					  size_t *n, sq_error *err);
 
-/* ---- introspection for tests and tools ---------------------------------- */
+/* ---- introspection ------------------------------------------------------ */
 
-/* Statements sent to shard i since the client opened. */
+/*
+ * How many statements this client has sent to shard `shard` (config order)
+ * since it opened, through the pipelines of the calls that batch per shard
+ * (sq_enqueue, sq_claim, the life-cycle calls, sq_cancel, sq_get_job, and
+ * the worker's ticks): one per statement, however many jobs it carries, and
+ * whether or not it succeeded. The client's own upkeep (the schema check,
+ * map reloads, a connection's setup) is not counted. A tool reads it before
+ * and after a call to see which shards the call reached and how well it
+ * batched (a keyless batch: one shard, one statement); 0 for a shard index
+ * out of range. Reads the client: the same thread rules as its calls.
+ */
 uint64_t sq_client_statements_sent(const sq_client *c, int shard);
 
 #pragma GCC visibility pop

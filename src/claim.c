@@ -4,7 +4,8 @@
 #include "client.h"
 #include "error.h"
 #include "jobrow.h"
-#include "ops.h"
+#include "claim.h"
+#include "schema.h"
 #include "sql_queries.h"
 
 #include <math.h>

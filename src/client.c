@@ -358,13 +358,17 @@ int sq_client_down_shards(const sq_client *c, char *out, size_t len)
 	return n;
 }
 
-sq_status sq_client_open(const sq_config *cfg, int for_init, sq_client **out, sq_error *err)
+sq_status sq_client_open(const sq_config *cfg, unsigned flags, sq_client **out, sq_error *err)
 {
+	*out = NULL;
+	if (flags & ~(SQ_OPEN_FOR_INIT | SQ_OPEN_ALLOW_DOWN))
+		return sq_err(err, SQ_EINVAL, "sq_client_open: unknown flags 0x%x",
+			      flags & ~(SQ_OPEN_FOR_INIT | SQ_OPEN_ALLOW_DOWN));
 	sq_client *c = calloc(1, sizeof(*c));
 	char *opts;
 	sq_status st = SQ_OK;
 	int timeout_s = connect_timeout_s(cfg);
-	*out = NULL;
+	int for_init = (flags & SQ_OPEN_FOR_INIT) != 0;
 	if (!c)
 		return sq_err(err, SQ_ENOMEM, "out of memory");
 	c->cfg = cfg;
@@ -386,9 +390,8 @@ sq_status sq_client_open(const sq_config *cfg, int for_init, sq_client **out, sq
 		c->yield[i] = 1.0;
 	build_type_arrays(c);
 	/* every shard is tried, so the message names each unreachable one */
-	int allow_down = (for_init & SQ_OPEN_ALLOW_DOWN) != 0, up = 0;
+	int allow_down = (flags & SQ_OPEN_ALLOW_DOWN) != 0, up = 0;
 	char down[sizeof(err->msg)] = "";
-	for_init &= ~SQ_OPEN_ALLOW_DOWN;
 	/* all shards at once: n shards take as long as the slowest to connect,
 	 * and as long as one connect_timeout when some never answer */
 	sq_status *sst = calloc((size_t)cfg->nshards + 1, sizeof(*sst));

@@ -3,9 +3,9 @@
  * key with its file and line. */
 #include "config.h"
 #include "buf.h"
+#include "cron.h"
 #include "error.h"
 #include "json.h"
-#include "schedule.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -135,6 +135,7 @@ typedef struct parse_ctx {
 	int idx;           /* shard or type index; -1: its keys are not read */
 	int unknown;       /* an unknown section: its keys are reported */
 	int unknown_quiet; /* ... and none of them has been yet */
+	int oom;           /* an allocation failed: the load fails with SQ_ENOMEM */
 } parse_ctx;
 
 static void bad(parse_ctx *x, const char *sec, const char *key, const char *fmt, ...)
@@ -303,128 +304,164 @@ static void *slot(sq_config *cfg, sec_kind sec, int idx, const char *name)
 	return NULL;
 }
 
-/* Stores one value; returns an error text or NULL. Integers are int32 except
- * durations (int64 ms). */
-static const char *store(const key_def *k, void *dst, const char *v, char *why, size_t whylen)
+/* store()'s readers, one per kind of key: each parses v, checks k's bounds
+ * and writes dst; returns an error text (in why when it has figures) or
+ * NULL. Integers are int32 (partitions: uint32). */
+static const char *store_int(const key_def *k, void *dst, const char *v, char *why, size_t whylen)
 {
 	char *end;
-	switch (k->kind) {
-	case K_INT: {
-		long long n;
-		errno = 0;
-		n = strtoll(v, &end, 10);
-		if (end == v || *end || errno)
-			return "expected an integer";
-		if (n < k->min || n > k->max) {
-			snprintf(why, whylen, "%lld is out of range [%.0f, %.0f]", n, k->min,
-				 k->max);
-			return why;
-		}
-		if (!strcmp(k->name, "partitions"))
-			*(uint32_t *)dst = (uint32_t)n;
-		else
-			*(int32_t *)dst = (int32_t)n;
-		return NULL;
-	}
-	case K_DURATION: {
-		int64_t ms = sq_parse_duration_ms(v);
-		if (ms == -1)
-			return "expected a duration such as 500ms, 30s, 5m, 1h or 2d";
-		if (ms < 0 || ms < k->min || ms > k->max) {
-			snprintf(why, whylen, "%s is out of range [%.0fms, %.0fms]", v, k->min,
-				 k->max);
-			return why;
-		}
-		*(int64_t *)dst = ms;
-		return NULL;
-	}
-	case K_SIZE: {
-		int64_t n = sq_parse_size(v);
-		if (n < 0)
-			return "expected a size such as 65536, 64KB or 8MB";
-		if (n < k->min || n > k->max) {
-			snprintf(why, whylen, "%s is out of range [%.0f, %.0f] bytes", v, k->min,
-				 k->max);
-			return why;
-		}
-		*(int64_t *)dst = n;
-		return NULL;
-	}
-	case K_DOUBLE: {
-		double d;
-		errno = 0;
-		d = strtod(v, &end);
-		if (end == v || *end || errno || !isfinite(d))
-			return "expected a number";
-		if (d < k->min || d > k->max) {
-			snprintf(why, whylen, "%g is out of range [%g, %g]", d, k->min, k->max);
-			return why;
-		}
-		*(double *)dst = d;
-		return NULL;
-	}
-	case K_RATE: {
-		/* "100/s", "6000/m", "10/h", or 0 (no limit): jobs per second */
-		double d;
-		errno = 0;
-		d = strtod(v, &end);
-		if (end == v || errno || !isfinite(d) || d < 0)
-			return "expected a rate such as 100/s, 600/m or 10/h (0: no limit)";
-		if (*end == '/' && (!strcmp(end + 1, "s") || !strcmp(end + 1, "sec")))
-			;
-		else if (*end == '/' && (!strcmp(end + 1, "m") || !strcmp(end + 1, "min")))
-			d /= 60;
-		else if (*end == '/' && !strcmp(end + 1, "h"))
-			d /= 3600;
-		else if (*end || d != 0)
-			return "expected a rate such as 100/s, 600/m or 10/h (0: no limit)";
-		if (d > k->max) {
-			snprintf(why, whylen, "%s is above %.0f/s", v, k->max);
-			return why;
-		}
-		*(double *)dst = d;
-		return NULL;
-	}
-	case K_STRING: {
-		char *s = strdup(v);
-		if (!s)
-			return "out of memory";
-		free(*(char **)dst);
-		*(char **)dst = s;
-		return NULL;
-	}
-	case K_BOOL:
-		if (!strcmp(v, "true") || !strcmp(v, "yes") || !strcmp(v, "on") || !strcmp(v, "1"))
-			*(int *)dst = 1;
-		else if (!strcmp(v, "false") || !strcmp(v, "no") || !strcmp(v, "off") ||
-			 !strcmp(v, "0"))
-			*(int *)dst = 0;
-		else
-			return "expected true or false";
-		return NULL;
-	case K_ENUM:
-		for (int i = 0; k->choices[i]; i++)
-			if (!strcmp(v, k->choices[i])) {
-				*(int *)dst = i;
-				return NULL;
-			}
-		snprintf(why, whylen, "'%s' is not one of", v);
-		for (int i = 0; k->choices[i]; i++)
-			snprintf(why + strlen(why), whylen - strlen(why), "%s %s", i ? "," : "",
-				 k->choices[i]);
+	long long n;
+	errno = 0;
+	n = strtoll(v, &end, 10);
+	if (end == v || *end || errno)
+		return "expected an integer";
+	if (n < k->min || n > k->max) {
+		snprintf(why, whylen, "%lld is out of range [%.0f, %.0f]", n, k->min, k->max);
 		return why;
+	}
+	if (!strcmp(k->name, "partitions"))
+		*(uint32_t *)dst = (uint32_t)n;
+	else
+		*(int32_t *)dst = (int32_t)n;
+	return NULL;
+}
+
+/* int64 milliseconds */
+static const char *store_duration(const key_def *k, void *dst, const char *v, char *why,
+				  size_t whylen)
+{
+	int64_t ms = sq_parse_duration_ms(v);
+	if (ms == -1)
+		return "expected a duration such as 500ms, 30s, 5m, 1h or 2d";
+	if (ms < 0 || ms < k->min || ms > k->max) {
+		snprintf(why, whylen, "%s is out of range [%.0fms, %.0fms]", v, k->min, k->max);
+		return why;
+	}
+	*(int64_t *)dst = ms;
+	return NULL;
+}
+
+/* int64 bytes */
+static const char *store_size(const key_def *k, void *dst, const char *v, char *why, size_t whylen)
+{
+	int64_t n = sq_parse_size(v);
+	if (n < 0)
+		return "expected a size such as 65536, 64KB or 8MB";
+	if (n < k->min || n > k->max) {
+		snprintf(why, whylen, "%s is out of range [%.0f, %.0f] bytes", v, k->min, k->max);
+		return why;
+	}
+	*(int64_t *)dst = n;
+	return NULL;
+}
+
+static const char *store_double(const key_def *k, void *dst, const char *v, char *why,
+				size_t whylen)
+{
+	char *end;
+	double d;
+	errno = 0;
+	d = strtod(v, &end);
+	if (end == v || *end || errno || !isfinite(d))
+		return "expected a number";
+	if (d < k->min || d > k->max) {
+		snprintf(why, whylen, "%g is out of range [%g, %g]", d, k->min, k->max);
+		return why;
+	}
+	*(double *)dst = d;
+	return NULL;
+}
+
+/* "100/s", "6000/m", "10/h", or 0 (no limit): a double of jobs per second */
+static const char *store_rate(const key_def *k, void *dst, const char *v, char *why, size_t whylen)
+{
+	char *end;
+	double d;
+	errno = 0;
+	d = strtod(v, &end);
+	if (end == v || errno || !isfinite(d) || d < 0)
+		return "expected a rate such as 100/s, 600/m or 10/h (0: no limit)";
+	if (*end == '/' && (!strcmp(end + 1, "s") || !strcmp(end + 1, "sec")))
+		;
+	else if (*end == '/' && (!strcmp(end + 1, "m") || !strcmp(end + 1, "min")))
+		d /= 60;
+	else if (*end == '/' && !strcmp(end + 1, "h"))
+		d /= 3600;
+	else if (*end || d != 0)
+		return "expected a rate such as 100/s, 600/m or 10/h (0: no limit)";
+	if (d > k->max) {
+		snprintf(why, whylen, "%s is above %.0f/s", v, k->max);
+		return why;
+	}
+	*(double *)dst = d;
+	return NULL;
+}
+
+/* a copy that replaces (and frees) the one stored before */
+static const char *store_string(void *dst, const char *v)
+{
+	char *s = strdup(v);
+	if (!s)
+		return "out of memory";
+	free(*(char **)dst);
+	*(char **)dst = s;
+	return NULL;
+}
+
+static const char *store_bool(void *dst, const char *v)
+{
+	if (!strcmp(v, "true") || !strcmp(v, "yes") || !strcmp(v, "on") || !strcmp(v, "1"))
+		*(int *)dst = 1;
+	else if (!strcmp(v, "false") || !strcmp(v, "no") || !strcmp(v, "off") || !strcmp(v, "0"))
+		*(int *)dst = 0;
+	else
+		return "expected true or false";
+	return NULL;
+}
+
+/* the index of v among k's choices */
+static const char *store_enum(const key_def *k, void *dst, const char *v, char *why, size_t whylen)
+{
+	for (int i = 0; k->choices[i]; i++)
+		if (!strcmp(v, k->choices[i])) {
+			*(int *)dst = i;
+			return NULL;
+		}
+	snprintf(why, whylen, "'%s' is not one of", v);
+	for (int i = 0; k->choices[i]; i++)
+		snprintf(why + strlen(why), whylen - strlen(why), "%s %s", i ? "," : "",
+			 k->choices[i]);
+	return why;
+}
+
+/* Stores one value; returns an error text or NULL. Integers are int32 except
+ * durations and sizes (int64 ms, bytes). */
+static const char *store(const key_def *k, void *dst, const char *v, char *why, size_t whylen)
+{
+	switch (k->kind) {
+	case K_INT: return store_int(k, dst, v, why, whylen);
+	case K_DURATION: return store_duration(k, dst, v, why, whylen);
+	case K_SIZE: return store_size(k, dst, v, why, whylen);
+	case K_DOUBLE: return store_double(k, dst, v, why, whylen);
+	case K_RATE: return store_rate(k, dst, v, why, whylen);
+	case K_STRING: return store_string(dst, v);
+	case K_BOOL: return store_bool(dst, v);
+	case K_ENUM: return store_enum(k, dst, v, why, whylen);
 	}
 	return "unknown key kind";
 }
 
-static void apply_defaults(sq_config *cfg, sec_kind sec, int idx)
+/* The section's defaults. They are valid by construction, so a default
+ * that fails to store has failed for want of memory. */
+static void apply_defaults(parse_ctx *x, sec_kind sec, int idx)
 {
 	char why[128];
 	for (size_t i = 0; i < NKEYS; i++) {
 		if (keys[i].sec != sec || !keys[i].def)
 			continue;
-		(void)store(&keys[i], slot(cfg, sec, idx, keys[i].name), keys[i].def, why,
-			    sizeof(why));
+		if (store(&keys[i], slot(x->cfg, sec, idx, keys[i].name), keys[i].def, why,
+			  sizeof(why)))
+			x->oom = 1;
 	}
 }
 
@@ -440,32 +477,143 @@ static void end_section(parse_ctx *x)
 	x->unknown = x->unknown_quiet = 0;
 }
 
+/* [cluster], [connection], [daemon] or [scheduler]: each at most once;
+ * *first is the line where it began (0: not yet). */
+static void single_begin(parse_ctx *x, const char *name, sec_kind sec, int *first)
+{
+	x->sec = sec;
+	if (*first) {
+		bad(x, name, NULL,
+		    "the section appears a second time (first at line %d); put its keys "
+		    "in one section",
+		    *first);
+		return;
+	}
+	*first = x->line;
+	x->idx = 0;
+}
+
+/* What the header checks of a repeated section ([shard ID], [type NAME],
+ * [token NAME], [schedule NAME]) say of it. */
+typedef struct named_kind {
+	sec_kind sec;
+	size_t word_len;    /* of "shard " and the like */
+	const char *what;   /* "shard": "shard s1 appears a second time" */
+	const char *ident;  /* "shard id": "shard id must be 1-32 letters" */
+	int maxlen;         /* of the name */
+	const char *plural; /* "shards": "too many shards" */
+	int max;            /* sections of the kind */
+} named_kind;
+
+enum { NAMED_SHARD, NAMED_TYPE, NAMED_TOKEN, NAMED_SCHEDULE };
+static const named_kind named_kinds[] = {
+	[NAMED_SHARD] = {SEC_SHARD, 6, "shard", "shard id", 32, "shards", SQ_MAX_SHARDS},
+	[NAMED_TYPE] = {SEC_TYPE, 5, "type", "type name", SQ_MAX_TYPE_LEN, "task types",
+			SQ_MAX_TYPES},
+	[NAMED_TOKEN] = {SEC_TOKEN, 6, "token", "token name", 64, "tokens", SQ_MAX_TOKENS},
+	[NAMED_SCHEDULE] = {SEC_SCHEDULE, 9, "schedule", "schedule name", 64, "schedules",
+			    SQ_MAX_SCHEDULES},
+};
+
+/* The section's name in its header, or NULL when it is not a valid one
+ * (reported). */
+static const char *named_arg(parse_ctx *x, const char *name, const named_kind *k)
+{
+	const char *arg = name + k->word_len;
+	while (*arg == ' ')
+		arg++;
+	x->sec = k->sec;
+	if (!valid_ident(arg, (size_t)k->maxlen)) {
+		bad(x, name, NULL, "%s must be 1-%d letters, digits, '_', '-', '.' or ':'",
+		    k->ident, k->maxlen);
+		return NULL;
+	}
+	return arg;
+}
+
+/* Whether a section named arg may begin as the n-th of its kind: not seen
+ * before (first: the line of the earlier one, 0 if none) and within the
+ * kind's maximum; reported otherwise. */
+static int named_room(parse_ctx *x, const char *name, const named_kind *k, const char *arg,
+		      int first, int n)
+{
+	if (first) {
+		bad(x, name, NULL,
+		    "%s %s appears a second time (first at line %d); put all its keys in one "
+		    "section",
+		    k->what, arg, first);
+		return 0;
+	}
+	if (n == k->max) {
+		bad(x, name, NULL, "too many %s (at most %d)", k->plural, k->max);
+		return 0;
+	}
+	return 1;
+}
+
+/* A copy of a section's name; NULL when memory ran out, which fails the
+ * load with SQ_ENOMEM (the section is not added). */
+static char *named_dup(parse_ctx *x, const char *arg)
+{
+	char *s = strdup(arg);
+	if (!s)
+		x->oom = 1;
+	return s;
+}
+
+/* A "[shard ID]" header. */
+static void shard_begin(parse_ctx *x, const char *name)
+{
+	sq_config *cfg = x->cfg;
+	const char *arg = named_arg(x, name, &named_kinds[NAMED_SHARD]);
+	if (!arg)
+		return;
+	int i = sq_config_shard_index(cfg, arg);
+	if (!named_room(x, name, &named_kinds[NAMED_SHARD], arg, i >= 0 ? cfg->shards[i].line : 0,
+			cfg->nshards))
+		return;
+	sq_shard_conf *sh = &cfg->shards[cfg->nshards];
+	if (!(sh->id = named_dup(x, arg)))
+		return;
+	sh->line = x->line;
+	apply_defaults(x, SEC_SHARD, cfg->nshards);
+	x->idx = cfg->nshards++;
+}
+
+/* A "[type NAME]" header. */
+static void type_begin(parse_ctx *x, const char *name)
+{
+	sq_config *cfg = x->cfg;
+	const char *arg = named_arg(x, name, &named_kinds[NAMED_TYPE]);
+	if (!arg)
+		return;
+	const sq_type_conf *old = sq_config_type(cfg, arg);
+	if (!named_room(x, name, &named_kinds[NAMED_TYPE], arg, old ? old->line : 0, cfg->ntypes))
+		return;
+	sq_type_conf *t = &cfg->types[cfg->ntypes];
+	if (!(t->name = named_dup(x, arg)))
+		return;
+	t->line = x->line;
+	apply_defaults(x, SEC_TYPE, cfg->ntypes);
+	x->idx = cfg->ntypes++;
+}
+
 /* A "[token NAME]" header. */
 static void token_begin(parse_ctx *x, const char *name)
 {
 	sq_config *cfg = x->cfg;
-	const char *arg = name + 6;
-	while (*arg == ' ')
-		arg++;
-	x->sec = SEC_TOKEN;
-	if (!valid_ident(arg, 64)) {
-		bad(x, name, NULL, "token name must be 1-64 letters, digits, '_', '-', '.' or ':'");
+	const char *arg = named_arg(x, name, &named_kinds[NAMED_TOKEN]);
+	int first = 0;
+	if (!arg)
 		return;
-	}
-	for (int i = 0; i < cfg->ntokens; i++)
-		if (!strcmp(cfg->tokens[i].name, arg)) {
-			bad(x, name, NULL,
-			    "token %s appears a second time (first at line %d); put all its keys "
-			    "in one section",
-			    arg, cfg->tokens[i].line);
-			return;
-		}
-	if (cfg->ntokens == SQ_MAX_TOKENS) {
-		bad(x, name, NULL, "too many tokens (at most %d)", SQ_MAX_TOKENS);
+	for (int i = 0; i < cfg->ntokens && !first; i++)
+		if (!strcmp(cfg->tokens[i].name, arg))
+			first = cfg->tokens[i].line;
+	if (!named_room(x, name, &named_kinds[NAMED_TOKEN], arg, first, cfg->ntokens))
 		return;
-	}
 	sq_token_conf *t = &cfg->tokens[cfg->ntokens];
-	t->name = strdup(arg);
+	if (!(t->name = named_dup(x, arg)))
+		return;
 	t->line = x->line;
 	x->idx = cfg->ntokens++;
 }
@@ -474,139 +622,53 @@ static void token_begin(parse_ctx *x, const char *name)
 static void schedule_begin(parse_ctx *x, const char *name)
 {
 	sq_config *cfg = x->cfg;
-	const char *arg = name + 9;
-	while (*arg == ' ')
-		arg++;
-	x->sec = SEC_SCHEDULE;
-	if (!valid_ident(arg, 64)) {
-		bad(x, name, NULL,
-		    "schedule name must be 1-64 letters, digits, '_', '-', '.' or ':'");
+	const char *arg = named_arg(x, name, &named_kinds[NAMED_SCHEDULE]);
+	int first = 0;
+	if (!arg)
 		return;
-	}
-	for (int i = 0; i < cfg->nschedules; i++)
-		if (!strcmp(cfg->schedules[i].name, arg)) {
-			bad(x, name, NULL,
-			    "schedule %s appears a second time (first at line %d); put all its "
-			    "keys in one section",
-			    arg, cfg->schedules[i].line);
-			return;
-		}
-	if (cfg->nschedules == SQ_MAX_SCHEDULES) {
-		bad(x, name, NULL, "too many schedules (at most %d)", SQ_MAX_SCHEDULES);
+	for (int i = 0; i < cfg->nschedules && !first; i++)
+		if (!strcmp(cfg->schedules[i].name, arg))
+			first = cfg->schedules[i].line;
+	if (!named_room(x, name, &named_kinds[NAMED_SCHEDULE], arg, first, cfg->nschedules))
 		return;
-	}
 	sq_schedule_conf *s = &cfg->schedules[cfg->nschedules];
-	s->name = strdup(arg);
+	if (!(s->name = named_dup(x, arg)))
+		return;
 	s->line = x->line;
-	apply_defaults(cfg, SEC_SCHEDULE, cfg->nschedules);
+	apply_defaults(x, SEC_SCHEDULE, cfg->nschedules);
 	x->idx = cfg->nschedules++;
 }
 
-/* A "[name]" header: [cluster], [connection], [shard ID] or [type NAME],
- * each at most once. */
+/* A "[name]" header: [cluster], [connection], [daemon] and [scheduler] at
+ * most once, [shard ID], [type NAME], [token NAME] and [schedule NAME] once
+ * per name; any other is an unknown section, reported with its keys. */
 static void section_begin(parse_ctx *x, const char *name)
 {
-	sq_config *cfg = x->cfg;
 	free(x->section);
 	x->section = strdup(name ? name : "");
 	x->idx = -1;
-	if (!x->section)
-		return;
-	if (!strcmp(name, "cluster") || !strcmp(name, "connection") || !strcmp(name, "daemon")) {
-		int *first = name[0] == 'd'   ? &x->daemon_line
-			     : name[1] == 'l' ? &x->cluster_line
-					      : &x->connection_line;
-		x->sec = name[0] == 'd'   ? SEC_DAEMON
-			 : name[1] == 'l' ? SEC_CLUSTER
-					  : SEC_CONNECTION;
-		if (*first) {
-			bad(x, name, NULL,
-			    "the section appears a second time (first at line %d); put its keys "
-			    "in one section",
-			    *first);
-			return;
-		}
-		*first = x->line;
-		x->idx = 0;
+	if (!x->section) {
+		x->oom = 1;
 		return;
 	}
-	if (!strcmp(name, "scheduler")) {
-		x->sec = SEC_SCHEDULER;
-		if (x->scheduler_line) {
-			bad(x, name, NULL,
-			    "the section appears a second time (first at line %d); put its keys "
-			    "in one section",
-			    x->scheduler_line);
-			return;
-		}
-		x->scheduler_line = x->line;
-		x->idx = 0;
-		return;
-	}
-	if (!strncmp(name, "token ", 6)) {
+	if (!strcmp(name, "cluster"))
+		single_begin(x, name, SEC_CLUSTER, &x->cluster_line);
+	else if (!strcmp(name, "connection"))
+		single_begin(x, name, SEC_CONNECTION, &x->connection_line);
+	else if (!strcmp(name, "daemon"))
+		single_begin(x, name, SEC_DAEMON, &x->daemon_line);
+	else if (!strcmp(name, "scheduler"))
+		single_begin(x, name, SEC_SCHEDULER, &x->scheduler_line);
+	else if (!strncmp(name, "shard ", 6))
+		shard_begin(x, name);
+	else if (!strncmp(name, "type ", 5))
+		type_begin(x, name);
+	else if (!strncmp(name, "token ", 6))
 		token_begin(x, name);
-		return;
-	}
-	if (!strncmp(name, "schedule ", 9)) {
+	else if (!strncmp(name, "schedule ", 9))
 		schedule_begin(x, name);
-		return;
-	}
-	if (strncmp(name, "shard ", 6) && strncmp(name, "type ", 5)) {
+	else
 		x->unknown = x->unknown_quiet = 1;
-		return;
-	}
-	int is_shard = name[0] == 's';
-	const char *arg = name + (is_shard ? 6 : 5);
-	while (*arg == ' ')
-		arg++;
-	x->sec = is_shard ? SEC_SHARD : SEC_TYPE;
-	if (!valid_ident(arg, is_shard ? 32 : SQ_MAX_TYPE_LEN)) {
-		if (is_shard)
-			bad(x, name, NULL,
-			    "shard id must be 1-32 letters, digits, '_', '-', '.' or ':'");
-		else
-			bad(x, name, NULL,
-			    "type name must be 1-%d letters, digits, '_', '-', '.' or ':'",
-			    SQ_MAX_TYPE_LEN);
-		return;
-	}
-	if (is_shard) {
-		int i = sq_config_shard_index(cfg, arg);
-		if (i >= 0) {
-			bad(x, name, NULL,
-			    "shard %s appears a second time (first at line %d); put all its keys "
-			    "in one section",
-			    arg, cfg->shards[i].line);
-			return;
-		}
-		if (cfg->nshards == SQ_MAX_SHARDS) {
-			bad(x, name, NULL, "too many shards (at most %d)", SQ_MAX_SHARDS);
-			return;
-		}
-		sq_shard_conf *sh = &cfg->shards[cfg->nshards];
-		sh->id = strdup(arg);
-		sh->line = x->line;
-		apply_defaults(cfg, SEC_SHARD, cfg->nshards);
-		x->idx = cfg->nshards++;
-		return;
-	}
-	const sq_type_conf *old = sq_config_type(cfg, arg);
-	if (old) {
-		bad(x, name, NULL,
-		    "type %s appears a second time (first at line %d); put all its keys in one "
-		    "section",
-		    arg, old->line);
-		return;
-	}
-	if (cfg->ntypes == SQ_MAX_TYPES) {
-		bad(x, name, NULL, "too many task types (at most %d)", SQ_MAX_TYPES);
-		return;
-	}
-	sq_type_conf *t = &cfg->types[cfg->ntypes];
-	t->name = strdup(arg);
-	t->line = x->line;
-	apply_defaults(cfg, SEC_TYPE, cfg->ntypes);
-	x->idx = cfg->ntypes++;
 }
 
 static void on_key(parse_ctx *x, const char *name, const char *value)
@@ -644,7 +706,11 @@ static void on_key(parse_ctx *x, const char *name, const char *value)
 		size_t vl = strlen(value);
 		char *unq = NULL;
 		if (x->sec == SEC_SCHEDULE && keys[i].kind == K_STRING && vl >= 2 &&
-		    value[0] == '"' && value[vl - 1] == '"' && (unq = strdup(value + 1))) {
+		    value[0] == '"' && value[vl - 1] == '"') {
+			if (!(unq = strdup(value + 1))) {
+				x->oom = 1;
+				return;
+			}
 			unq[vl - 2] = '\0'; /* cron = "0 * * * *": the quotes go */
 			value = unq;
 		}
@@ -822,8 +888,10 @@ static void validate_daemon(parse_ctx *x)
 			continue;
 		}
 		char *copy = strdup(t->scopes_text), *save = NULL;
-		if (!copy)
+		if (!copy) {
+			x->oom = 1;
 			continue;
+		}
 		for (char *w = strtok_r(copy, ", \t", &save); w;
 		     w = strtok_r(NULL, ", \t", &save)) {
 			if (!strcmp(w, "worker"))
@@ -1014,18 +1082,18 @@ sq_status sq_config_parse(const char *text, const char *name, sq_config **out, s
 		goto out;
 	}
 	x.name = name;
-	apply_defaults(x.cfg, SEC_CLUSTER, 0);
-	apply_defaults(x.cfg, SEC_CONNECTION, 0);
-	apply_defaults(x.cfg, SEC_DAEMON, 0);
-	apply_defaults(x.cfg, SEC_SCHEDULER, 0);
+	apply_defaults(&x, SEC_CLUSTER, 0);
+	apply_defaults(&x, SEC_CONNECTION, 0);
+	apply_defaults(&x, SEC_DAEMON, 0);
+	apply_defaults(&x, SEC_SCHEDULER, 0);
 	parse_text(&x, text);
 	for (int i = 0; i < x.cfg->nshards; i++)
 		x.cfg->shards[i].dsn_line =
 			x.shard_key_line[(size_t)i * NKEYS + key_index(SEC_SHARD, "dsn")];
 	validate(&x);
-	if (x.nerrors || x.errors.oom)
-		st = sq_err(err, x.errors.oom ? SQ_ENOMEM : SQ_ECONFIG, "%s",
-			    x.errors.data ? x.errors.data : "out of memory");
+	if (x.nerrors || x.errors.oom || x.oom)
+		st = sq_err(err, x.errors.oom || x.oom ? SQ_ENOMEM : SQ_ECONFIG, "%s",
+			    x.errors.data && !x.oom ? x.errors.data : "out of memory");
 out:
 	sq_buf_free(&x.errors);
 	free(x.section);

@@ -4,7 +4,7 @@
 
 /* the [daemon] and [token NAME] sections, which only shardqd reads */
 #include "router_internal.h"
-#include "schedule.h"
+#include "cron.h"
 #include "shardq.h"
 
 #define SQ_MAX_SHARDS 256

@@ -8,9 +8,12 @@
 static const char *const status_names[] = {"ready",     "starting", "running",
 					   "completed", "failed",   "cancelled"};
 
+_Static_assert(sizeof(status_names) / sizeof(status_names[0]) == SQ_JOB_STATUS_COUNT,
+	       "a name per sq_job_status");
+
 const char *sq_job_status_name(sq_job_status s)
 {
-	return (unsigned)s < 6 ? status_names[s] : "unknown";
+	return (unsigned)s < SQ_JOB_STATUS_COUNT ? status_names[s] : "unknown";
 }
 
 static char *dup_or_null(PGresult *r, int row, int col)
@@ -33,7 +36,7 @@ int sq_jobrow_parse(PGresult *r, int row, int shard, sq_job *job)
 	job->max_attempts = (int32_t)i64(r, row, 3);
 	job->priority = (int32_t)i64(r, row, 4);
 	job->shard = shard;
-	for (int i = 0; i < 6; i++)
+	for (int i = 0; i < SQ_JOB_STATUS_COUNT; i++)
 		if (!strcmp(st, status_names[i]))
 			job->status = (sq_job_status)i;
 	job->type = dup_or_null(r, row, 6);
@@ -126,7 +129,7 @@ int sq_jobrow_parse_bin(const PGresult *r, int row, int shard, const char *worke
 	job->max_attempts = (int32_t)bin_int(r, row, 3);
 	job->priority = (int32_t)bin_int(r, row, 4);
 	job->shard = shard;
-	for (int i = 0; i < 6; i++)
+	for (int i = 0; i < SQ_JOB_STATUS_COUNT; i++)
 		if ((size_t)stlen == strlen(status_names[i]) &&
 		    !memcmp(st, status_names[i], (size_t)stlen))
 			job->status = (sq_job_status)i;
@@ -148,6 +151,8 @@ int sq_jobrow_parse_bin(const PGresult *r, int row, int shard, const char *worke
 
 void sq_job_clear(sq_job *job)
 {
+	if (!job)
+		return;
 	free(job->type);
 	free(job->key);
 	free(job->params);

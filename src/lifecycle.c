@@ -7,7 +7,7 @@
 #include "error.h"
 #include "jobrow.h"
 #include "failpoint.h"
-#include "ops.h"
+#include "fenced.h"
 #include "sql_queries.h"
 
 #include <stdio.h>

@@ -1,68 +1,21 @@
-/* schedule.h - periodic jobs ([schedule NAME]): the cron parser and the slot
- * arithmetic (pure functions, for the unit tests), and the scheduler pass
- * that turns due slots into jobs, once per slot across any number of
- * schedulers (docs/operations.md, "Periodic jobs"). */
+/* schedule.h - periodic jobs ([schedule NAME]): a schedule's slots and the
+ * scheduler pass that turns due slots into jobs, once per slot across any
+ * number of schedulers (docs/operations.md, "Periodic jobs"). The cron
+ * parser and the slot arithmetic it builds on are in cron.h. */
 #ifndef SQ_SCHEDULE_H
 #define SQ_SCHEDULE_H
 
+#include "cron.h"
 #include "shardq.h"
 
 #include <stddef.h>
 #include <stdint.h>
-
-/* A parsed 5-field cron expression: minute hour day-of-month month
- * day-of-week, one bit per allowed value. */
-typedef struct sq_cron {
-	uint64_t minute; /* bits 0..59 */
-	uint32_t hour;   /* bits 0..23 */
-	uint32_t dom;    /* bits 1..31 */
-	uint16_t month;  /* bits 1..12 */
-	uint8_t dow;     /* bits 0..6, Sunday 0 (7 is read as 0) */
-	/* a day field written with a leading star (as "*" or a star with a step) does not
-	 * restrict; when both day fields restrict, a day matches either */
-	int dom_any, dow_any;
-} sq_cron;
-
-/* Parses "*\/5 * * * *", lists, ranges, steps, month and weekday names
- * (jan..dec, sun..sat) and @hourly, @daily (@midnight), @weekly, @monthly,
- * @yearly (@annually). Returns 0, or -1 with a message in why. */
-int sq_cron_parse(const char *text, sq_cron *out, char *why, size_t whylen);
-
-/* Whether a time zone name is known to the system's tz database ("UTC",
- * or a file under $TZDIR or /usr/share/zoneinfo). */
-int sq_tz_valid(const char *tz);
-
-/* The UTC offset in seconds of zone tz (NULL or "UTC": 0) at unix time t. */
-int64_t sq_tz_offset(const char *tz, int64_t t);
-
-/*
- * Slots of a cron expression in a zone, in unix seconds. A slot is the
- * first instant at which the zone's wall clock reads a matching minute or
- * later: a minute skipped when the clocks go forward runs at the moment of
- * the jump; a minute that occurs twice when they go back runs once, at its
- * first occurrence. sq_cron_next: the first slot > t; sq_cron_prev: the
- * last slot <= t. INT64_MIN when there is none within 10 years.
- */
-int64_t sq_cron_next(const sq_cron *c, const char *tz, int64_t t);
-int64_t sq_cron_prev(const sq_cron *c, const char *tz, int64_t t);
-
-/* The same over wall-clock seconds (no zone): the first matching minute
- * start > w, the last <= w. */
-int64_t sq_cron_next_wall(const sq_cron *c, int64_t w);
-int64_t sq_cron_prev_wall(const sq_cron *c, int64_t w);
 
 struct sq_schedule_conf;
 /* A schedule's slots, by its cron (in its zone) or its `every` (slots at
  * multiples of the interval since the epoch). */
 int64_t sq_schedule_next(const struct sq_schedule_conf *s, int64_t t);
 int64_t sq_schedule_prev(const struct sq_schedule_conf *s, int64_t t);
-
-/* Expands a key template: {slot} is the slot as UTC ISO-8601
- * (2026-11-23T06:55:00Z), {epoch} its unix seconds, {name} the schedule's
- * name. Returns the length written (NUL-terminated, cut at len - 1), or -1
- * with why set when the template names another placeholder. */
-int sq_schedule_key(const char *tmpl, const char *name, int64_t slot, char *out, size_t len,
-		    const char **why);
 
 /* ---- the scheduler, as the worker runtime and shardqd run it ------------ */
 

@@ -127,7 +127,7 @@ sq_status sq_stats_get(sq_client *c, sq_stats **out, sq_error *err)
 				rc = sq_err(err, SQ_ENOMEM, "out of memory");
 				break;
 			}
-			for (int k = 0; k < 6; k++)
+			for (int k = 0; k < SQ_JOB_STATUS_COUNT; k++)
 				if (!strcmp(status, sq_job_status_name((sq_job_status)k)))
 					row->count[k] += atoll(PQgetvalue(r, i, 2));
 			int64_t age = atoll(PQgetvalue(r, i, 3));

@@ -12,8 +12,10 @@
 #include "jobrow.h"
 #include "listener.h"
 #include "maintain.h"
-#include "ops.h"
+#include "claim.h"
+#include "fenced.h"
 #include "pool.h"
+#include "schedule.h"
 #include "startq.h"
 
 #include <errno.h>
@@ -269,6 +271,11 @@ sq_status sq_worker_add(sq_worker *w, const char *type, int concurrency, sq_hand
 	if (concurrency < 1 || concurrency > 1024)
 		return sq_err(err, SQ_EINVAL, "concurrency of '%s' must be 1..1024, not %d", type,
 			      concurrency);
+	if (!fn)
+		return sq_err(err, SQ_EINVAL, "type '%s': the handler is NULL", type);
+	if (w->pool_started)
+		return sq_err(err, SQ_ESTATE, "type '%s': add every handler before the worker runs",
+			      type);
 	for (int i = 0; i < w->ntypes; i++)
 		if (w->types[i].conf == t)
 			return sq_err(err, SQ_EINVAL, "type '%s' has a handler already", type);

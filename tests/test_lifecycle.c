@@ -1,7 +1,7 @@
 /* test_lifecycle.c - fenced transitions: expired leases go to another
  * worker and the first one's writes are LOST; retry with backoff, failed at
  * max attempts, permanent failure; release; heartbeat; cancel. */
-#include "ops.h"
+#include "fenced.h"
 #include "test_common.h"
 
 #include <stdio.h>
