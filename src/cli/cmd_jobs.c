@@ -2,7 +2,6 @@
  * and `get`. */
 #include "buf.h"
 #include "cli.h"
-#include "config.h"
 #include "json.h"
 #include "parse.h"
 

@@ -1,7 +1,6 @@
 /* cmd_moves.c - `shardq move`, `rebalance` and `moves`: moving partitions
  * between shards online, with progress, and recovering a mover that died. */
 #include "cli.h"
-#include "config.h"
 
 #include <getopt.h>
 #include <inttypes.h>

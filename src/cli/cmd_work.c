@@ -4,7 +4,6 @@
  * other exit fails it under the type's retry policy. */
 #define _GNU_SOURCE
 #include "cli.h"
-#include "config.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -2,7 +2,6 @@
  * N jobs of three types in batches, claim them with multi-type claims,
  * start and complete them, and print the stats and the rates. */
 #include "cli.h"
-#include "config.h"
 
 #include <getopt.h>
 #include <inttypes.h>
@@ -54,7 +53,7 @@ int cmd_demo(cli *x, int argc, char **argv)
 		return rc;
 	if ((rc = cli_open(x, "demo", 0)))
 		return rc;
-	int ntypes = x->cfg->ntypes < 3 ? x->cfg->ntypes : 3;
+	int ntypes = sq_config_type_count(x->cfg) < 3 ? sq_config_type_count(x->cfg) : 3;
 	if (ntypes == 0) {
 		fprintf(stderr, "shardq demo: the config has no [type NAME] section\n");
 		return EX_CONFIG;
@@ -72,7 +71,7 @@ int cmd_demo(cli *x, int argc, char **argv)
 
 	printf("demo: %ld jobs of %d types (", jobs, ntypes);
 	for (int t = 0; t < ntypes; t++)
-		printf("%s%s", t ? ", " : "", x->cfg->types[t].name);
+		printf("%s%s", t ? ", " : "", sq_config_type_name(x->cfg, t));
 	printf(") over %d shards, batches of %ld\n", nshards, batch);
 
 	double t0 = now_s();
@@ -82,7 +81,7 @@ int cmd_demo(cli *x, int argc, char **argv)
 		for (long i = 0; i < k; i++) {
 			snprintf(keys[i], 48, "demo:%08x:%ld", run, done + i);
 			memset(&specs[i], 0, sizeof(specs[i]));
-			specs[i].type = x->cfg->types[(done + i) % ntypes].name;
+			specs[i].type = sq_config_type_name(x->cfg, (int)((done + i) % ntypes));
 			specs[i].key = keys[i];
 			specs[i].params = "{\"demo\":true}";
 		}
@@ -123,7 +122,7 @@ int cmd_demo(cli *x, int argc, char **argv)
 	last_pct = -1;
 	sq_claim_req reqs[3] = {{0}};
 	for (int t = 0; t < ntypes; t++) {
-		reqs[t].type = x->cfg->types[t].name;
+		reqs[t].type = sq_config_type_name(x->cfg, t);
 		reqs[t].limit = (int32_t)(claim / ntypes);
 	}
 	long completed = 0, lost = 0, claims = 0, empty = 0;
