@@ -2,6 +2,7 @@
  * N jobs of three types in batches, claim them with multi-type claims,
  * start and complete them, and print the stats and the rates. */
 #include "cli.h"
+#include "clock.h"
 
 #include <getopt.h>
 #include <inttypes.h>
@@ -9,13 +10,6 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-
-static double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
 
 int cmd_demo(cli *x, int argc, char **argv)
 {
@@ -74,7 +68,7 @@ int cmd_demo(cli *x, int argc, char **argv)
 		printf("%s%s", t ? ", " : "", sq_config_type_name(x->cfg, t));
 	printf(") over %d shards, batches of %ld\n", nshards, batch);
 
-	double t0 = now_s();
+	double t0 = sq_mono_s();
 	long done = 0, last_pct = -1;
 	while (done < jobs) {
 		long k = jobs - done < batch ? jobs - done : batch;
@@ -98,7 +92,7 @@ int cmd_demo(cli *x, int argc, char **argv)
 				jobs);
 		}
 	}
-	double t_enq = now_s() - t0;
+	double t_enq = sq_mono_s() - t0;
 	if (tty)
 		fprintf(stderr, "\n");
 	printf("enqueued %ld jobs in %.2fs: %.0f jobs/s; per shard:", jobs, t_enq, jobs / t_enq);
@@ -126,7 +120,7 @@ int cmd_demo(cli *x, int argc, char **argv)
 		reqs[t].limit = (int32_t)(claim / ntypes);
 	}
 	long completed = 0, lost = 0, claims = 0, empty = 0;
-	double t1 = now_s();
+	double t1 = sq_mono_s();
 	while (completed + lost < jobs && empty < 50) {
 		sq_job *js;
 		size_t n;
@@ -180,7 +174,7 @@ int cmd_demo(cli *x, int argc, char **argv)
 			fprintf(stderr, "completed %ld/%ld\n", completed, jobs);
 		last_pct = completed * 10 / jobs;
 	}
-	double t_run = now_s() - t1;
+	double t_run = sq_mono_s() - t1;
 	if (tty)
 		fprintf(stderr, "\n");
 	printf("claimed, started and completed %ld jobs in %.2fs: %.0f jobs/s (%ld multi-type "
