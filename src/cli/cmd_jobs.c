@@ -393,6 +393,67 @@ int cmd_enqueue(cli *x, int argc, char **argv)
 
 /* ---- claim -------------------------------------------------------------- */
 
+static void print_claim_help(void)
+{
+	printf("usage: shardq [-c FILE] claim --types TYPE:LIMIT[,TYPE:LIMIT...] "
+	       "--worker W\n\n"
+	       "Claims due ready jobs (and jobs whose lease expired) of each type, "
+	       "up to\n"
+	       "its limit, from all shards at once, one statement per shard. They "
+	       "become\n"
+	       "'starting' with the type's starting lease. Prints one JSON line "
+	       "per job,\n"
+	       "ordered by priority, then delay tolerance. Pass the output to\n"
+	       "`shardq start --worker W -` to start them.\n");
+}
+
+/* --types TYPE:LIMIT,...: one request per type, each type named once. The
+ * requests point into names (the option's copy, cut up here). */
+static int parse_claim_types(char *names, sq_claim_req *reqs, size_t *nreqs)
+{
+	int rc;
+	for (char *save = NULL, *tok = strtok_r(names, ",", &save); tok;
+	     tok = strtok_r(NULL, ",", &save)) {
+		char *colon = strrchr(tok, ':');
+		int64_t lim;
+		if (!colon || colon == tok || *nreqs == SQ_MAX_TYPES) {
+			fprintf(stderr,
+				"shardq claim: '%s' must be TYPE:LIMIT, e.g. email:10 (at most %d "
+				"types)\n",
+				tok, SQ_MAX_TYPES);
+			return EX_USAGE;
+		}
+		*colon = '\0';
+		if ((rc = cli_opt_int("claim", "the limit", colon + 1, 1, 100000, &lim)))
+			return rc;
+		for (size_t k = 0; k < *nreqs; k++)
+			if (!strcmp(reqs[k].type, tok)) {
+				fprintf(stderr,
+					"shardq claim: type '%s' is named twice in --types; name "
+					"each "
+					"type once, with the limit you want\n",
+					tok);
+				return EX_USAGE;
+			}
+		reqs[*nreqs] = (sq_claim_req){.type = tok, .limit = (int32_t)lim, .start = 0};
+		(*nreqs)++;
+	}
+	return 0;
+}
+
+/* Claims and prints the jobs (those claimed before a shard failed too). */
+static int claim_and_print(cli *x, const char *worker, const sq_claim_req *reqs, size_t nreqs)
+{
+	sq_job *jobs;
+	size_t n;
+	sq_error err;
+	sq_status st = sq_claim(x->client, worker, reqs, nreqs, &jobs, &n, &err);
+	for (size_t i = 0; i < n; i++)
+		cli_print_job_json(stdout, &jobs[i], x->cfg);
+	sq_jobs_free(jobs, n);
+	return st == SQ_OK ? EX_OK : cli_fail("claim", &err);
+}
+
 int cmd_claim(cli *x, int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -411,18 +472,7 @@ int cmd_claim(cli *x, int argc, char **argv)
 		case 'c': x->config_path = optarg; break;
 		case 't': types = optarg; break;
 		case 'w': worker = optarg; break;
-		case 'h':
-			printf("usage: shardq [-c FILE] claim --types TYPE:LIMIT[,TYPE:LIMIT...] "
-			       "--worker W\n\n"
-			       "Claims due ready jobs (and jobs whose lease expired) of each type, "
-			       "up to\n"
-			       "its limit, from all shards at once, one statement per shard. They "
-			       "become\n"
-			       "'starting' with the type's starting lease. Prints one JSON line "
-			       "per job,\n"
-			       "ordered by priority, then delay tolerance. Pass the output to\n"
-			       "`shardq start --worker W -` to start them.\n");
-			return EX_OK;
+		case 'h': print_claim_help(); return EX_OK;
 		default: return cli_bad_option("claim", c, argv);
 		}
 	}
@@ -434,57 +484,20 @@ int cmd_claim(cli *x, int argc, char **argv)
 	}
 	if ((rc = cli_check_text("claim", "--worker", worker, 200)))
 		return rc;
-	names = strdup(types);
-	for (char *save = NULL, *tok = strtok_r(names, ",", &save); tok;
-	     tok = strtok_r(NULL, ",", &save)) {
-		char *colon = strrchr(tok, ':');
-		int64_t lim;
-		if (!colon || colon == tok || nreqs == SQ_MAX_TYPES) {
-			fprintf(stderr,
-				"shardq claim: '%s' must be TYPE:LIMIT, e.g. email:10 (at most %d "
-				"types)\n",
-				tok, SQ_MAX_TYPES);
-			free(names);
-			return EX_USAGE;
-		}
-		*colon = '\0';
-		if ((rc = cli_opt_int("claim", "the limit", colon + 1, 1, 100000, &lim))) {
-			free(names);
-			return rc;
-		}
-		for (size_t k = 0; k < nreqs; k++)
-			if (!strcmp(reqs[k].type, tok)) {
-				fprintf(stderr,
-					"shardq claim: type '%s' is named twice in --types; name "
-					"each "
-					"type once, with the limit you want\n",
-					tok);
-				free(names);
-				return EX_USAGE;
-			}
-		reqs[nreqs].type = tok;
-		reqs[nreqs].limit = (int32_t)lim;
-		reqs[nreqs].start = 0;
-		nreqs++;
+	if (!(names = strdup(types))) {
+		fprintf(stderr, "shardq claim: out of memory\n");
+		return EX_FAIL;
 	}
-	if (!nreqs) {
+	if ((rc = parse_claim_types(names, reqs, &nreqs)) == 0 && !nreqs) {
 		fprintf(stderr, "shardq claim: --types '%s' names no TYPE:LIMIT\n", types);
-		free(names);
-		return EX_USAGE;
+		rc = EX_USAGE;
 	}
-	if ((rc = cli_open(x, "claim", SQ_OPEN_ALLOW_DOWN))) {
-		free(names);
-		return rc;
-	}
-	sq_job *jobs;
-	size_t n;
-	sq_error err;
-	sq_status st = sq_claim(x->client, worker, reqs, nreqs, &jobs, &n, &err);
-	for (size_t i = 0; i < n; i++)
-		cli_print_job_json(stdout, &jobs[i], x->cfg);
-	sq_jobs_free(jobs, n);
+	if (!rc)
+		rc = cli_open(x, "claim", SQ_OPEN_ALLOW_DOWN);
+	if (!rc)
+		rc = claim_and_print(x, worker, reqs, nreqs);
 	free(names);
-	return st == SQ_OK ? EX_OK : cli_fail("claim", &err);
+	return rc;
 }
 
 /* ---- fenced transitions --------------------------------------------------- */
