@@ -63,6 +63,12 @@ extern "C" {
 #define SQ_MAX_DELAY_MS           INT64_C(3155760000000)      /* 100 years of 365.25 days */
 #define SQ_MAX_DELAY_TOLERANCE_MS INT64_C(31536000000)        /* 365 days */
 #define SQ_MAX_RUN_AT_US          INT64_C(253402300799999999) /* 9999-12-31 23:59:59.999999 UTC */
+/* Most [type] sections a config holds, and most requests one sq_claim takes
+ * (more is SQ_EINVAL). */
+#define SQ_MAX_TYPES 256
+/* The longest duration any setting or option takes: it fits an int64 count
+ * of microseconds, PostgreSQL's interval, and now() plus it a timestamp. */
+#define SQ_MAX_DURATION_MS SQ_MAX_DELAY_MS
 
 typedef enum sq_status {
 	SQ_OK = 0,
@@ -106,6 +112,30 @@ void sq_config_free(sq_config *cfg);
 int sq_config_shard_count(const sq_config *cfg);
 const char *sq_config_shard_id(const sq_config *cfg, int i);
 uint32_t sq_config_partitions(const sq_config *cfg);
+/*
+ * Looking a config up. Each call only reads cfg, so any number of threads
+ * may make them at once on a config that none is freeing; strings returned
+ * belong to cfg and live as long as it does.
+ *
+ * sq_config_shard_index: the index of the shard named `id` (as
+ * sq_config_shard_id gives it), or -1 when no shard has that id or id is
+ * NULL.
+ * sq_config_type_count, sq_config_type_name: the number of [type]
+ * sections, and the name of type i (0-based, config order; NULL when i is
+ * out of range).
+ */
+int sq_config_shard_index(const sq_config *cfg, const char *id);
+int sq_config_type_count(const sq_config *cfg);
+const char *sq_config_type_name(const sq_config *cfg, int i);
+/*
+ * Parses a duration as the config file writes one, for programs that take
+ * the same durations on their command line: "500ms", "1.5s", "5m" (or
+ * "5min"), "1h", "2d" or "0"; no sign, exponent or leading space. Returns
+ * the milliseconds (fractions of a millisecond dropped); -1 when s is not a
+ * duration; -2 when it is longer than SQ_MAX_DURATION_MS. It sets no
+ * sq_error, keeps no state and is safe from any thread.
+ */
+int64_t sq_parse_duration_ms(const char *s);
 
 /* ---- routing ---------------------------------------------------------- */
 

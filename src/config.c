@@ -1197,7 +1197,7 @@ const sq_type_conf *sq_config_type(const sq_config *cfg, const char *name)
 
 int sq_config_shard_index(const sq_config *cfg, const char *id)
 {
-	for (int i = 0; i < cfg->nshards; i++)
+	for (int i = 0; id && i < cfg->nshards; i++)
 		if (!strcmp(cfg->shards[i].id, id))
 			return i;
 	return -1;
@@ -1225,4 +1225,14 @@ const char *sq_config_shard_id(const sq_config *cfg, int i)
 uint32_t sq_config_partitions(const sq_config *cfg)
 {
 	return cfg->partitions;
+}
+
+int sq_config_type_count(const sq_config *cfg)
+{
+	return cfg->ntypes;
+}
+
+const char *sq_config_type_name(const sq_config *cfg, int i)
+{
+	return i >= 0 && i < cfg->ntypes ? cfg->types[i].name : NULL;
 }

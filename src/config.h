@@ -8,7 +8,6 @@
 #include "shardq.h"
 
 #define SQ_MAX_SHARDS 256
-#define SQ_MAX_TYPES  256
 
 typedef enum { SQ_BACKOFF_CONSTANT, SQ_BACKOFF_LINEAR, SQ_BACKOFF_EXPONENTIAL } sq_backoff_kind;
 typedef enum { SQ_DEDUP_IGNORE, SQ_DEDUP_REPLACE, SQ_DEDUP_MERGE, SQ_DEDUP_RERUN } sq_dedup_policy;
@@ -113,19 +112,9 @@ static inline int sq_type_limited(const sq_type_conf *t)
 
 /* The type's config, or NULL if the type is not configured. */
 const sq_type_conf *sq_config_type(const sq_config *cfg, const char *name);
-/* Index of a shard id, or -1. */
-int sq_config_shard_index(const sq_config *cfg, const char *id);
 /* The meta database's DSN (explicit, or the meta shard's). */
 const char *sq_config_meta_dsn(const sq_config *cfg);
 
-/* The longest duration any setting or option takes: it fits an int64 count
- * of microseconds, PostgreSQL's interval, and now() plus it a timestamp. */
-#define SQ_MAX_DURATION_MS SQ_MAX_DELAY_MS
-
-/* Parses "500ms", "1.5s", "5m" (or "5min"), "1h", "2d" or "0" into ms.
- * Returns -1 when s is not a duration, -2 when it is longer than
- * SQ_MAX_DURATION_MS. */
-int64_t sq_parse_duration_ms(const char *s);
 /* Parses "65536", "64KB", "8MB" or "1GB" (powers of 1024) into bytes; -1 if
  * s is not a size. */
 int64_t sq_parse_size(const char *s);

@@ -80,42 +80,162 @@ static void fmt_age(char *out, size_t len, int64_t ms)
 		snprintf(out, len, "%" PRId64 "m", ms / 60000);
 }
 
-int cmd_stats(cli *x, int argc, char **argv)
+static void print_stats_help(void)
+{
+	printf("usage: shardq [-c FILE] stats [--exact] [--json]\n\n"
+	       "Per shard and task type: ready, starting and running jobs, the "
+	       "age of the next\n"
+	       "due job in claim order, leases expired; per shard: partitions "
+	       "owned and moving.\n"
+	       "Index-driven by default, at any queue size: ready is exact up to "
+	       "10,000 and\n"
+	       "PostgreSQL's estimate above (shown with ~); finished jobs are not "
+	       "counted (-).\n"
+	       "  --exact  count every job, finished ones too (reads every row: "
+	       "slow on a big queue)\n"
+	       "  --json   one JSON document instead of the table\n"
+	       "A shard that cannot be reached is named on stderr (and as "
+	       "\"error\" "
+	       "in the JSON);\n"
+	       "the others are shown, and the exit code is 4.\n");
+}
+
+/* The options; 0 to go on, or the exit code with *stop set. */
+static int stats_options(cli *x, int argc, char **argv, int *exact, int *stop)
 {
 	static const struct option opts[] = {COMMON_OPTS,
 					     {"json", no_argument, NULL, 'j'},
 					     {"exact", no_argument, NULL, 'e'},
 					     {NULL, 0, NULL, 0}};
-	sq_error err;
-	sq_stats *st;
-	int c, rc, exact = 0;
+	int c;
+	*stop = 1;
 	while ((c = getopt_long(argc, argv, ":c:hje", opts, NULL)) != -1) {
 		switch (c) {
 		case 'c': x->config_path = optarg; break;
 		case 'j': x->json = 1; break;
-		case 'e': exact = 1; break;
-		case 'h':
-			printf("usage: shardq [-c FILE] stats [--exact] [--json]\n\n"
-			       "Per shard and task type: ready, starting and running jobs, the "
-			       "age of the next\n"
-			       "due job in claim order, leases expired; per shard: partitions "
-			       "owned and moving.\n"
-			       "Index-driven by default, at any queue size: ready is exact up to "
-			       "10,000 and\n"
-			       "PostgreSQL's estimate above (shown with ~); finished jobs are not "
-			       "counted (-).\n"
-			       "  --exact  count every job, finished ones too (reads every row: "
-			       "slow on a big queue)\n"
-			       "  --json   one JSON document instead of the table\n"
-			       "A shard that cannot be reached is named on stderr (and as "
-			       "\"error\" "
-			       "in the JSON);\n"
-			       "the others are shown, and the exit code is 4.\n");
-			return EX_OK;
+		case 'e': *exact = 1; break;
+		case 'h': print_stats_help(); return EX_OK;
 		default: return cli_bad_option("stats", c, argv);
 		}
 	}
-	if ((rc = cli_no_args("stats", argc, argv, NULL)))
+	*stop = 0;
+	return cli_no_args("stats", argc, argv, NULL);
+}
+
+/* Shard s's rows as the JSON array of its types. */
+static void print_types_json(const sq_stats *st, int s)
+{
+	int first = 1;
+	printf("\"types\":[");
+	for (size_t i = 0; i < st->nrows; i++) {
+		const sq_stats_row *r = &st->rows[i];
+		if (r->shard != s)
+			continue;
+		printf("%s{\"type\":\"%s\"", first ? "" : ",", r->type);
+		for (int k = 0; k < 6; k++)
+			printf(",\"%s\":%" PRId64, sq_job_status_name((sq_job_status)k),
+			       r->count[k]);
+		printf(",\"ready_estimated\":%s,\"oldest_ready_age_ms\":%" PRId64
+		       ",\"expired_leases\":%" PRId64 "}",
+		       r->ready_estimated ? "true" : "false", r->oldest_ready_age_ms,
+		       r->expired_leases);
+		first = 0;
+	}
+	printf("]");
+}
+
+static void print_stats_json(const cli *x, const sq_stats *st)
+{
+	printf("{\"map_version\":%" PRId64 ",\"shards\":[", st->map_version);
+	for (int s = 0; s < st->nshards; s++) {
+		printf("%s{\"shard\":\"%s\",\"partitions_owned\":%" PRId64
+		       ",\"partitions_moving\":%" PRId64 ",",
+		       s ? "," : "", sq_config_shard_id(x->cfg, s), st->partitions_owned[s],
+		       st->partitions_moving[s]);
+		if (st->shard_error && st->shard_error[s]) {
+			sq_buf b;
+			sq_buf_init(&b);
+			sq_json_put_string(&b, st->shard_error[s]);
+			printf("\"error\":%s,", b.data ? b.data : "null");
+			sq_buf_free(&b);
+		}
+		print_types_json(st, s);
+		printf("}");
+	}
+	printf("]}\n");
+}
+
+/* One table row per shard and type; adds the counts into tot (and whether
+ * the READY total holds an estimate into *tot_est). */
+static void print_stats_rows(const cli *x, const sq_stats *st, int64_t tot[6], int *tot_est)
+{
+	for (size_t i = 0; i < st->nrows; i++) {
+		const sq_stats_row *r = &st->rows[i];
+		char age[16], cnt[6][24];
+		fmt_age(age, sizeof(age), r->oldest_ready_age_ms);
+		for (int k = 0; k < 6; k++) {
+			if (r->count[k] < 0)
+				snprintf(cnt[k], sizeof(cnt[k]), "-");
+			else
+				snprintf(cnt[k], sizeof(cnt[k]), "%s%" PRId64,
+					 k == 0 && r->ready_estimated ? "~" : "", r->count[k]);
+			if (r->count[k] > 0)
+				tot[k] += r->count[k];
+			if (k == 0 && r->ready_estimated && r->count[k] >= 0)
+				*tot_est = 1;
+		}
+		printf("%-8s %-16s %9s %9s %9s %9s %9s %9s %8s %7" PRId64 "\n",
+		       sq_config_shard_id(x->cfg, r->shard), r->type, cnt[0], cnt[1], cnt[2],
+		       cnt[3], cnt[4], cnt[5], age, r->expired_leases);
+	}
+}
+
+/* The partitions each shard owns, and a note on what the counts mean. */
+static void print_partitions(const cli *x, const sq_stats *st, int exact)
+{
+	printf("\npartitions (map version %" PRId64 "):", st->map_version);
+	for (int s = 0; s < st->nshards; s++) {
+		if (st->shard_error && st->shard_error[s]) {
+			printf(" %s=down", sq_config_shard_id(x->cfg, s));
+			continue;
+		}
+		printf(" %s=%" PRId64 "%s", sq_config_shard_id(x->cfg, s), st->partitions_owned[s],
+		       st->partitions_moving[s] ? " (moving)" : "");
+	}
+	if (exact)
+		printf("\nDONE(h) counts completed jobs kept in history (types with "
+		       "history = true).\n");
+	else
+		printf("\nREADY is exact up to 10,000 per shard and type, PostgreSQL's "
+		       "estimate (~) above;\nfinished jobs are counted with --exact.\n");
+}
+
+static void print_stats_table(const cli *x, const sq_stats *st, int exact)
+{
+	int64_t tot[6] = {0};
+	int tot_est = 0; /* the READY total holds an estimate */
+	char tready[24];
+	printf("%-8s %-16s %9s %9s %9s %9s %9s %9s %8s %7s\n", "SHARD", "TYPE", "READY", "STARTING",
+	       "RUNNING", "DONE(h)", "FAILED", "CANCELLED", "OLDEST", "EXPIRED");
+	print_stats_rows(x, st, tot, &tot_est);
+	snprintf(tready, sizeof(tready), "%s%" PRId64, tot_est ? "~" : "", tot[0]);
+	if (exact)
+		printf("%-8s %-16s %9s %9" PRId64 " %9" PRId64 " %9" PRId64 " %9" PRId64
+		       " %9" PRId64 "\n",
+		       "total", "", tready, tot[1], tot[2], tot[3], tot[4], tot[5]);
+	else
+		printf("%-8s %-16s %9s %9" PRId64 " %9" PRId64 "\n", "total", "", tready, tot[1],
+		       tot[2]);
+	print_partitions(x, st, exact);
+}
+
+int cmd_stats(cli *x, int argc, char **argv)
+{
+	sq_error err;
+	sq_stats *st;
+	int stop, exact = 0;
+	int rc = stats_options(x, argc, argv, &exact, &stop);
+	if (stop || rc)
 		return rc;
 	/* a shard that is down is named, and the others still shown (exit 4) */
 	if ((rc = cli_open(x, "stats", SQ_OPEN_ALLOW_DOWN)))
@@ -129,91 +249,10 @@ int cmd_stats(cli *x, int argc, char **argv)
 			fprintf(stderr, "shardq stats: %s\n", st->shard_error[s]);
 			down++;
 		}
-	if (x->json) {
-		printf("{\"map_version\":%" PRId64 ",\"shards\":[", st->map_version);
-		for (int s = 0; s < st->nshards; s++) {
-			int first = 1;
-			printf("%s{\"shard\":\"%s\",\"partitions_owned\":%" PRId64
-			       ",\"partitions_moving\":%" PRId64 ",",
-			       s ? "," : "", sq_config_shard_id(x->cfg, s), st->partitions_owned[s],
-			       st->partitions_moving[s]);
-			if (st->shard_error && st->shard_error[s]) {
-				sq_buf b;
-				sq_buf_init(&b);
-				sq_json_put_string(&b, st->shard_error[s]);
-				printf("\"error\":%s,", b.data ? b.data : "null");
-				sq_buf_free(&b);
-			}
-			printf("\"types\":[");
-			for (size_t i = 0; i < st->nrows; i++) {
-				sq_stats_row *r = &st->rows[i];
-				if (r->shard != s)
-					continue;
-				printf("%s{\"type\":\"%s\"", first ? "" : ",", r->type);
-				for (int k = 0; k < 6; k++)
-					printf(",\"%s\":%" PRId64,
-					       sq_job_status_name((sq_job_status)k), r->count[k]);
-				printf(",\"ready_estimated\":%s,\"oldest_ready_age_ms\":%" PRId64
-				       ",\"expired_leases\":%" PRId64 "}",
-				       r->ready_estimated ? "true" : "false",
-				       r->oldest_ready_age_ms, r->expired_leases);
-				first = 0;
-			}
-			printf("]}");
-		}
-		printf("]}\n");
-	} else {
-		int64_t tot[6] = {0};
-		int tot_est = 0; /* the READY total holds an estimate */
-		printf("%-8s %-16s %9s %9s %9s %9s %9s %9s %8s %7s\n", "SHARD", "TYPE", "READY",
-		       "STARTING", "RUNNING", "DONE(h)", "FAILED", "CANCELLED", "OLDEST",
-		       "EXPIRED");
-		for (size_t i = 0; i < st->nrows; i++) {
-			sq_stats_row *r = &st->rows[i];
-			char age[16], cnt[6][24];
-			fmt_age(age, sizeof(age), r->oldest_ready_age_ms);
-			for (int k = 0; k < 6; k++) {
-				if (r->count[k] < 0)
-					snprintf(cnt[k], sizeof(cnt[k]), "-");
-				else
-					snprintf(cnt[k], sizeof(cnt[k]), "%s%" PRId64,
-						 k == 0 && r->ready_estimated ? "~" : "",
-						 r->count[k]);
-				if (r->count[k] > 0)
-					tot[k] += r->count[k];
-				if (k == 0 && r->ready_estimated && r->count[k] >= 0)
-					tot_est = 1;
-			}
-			printf("%-8s %-16s %9s %9s %9s %9s %9s %9s %8s %7" PRId64 "\n",
-			       sq_config_shard_id(x->cfg, r->shard), r->type, cnt[0], cnt[1],
-			       cnt[2], cnt[3], cnt[4], cnt[5], age, r->expired_leases);
-		}
-		char tready[24];
-		snprintf(tready, sizeof(tready), "%s%" PRId64, tot_est ? "~" : "", tot[0]);
-		if (exact)
-			printf("%-8s %-16s %9s %9" PRId64 " %9" PRId64 " %9" PRId64 " %9" PRId64
-			       " %9" PRId64 "\n",
-			       "total", "", tready, tot[1], tot[2], tot[3], tot[4], tot[5]);
-		else
-			printf("%-8s %-16s %9s %9" PRId64 " %9" PRId64 "\n", "total", "", tready,
-			       tot[1], tot[2]);
-		printf("\npartitions (map version %" PRId64 "):", st->map_version);
-		for (int s = 0; s < st->nshards; s++) {
-			if (st->shard_error && st->shard_error[s]) {
-				printf(" %s=down", sq_config_shard_id(x->cfg, s));
-				continue;
-			}
-			printf(" %s=%" PRId64 "%s", sq_config_shard_id(x->cfg, s),
-			       st->partitions_owned[s],
-			       st->partitions_moving[s] ? " (moving)" : "");
-		}
-		if (exact)
-			printf("\nDONE(h) counts completed jobs kept in history (types with "
-			       "history = true).\n");
-		else
-			printf("\nREADY is exact up to 10,000 per shard and type, PostgreSQL's "
-			       "estimate (~) above;\nfinished jobs are counted with --exact.\n");
-	}
+	if (x->json)
+		print_stats_json(x, st);
+	else
+		print_stats_table(x, st, exact);
 	sq_stats_free(st);
 	return down ? EX_CONN : EX_OK;
 }

@@ -2,7 +2,6 @@
  * and `get`. */
 #include "buf.h"
 #include "cli.h"
-#include "config.h"
 #include "json.h"
 #include "parse.h"
 
@@ -198,7 +197,81 @@ static int send_jobs(cli *x, const sq_job_spec *specs, const line_job *jobs, siz
 	return rc;
 }
 
-int cmd_enqueue(cli *x, int argc, char **argv)
+static void print_enqueue_help(void)
+{
+	printf("usage: shardq [-c FILE] enqueue --type T [--key K] [--params "
+	       "JSON]\n"
+	       "                [--priority N] [--delay D] [--tolerance D] "
+	       "[--max-attempts N]\n"
+	       "       shardq [-c FILE] enqueue --file F [--batch N] [--quiet]\n\n"
+	       "Adds one job, or every job of F (one JSON object per line; - for "
+	       "stdin):\n"
+	       "  "
+	       "{\"type\":\"email\",\"key\":\"user:42\",\"params\":{...},"
+	       "\"priority\":"
+	       "0,\n"
+	       "   "
+	       "\"delay_ms\":0,\"run_at_us\":0,\"delay_tolerance_ms\":1000,\"max_"
+	       "attempts\":5}\n"
+	       "The whole file is checked before anything is sent; a bad line is\n"
+	       "reported with its number and nothing is enqueued. Jobs go in "
+	       "batches of N\n"
+	       "(default 1000): one statement per shard per batch, all shards at "
+	       "once.\n"
+	       "Prints one JSON line per job: "
+	       "{\"id\":...,\"outcome\":...,\"shard\":...} (with \"line\" for "
+	       "--file)\n"
+	       "(outcomes: inserted, duplicate, replaced, merged, rerun). If a "
+	       "shard fails,\n"
+	       "the jobs not written are printed as {\"outcome\":\"not_written\"} "
+	       "(or \"unknown\")\n"
+	       "and named by line on stderr: send exactly those again.\n"
+	       "Durations: 500ms, 30s, 5m, 1h, 2d; --tolerance 0: none.\n");
+}
+
+/* What `shardq enqueue` was asked to send: one job, or a file's. */
+typedef struct enqueue_args {
+	sq_job_spec one;
+	const char *file;
+	int64_t batch; /* 0: the default */
+	int quiet;
+	int single; /* an option of the one job was given */
+} enqueue_args;
+
+/* An option of the one job: the spec's fields, checked for range. */
+static int job_option(enqueue_args *a, int c)
+{
+	int64_t v = 0;
+	int rc = 0;
+	switch (c) {
+	case 't': a->one.type = optarg; break;
+	case 'k': a->one.key = optarg; break;
+	case 'p': a->one.params = optarg; break;
+	case 'P':
+		rc = cli_opt_int("enqueue", "--priority", optarg, SQ_MIN_PRIORITY, SQ_MAX_PRIORITY,
+				 &v);
+		a->one.has_priority = 1, a->one.priority = (int32_t)v;
+		break;
+	case 'd':
+		rc = cli_opt_dur("enqueue", "--delay", optarg, 0, SQ_MAX_DELAY_MS,
+				 &a->one.delay_ms);
+		break;
+	case 'T':
+		rc = cli_opt_dur("enqueue", "--tolerance", optarg, 0, SQ_MAX_DELAY_TOLERANCE_MS,
+				 &a->one.delay_tolerance_ms);
+		if (!rc && a->one.delay_tolerance_ms == 0)
+			a->one.delay_tolerance_ms = SQ_NO_DELAY_TOLERANCE; /* explicit 0: none */
+		break;
+	case 'm':
+		rc = cli_opt_int("enqueue", "--max-attempts", optarg, 1, SQ_MAX_ATTEMPTS, &v);
+		a->one.max_attempts = (int32_t)v;
+		break;
+	}
+	return rc;
+}
+
+/* The options; 0 to go on, or the exit code with *stop set. */
+static int enqueue_options(cli *x, enqueue_args *a, int argc, char **argv, int *stop)
 {
 	static const struct option opts[] = {
 		COMMON_OPTS,
@@ -214,128 +287,172 @@ int cmd_enqueue(cli *x, int argc, char **argv)
 		{"quiet", no_argument, NULL, 'q'},
 		{NULL, 0, NULL, 0},
 	};
-	sq_job_spec one;
-	const char *file = NULL;
-	int64_t batch = 0, v = 0;
-	int c, rc, quiet = 0, single = 0;
-	memset(&one, 0, sizeof(one));
+	int c, rc;
+	*stop = 1;
 	while ((c = getopt_long(argc, argv, ":c:ht:k:p:P:d:T:m:f:b:q", opts, NULL)) != -1) {
 		rc = 0;
-		single |= strchr("tkpPdTm", c) != NULL;
 		switch (c) {
 		case 'c': x->config_path = optarg; break;
-		case 't': one.type = optarg; break;
-		case 'k': one.key = optarg; break;
-		case 'p': one.params = optarg; break;
+		case 't':
+		case 'k':
+		case 'p':
 		case 'P':
-			rc = cli_opt_int("enqueue", "--priority", optarg, SQ_MIN_PRIORITY,
-					 SQ_MAX_PRIORITY, &v);
-			one.has_priority = 1, one.priority = (int32_t)v;
-			break;
 		case 'd':
-			rc = cli_opt_dur("enqueue", "--delay", optarg, 0, SQ_MAX_DELAY_MS,
-					 &one.delay_ms);
-			break;
 		case 'T':
-			rc = cli_opt_dur("enqueue", "--tolerance", optarg, 0,
-					 SQ_MAX_DELAY_TOLERANCE_MS, &one.delay_tolerance_ms);
-			if (!rc && one.delay_tolerance_ms == 0)
-				one.delay_tolerance_ms =
-					SQ_NO_DELAY_TOLERANCE; /* explicit 0: none */
-			break;
 		case 'm':
-			rc = cli_opt_int("enqueue", "--max-attempts", optarg, 1, SQ_MAX_ATTEMPTS,
-					 &v);
-			one.max_attempts = (int32_t)v;
+			a->single = 1;
+			rc = job_option(a, c);
 			break;
-		case 'f': file = optarg; break;
-		case 'b': rc = cli_opt_int("enqueue", "--batch", optarg, 1, 100000, &batch); break;
-		case 'q': quiet = 1; break;
-		case 'h':
-			printf("usage: shardq [-c FILE] enqueue --type T [--key K] [--params "
-			       "JSON]\n"
-			       "                [--priority N] [--delay D] [--tolerance D] "
-			       "[--max-attempts N]\n"
-			       "       shardq [-c FILE] enqueue --file F [--batch N] [--quiet]\n\n"
-			       "Adds one job, or every job of F (one JSON object per line; - for "
-			       "stdin):\n"
-			       "  "
-			       "{\"type\":\"email\",\"key\":\"user:42\",\"params\":{...},"
-			       "\"priority\":"
-			       "0,\n"
-			       "   "
-			       "\"delay_ms\":0,\"run_at_us\":0,\"delay_tolerance_ms\":1000,\"max_"
-			       "attempts\":5}\n"
-			       "The whole file is checked before anything is sent; a bad line is\n"
-			       "reported with its number and nothing is enqueued. Jobs go in "
-			       "batches of N\n"
-			       "(default 1000): one statement per shard per batch, all shards at "
-			       "once.\n"
-			       "Prints one JSON line per job: "
-			       "{\"id\":...,\"outcome\":...,\"shard\":...} (with \"line\" for "
-			       "--file)\n"
-			       "(outcomes: inserted, duplicate, replaced, merged, rerun). If a "
-			       "shard fails,\n"
-			       "the jobs not written are printed as {\"outcome\":\"not_written\"} "
-			       "(or \"unknown\")\n"
-			       "and named by line on stderr: send exactly those again.\n"
-			       "Durations: 500ms, 30s, 5m, 1h, 2d; --tolerance 0: none.\n");
-			return EX_OK;
+		case 'f': a->file = optarg; break;
+		case 'b':
+			rc = cli_opt_int("enqueue", "--batch", optarg, 1, 100000, &a->batch);
+			break;
+		case 'q': a->quiet = 1; break;
+		case 'h': print_enqueue_help(); return EX_OK;
 		default: return cli_bad_option("enqueue", c, argv);
 		}
 		if (rc)
 			return rc;
 	}
-	if ((rc = cli_no_args("enqueue", argc, argv,
-			      "params go in --params '{...}', jobs of a file in --file F")))
-		return rc;
-	if (!file && !one.type) {
+	*stop = 0;
+	return cli_no_args("enqueue", argc, argv,
+			   "params go in --params '{...}', jobs of a file in --file F");
+}
+
+/* One job or a file, and --batch only with a file. */
+static int check_enqueue_args(const enqueue_args *a)
+{
+	if (!a->file && !a->one.type) {
 		fprintf(stderr,
 			"shardq enqueue: give --type (one job) or --file (a batch); see --help\n");
 		return EX_USAGE;
 	}
-	if (file && single) {
+	if (a->file && a->single) {
 		fprintf(stderr, "shardq enqueue: --file takes every setting from its lines; "
 				"--type, --key, --params, --priority, --delay, --tolerance and "
 				"--max-attempts are for one job\n");
 		return EX_USAGE;
 	}
-	if (!file && batch) {
+	if (!a->file && a->batch) {
 		fprintf(stderr, "shardq enqueue: --batch is for --file\n");
 		return EX_USAGE;
 	}
-	if ((rc = cli_load_config(x, "enqueue")))
-		return rc;
+	return 0;
+}
+
+/* Every job of the file, read and checked before the first is sent. */
+static int enqueue_file(cli *x, const enqueue_args *a)
+{
 	line_job *jobs = NULL;
-	size_t n = 1;
-	sq_job_spec *specs = &one;
-	if (file) {
-		if ((rc = read_job_file(x, file, &jobs, &n)))
-			return rc;
-		specs = malloc(sizeof(*specs) * (n ? n : 1));
-		if (!specs) {
-			cli_line_jobs_free(jobs, n);
-			fprintf(stderr, "shardq enqueue: out of memory\n");
-			return EX_FAIL;
-		}
-		for (size_t i = 0; i < n; i++)
-			specs[i] = jobs[i].spec;
-	} else {
-		sq_error err;
-		if (sq_job_spec_check(x->cfg, &one, &err) != SQ_OK)
-			return cli_fail("enqueue", &err);
+	size_t n = 0;
+	int rc = read_job_file(x, a->file, &jobs, &n);
+	if (rc)
+		return rc;
+	sq_job_spec *specs = malloc(sizeof(*specs) * (n ? n : 1));
+	if (!specs) {
+		cli_line_jobs_free(jobs, n);
+		fprintf(stderr, "shardq enqueue: out of memory\n");
+		return EX_FAIL;
 	}
+	for (size_t i = 0; i < n; i++)
+		specs[i] = jobs[i].spec;
 	rc = n ? cli_connect(x, "enqueue", SQ_OPEN_ALLOW_DOWN) : EX_OK;
 	if (n && !rc)
-		rc = send_jobs(x, specs, jobs, n, batch ? (size_t)batch : 1000, quiet);
-	if (file) {
-		free(specs);
-		cli_line_jobs_free(jobs, n);
-	}
+		rc = send_jobs(x, specs, jobs, n, a->batch ? (size_t)a->batch : 1000, a->quiet);
+	free(specs);
+	cli_line_jobs_free(jobs, n);
 	return rc;
 }
 
+/* The one job of the options, checked before connecting. */
+static int enqueue_one(cli *x, const enqueue_args *a)
+{
+	sq_error err;
+	int rc;
+	if (sq_job_spec_check(x->cfg, &a->one, &err) != SQ_OK)
+		return cli_fail("enqueue", &err);
+	if ((rc = cli_connect(x, "enqueue", SQ_OPEN_ALLOW_DOWN)))
+		return rc;
+	return send_jobs(x, &a->one, NULL, 1, 1000, a->quiet);
+}
+
+int cmd_enqueue(cli *x, int argc, char **argv)
+{
+	enqueue_args a;
+	int stop, rc;
+	memset(&a, 0, sizeof(a));
+	rc = enqueue_options(x, &a, argc, argv, &stop);
+	if (stop || rc)
+		return rc;
+	if ((rc = check_enqueue_args(&a)))
+		return rc;
+	if ((rc = cli_load_config(x, "enqueue")))
+		return rc;
+	return a.file ? enqueue_file(x, &a) : enqueue_one(x, &a);
+}
+
 /* ---- claim -------------------------------------------------------------- */
+
+static void print_claim_help(void)
+{
+	printf("usage: shardq [-c FILE] claim --types TYPE:LIMIT[,TYPE:LIMIT...] "
+	       "--worker W\n\n"
+	       "Claims due ready jobs (and jobs whose lease expired) of each type, "
+	       "up to\n"
+	       "its limit, from all shards at once, one statement per shard. They "
+	       "become\n"
+	       "'starting' with the type's starting lease. Prints one JSON line "
+	       "per job,\n"
+	       "ordered by priority, then delay tolerance. Pass the output to\n"
+	       "`shardq start --worker W -` to start them.\n");
+}
+
+/* --types TYPE:LIMIT,...: one request per type, each type named once. The
+ * requests point into names (the option's copy, cut up here). */
+static int parse_claim_types(char *names, sq_claim_req *reqs, size_t *nreqs)
+{
+	int rc;
+	for (char *save = NULL, *tok = strtok_r(names, ",", &save); tok;
+	     tok = strtok_r(NULL, ",", &save)) {
+		char *colon = strrchr(tok, ':');
+		int64_t lim;
+		if (!colon || colon == tok || *nreqs == SQ_MAX_TYPES) {
+			fprintf(stderr,
+				"shardq claim: '%s' must be TYPE:LIMIT, e.g. email:10 (at most %d "
+				"types)\n",
+				tok, SQ_MAX_TYPES);
+			return EX_USAGE;
+		}
+		*colon = '\0';
+		if ((rc = cli_opt_int("claim", "the limit", colon + 1, 1, 100000, &lim)))
+			return rc;
+		for (size_t k = 0; k < *nreqs; k++)
+			if (!strcmp(reqs[k].type, tok)) {
+				fprintf(stderr,
+					"shardq claim: type '%s' is named twice in --types; name "
+					"each "
+					"type once, with the limit you want\n",
+					tok);
+				return EX_USAGE;
+			}
+		reqs[*nreqs] = (sq_claim_req){.type = tok, .limit = (int32_t)lim, .start = 0};
+		(*nreqs)++;
+	}
+	return 0;
+}
+
+/* Claims and prints the jobs (those claimed before a shard failed too). */
+static int claim_and_print(cli *x, const char *worker, const sq_claim_req *reqs, size_t nreqs)
+{
+	sq_job *jobs;
+	size_t n;
+	sq_error err;
+	sq_status st = sq_claim(x->client, worker, reqs, nreqs, &jobs, &n, &err);
+	for (size_t i = 0; i < n; i++)
+		cli_print_job_json(stdout, &jobs[i], x->cfg);
+	sq_jobs_free(jobs, n);
+	return st == SQ_OK ? EX_OK : cli_fail("claim", &err);
+}
 
 int cmd_claim(cli *x, int argc, char **argv)
 {
@@ -355,18 +472,7 @@ int cmd_claim(cli *x, int argc, char **argv)
 		case 'c': x->config_path = optarg; break;
 		case 't': types = optarg; break;
 		case 'w': worker = optarg; break;
-		case 'h':
-			printf("usage: shardq [-c FILE] claim --types TYPE:LIMIT[,TYPE:LIMIT...] "
-			       "--worker W\n\n"
-			       "Claims due ready jobs (and jobs whose lease expired) of each type, "
-			       "up to\n"
-			       "its limit, from all shards at once, one statement per shard. They "
-			       "become\n"
-			       "'starting' with the type's starting lease. Prints one JSON line "
-			       "per job,\n"
-			       "ordered by priority, then delay tolerance. Pass the output to\n"
-			       "`shardq start --worker W -` to start them.\n");
-			return EX_OK;
+		case 'h': print_claim_help(); return EX_OK;
 		default: return cli_bad_option("claim", c, argv);
 		}
 	}
@@ -378,57 +484,20 @@ int cmd_claim(cli *x, int argc, char **argv)
 	}
 	if ((rc = cli_check_text("claim", "--worker", worker, 200)))
 		return rc;
-	names = strdup(types);
-	for (char *save = NULL, *tok = strtok_r(names, ",", &save); tok;
-	     tok = strtok_r(NULL, ",", &save)) {
-		char *colon = strrchr(tok, ':');
-		int64_t lim;
-		if (!colon || colon == tok || nreqs == SQ_MAX_TYPES) {
-			fprintf(stderr,
-				"shardq claim: '%s' must be TYPE:LIMIT, e.g. email:10 (at most %d "
-				"types)\n",
-				tok, SQ_MAX_TYPES);
-			free(names);
-			return EX_USAGE;
-		}
-		*colon = '\0';
-		if ((rc = cli_opt_int("claim", "the limit", colon + 1, 1, 100000, &lim))) {
-			free(names);
-			return rc;
-		}
-		for (size_t k = 0; k < nreqs; k++)
-			if (!strcmp(reqs[k].type, tok)) {
-				fprintf(stderr,
-					"shardq claim: type '%s' is named twice in --types; name "
-					"each "
-					"type once, with the limit you want\n",
-					tok);
-				free(names);
-				return EX_USAGE;
-			}
-		reqs[nreqs].type = tok;
-		reqs[nreqs].limit = (int32_t)lim;
-		reqs[nreqs].start = 0;
-		nreqs++;
+	if (!(names = strdup(types))) {
+		fprintf(stderr, "shardq claim: out of memory\n");
+		return EX_FAIL;
 	}
-	if (!nreqs) {
+	if ((rc = parse_claim_types(names, reqs, &nreqs)) == 0 && !nreqs) {
 		fprintf(stderr, "shardq claim: --types '%s' names no TYPE:LIMIT\n", types);
-		free(names);
-		return EX_USAGE;
+		rc = EX_USAGE;
 	}
-	if ((rc = cli_open(x, "claim", SQ_OPEN_ALLOW_DOWN))) {
-		free(names);
-		return rc;
-	}
-	sq_job *jobs;
-	size_t n;
-	sq_error err;
-	sq_status st = sq_claim(x->client, worker, reqs, nreqs, &jobs, &n, &err);
-	for (size_t i = 0; i < n; i++)
-		cli_print_job_json(stdout, &jobs[i], x->cfg);
-	sq_jobs_free(jobs, n);
+	if (!rc)
+		rc = cli_open(x, "claim", SQ_OPEN_ALLOW_DOWN);
+	if (!rc)
+		rc = claim_and_print(x, worker, reqs, nreqs);
 	free(names);
-	return st == SQ_OK ? EX_OK : cli_fail("claim", &err);
+	return rc;
 }
 
 /* ---- fenced transitions --------------------------------------------------- */

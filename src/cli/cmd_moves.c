@@ -1,7 +1,6 @@
 /* cmd_moves.c - `shardq move`, `rebalance` and `moves`: moving partitions
  * between shards online, with progress, and recovering a mover that died. */
 #include "cli.h"
-#include "config.h"
 
 #include <getopt.h>
 #include <inttypes.h>
@@ -177,115 +176,123 @@ static int shard_named(const cli *x, const char *opt, const char *id)
 	return s;
 }
 
-int cmd_move(cli *x, int argc, char **argv)
+static void print_move_help(void)
 {
+	printf("usage: shardq [-c FILE] move --partitions LIST --to SHARD\n"
+	       "       shardq [-c FILE] move --count N --from SHARD --to SHARD\n"
+	       "              [--set-size N] [--lock-timeout D] [--pause D] "
+	       "[--dry-run]\n\n"
+	       "Moves partitions online (LIST: 1,2,5-9). Writes to them wait for\n"
+	       "milliseconds during the freeze; nothing is lost or run twice. "
+	       "Large\n"
+	       "lists go in sets of --set-size (256), one move each. A mover that "
+	       "dies\n"
+	       "is resumed by `shardq moves --resume ID` (or `shardq "
+	       "rebalance`).\n"
+	       "--dry-run checks everything and prints what would move.\n");
+}
+
+/* What `shardq move` was asked to move, and how. */
+typedef struct move_args {
 	sq_move_opts o;
-	const char *list = NULL, *to = NULL, *from = NULL;
-	int64_t count = 0;
-	int c, rc, dry = 0;
-	sq_move_opts_init(&o);
+	const char *list, *to, *from;
+	int64_t count;
+	int dry;
+} move_args;
+
+/* The options; 0 to go on, or the exit code with *stop set. */
+static int move_options(cli *x, move_args *a, int argc, char **argv, int *stop)
+{
+	int c, rc;
+	*stop = 1;
 	while ((c = getopt_long(argc, argv, ":c:hp:t:f:n:s:P:l:d", move_opts, NULL)) != -1) {
-		if ((rc = common_opt(c, x, &o, "move")) >= 0) {
+		if ((rc = common_opt(c, x, &a->o, "move")) >= 0) {
 			if (rc)
 				return rc;
 			continue;
 		}
 		switch (c) {
-		case 'p': list = optarg; break;
-		case 't': to = optarg; break;
-		case 'f': from = optarg; break;
+		case 'p': a->list = optarg; break;
+		case 't': a->to = optarg; break;
+		case 'f': a->from = optarg; break;
 		case 'n':
 			if ((rc = cli_opt_int("move", "--count", optarg, 1, SQ_MAX_PARTITIONS,
-					      &count)))
+					      &a->count)))
 				return rc;
 			break;
-		case 'd': dry = 1; break;
-		case 'h':
-			printf("usage: shardq [-c FILE] move --partitions LIST --to SHARD\n"
-			       "       shardq [-c FILE] move --count N --from SHARD --to SHARD\n"
-			       "              [--set-size N] [--lock-timeout D] [--pause D] "
-			       "[--dry-run]\n\n"
-			       "Moves partitions online (LIST: 1,2,5-9). Writes to them wait for\n"
-			       "milliseconds during the freeze; nothing is lost or run twice. "
-			       "Large\n"
-			       "lists go in sets of --set-size (256), one move each. A mover that "
-			       "dies\n"
-			       "is resumed by `shardq moves --resume ID` (or `shardq "
-			       "rebalance`).\n"
-			       "--dry-run checks everything and prints what would move.\n");
-			return EX_OK;
+		case 'd': a->dry = 1; break;
+		case 'h': print_move_help(); return EX_OK;
 		default: return cli_bad_option("move", c, argv);
 		}
 	}
 	if ((rc = cli_no_args("move", argc, argv, "partitions go in --partitions LIST")))
 		return rc;
-	if (!to || !list == !(count > 0 && from) || (list && (count || from))) {
+	if (!a->to || !a->list == !(a->count > 0 && a->from) ||
+	    (a->list && (a->count || a->from))) {
 		fprintf(stderr, "shardq move: give --to and either --partitions or --count with "
 				"--from; see --help\n");
 		return EX_USAGE;
 	}
-	if ((rc = cli_load_config(x, "move")))
-		return rc;
-	uint32_t *parts = NULL;
-	long n = 0;
-	int fs = from ? shard_named(x, "--from", from) : 0;
-	if (shard_named(x, "--to", to) < 0 || fs < 0)
-		return EX_USAGE;
-	if (list && (n = parse_list(list, sq_config_partitions(x->cfg), &parts)) < 0)
-		return EX_USAGE;
-	if ((rc = cli_connect(x, "move", 0))) {
-		free(parts);
-		return rc;
+	*stop = 0;
+	return 0;
+}
+
+/* --count N --from SHARD: the first N partitions that shard owns. */
+static int partitions_of(cli *x, const move_args *a, int from, uint32_t **parts, long *n)
+{
+	*parts = malloc(sizeof(uint32_t) * (size_t)a->count);
+	for (uint32_t p = 0; *parts && p < sq_config_partitions(x->cfg) && *n < a->count; p++)
+		if (sq_client_shard_of_partition(x->client, p) == from)
+			(*parts)[(*n)++] = p;
+	if (*n == 0) {
+		fprintf(stderr, "shardq move: shard %s holds no partition\n", a->from);
+		return EX_STATE;
 	}
-	if (!list) {
-		parts = malloc(sizeof(uint32_t) * (size_t)count);
-		for (uint32_t p = 0; parts && p < sq_config_partitions(x->cfg) && n < count; p++)
-			if (sq_client_shard_of_partition(x->client, p) == fs)
-				parts[n++] = p;
-		if (n == 0) {
-			fprintf(stderr, "shardq move: shard %s holds no partition\n", from);
-			free(parts);
-			return EX_STATE;
-		}
-	}
-	if (dry) {
-		/* each set as the move would take it: the same checks, nothing
-		 * changed */
-		for (long i = 0; i < n; i += o.set_size) {
-			size_t k = (size_t)(n - i < o.set_size ? n - i : o.set_size);
-			sq_error err;
-			if (sq_move_check(x->client, parts + i, k, to, &err) != SQ_OK) {
-				rc = cli_fail("move", &err);
-				fprintf(stderr,
-					"shardq move: --dry-run: the move would be refused; "
+	return 0;
+}
+
+/* --dry-run: each set as the move would take it, the same checks with
+ * nothing changed; then how many partitions would leave each shard. */
+static int dry_run(cli *x, const move_args *a, const uint32_t *parts, long n)
+{
+	int set = a->o.set_size;
+	for (long i = 0; i < n; i += set) {
+		size_t k = (size_t)(n - i < set ? n - i : set);
+		sq_error err;
+		if (sq_move_check(x->client, parts + i, k, a->to, &err) != SQ_OK) {
+			int rc = cli_fail("move", &err);
+			fprintf(stderr, "shardq move: --dry-run: the move would be refused; "
 					"nothing was changed\n");
-				free(parts);
-				return rc;
-			}
+			return rc;
 		}
-		int ns = sq_config_shard_count(x->cfg);
-		long *per = calloc((size_t)ns, sizeof(long));
-		for (long i = 0; per && i < n; i++)
-			per[sq_client_shard_of_partition(x->client, parts[i])]++;
-		printf("would move %ld partitions to %s in sets of %d; from:", n, to, o.set_size);
-		for (int s = 0; per && s < ns; s++)
-			if (per[s])
-				printf(" %s=%ld", sq_config_shard_id(x->cfg, s), per[s]);
-		printf("\n");
-		free(per);
-		free(parts);
-		return EX_OK;
 	}
+	int ns = sq_config_shard_count(x->cfg);
+	long *per = calloc((size_t)ns, sizeof(long));
+	for (long i = 0; per && i < n; i++)
+		per[sq_client_shard_of_partition(x->client, parts[i])]++;
+	printf("would move %ld partitions to %s in sets of %d; from:", n, a->to, set);
+	for (int s = 0; per && s < ns; s++)
+		if (per[s])
+			printf(" %s=%ld", sq_config_shard_id(x->cfg, s), per[s]);
+	printf("\n");
+	free(per);
+	return EX_OK;
+}
+
+/* One move per set of --set-size partitions, with progress; a move that
+ * stops is named with the step to resume it from. */
+static int run_moves(cli *x, move_args *a, const uint32_t *parts, long n)
+{
 	progress pr = {isatty(2), n, 0, 0, 0, 0, 0, 0, cli_now_us()};
-	o.progress = on_progress;
-	o.progress_arg = &pr;
+	int set = a->o.set_size, rc = EX_OK;
 	sq_error err;
-	rc = EX_OK;
-	for (long i = 0; i < n && rc == EX_OK; i += o.set_size) {
-		size_t k = (size_t)(n - i < o.set_size ? n - i : o.set_size);
+	a->o.progress = on_progress;
+	a->o.progress_arg = &pr;
+	for (long i = 0; i < n && rc == EX_OK; i += set) {
+		size_t k = (size_t)(n - i < set ? n - i : set);
 		sq_move_info mi;
 		memset(&mi, 0, sizeof(mi)); /* sq_move may fail before it fills it */
-		if (sq_move(x->client, parts + i, k, to, &o, &mi, &err) != SQ_OK) {
+		if (sq_move(x->client, parts + i, k, a->to, &a->o, &mi, &err) != SQ_OK) {
 			if (pr.tty)
 				fprintf(stderr, "\n");
 			rc = cli_fail("move", &err);
@@ -298,6 +305,30 @@ int cmd_move(cli *x, int argc, char **argv)
 	}
 	if (rc == EX_OK)
 		summary(&pr);
+	return rc;
+}
+
+int cmd_move(cli *x, int argc, char **argv)
+{
+	move_args a = {0};
+	uint32_t *parts = NULL;
+	long n = 0;
+	int stop, rc;
+	sq_move_opts_init(&a.o);
+	rc = move_options(x, &a, argc, argv, &stop);
+	if (stop)
+		return rc;
+	if ((rc = cli_load_config(x, "move")))
+		return rc;
+	int fs = a.from ? shard_named(x, "--from", a.from) : 0;
+	if (shard_named(x, "--to", a.to) < 0 || fs < 0)
+		return EX_USAGE;
+	if (a.list && (n = parse_list(a.list, sq_config_partitions(x->cfg), &parts)) < 0)
+		return EX_USAGE;
+	if ((rc = cli_connect(x, "move", 0)) == EX_OK && !a.list)
+		rc = partitions_of(x, &a, fs, &parts, &n);
+	if (rc == EX_OK)
+		rc = a.dry ? dry_run(x, &a, parts, n) : run_moves(x, &a, parts, n);
 	free(parts);
 	return rc;
 }
@@ -370,40 +401,50 @@ int cmd_rebalance(cli *x, int argc, char **argv)
 	return EX_OK;
 }
 
-int cmd_moves(cli *x, int argc, char **argv)
+static void print_moves_help(void)
+{
+	printf("usage: shardq [-c FILE] moves [--all]\n"
+	       "       shardq [-c FILE] moves --resume ID|all\n"
+	       "       shardq [-c FILE] moves --abort ID\n\n"
+	       "Lists unfinished moves (--all: every move) with their step, rows\n"
+	       "copied, write stall and last error. --resume carries a move on "
+	       "from\n"
+	       "its step; --abort undoes one that has not passed the copy commit\n"
+	       "(the partitions stay with their old shard).\n");
+}
+
+/* What `shardq moves` was asked: a list, a resume or an abort. */
+typedef struct moves_args {
+	int all, resume_all;
+	int64_t resume_id, abort_id;
+} moves_args;
+
+/* The options; 0 to go on, or the exit code with *stop set. */
+static int moves_options(cli *x, moves_args *a, int argc, char **argv, int *stop)
 {
 	static const struct option opts[] = {
 		{"config", required_argument, NULL, 'c'}, {"help", no_argument, NULL, 'h'},
 		{"all", no_argument, NULL, 'a'},          {"resume", required_argument, NULL, 'r'},
 		{"abort", required_argument, NULL, 'x'},  {NULL, 0, NULL, 0},
 	};
-	int c, rc, all = 0, resume_all = 0;
-	int64_t resume_id = 0, abort_id = 0;
+	int c, rc;
+	*stop = 1;
 	while ((c = getopt_long(argc, argv, ":c:har:x:", opts, NULL)) != -1) {
 		rc = 0;
 		switch (c) {
 		case 'c': x->config_path = optarg; break;
-		case 'a': all = 1; break;
+		case 'a': a->all = 1; break;
 		case 'r':
 			if (!strcmp(optarg, "all"))
-				resume_all = 1;
+				a->resume_all = 1;
 			else
 				rc = cli_opt_int("moves", "--resume", optarg, 1, INT64_MAX,
-						 &resume_id);
+						 &a->resume_id);
 			break;
 		case 'x':
-			rc = cli_opt_int("moves", "--abort", optarg, 1, INT64_MAX, &abort_id);
+			rc = cli_opt_int("moves", "--abort", optarg, 1, INT64_MAX, &a->abort_id);
 			break;
-		case 'h':
-			printf("usage: shardq [-c FILE] moves [--all]\n"
-			       "       shardq [-c FILE] moves --resume ID|all\n"
-			       "       shardq [-c FILE] moves --abort ID\n\n"
-			       "Lists unfinished moves (--all: every move) with their step, rows\n"
-			       "copied, write stall and last error. --resume carries a move on "
-			       "from\n"
-			       "its step; --abort undoes one that has not passed the copy commit\n"
-			       "(the partitions stay with their old shard).\n");
-			return EX_OK;
+		case 'h': print_moves_help(); return EX_OK;
 		default: return cli_bad_option("moves", c, argv);
 		}
 		if (rc)
@@ -411,66 +452,80 @@ int cmd_moves(cli *x, int argc, char **argv)
 	}
 	if ((rc = cli_no_args("moves", argc, argv, NULL)))
 		return rc;
-	if ((resume_all || resume_id) + !!abort_id + all > 1) {
+	if ((a->resume_all || a->resume_id) + !!a->abort_id + a->all > 1) {
 		fprintf(stderr, "shardq moves: give one of --all, --resume and --abort\n");
 		return EX_USAGE;
 	}
-	if ((rc = cli_open(x, "moves", 0)))
-		return rc;
+	*stop = 0;
+	return 0;
+}
+
+static int abort_move(cli *x, int64_t id)
+{
 	sq_error err;
-	if (abort_id > 0) {
-		if (sq_move_abort(x->client, abort_id, &err) != SQ_OK)
-			return cli_fail("moves", &err);
-		printf("move %" PRId64 " aborted; its partitions stay where they were\n", abort_id);
-		return EX_OK;
-	}
-	if (resume_all || resume_id) {
-		sq_move_info *v;
-		size_t n;
-		if (sq_moves_list(x->client, 0, &v, &n, &err) != SQ_OK)
-			return cli_fail("moves", &err);
-		int64_t one = resume_id;
-		rc = EX_OK;
-		for (size_t i = 0; i < n && rc == EX_OK; i++) {
-			sq_move_info mi;
-			if (one && v[i].move_id != one)
-				continue;
-			if (sq_move_resume(x->client, v[i].move_id, NULL, &mi, &err) != SQ_OK)
-				rc = cli_fail("moves", &err);
-			else
-				printf("move %" PRId64 " resumed from '%s': done (%" PRId64
-				       " rows)\n",
-				       v[i].move_id, v[i].step, mi.rows);
+	if (sq_move_abort(x->client, id, &err) != SQ_OK)
+		return cli_fail("moves", &err);
+	printf("move %" PRId64 " aborted; its partitions stay where they were\n", id);
+	return EX_OK;
+}
+
+/* --resume ID of a move that is not unfinished: says it is finished (and
+ * how), or fails as --abort of an unknown id does. */
+static int not_unfinished(cli *x, int64_t id)
+{
+	sq_move_info *every = NULL;
+	size_t nall = 0;
+	sq_error err;
+	int rc = EX_OK, found = 0;
+	if (sq_moves_list(x->client, 1, &every, &nall, &err) != SQ_OK)
+		rc = cli_fail("moves", &err);
+	for (size_t i = 0; !found && rc == EX_OK && i < nall; i++)
+		if (every[i].move_id == id) {
+			found = 1;
+			printf("move %" PRId64 " is %s; nothing to do\n", id, every[i].step);
 		}
-		if (one && rc == EX_OK) {
-			int found = 0;
-			for (size_t i = 0; i < n; i++)
-				found |= v[i].move_id == one;
-			sq_move_info *every = NULL;
-			size_t nall = 0;
-			if (!found && sq_moves_list(x->client, 1, &every, &nall, &err) != SQ_OK)
-				rc = cli_fail("moves", &err);
-			for (size_t i = 0; !found && rc == EX_OK && i < nall; i++)
-				if (every[i].move_id == one) {
-					found = 1;
-					printf("move %" PRId64 " is %s; nothing to do\n", one,
-					       every[i].step);
-				}
-			if (!found && rc == EX_OK) {
-				/* as --abort of an unknown id says it */
-				err.code = SQ_ENOTFOUND;
-				snprintf(err.msg, sizeof(err.msg),
-					 "no move with id %" PRId64 " (see shardq moves --all)",
-					 one);
-				rc = cli_fail("moves", &err);
-			}
-			free(every);
-		}
-		free(v);
-		return rc;
+	if (!found && rc == EX_OK) {
+		err.code = SQ_ENOTFOUND;
+		snprintf(err.msg, sizeof(err.msg),
+			 "no move with id %" PRId64 " (see shardq moves --all)", id);
+		rc = cli_fail("moves", &err);
 	}
+	free(every);
+	return rc;
+}
+
+/* Resumes every unfinished move (one: 0), or only move `one`. */
+static int resume_moves(cli *x, int64_t one)
+{
 	sq_move_info *v;
 	size_t n;
+	sq_error err;
+	int rc = EX_OK, found = 0;
+	if (sq_moves_list(x->client, 0, &v, &n, &err) != SQ_OK)
+		return cli_fail("moves", &err);
+	for (size_t i = 0; i < n && rc == EX_OK; i++) {
+		sq_move_info mi;
+		if (one && v[i].move_id != one)
+			continue;
+		if (sq_move_resume(x->client, v[i].move_id, NULL, &mi, &err) != SQ_OK)
+			rc = cli_fail("moves", &err);
+		else
+			printf("move %" PRId64 " resumed from '%s': done (%" PRId64 " rows)\n",
+			       v[i].move_id, v[i].step, mi.rows);
+	}
+	for (size_t i = 0; i < n; i++)
+		found |= v[i].move_id == one;
+	free(v);
+	if (one && rc == EX_OK && !found)
+		rc = not_unfinished(x, one);
+	return rc;
+}
+
+static int list_moves(cli *x, int all)
+{
+	sq_move_info *v;
+	size_t n;
+	sq_error err;
 	if (sq_moves_list(x->client, all, &v, &n, &err) != SQ_OK)
 		return cli_fail("moves", &err);
 	printf("%-6s %-8s %-8s %6s %-9s %10s %9s %9s  %s\n", "ID", "FROM", "TO", "PARTS", "STEP",
@@ -483,4 +538,19 @@ int cmd_moves(cli *x, int argc, char **argv)
 		printf("(no %smoves)\n", all ? "" : "unfinished ");
 	free(v);
 	return EX_OK;
+}
+
+int cmd_moves(cli *x, int argc, char **argv)
+{
+	moves_args a = {0};
+	int stop, rc = moves_options(x, &a, argc, argv, &stop);
+	if (stop)
+		return rc;
+	if ((rc = cli_open(x, "moves", 0)))
+		return rc;
+	if (a.abort_id > 0)
+		return abort_move(x, a.abort_id);
+	if (a.resume_all || a.resume_id)
+		return resume_moves(x, a.resume_id);
+	return list_moves(x, a.all);
 }

@@ -4,7 +4,6 @@
  * other exit fails it under the type's retry policy. */
 #define _GNU_SOURCE
 #include "cli.h"
-#include "config.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -182,28 +181,43 @@ static pid_t spawn_helper(const exec_ctx *x, int in, int out, int err, char **en
 	return rc ? -rc : pid;
 }
 
-static sq_job_result exec_handler(const sq_job *job, void *arg, char *errbuf, size_t errlen)
+/* One run of a job's command, seen from the handler thread: the helper's
+ * pid, our ends of its pipes and how far each has got. */
+typedef struct job_run {
+	pid_t pid;
+	int in;  /* the command's stdin; -1 once the params are all written */
+	int pfd; /* a pidfd on the helper, or -1 */
+	stream so, se;
+	const char *params;
+	size_t plen, sent;
+	int exited;  /* the helper exited (or, without a pidfd, is not watched) */
+	int stopped; /* SIGTERM sent: the lease was lost */
+} job_run;
+
+static void close_pipe(int p[2])
 {
-	exec_ctx *x = arg;
+	for (int i = 0; i < 2; i++)
+		if (p[i] >= 0)
+			close(p[i]);
+}
+
+/* Starts the helper on three fresh pipes, with the job's environment.
+ * Returns 0, or -1 with why in errbuf. */
+static int start_run(const exec_ctx *x, const sq_job *job, job_run *r, char *errbuf, size_t errlen)
+{
 	int in[2] = {-1, -1}, out[2] = {-1, -1}, er[2] = {-1, -1};
 	char **env = job_env(job, x->worker);
-	pid_t pid;
 	if (!env || pipe2(in, O_CLOEXEC) || pipe2(out, O_CLOEXEC) || pipe2(er, O_CLOEXEC)) {
 		snprintf(errbuf, errlen, "cannot start the command: %s", strerror(errno));
 		env_free(env);
-		for (int i = 0; i < 2; i++) {
-			if (in[i] >= 0)
-				close(in[i]);
-			if (out[i] >= 0)
-				close(out[i]);
-			if (er[i] >= 0)
-				close(er[i]);
-		}
-		return SQ_RESULT_RETRY;
+		close_pipe(in);
+		close_pipe(out);
+		close_pipe(er);
+		return -1;
 	}
 	/* the helper runs the command and watches this thread: if the worker
 	 * dies, the job's processes die with it (see jobexec_guard.c) */
-	pid = spawn_helper(x, in[0], out[1], er[1], env);
+	pid_t pid = spawn_helper(x, in[0], out[1], er[1], env);
 	close(in[0]);
 	close(out[1]);
 	close(er[1]);
@@ -213,74 +227,102 @@ static sq_job_result exec_handler(const sq_job *job, void *arg, char *errbuf, si
 		close(in[1]);
 		close(out[0]);
 		close(er[0]);
-		return SQ_RESULT_RETRY;
+		return -1;
 	}
-	/* feed stdin and drain both outputs at once, so a large params document
-	 * or a chatty command cannot deadlock against us */
-	const char *params = job->params ? job->params : "{}";
-	size_t plen = strlen(params), sent = 0;
-	stream so = {.fd = out[0], .to = stdout, .open = 1};
-	stream se = {.fd = er[0], .to = stderr, .open = 1};
-	fcntl(in[1], F_SETFL, O_NONBLOCK);
+	r->pid = pid;
+	r->in = in[1];
+	r->so = (stream){.fd = out[0], .to = stdout, .open = 1};
+	r->se = (stream){.fd = er[0], .to = stderr, .open = 1};
+	r->params = job->params ? job->params : "{}";
+	r->plen = strlen(r->params);
+	r->sent = 0;
+	fcntl(r->in, F_SETFL, O_NONBLOCK);
 	/* the helper's exit, watched beside the outputs (a command may close
 	 * them and go on); without pidfds, only the outputs are */
 #ifdef SYS_pidfd_open
-	int pfd = (int)syscall(SYS_pidfd_open, pid, 0);
+	r->pfd = (int)syscall(SYS_pidfd_open, pid, 0);
 #else
-	int pfd = -1;
+	r->pfd = -1;
 #endif
-	int exited = pfd < 0, stopped = 0;
-	while (so.open || se.open || !exited) {
+	r->exited = r->pfd < 0;
+	r->stopped = 0;
+	return 0;
+}
+
+/* Writes what the command's stdin takes of the params; closes it when all
+ * are written or it is gone. */
+static void feed_params(job_run *r)
+{
+	ssize_t w = write(r->in, r->params + r->sent, r->plen - r->sent);
+	if (w > 0)
+		r->sent += (size_t)w;
+	if (w < 0 || r->sent == r->plen) {
+		close(r->in);
+		r->in = -1;
+	}
+}
+
+/* Feeds stdin and drains both outputs at once, so that a large params
+ * document or a chatty command cannot deadlock against us, until the
+ * outputs are closed and the helper has exited. */
+static void pump_run(const exec_ctx *x, const sq_job *job, job_run *r)
+{
+	while (r->so.open || r->se.open || !r->exited) {
 		struct pollfd p[4];
 		int np = 0, iin = -1, iout = -1, ierr = -1, ipid = -1;
-		if (in[1] >= 0)
-			p[iin = np++] = (struct pollfd){in[1], POLLOUT, 0};
-		if (so.open)
-			p[iout = np++] = (struct pollfd){out[0], POLLIN, 0};
-		if (se.open)
-			p[ierr = np++] = (struct pollfd){er[0], POLLIN, 0};
-		if (!exited)
-			p[ipid = np++] = (struct pollfd){pfd, POLLIN, 0};
+		if (r->in >= 0)
+			p[iin = np++] = (struct pollfd){r->in, POLLOUT, 0};
+		if (r->so.open)
+			p[iout = np++] = (struct pollfd){r->so.fd, POLLIN, 0};
+		if (r->se.open)
+			p[ierr = np++] = (struct pollfd){r->se.fd, POLLIN, 0};
+		if (!r->exited)
+			p[ipid = np++] = (struct pollfd){r->pfd, POLLIN, 0};
 		/* a lease this worker lost: the run stops (the helper kills all
 		 * of it on SIGTERM), before another worker's claim can take the
 		 * job (sq_job_lease_lost) */
-		if (!stopped && sq_job_lease_lost(job)) {
-			kill(pid, SIGTERM);
-			stopped = 1;
+		if (!r->stopped && sq_job_lease_lost(job)) {
+			kill(r->pid, SIGTERM);
+			r->stopped = 1;
 		}
-		int n = poll(p, (nfds_t)np, stopped ? -1 : LEASE_CHECK_MS);
+		int n = poll(p, (nfds_t)np, r->stopped ? -1 : LEASE_CHECK_MS);
 		if (n < 0) {
 			if (errno == EINTR)
 				continue;
 			break;
 		}
 		if (ipid >= 0 && p[ipid].revents)
-			exited = 1;
-		if (iin >= 0 && p[iin].revents) {
-			ssize_t w = write(in[1], params + sent, plen - sent);
-			if (w > 0)
-				sent += (size_t)w;
-			if (w < 0 || sent == plen) {
-				close(in[1]);
-				in[1] = -1;
-			}
-		}
+			r->exited = 1;
+		if (iin >= 0 && p[iin].revents)
+			feed_params(r);
 		if (iout >= 0 && p[iout].revents)
-			stream_read(&so, job->id, x->quiet);
+			stream_read(&r->so, job->id, x->quiet);
 		if (ierr >= 0 && p[ierr].revents)
-			stream_read(&se, job->id, x->quiet);
+			stream_read(&r->se, job->id, x->quiet);
 	}
-	if (in[1] >= 0)
-		close(in[1]);
-	if (pfd >= 0)
-		close(pfd);
-	close(out[0]);
-	close(er[0]);
+}
+
+/* Closes what is left of the run and reaps the helper; its wait status. */
+static int end_run(job_run *r)
+{
 	int status = 0;
-	while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+	if (r->in >= 0)
+		close(r->in);
+	if (r->pfd >= 0)
+		close(r->pfd);
+	close(r->so.fd);
+	close(r->se.fd);
+	while (waitpid(r->pid, &status, 0) < 0 && errno == EINTR)
 		;
-	const char *last = se.last[0] ? se.last : so.last;
-	if (stopped) {
+	return status;
+}
+
+/* The job's result from the helper's wait status; the error names the
+ * command's last line of output (stderr's, else stdout's). */
+static sq_job_result run_result(const job_run *r, int status, char *errbuf, size_t errlen)
+{
+	const char *last = r->se.last[0] ? r->se.last : r->so.last;
+	if (r->stopped) {
 		/* discarded by the worker in any case: for the log only */
 		snprintf(errbuf, errlen, "stopped: this worker no longer holds the job's lease");
 		return SQ_RESULT_RETRY;
@@ -302,6 +344,18 @@ static sq_job_result exec_handler(const sq_job *job, void *arg, char *errbuf, si
 	snprintf(errbuf, errlen, "killed by signal %d%s%s", WTERMSIG(status), last[0] ? ": " : "",
 		 last);
 	return SQ_RESULT_RETRY;
+}
+
+/* The handler of every type: runs the job's command under the helper. */
+static sq_job_result exec_handler(const sq_job *job, void *arg, char *errbuf, size_t errlen)
+{
+	exec_ctx *x = arg;
+	job_run r;
+	if (start_run(x, job, &r, errbuf, errlen))
+		return SQ_RESULT_RETRY;
+	pump_run(x, job, &r);
+	int status = end_run(&r);
+	return run_result(&r, status, errbuf, errlen);
 }
 
 /* The first word of the command must be something we can run; a shell
@@ -441,7 +495,71 @@ static void report(const sq_worker_stats *st, void *arg)
 	pthread_mutex_unlock(&out_mu);
 }
 
-int cmd_work(cli *x, int argc, char **argv)
+static void print_work_help(void)
+{
+	printf("usage: shardq [-c FILE] work --types T[:N][,T[:N]...] --exec CMD\n"
+	       "              [--concurrency N] [--worker ID] [--buffer N] "
+	       "[--prefetch N]\n"
+	       "              [--no-listen] [--poll D] [--grace D] [--quiet] "
+	       "[-v]\n\n"
+	       "Runs CMD (with /bin/sh -c) for each claimed job of the types, N at "
+	       "a\n"
+	       "time per type (T:N, else --concurrency, default 1). The job's "
+	       "params are\n"
+	       "on CMD's stdin; its fields in SHARDQ_JOB_ID, SHARDQ_JOB_TYPE,\n"
+	       "SHARDQ_JOB_KEY, SHARDQ_JOB_ATTEMPT, SHARDQ_JOB_MAX_ATTEMPTS and\n"
+	       "SHARDQ_WORKER. Exit 0 completes the job; exit %d fails it for "
+	       "good; any\n"
+	       "other exit fails it under the type's retry policy. CMD's output "
+	       "is\n"
+	       "forwarded with a [job ID] prefix; its last line on stderr (else\n"
+	       "stdout) becomes the job's error.\n\n"
+	       "Claimed jobs wait in a local buffer (status starting) until a "
+	       "slot\n"
+	       "frees; the buffer holds the predicted prefetch (fast jobs) or "
+	       "nothing\n"
+	       "beyond free slots (long jobs), never more than --buffer (default: "
+	       "the\n"
+	       "total concurrency, at least 1024). Running jobs heartbeat. An idle "
+	       "worker polls "
+	       "with\n"
+	       "backoff up to --poll (1s) and wakes on NOTIFY (off: "
+	       "--no-listen).\n\n"
+	       "SIGTERM or SIGINT: stop claiming, hand buffered jobs back at once, "
+	       "let\n"
+	       "running jobs finish within --grace (30s), exit 0. A second signal\n"
+	       "exits at once (exit 1); leases bring back what was left.\n\n"
+	       "Each job runs under shardq-exec (next to this program, or\n"
+	       "$SHARDQ_EXEC_HELPER), in a process group of its own: what CMD "
+	       "leaves\n"
+	       "running is killed when it exits, and if the worker dies, every\n"
+	       "process of its jobs is killed with it.\n"
+	       "  -v   print the worker's figures every 2s\n",
+	       PERMANENT_EXIT);
+}
+
+/* What `shardq work` was asked to run, and how. */
+typedef struct work_args {
+	const char *types, *cmd;
+	int conc; /* per type, unless the type names its own */
+	sq_worker_opts wo;
+	exec_ctx ex;
+} work_args;
+
+/* --poll and --grace: a duration of at least min_ms. */
+static int work_duration(const char *opt, const char *s, int64_t min_ms, const char *example,
+			 int64_t *out)
+{
+	*out = sq_parse_duration_ms(s);
+	if (*out < min_ms) {
+		fprintf(stderr, "shardq work: %s takes a duration such as %s\n", opt, example);
+		return EX_USAGE;
+	}
+	return 0;
+}
+
+/* The options; 0 to go on, or the exit code with *stop set. */
+static int work_options(cli *x, work_args *a, int argc, char **argv, int *stop)
 {
 	static const struct option opts[] = {
 		{"config", required_argument, NULL, 'c'},
@@ -460,106 +578,45 @@ int cmd_work(cli *x, int argc, char **argv)
 		{"verbose", no_argument, NULL, 'v'},
 		{NULL, 0, NULL, 0},
 	};
-	const char *types = NULL, *cmd = NULL;
-	int conc = 1, c, rc, listen = 1;
-	sq_worker_opts wo;
-	exec_ctx ex = {0};
-	sq_worker_opts_init(&wo);
-	wo.handle_signals = 1;
+	sq_worker_opts *wo = &a->wo;
+	int c, rc = 0;
+	*stop = 1;
 	while ((c = getopt_long(argc, argv, "c:ht:n:e:w:b:p:LNP:g:qv", opts, NULL)) != -1) {
 		switch (c) {
 		case 'c': x->config_path = optarg; break;
-		case 't': types = optarg; break;
-		case 'n':
-			if (parse_count("--concurrency", optarg, 1, MAX_SLOTS, &conc))
-				return EX_USAGE;
-			break;
-		case 'e': cmd = optarg; break;
-		case 'w': wo.worker_id = optarg; break;
-		case 'b':
-			if (parse_count("--buffer", optarg, 0, MAX_HELD, &wo.buffer))
-				return EX_USAGE;
-			break;
+		case 't': a->types = optarg; break;
+		case 'n': rc = parse_count("--concurrency", optarg, 1, MAX_SLOTS, &a->conc); break;
+		case 'e': a->cmd = optarg; break;
+		case 'w': wo->worker_id = optarg; break;
+		case 'b': rc = parse_count("--buffer", optarg, 0, MAX_HELD, &wo->buffer); break;
 		case 'p':
-			if (parse_count("--prefetch", optarg, 0, MAX_HELD, &wo.min_prefetch))
-				return EX_USAGE;
+			rc = parse_count("--prefetch", optarg, 0, MAX_HELD, &wo->min_prefetch);
 			break;
-		case 'L': listen = 1; break;
-		case 'N': listen = 0; break;
+		case 'L': wo->listen = 1; break;
+		case 'N': wo->listen = 0; break;
 		case 'P':
-			wo.poll_max_ms = sq_parse_duration_ms(optarg);
-			if (wo.poll_max_ms <= 0) {
-				fprintf(stderr,
-					"shardq work: --poll takes a duration such as 1s\n");
-				return EX_USAGE;
-			}
-			if (wo.poll_min_ms > wo.poll_max_ms)
-				wo.poll_min_ms = wo.poll_max_ms;
+			if ((rc = work_duration("--poll", optarg, 1, "1s", &wo->poll_max_ms)))
+				return rc;
+			if (wo->poll_min_ms > wo->poll_max_ms)
+				wo->poll_min_ms = wo->poll_max_ms;
 			break;
-		case 'g':
-			wo.grace_ms = sq_parse_duration_ms(optarg);
-			if (wo.grace_ms < 0) {
-				fprintf(stderr,
-					"shardq work: --grace takes a duration such as 30s\n");
-				return EX_USAGE;
-			}
-			break;
-		case 'q': ex.quiet = 1; break;
-		case 'v': wo.report_ms = 2000; break;
-		case 'h':
-			printf("usage: shardq [-c FILE] work --types T[:N][,T[:N]...] --exec CMD\n"
-			       "              [--concurrency N] [--worker ID] [--buffer N] "
-			       "[--prefetch N]\n"
-			       "              [--no-listen] [--poll D] [--grace D] [--quiet] "
-			       "[-v]\n\n"
-			       "Runs CMD (with /bin/sh -c) for each claimed job of the types, N at "
-			       "a\n"
-			       "time per type (T:N, else --concurrency, default 1). The job's "
-			       "params are\n"
-			       "on CMD's stdin; its fields in SHARDQ_JOB_ID, SHARDQ_JOB_TYPE,\n"
-			       "SHARDQ_JOB_KEY, SHARDQ_JOB_ATTEMPT, SHARDQ_JOB_MAX_ATTEMPTS and\n"
-			       "SHARDQ_WORKER. Exit 0 completes the job; exit %d fails it for "
-			       "good; any\n"
-			       "other exit fails it under the type's retry policy. CMD's output "
-			       "is\n"
-			       "forwarded with a [job ID] prefix; its last line on stderr (else\n"
-			       "stdout) becomes the job's error.\n\n"
-			       "Claimed jobs wait in a local buffer (status starting) until a "
-			       "slot\n"
-			       "frees; the buffer holds the predicted prefetch (fast jobs) or "
-			       "nothing\n"
-			       "beyond free slots (long jobs), never more than --buffer (default: "
-			       "the\n"
-			       "total concurrency, at least 1024). Running jobs heartbeat. An idle "
-			       "worker polls "
-			       "with\n"
-			       "backoff up to --poll (1s) and wakes on NOTIFY (off: "
-			       "--no-listen).\n\n"
-			       "SIGTERM or SIGINT: stop claiming, hand buffered jobs back at once, "
-			       "let\n"
-			       "running jobs finish within --grace (30s), exit 0. A second signal\n"
-			       "exits at once (exit 1); leases bring back what was left.\n\n"
-			       "Each job runs under shardq-exec (next to this program, or\n"
-			       "$SHARDQ_EXEC_HELPER), in a process group of its own: what CMD "
-			       "leaves\n"
-			       "running is killed when it exits, and if the worker dies, every\n"
-			       "process of its jobs is killed with it.\n"
-			       "  -v   print the worker's figures every 2s\n",
-			       PERMANENT_EXIT);
-			return EX_OK;
+		case 'g': rc = work_duration("--grace", optarg, 0, "30s", &wo->grace_ms); break;
+		case 'q': a->ex.quiet = 1; break;
+		case 'v': wo->report_ms = 2000; break;
+		case 'h': print_work_help(); return EX_OK;
 		default: return EX_USAGE;
 		}
+		if (rc)
+			return EX_USAGE;
 	}
-	if (!types || !cmd) {
-		fprintf(stderr, "shardq work: --types and --exec are required; see --help\n");
-		return EX_USAGE;
-	}
-	char why[600];
-	if (check_command(cmd, why, sizeof(why))) {
-		fprintf(stderr, "shardq work: %s; nothing was claimed\n", why);
-		return EX_INPUT;
-	}
-	/* the per-type counts, before anything is connected or claimed */
+	*stop = 0;
+	return 0;
+}
+
+/* The per-type counts of --types, checked before anything is connected or
+ * claimed. */
+static int check_type_counts(const char *types)
+{
 	char *list = strdup(types);
 	if (!list)
 		return EX_FAIL;
@@ -581,52 +638,91 @@ int cmd_work(cli *x, int argc, char **argv)
 		fprintf(stderr, "shardq work: --types names no type\n");
 		return EX_USAGE;
 	}
-	if (find_helper(ex.helper, sizeof(ex.helper), why, sizeof(why))) {
-		fprintf(stderr, "shardq work: %s; nothing was claimed\n", why);
-		return EX_FAIL;
-	}
-	open_std_fds();
-	snprintf(ex.parent, sizeof(ex.parent), "%ld", (long)getpid());
-	wo.listen = listen;
-	wo.report = report;
-	ex.cmd = cmd;
+	return 0;
+}
+
+/* Each type of --types, with its count or --concurrency, on the handler
+ * that runs the command. */
+static int add_types(sq_worker *w, work_args *a)
+{
 	sq_error err;
-	if ((rc = cli_load_config(x, "work")))
-		return rc;
-	sq_worker *w;
-	if (sq_worker_create(x->cfg, &wo, &w, &err) != SQ_OK)
-		return cli_fail("work", &err);
-	ex.worker = sq_worker_id(w);
-	list = strdup(types);
-	rc = list ? EX_OK : EX_FAIL;
+	char *list = strdup(a->types);
+	int rc = list ? EX_OK : EX_FAIL;
 	for (char *save = NULL, *tok = list ? strtok_r(list, ",", &save) : NULL; tok;
 	     tok = strtok_r(NULL, ",", &save)) {
 		char *colon = strchr(tok, ':');
-		int n = conc;
+		int n = a->conc;
 		if (colon) {
 			*colon = '\0';
 			n = (int)strtol(colon + 1, NULL, 10); /* checked above */
 		}
-		if (sq_worker_add(w, tok, n, exec_handler, &ex, &err) != SQ_OK) {
+		if (sq_worker_add(w, tok, n, exec_handler, &a->ex, &err) != SQ_OK) {
 			rc = cli_fail("work", &err);
 			break;
 		}
 	}
 	free(list);
-	if (rc == EX_OK) {
-		fprintf(stderr, "shardq work: worker %s on %d shards\n", sq_worker_id(w),
-			sq_config_shard_count(x->cfg));
-		sq_status st = sq_worker_run(w, &err);
-		sq_worker_stats s;
-		sq_worker_get_stats(w, &s);
-		report(&s, NULL);
-		if (st != SQ_OK) {
-			fprintf(stderr, "shardq work: %s\n", err.msg);
-			fflush(NULL);
-			_exit(EX_FAIL); /* handler threads may still run: do not wait */
-		}
-		fprintf(stderr, "shardq work: stopped cleanly\n");
+	return rc;
+}
+
+/* Runs the worker until a signal stops it; a worker that fails exits at
+ * once. */
+static void run_worker(cli *x, sq_worker *w)
+{
+	sq_error err;
+	fprintf(stderr, "shardq work: worker %s on %d shards\n", sq_worker_id(w),
+		sq_config_shard_count(x->cfg));
+	sq_status st = sq_worker_run(w, &err);
+	sq_worker_stats s;
+	sq_worker_get_stats(w, &s);
+	report(&s, NULL);
+	if (st != SQ_OK) {
+		fprintf(stderr, "shardq work: %s\n", err.msg);
+		fflush(NULL);
+		_exit(EX_FAIL); /* handler threads may still run: do not wait */
 	}
+	fprintf(stderr, "shardq work: stopped cleanly\n");
+}
+
+int cmd_work(cli *x, int argc, char **argv)
+{
+	work_args a = {.conc = 1};
+	char why[600];
+	int stop, rc;
+	sq_worker_opts_init(&a.wo);
+	a.wo.handle_signals = 1;
+	a.wo.listen = 1;
+	rc = work_options(x, &a, argc, argv, &stop);
+	if (stop)
+		return rc;
+	if (!a.types || !a.cmd) {
+		fprintf(stderr, "shardq work: --types and --exec are required; see --help\n");
+		return EX_USAGE;
+	}
+	if (check_command(a.cmd, why, sizeof(why))) {
+		fprintf(stderr, "shardq work: %s; nothing was claimed\n", why);
+		return EX_INPUT;
+	}
+	if ((rc = check_type_counts(a.types)))
+		return rc;
+	if (find_helper(a.ex.helper, sizeof(a.ex.helper), why, sizeof(why))) {
+		fprintf(stderr, "shardq work: %s; nothing was claimed\n", why);
+		return EX_FAIL;
+	}
+	open_std_fds();
+	snprintf(a.ex.parent, sizeof(a.ex.parent), "%ld", (long)getpid());
+	a.wo.report = report;
+	a.ex.cmd = a.cmd;
+	if ((rc = cli_load_config(x, "work")))
+		return rc;
+	sq_worker *w;
+	sq_error err;
+	if (sq_worker_create(x->cfg, &a.wo, &w, &err) != SQ_OK)
+		return cli_fail("work", &err);
+	a.ex.worker = sq_worker_id(w);
+	rc = add_types(w, &a);
+	if (rc == EX_OK)
+		run_worker(x, w);
 	sq_worker_destroy(w);
 	return rc;
 }

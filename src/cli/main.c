@@ -1,6 +1,5 @@
 /* main.c - `shardq`: the command line over libshardq. */
 #include "cli.h"
-#include "config.h"
 #include "buf.h"
 #include "json.h"
 #include "parse.h"

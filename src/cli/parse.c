@@ -3,7 +3,6 @@
  * I/O; tests/fuzz runs them on any input. */
 #include "parse.h"
 
-#include "config.h"
 #include "json.h"
 
 #include <inttypes.h>
