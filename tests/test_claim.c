@@ -1,7 +1,7 @@
 /* test_claim.c - the multi-type claim: limits per type, one statement per
  * shard (counted by the servers), the documented order, and many
  * concurrent claimers taking each job exactly once. */
-#include "test_common.h"
+#include "support.h"
 
 #include <pthread.h>
 

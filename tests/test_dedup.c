@@ -1,6 +1,6 @@
 /* test_dedup.c - the four dedup policies of design section 5, on real
  * shards: what happens to a live duplicate of (type, key). */
-#include "test_common.h"
+#include "support.h"
 
 static const char *types = "[type ign]\ndedup = ignore\n"
 			   "[type rep]\ndedup = replace\n"

@@ -2,7 +2,7 @@
  * worker and the first one's writes are LOST; retry with backoff, failed at
  * max attempts, permanent failure; release; heartbeat; cancel. */
 #include "ops.h"
-#include "test_common.h"
+#include "support.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -5,7 +5,7 @@
  * shard; a completion with no partition for its day lands in the default
  * one; lock_timeout; the periodic runner of the worker runtime; the
  * migration of an old history table; `shardq maintain`. */
-#include "test_common.h"
+#include "support.h"
 
 #include "client.h"
 #include "maintain.h"
@@ -447,25 +447,14 @@ static void worker_runs_maintenance(void)
 /* shardqd runs it too, and logs what each pass did. */
 static void daemon_runs_maintenance(void)
 {
-	const char *daemon = getenv("SHARDQ_DAEMON");
-	ck_assert_msg(daemon != NULL, "SHARDQ_DAEMON is not set (run through ctest)");
-	char path[512], logp[512];
+	char path[512];
 	testdb_path(path, sizeof(path), "shardqd.ini");
-	testdb_path(logp, sizeof(logp), "shardqd.log");
 	char *ini = testdb_ini(&t, NULL, "maintain_interval = 1s");
-	FILE *f = fopen(path, "w");
-	fprintf(f, "%s\n[daemon]\nlisten = 127.0.0.1:0\nthreads = 1\n", ini);
-	fclose(f);
+	test_write_file(path, 0, "%s\n[daemon]\nlisten = 127.0.0.1:0\nthreads = 1\n", ini);
 	free(ini);
-	fflush(NULL);
-	pid_t pid = fork();
-	ck_assert_int_ge(pid, 0);
-	if (pid == 0) {
-		FILE *lf = freopen(logp, "w", stderr);
-		(void)lf;
-		execl(daemon, daemon, "-c", path, (char *)NULL);
-		_exit(127);
-	}
+	test_daemon d;
+	test_daemon_spawn(&d, path, "shardqd.log");
+	pid_t pid = d.pid;
 	double t0 = test_now_s();
 	int done = 0;
 	while (!done) {
@@ -481,21 +470,13 @@ static void daemon_runs_maintenance(void)
 		}
 	}
 	/* the log line follows the pass */
-	char buf[8192] = "";
+	const char *log;
 	t0 = test_now_s();
-	while (!strstr(buf, "maintain: shard s1: created 6")) {
-		ck_assert_msg(test_now_s() - t0 < testdb_stall_s(), "log: %s", buf);
+	while (!strstr(log = test_file_text(d.out), "maintain: shard s1: created 6")) {
+		ck_assert_msg(test_now_s() - t0 < testdb_stall_s(), "log: %s", log);
 		usleep(50 * 1000);
-		f = fopen(logp, "r");
-		size_t n = f ? fread(buf, 1, sizeof(buf) - 1, f) : 0;
-		buf[n] = '\0';
-		if (f)
-			fclose(f);
 	}
-	kill(pid, SIGTERM);
-	int st;
-	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
-	ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	ck_assert_int_eq(test_daemon_stop(&d, SIGTERM), 0);
 }
 
 /* The worker runtime first; shardqd then finds the days made and still

@@ -3,7 +3,7 @@
  * and movers are killed at every named failpoint. After each, the
  * invariants of design section 6 are checked on the shards themselves. */
 #include "client.h"
-#include "test_common.h"
+#include "support.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -15,13 +15,6 @@ static const char *types = "[type m]\nhistory = true\n"
 			   "[type long]\nhistory = true\nexecution_timeout = 1m\n";
 
 static testdb t;
-
-static double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 /* ---- load: producers and workers ---------------------------------------- */
 
@@ -108,7 +101,7 @@ static void *producer(void *arg)
 
 static sq_job_result handler(const sq_job *job, void *arg, char *e, size_t elen)
 {
-	run r = {job->id, job->attempt, *(int *)arg, now_s(), 0};
+	run r = {job->id, job->attempt, *(int *)arg, test_now_s(), 0};
 	(void)e;
 	(void)elen;
 	if (strcmp(job->type, "long"))
@@ -116,21 +109,13 @@ static sq_job_result handler(const sq_job *job, void *arg, char *e, size_t elen)
 	else /* held running until the test lets it go, however slow the machine */
 		while (!L.release_long)
 			usleep(10000);
-	r.end = now_s();
+	r.end = test_now_s();
 	pthread_mutex_lock(&L.mu);
 	if (L.nruns == L.cap)
 		L.runs = realloc(L.runs, (L.cap = L.cap * 2 + 1024) * sizeof(run));
 	L.runs[L.nruns++] = r;
 	pthread_mutex_unlock(&L.mu);
 	return SQ_RESULT_DONE;
-}
-
-static void *worker_main(void *arg)
-{
-	sq_worker *w = arg;
-	sq_error err;
-	ck_assert_msg(sq_worker_run(w, &err) == SQ_OK, "worker: %s", err.msg);
-	return NULL;
 }
 
 static void load_start(int nprod, int nwork)
@@ -152,7 +137,7 @@ static void load_start(int nprod, int nwork)
 		OKE(sq_worker_create(t.cfg, &o, &L.w[i], &err));
 		OKE(sq_worker_add(L.w[i], "m", 4, handler, &L.worker_no[i], &err));
 		OKE(sq_worker_add(L.w[i], "long", 4, handler, &L.worker_no[i], &err));
-		pthread_create(&L.work[i], NULL, worker_main, L.w[i]);
+		test_worker_thread(&L.work[i], L.w[i]);
 	}
 	for (int i = 0; i < nprod; i++)
 		pthread_create(&L.prod[i], NULL, producer, (void *)(intptr_t)i);
@@ -390,10 +375,10 @@ START_TEST(add_fifth_shard_under_load)
 	sq_move_opts o;
 	sq_move_opts_init(&o);
 	o.set_size = 64;
-	double t0 = now_s();
+	double t0 = test_now_s();
 	OKE(sq_rebalance(c5, &o, &err));
 	printf("add a fifth shard: %lld partitions moved under load in %.2fs\n",
-	       (long long)plan->moving, now_s() - t0);
+	       (long long)plan->moving, test_now_s() - t0);
 	/* they ran throughout their partitions' moves */
 	ck_assert_int_eq(longs_running(), 6);
 	usleep(300000);
@@ -451,28 +436,12 @@ END_TEST
 
 static char ini_path[600];
 
-static char cli_out[1024];
+static char cli_out[16384];
 
-/* Runs the CLI; its output (the last 1 KiB) is left in cli_out. */
+/* Runs the CLI on this cluster's config; its output is left in cli_out. */
 static int cli(const char *env, const char *args)
 {
-	char cmd[2048], out[600];
-	testdb_path(out, sizeof(out), "cli.out");
-	snprintf(cmd, sizeof(cmd), "%s %s -c %s %s > %s 2>&1", env ? env : "", getenv("SHARDQ_CLI"),
-		 ini_path, args, out);
-	int rc = system(cmd);
-	FILE *f = fopen(out, "r");
-	cli_out[0] = '\0';
-	if (f) {
-		fseek(f, 0, SEEK_END);
-		long size = ftell(f);
-		fseek(f, size > (long)sizeof(cli_out) - 1 ? size - (long)sizeof(cli_out) + 1 : 0,
-		      SEEK_SET);
-		size_t n = fread(cli_out, 1, sizeof(cli_out) - 1, f);
-		cli_out[n] = '\0';
-		fclose(f);
-	}
-	return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+	return test_cli(env, cli_out, sizeof(cli_out), "-c %s %s", ini_path, args);
 }
 
 static int64_t last_move(void)
@@ -654,9 +623,9 @@ typedef struct bg_enqueue {
 static void *enqueue_during(void *arg)
 {
 	bg_enqueue *b = arg;
-	double t0 = now_s();
+	double t0 = test_now_s();
 	b->id = enqueue_one(b->c, "m", "the-key", "{\"during\":true}", &b->outcome);
-	b->took = now_s() - t0;
+	b->took = test_now_s() - t0;
 	return NULL;
 }
 

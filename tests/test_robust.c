@@ -7,7 +7,7 @@
 #include "buf.h"
 #include "client.h"
 #include "schema.h"
-#include "test_common.h"
+#include "support.h"
 
 #include <inttypes.h>
 #include <pthread.h>
@@ -175,19 +175,7 @@ static int64_t enq(const char *type, const char *key)
 typedef struct tworker {
 	sq_worker *w;
 	pthread_t th;
-	sq_status st;
-	char err[1024];
 } tworker;
-
-static void *tworker_main(void *arg)
-{
-	tworker *tw = arg;
-	sq_error err;
-	tw->st = sq_worker_run(tw->w, &err);
-	if (tw->st != SQ_OK)
-		snprintf(tw->err, sizeof(tw->err), "%s", err.msg);
-	return NULL;
-}
 
 static void tworker_create_cfg(tworker *tw, const sq_config *cfg, const char *id, int listen)
 {
@@ -214,14 +202,13 @@ static void tworker_add(tworker *tw, const char *type, int conc, sq_handler fn, 
 
 static void tworker_start(tworker *tw)
 {
-	ck_assert_int_eq(pthread_create(&tw->th, NULL, tworker_main, tw), 0);
+	test_worker_thread(&tw->th, tw->w);
 }
 
 static void tworker_stop(tworker *tw)
 {
-	sq_worker_stop(tw->w, 0);
+	sq_worker_stop(tw->w, 0); /* its run returns SQ_OK (test_worker_thread checks) */
 	pthread_join(tw->th, NULL);
-	ck_assert_msg(tw->st == SQ_OK, "worker: %s", tw->err);
 }
 
 static tworker *shown; /* whose figures a stall prints */

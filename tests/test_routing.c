@@ -1,6 +1,6 @@
 /* test_routing.c - keys land where the map says, in the map's shares; ids
  * are unique across shards and carry their partition. */
-#include "test_common.h"
+#include "support.h"
 
 #include <inttypes.h>
 #include <time.h>

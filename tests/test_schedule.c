@@ -5,7 +5,7 @@
  * after the slot's job completed; the missed = once / skip policies after
  * downtime; a claim whose enqueue never happened (a scheduler killed between
  * the two) is taken over; the worker runtime and the CLI run schedules. */
-#include "test_common.h"
+#include "support.h"
 
 #include "config.h"
 #include "schedule.h"
@@ -680,14 +680,6 @@ static sq_job_result wk_handler(const sq_job *job, void *arg, char *errbuf, size
 	return SQ_RESULT_DONE;
 }
 
-static void *run_worker(void *arg)
-{
-	sq_error err;
-	if (sq_worker_run(arg, &err) != SQ_OK)
-		fprintf(stderr, "worker: %s\n", err.msg);
-	return NULL;
-}
-
 static long long wk_remaining(void *arg)
 {
 	(void)arg;
@@ -710,7 +702,7 @@ START_TEST(worker_runs_the_schedules)
 	o.poll_min_ms = o.poll_max_ms = 50;
 	OKE(sq_worker_create(t.cfg, &o, &w, &err));
 	OKE(sq_worker_add(w, "wk", 1, wk_handler, NULL, &err));
-	pthread_create(&th, NULL, run_worker, w);
+	test_worker_thread(&th, w);
 	long long left;
 	int ok = wait_progress(wk_remaining, NULL, &left);
 	sq_worker_stop(w, 0);

@@ -85,6 +85,17 @@ char *testdb_ini(testdb *t, const double *weights, const char *extra_cluster)
 	return ini;
 }
 
+char *testdb_name(char *out, size_t len, const char *db)
+{
+	const char *part = getenv("SHARDQ_TEST_PART");
+	int k, n;
+	if (part && sscanf(part, "%d/%d", &k, &n) == 2 && n > 1)
+		snprintf(out, len, "%s_p%d", db, k);
+	else
+		snprintf(out, len, "%s", db);
+	return out;
+}
+
 void testdb_open_w(testdb *t, const char *db, int nshards, unsigned partitions, const char *extra,
 		   const double *weights)
 {
@@ -92,7 +103,8 @@ void testdb_open_w(testdb *t, const char *db, int nshards, unsigned partitions, 
 	sq_error err;
 	int have = testdb_ports(t->ports, 16);
 	memset(t->db, 0, sizeof(t->db));
-	snprintf(t->db, sizeof(t->db), "%s", db);
+	testdb_name(t->db, sizeof(t->db), db);
+	db = t->db;
 	ck_assert_msg(have >= nshards, "need %d shards, SHARDQ_TEST_PORTS has %d", nshards, have);
 	t->nshards = nshards;
 	t->partitions = partitions;
@@ -371,25 +383,6 @@ void testdb_procs_describe(const testdb_proc *v, int n, char *out, size_t len)
 	for (int i = 0; i < n && at < len; i++)
 		at += (size_t)snprintf(out + at, len - at, "  pid %d (parent %d): %s\n", v[i].pid,
 				       v[i].ppid, v[i].cmd);
-}
-
-int testdb_run_cli(char *out, size_t outlen, const char *fmt, ...)
-{
-	char cmd[2048];
-	va_list ap;
-	const char *cli = getenv("SHARDQ_CLI");
-	ck_assert_msg(cli != NULL, "SHARDQ_CLI is not set (run through ctest)");
-	int k = snprintf(cmd, sizeof(cmd), "%s ", cli);
-	va_start(ap, fmt);
-	vsnprintf(cmd + k, sizeof(cmd) - (size_t)k, fmt, ap);
-	va_end(ap);
-	strncat(cmd, " 2>&1", sizeof(cmd) - strlen(cmd) - 1);
-	FILE *f = popen(cmd, "r");
-	ck_assert_msg(f != NULL, "cannot run %s", cmd);
-	size_t n = fread(out, 1, outlen - 1, f);
-	out[n] = '\0';
-	int rc = pclose(f);
-	return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
 }
 
 /* ---- a proxy in front of one shard (testdb.h) ------------------------------ */
