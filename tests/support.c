@@ -108,6 +108,14 @@ void test_enqueue_n(sq_client *c, const char *type, int n, const char *params)
 	free(rs);
 }
 
+sq_job test_get_job(sq_client *c, int64_t id)
+{
+	sq_job j;
+	sq_error err;
+	OKE(sq_get_job(c, id, &j, &err));
+	return j;
+}
+
 size_t claim_type(sq_client *c, const char *worker, const char *type, int limit, sq_job **jobs)
 {
 	sq_claim_req rq = {type, limit, 0};
@@ -247,6 +255,29 @@ int test_wait_exit(pid_t pid, double hang_s)
 	kill(pid, SIGKILL);
 	waitpid(pid, &status, 0);
 	return -1;
+}
+
+double test_wait_no_procs(const char *want, const char *why)
+{
+	testdb_proc v[64];
+	double t0 = test_now_s(), since = t0;
+	int last = -1, n;
+	while ((n = testdb_procs(want, v, 64)) > 0) {
+		if (n != last) {
+			last = n;
+			since = test_now_s();
+		}
+		if (test_now_s() - since > testdb_stall_s()) {
+			char list[8192];
+			testdb_procs_describe(v, n < 64 ? n : 64, list, sizeof(list));
+			for (int i = 0; i < n && i < 64; i++)
+				kill(v[i].pid, SIGKILL);
+			ck_abort_msg("%s: %d process(es) of its jobs still alive %.0fs later:\n%s",
+				     why, n, test_now_s() - t0, list);
+		}
+		usleep(20000);
+	}
+	return test_now_s() - t0;
 }
 
 pid_t test_spawn_worker(const test_worker_cmd *w)

@@ -85,6 +85,8 @@ int64_t enqueue_one(sq_client *c, const char *type, const char *key, const char 
 		    sq_enqueue_outcome *outcome);
 /* Enqueues n jobs of a type (params may be NULL) in one call. */
 void test_enqueue_n(sq_client *c, const char *type, int n, const char *params);
+/* The job with this id (sq_job_clear it). */
+sq_job test_get_job(sq_client *c, int64_t id);
 /* Claims everything of one type up to limit for worker. */
 size_t claim_type(sq_client *c, const char *worker, const char *type, int limit, sq_job **jobs);
 /* Jobs ready, starting or running, on all of t's shards. */
@@ -123,6 +125,13 @@ pid_t test_spawn(const char *cmd, int flags);
  * when it is still there after hang_s seconds (it is then killed). hang_s
  * 0: waits as long as it runs. */
 int test_wait_exit(pid_t pid, double hang_s);
+
+/* Waits until no live process's environment holds `want` (testdb_procs:
+ * "SHARDQ_WORKER=ID", or a prefix and '*'), for as long as their number
+ * changes; on a stall kills them (so that a failed run leaves nothing
+ * behind) and fails with their list, after `why`. Returns the seconds it
+ * took. */
+double test_wait_no_procs(const char *want, const char *why);
 
 /*
  * Starts `shardq -c INI work --worker ID --types TYPES --exec 'EXEC' EXTRA`,

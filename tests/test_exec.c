@@ -106,11 +106,16 @@ static int exited(pid_t pid, const char *id)
  * SHARDQ_WORKER=ID-<mark>. */
 typedef testdb_proc proc;
 
+static const char *job_env(const char *id)
+{
+	static char want[160];
+	snprintf(want, sizeof(want), "SHARDQ_WORKER=%s-%s", id, mark);
+	return want;
+}
+
 static int job_procs(const char *id, proc *v, int max)
 {
-	char want[160];
-	snprintf(want, sizeof(want), "SHARDQ_WORKER=%s-%s", id, mark);
-	return testdb_procs(want, v, max);
+	return testdb_procs(job_env(id), v, max);
 }
 
 static void describe(const proc *v, int n, char *out, size_t len)
@@ -118,31 +123,11 @@ static void describe(const proc *v, int n, char *out, size_t len)
 	testdb_procs_describe(v, n, out, len);
 }
 
-/* Waits until no process of worker ID's jobs is left; on a stall, kills the
- * survivors (so that a failed run leaves nothing behind) and fails with
- * their list. Returns how long it took. */
+/* Waits until no process of worker ID's jobs is left (test_wait_no_procs);
+ * returns how long it took. */
 static double wait_no_job_procs(const char *id, const char *why)
 {
-	proc v[64];
-	double t0 = test_now_s(), since = t0;
-	int last = -1, n;
-	while ((n = job_procs(id, v, 64)) > 0) {
-		if (n != last) {
-			last = n;
-			since = test_now_s();
-		}
-		if (test_now_s() - since > STALL_S) {
-			char list[8192];
-			describe(v, n < 64 ? n : 64, list, sizeof(list));
-			for (int i = 0; i < n && i < 64; i++)
-				kill(v[i].pid, SIGKILL);
-			ck_assert_msg(0,
-				      "%s: %d process(es) of the job still alive after %.0fs:\n%s",
-				      why, n, test_now_s() - t0, list);
-		}
-		usleep(20000);
-	}
-	return test_now_s() - t0;
+	return test_wait_no_procs(job_env(id), why);
 }
 
 /* Waits until the job is no longer ready or running (its status), while

@@ -28,19 +28,6 @@ static void teardown(void)
 	testdb_close(&t);
 }
 
-static sq_job get(int64_t id)
-{
-	sq_job j;
-	sq_error err;
-	OKE(sq_get_job(t.client, id, &j, &err));
-	return j;
-}
-
-static void clear(sq_job *j)
-{
-	sq_job_clear(j);
-}
-
 static sq_status one(sq_status (*fn)(sq_client *, const char *, const sq_job_ref *, size_t,
 				     sq_status *, sq_error *),
 		     sq_client *c, const char *w, int64_t id, int att)
@@ -106,11 +93,11 @@ START_TEST(expired_starting_lease_goes_to_another_worker)
 	/* the first worker's writes are lost and change nothing */
 	ck_assert_int_eq(one(sq_start, t.client, "w1", id, a1), SQ_ELOST);
 	ck_assert_int_eq(one(sq_complete, t.client, "w1", id, a1), SQ_ELOST);
-	sq_job j = get(id);
+	sq_job j = test_get_job(t.client, id);
 	ck_assert_str_eq(j.worker, "w2");
 	ck_assert_int_eq(j.attempt, a2);
 	ck_assert_int_eq(j.status, SQ_STARTING);
-	clear(&j);
+	sq_job_clear(&j);
 	/* the second run completes it, exactly once */
 	ck_assert_int_eq(one(sq_start, w2, "w2", id, a2), SQ_OK);
 	ck_assert_int_eq(one(sq_complete, w2, "w2", id, a2), SQ_OK);
@@ -135,11 +122,11 @@ START_TEST(expired_running_lease_complete_is_lost)
 	sq_status st;
 	OKE(sq_fail(t.client, "w1", &f, 1, &st, &err));
 	ck_assert_int_eq(st, SQ_ELOST);
-	sq_job j = get(id);
+	sq_job j = test_get_job(t.client, id);
 	ck_assert_str_eq(j.worker, "w2");
 	ck_assert_int_eq(j.status, SQ_STARTING);
 	ck_assert_ptr_null(strstr(j.params, "late"));
-	clear(&j);
+	sq_job_clear(&j);
 	ck_assert_int_eq(one(sq_start, w2, "w2", id, a2), SQ_OK);
 	ck_assert_int_eq(one(sq_complete, w2, "w2", id, a2), SQ_OK);
 	sq_client_close(w2);
@@ -194,14 +181,14 @@ START_TEST(heartbeat_keeps_the_lease)
 		sq_error err;
 		OKE(sq_heartbeat_lease(t.client, "w1", &ref, 1, &st, &lease, &err));
 		ck_assert_int_eq(st, SQ_OK);
-		sq_job j = get(id);
+		sq_job j = test_get_job(t.client, id);
 		ck_assert_int_eq(lease, j.lease_until_us);
-		clear(&j);
+		sq_job_clear(&j);
 		OKE(sq_start_lease(t.client, "w1", &ref, 1, &st, &lease, &err));
 		ck_assert_int_eq(st, SQ_OK);
-		j = get(id);
+		j = test_get_job(t.client, id);
 		ck_assert_int_eq(lease, j.lease_until_us);
-		clear(&j);
+		sq_job_clear(&j);
 		/* not ours: lost, and no lease */
 		ref.attempt = a1 + 7;
 		OKE(sq_heartbeat_lease(t.client, "w1", &ref, 1, &st, &lease, &err));
@@ -215,15 +202,15 @@ START_TEST(heartbeat_keeps_the_lease)
 	 * it is the worker's, and running */
 	id = enqueue_one(t.client, "short", "hb-starting", NULL, NULL);
 	ck_assert_int_eq(claim1(t.client, "w1", "short", &a1), id);
-	sq_job j = get(id);
+	sq_job j = test_get_job(t.client, id);
 	ck_assert_str_eq(sq_job_status_name(j.status), "starting");
-	clear(&j);
+	sq_job_clear(&j);
 	ck_assert_int_eq(one(sq_heartbeat, t.client, "w1", id, a1), SQ_OK);
-	j = get(id);
+	j = test_get_job(t.client, id);
 	ck_assert_str_eq(sq_job_status_name(j.status), "running");
 	ck_assert_str_eq(j.worker, "w1");
 	ck_assert_int_eq(j.attempt, a1);
-	clear(&j);
+	sq_job_clear(&j);
 	/* and another worker's heartbeat of it is lost */
 	ck_assert_int_eq(one(sq_heartbeat, w2, "w2", id, a1), SQ_ELOST);
 	ck_assert_int_eq(one(sq_complete, t.client, "w1", id, a1), SQ_OK);
@@ -251,7 +238,7 @@ START_TEST(retry_with_backoff_then_failed)
 		int64_t before = wall_us();
 		ck_assert_int_eq(fail_one("w", id, att, "boom", 0), SQ_OK);
 		int64_t after = wall_us();
-		sq_job j = get(id);
+		sq_job j = test_get_job(t.client, id);
 		ck_assert_str_eq(j.params, "{}");
 		if (round < 3) {
 			/* linear backoff: attempt * 1s from the failure */
@@ -272,7 +259,7 @@ START_TEST(retry_with_backoff_then_failed)
 			ck_assert_int_eq(j.status, SQ_FAILED);
 			ck_assert_int_eq(j.attempt, 3);
 		}
-		clear(&j);
+		sq_job_clear(&j);
 	}
 	ck_assert_int_eq(testdb_sum(&t, "SELECT count(*) FROM shardq.jobs WHERE status = 'failed' "
 					"AND last_error = 'boom'"),
@@ -289,10 +276,10 @@ START_TEST(permanent_failure_and_max_attempts)
 	ck_assert_int_eq(claim1(t.client, "w", "fast", &att), p);
 	ck_assert_int_eq(one(sq_start, t.client, "w", p, att), SQ_OK);
 	ck_assert_int_eq(fail_one("w", p, att, "bad input", 1), SQ_OK);
-	sq_job j = get(p);
+	sq_job j = test_get_job(t.client, p);
 	ck_assert_int_eq(j.status, SQ_FAILED);
 	ck_assert_int_eq(j.attempt, 1);
-	clear(&j);
+	sq_job_clear(&j);
 
 	int64_t q = enqueue_one(t.client, "fast", "retry", NULL, NULL);
 	for (int i = 1; i <= 3; i++) {
@@ -301,9 +288,9 @@ START_TEST(permanent_failure_and_max_attempts)
 		ck_assert_int_eq(one(sq_start, t.client, "w", q, att), SQ_OK);
 		ck_assert_int_eq(fail_one("w", q, att, "again", 0), SQ_OK);
 	}
-	j = get(q);
+	j = test_get_job(t.client, q);
 	ck_assert_int_eq(j.status, SQ_FAILED);
-	clear(&j);
+	sq_job_clear(&j);
 	ck_assert_int_eq(claim1(t.client, "w", "fast", &att), 0);
 }
 END_TEST
@@ -321,11 +308,11 @@ START_TEST(release_counts_no_attempt)
 		att = last = js[0].attempt;
 		sq_jobs_free(js, 1);
 		ck_assert_int_eq(one(sq_release, t.client, "w", id, att), SQ_OK);
-		sq_job j = get(id);
+		sq_job j = test_get_job(t.client, id);
 		ck_assert_int_eq(j.status, SQ_READY);
 		ck_assert_int_eq(j.tries, 0);
 		ck_assert_ptr_null(j.worker);
-		clear(&j);
+		sq_job_clear(&j);
 		/* a write of the released run can never match a later run */
 		ck_assert_int_eq(one(sq_start, t.client, "w", id, att), SQ_ELOST);
 	}
@@ -357,12 +344,12 @@ START_TEST(cancel_running_makes_complete_lost)
 	ck_assert_int_eq(out[0], SQ_OK);
 	ck_assert_int_eq(out[1], SQ_ENOTFOUND);
 	ck_assert_int_eq(one(sq_complete, t.client, "w", id, att), SQ_ELOST);
-	sq_job j = get(id);
+	sq_job j = test_get_job(t.client, id);
 	ck_assert_int_eq(j.status, SQ_CANCELLED);
-	clear(&j);
-	j = get(other);
+	sq_job_clear(&j);
+	j = test_get_job(t.client, other);
 	ck_assert_int_eq(j.status, SQ_STARTING);
-	clear(&j);
+	sq_job_clear(&j);
 	(void)st;
 }
 END_TEST
@@ -380,10 +367,10 @@ START_TEST(expired_on_last_attempt_fails)
 	ck_assert_int_eq(att, 2);
 	usleep(400 * 1000);
 	ck_assert_int_eq(claim1(t.client, "w3", "poison", &att), 0);
-	sq_job j = get(id);
+	sq_job j = test_get_job(t.client, id);
 	ck_assert_int_eq(j.status, SQ_FAILED);
 	ck_assert_int_eq(j.attempt, 2);
-	clear(&j);
+	sq_job_clear(&j);
 	ck_assert_int_eq(testdb_sum(&t, "SELECT count(*) FROM shardq.jobs WHERE last_error LIKE "
 					"'the lease of try 2 of 2 expired (worker w2 %'"),
 			 1);

@@ -132,39 +132,26 @@ static void spawn(int i)
 
 /* The processes of the jobs of worker id (id "*": of any worker of this
  * run). */
-static int job_procs(const char *id, testdb_proc *v, int max)
+static const char *job_env(const char *id)
 {
-	char want[160];
+	static char want[160];
 	if (!strcmp(id, "*"))
 		snprintf(want, sizeof(want), "SHARDQ_WORKER=soak-%s-*", mark);
 	else
 		snprintf(want, sizeof(want), "SHARDQ_WORKER=%s", id);
-	return testdb_procs(want, v, max);
+	return want;
 }
 
-/* Waits until no process of worker id's jobs is left; on a stall, kills
- * them (so a failed run leaves nothing behind) and fails with their list. */
+static int job_procs(const char *id, testdb_proc *v, int max)
+{
+	return testdb_procs(job_env(id), v, max);
+}
+
+/* Waits until no process of worker id's jobs (id "*": of any worker of
+ * this run) is left (test_wait_no_procs). */
 static double wait_no_job_procs(const char *id, const char *why)
 {
-	testdb_proc v[64];
-	double t0 = test_now_s(), since = t0;
-	int last = -1, n;
-	while ((n = job_procs(id, v, 64)) > 0) {
-		if (n != last) {
-			last = n;
-			since = test_now_s();
-		}
-		if (test_now_s() - since > testdb_stall_s()) {
-			char list[8192];
-			testdb_procs_describe(v, n < 64 ? n : 64, list, sizeof(list));
-			for (int i = 0; i < n && i < 64; i++)
-				kill(v[i].pid, SIGKILL);
-			ck_abort_msg("%s: %d process(es) of its jobs still alive %.0fs later:\n%s",
-				     why, n, test_now_s() - t0, list);
-		}
-		usleep(20000);
-	}
-	return test_now_s() - t0;
+	return test_wait_no_procs(job_env(id), why);
 }
 
 /* SIGKILL of worker i once one of its jobs runs (or after a few seconds
