@@ -1490,11 +1490,11 @@ int main(void)
 	TCase *tc = tcase_create("badinput");
 	tcase_set_timeout(tc, 3600);
 	tcase_add_checked_fixture(tc, setup, teardown);
-	tcase_add_test(tc, bad_input_changes_nothing);
-	tcase_add_test(tc, good_input_passes_whole);
-	tcase_add_test(tc, lost_shard_reports_exact_set);
-	tcase_add_test(tc, cli_names_the_lines_written);
-	tcase_add_test(tc, zeroed_spec_takes_type_tolerance);
+	ADD_TEST(tc, bad_input_changes_nothing);
+	ADD_TEST(tc, good_input_passes_whole);
+	ADD_TEST(tc, lost_shard_reports_exact_set);
+	ADD_TEST(tc, cli_names_the_lines_written);
+	ADD_TEST(tc, zeroed_spec_takes_type_tolerance);
 	suite_add_tcase(s, tc);
 	return run_suite(s);
 }

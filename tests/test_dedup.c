@@ -226,12 +226,12 @@ int main(void)
 	TCase *tc = tcase_create("dedup");
 	tcase_set_timeout(tc, 3600);
 	tcase_add_checked_fixture(tc, setup, teardown);
-	tcase_add_test(tc, ignore_keeps_existing);
-	tcase_add_test(tc, replace_while_ready_only);
-	tcase_add_test(tc, merge_params_while_ready);
-	tcase_add_test(tc, ignore_copies_in_one_batch);
-	tcase_add_test(tc, rerun_after_running);
-	tcase_add_test(tc, finished_or_cancelled_key_is_free);
+	ADD_TEST(tc, ignore_keeps_existing);
+	ADD_TEST(tc, replace_while_ready_only);
+	ADD_TEST(tc, merge_params_while_ready);
+	ADD_TEST(tc, ignore_copies_in_one_batch);
+	ADD_TEST(tc, rerun_after_running);
+	ADD_TEST(tc, finished_or_cancelled_key_is_free);
 	suite_add_tcase(s, tc);
 	return run_suite(s);
 }

@@ -462,15 +462,15 @@ int main(void)
 	Suite *s = suite_create("errors");
 	TCase *tc = tcase_create("errors");
 	tcase_set_timeout(tc, 3600);
-	tcase_add_test(tc, unreachable_shard_is_named);
-	tcase_add_test(tc, not_initialised);
-	tcase_add_test(tc, bad_jobs_write_nothing);
-	tcase_add_test(tc, old_schema_asks_for_init);
-	tcase_add_test(tc, database_of_another_shard_refused);
-	tcase_add_test(tc, cli_errors);
-	tcase_add_test(tc, stats_with_a_shard_down);
-	tcase_add_test(tc, commands_with_a_shard_down);
-	tcase_add_test(tc, stats_marks_estimates_in_the_total);
+	ADD_TEST(tc, unreachable_shard_is_named);
+	ADD_TEST(tc, not_initialised);
+	ADD_TEST(tc, bad_jobs_write_nothing);
+	ADD_TEST(tc, old_schema_asks_for_init);
+	ADD_TEST(tc, database_of_another_shard_refused);
+	ADD_TEST(tc, cli_errors);
+	ADD_TEST(tc, stats_with_a_shard_down);
+	ADD_TEST(tc, commands_with_a_shard_down);
+	ADD_TEST(tc, stats_marks_estimates_in_the_total);
 	suite_add_tcase(s, tc);
 	return run_suite(s);
 }

@@ -48,11 +48,10 @@ static sq_status fail_one(const char *w, int64_t id, int att, const char *msg, i
 	return st;
 }
 
+/* Microseconds of the wall clock, as the shards' schedule times are. */
 static int64_t wall_us(void)
 {
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+	return (int64_t)(test_wall_s() * 1e6);
 }
 
 static int64_t claim1(sq_client *c, const char *w, const char *type, int *att)
@@ -1066,25 +1065,25 @@ int main(void)
 	TCase *tc = tcase_create("lifecycle");
 	tcase_set_timeout(tc, 3600);
 	tcase_add_checked_fixture(tc, setup, teardown);
-	tcase_add_test(tc, expired_starting_lease_goes_to_another_worker);
-	tcase_add_test(tc, expired_running_lease_complete_is_lost);
-	tcase_add_test(tc, heartbeat_keeps_the_lease);
-	tcase_add_test(tc, retry_with_backoff_then_failed);
-	tcase_add_test(tc, permanent_failure_and_max_attempts);
-	tcase_add_test(tc, release_counts_no_attempt);
-	tcase_add_test(tc, cancel_running_makes_complete_lost);
-	tcase_add_test(tc, expired_on_last_attempt_fails);
-	tcase_add_test(tc, batched_mixed_results);
+	ADD_TEST(tc, expired_starting_lease_goes_to_another_worker);
+	ADD_TEST(tc, expired_running_lease_complete_is_lost);
+	ADD_TEST(tc, heartbeat_keeps_the_lease);
+	ADD_TEST(tc, retry_with_backoff_then_failed);
+	ADD_TEST(tc, permanent_failure_and_max_attempts);
+	ADD_TEST(tc, release_counts_no_attempt);
+	ADD_TEST(tc, cancel_running_makes_complete_lost);
+	ADD_TEST(tc, expired_on_last_attempt_fails);
+	ADD_TEST(tc, batched_mixed_results);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("plans");
 	tcase_set_timeout(tc, 3600);
 	tcase_add_checked_fixture(tc, setup_plans, teardown_plans);
-	tcase_add_test(tc, fenced_writes_probe_the_key_whatever_the_statistics);
-	tcase_add_test(tc, plans_made_on_an_empty_table_keep_to_the_indexes);
-	tcase_add_test(tc, claims_keep_to_the_indexes_on_schema_6);
-	tcase_add_test(tc, a_claim_planned_after_a_vacuum_of_a_churned_table_keeps_to_the_index);
-	tcase_add_test(tc, claims_skip_partitions_that_are_not_owned);
-	tcase_add_test(tc, a_large_fenced_write_plans_its_ownership_report_once);
+	ADD_TEST(tc, fenced_writes_probe_the_key_whatever_the_statistics);
+	ADD_TEST(tc, plans_made_on_an_empty_table_keep_to_the_indexes);
+	ADD_TEST(tc, claims_keep_to_the_indexes_on_schema_6);
+	ADD_TEST(tc, a_claim_planned_after_a_vacuum_of_a_churned_table_keeps_to_the_index);
+	ADD_TEST(tc, claims_skip_partitions_that_are_not_owned);
+	ADD_TEST(tc, a_large_fenced_write_plans_its_ownership_report_once);
 	suite_add_tcase(s, tc);
 	return run_suite(s);
 }

@@ -881,15 +881,15 @@ int main(void)
 	tcase_set_timeout(tc, 600);
 	tcase_add_unchecked_fixture(tc, cluster_setup, cluster_teardown);
 	tcase_add_checked_fixture(tc, NULL, teardown);
-	tcase_add_test(tc, three_schedulers_each_slot_once);
-	tcase_add_test(tc, missed_once_runs_the_latest_slot_once);
-	tcase_add_test(tc, missed_skip_waits_for_the_next_slot);
-	tcase_add_test(tc, crash_between_claim_and_enqueue_is_taken_over);
-	tcase_add_test(tc, crash_after_enqueue_dedups_on_the_live_job);
-	tcase_add_test(tc, worker_runs_the_schedules);
-	tcase_add_test(tc, cli_lists_and_runs_once);
-	tcase_add_test(tc, a_stop_does_not_wait_for_a_pass_on_a_frozen_meta);
-	tcase_add_test(tc, a_stop_lets_a_pass_under_way_end);
+	ADD_TEST(tc, three_schedulers_each_slot_once);
+	ADD_TEST(tc, missed_once_runs_the_latest_slot_once);
+	ADD_TEST(tc, missed_skip_waits_for_the_next_slot);
+	ADD_TEST(tc, crash_between_claim_and_enqueue_is_taken_over);
+	ADD_TEST(tc, crash_after_enqueue_dedups_on_the_live_job);
+	ADD_TEST(tc, worker_runs_the_schedules);
+	ADD_TEST(tc, cli_lists_and_runs_once);
+	ADD_TEST(tc, a_stop_does_not_wait_for_a_pass_on_a_frozen_meta);
+	ADD_TEST(tc, a_stop_lets_a_pass_under_way_end);
 	suite_add_tcase(s, tc);
 	return run_suite(s);
 }

@@ -1,6 +1,7 @@
 /* testdb.c - per-suite databases on the local shards, and small helpers. */
 #define _GNU_SOURCE /* memmem */
 #include "testdb.h"
+#include "support.h"
 
 #include <check.h>
 #include <stdarg.h>
@@ -598,13 +599,6 @@ void testdb_hole_stop(testdb_hole *h)
 
 static char fp_go[600], fp_env[700];
 
-static double mono_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 static void *call_main(void *arg)
 {
 	testdb_call *c = arg;
@@ -623,14 +617,14 @@ void testdb_call_start(testdb_call *c, void (*fn)(void *arg), void *arg)
 
 double testdb_call_wait(testdb_call *c, const char *what)
 {
-	double since = mono_s();
+	double since = test_now_s();
 	while (!atomic_load(&c->done)) {
-		ck_assert_msg(mono_s() - since < testdb_stall_s(), "%s: not returned after %.0fs",
-			      what, testdb_stall_s());
+		ck_assert_msg(test_now_s() - since < testdb_stall_s(),
+			      "%s: not returned after %.0fs", what, testdb_stall_s());
 		usleep(20000);
 	}
 	pthread_join(c->th, NULL);
-	return mono_s() - since;
+	return test_now_s() - since;
 }
 
 double testdb_call_within(void (*fn)(void *arg), void *arg, const char *what)
@@ -657,9 +651,9 @@ void testdb_failpoint_await(const char *what)
 {
 	char reached[640];
 	snprintf(reached, sizeof(reached), "%s.reached", fp_go);
-	double since = mono_s();
+	double since = test_now_s();
 	while (access(reached, F_OK) != 0) {
-		ck_assert_msg(mono_s() - since < testdb_stall_s(),
+		ck_assert_msg(test_now_s() - since < testdb_stall_s(),
 			      "%s: not at its failpoint (%s) after %.0fs", what, fp_env,
 			      testdb_stall_s());
 		usleep(10000);
