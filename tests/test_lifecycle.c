@@ -54,6 +54,24 @@ static int64_t wall_us(void)
 	return (int64_t)(test_wall_s() * 1e6);
 }
 
+/* Waits until the lease of job id has run out on its shard's clock (the
+ * clock its claims read), for as long as the stall time. */
+static void wait_lease_over(int64_t id)
+{
+	char sql[256];
+	snprintf(sql, sizeof(sql),
+		 "SELECT count(*) FROM shardq.jobs WHERE id = %lld AND "
+		 "expected_status_change_time < clock_timestamp()",
+		 (long long)id);
+	double since = test_now_s();
+	while (testdb_sum(&t, sql) == 0) {
+		ck_assert_msg(test_now_s() - since < testdb_stall_s(),
+			      "the lease of job %lld has not run out in %.0fs", (long long)id,
+			      testdb_stall_s());
+		usleep(20000);
+	}
+}
+
 static int64_t claim1(sq_client *c, const char *w, const char *type, int *att)
 {
 	sq_job *js;
@@ -85,7 +103,7 @@ START_TEST(expired_starting_lease_goes_to_another_worker)
 		printf("expired_starting_lease: the claims took %.3fs; lease not checked\n",
 		       t1 - t0);
 	if (!early) {
-		usleep(600 * 1000);
+		wait_lease_over(id);
 		ck_assert_int_eq(claim1(w2, "w2", "short", &a2), id);
 	}
 	ck_assert_int_eq(a2, a1 + 1);
@@ -114,7 +132,7 @@ START_TEST(expired_running_lease_complete_is_lost)
 	int64_t id = enqueue_one(t.client, "short", "run", "{\"x\":1}", NULL);
 	ck_assert_int_eq(claim1(t.client, "w1", "short", &a1), id);
 	ck_assert_int_eq(one(sq_start, t.client, "w1", id, a1), SQ_OK);
-	usleep(800 * 1000); /* execution lease is 600ms */
+	wait_lease_over(id); /* execution lease is 600ms */
 	ck_assert_int_eq(claim1(w2, "w2", "short", &a2), id);
 	ck_assert_int_eq(one(sq_complete, t.client, "w1", id, a1), SQ_ELOST);
 	sq_fail_req f = {{id, a1}, "late failure", 0};
@@ -361,10 +379,10 @@ START_TEST(expired_on_last_attempt_fails)
 	int64_t id = enqueue_one(t.client, "poison", "p", NULL, NULL);
 	ck_assert_int_eq(claim1(t.client, "w1", "poison", &att), id);
 	ck_assert_int_eq(att, 1);
-	usleep(400 * 1000);
+	wait_lease_over(id);
 	ck_assert_int_eq(claim1(t.client, "w2", "poison", &att), id);
 	ck_assert_int_eq(att, 2);
-	usleep(400 * 1000);
+	wait_lease_over(id);
 	ck_assert_int_eq(claim1(t.client, "w3", "poison", &att), 0);
 	sq_job j = test_get_job(t.client, id);
 	ck_assert_int_eq(j.status, SQ_FAILED);

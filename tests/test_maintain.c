@@ -417,6 +417,26 @@ static sq_job_result nop(const sq_job *job, void *arg, char *errbuf, size_t errl
 	return SQ_RESULT_DONE;
 }
 
+/* Waits until every shard has its six day partitions, made by `who`
+ * (process pid, if not 0, which must live on); fails on a stall. */
+static void wait_day_parts(pid_t pid, const char *who)
+{
+	double t0 = test_now_s();
+	int done = 0;
+	while (!done) {
+		done = 1;
+		for (int s = 0; s < t.nshards; s++)
+			done &= day_parts(s) == 6;
+		if (!done) {
+			int st;
+			ck_assert_msg(!pid || waitpid(pid, &st, WNOHANG) == 0, "%s exited", who);
+			ck_assert_msg(test_now_s() - t0 < testdb_stall_s(),
+				      "no partitions made by %s", who);
+			usleep(50 * 1000);
+		}
+	}
+}
+
 static void worker_runs_maintenance(void)
 {
 	sq_error err;
@@ -428,18 +448,7 @@ static void worker_runs_maintenance(void)
 	sq_worker_opts_init(&o);
 	OKE(sq_worker_create(cfg, &o, &w, &err));
 	OKE(sq_worker_add(w, "d1", 1, nop, NULL, &err));
-	double t0 = test_now_s();
-	int done = 0;
-	while (!done) {
-		done = 1;
-		for (int s = 0; s < t.nshards; s++)
-			done &= day_parts(s) == 6;
-		if (!done) {
-			ck_assert_msg(test_now_s() - t0 < testdb_stall_s(),
-				      "no partitions made by the worker");
-			usleep(50 * 1000);
-		}
-	}
+	wait_day_parts(0, "the worker");
 	sq_worker_destroy(w);
 	sq_config_free(cfg);
 	free(ini);
@@ -455,24 +464,10 @@ static void daemon_runs_maintenance(void)
 	free(ini);
 	test_daemon d;
 	test_daemon_spawn(&d, path, "shardqd.log");
-	pid_t pid = d.pid;
-	double t0 = test_now_s();
-	int done = 0;
-	while (!done) {
-		done = 1;
-		for (int s = 0; s < t.nshards; s++)
-			done &= day_parts(s) == 6;
-		if (!done) {
-			int st;
-			ck_assert_msg(waitpid(pid, &st, WNOHANG) == 0, "shardqd exited");
-			ck_assert_msg(test_now_s() - t0 < testdb_stall_s(),
-				      "no partitions made by shardqd");
-			usleep(50 * 1000);
-		}
-	}
+	wait_day_parts(d.pid, "shardqd");
 	/* the log line follows the pass */
 	const char *log;
-	t0 = test_now_s();
+	double t0 = test_now_s();
 	while (!strstr(log = test_file_text(d.out), "maintain: shard s1: created 6")) {
 		ck_assert_msg(test_now_s() - t0 < testdb_stall_s(), "log: %s", log);
 		usleep(50 * 1000);

@@ -60,11 +60,17 @@ typedef struct load {
 
 static load L;
 
-static long long outstanding(void)
+static size_t acked_now(void)
 {
 	pthread_mutex_lock(&L.acked.mu);
-	long long acked = (long long)L.acked.n;
+	size_t n = L.acked.n;
 	pthread_mutex_unlock(&L.acked.mu);
+	return n;
+}
+
+static long long outstanding(void)
+{
+	long long acked = (long long)acked_now();
 	pthread_mutex_lock(&L.mu);
 	long long ran = (long long)L.nruns;
 	pthread_mutex_unlock(&L.mu);
@@ -158,6 +164,21 @@ static long long live_left(void *arg)
 /* Stops the producers, lets the workers drain the queue (for as long as
  * jobs keep completing), stops them. A stall fails the test with the live
  * rows per shard, type and status, and what each worker holds. */
+/* Waits until the producers have had `more` jobs acknowledged from now:
+ * the load has run on (a stall fails, with what was acknowledged). */
+static void load_wait_acked(size_t more)
+{
+	size_t from = acked_now(), was = from;
+	double since = test_now_s();
+	for (size_t n; (n = acked_now()) < from + more; usleep(20000)) {
+		if (n != was)
+			was = n, since = test_now_s();
+		ck_assert_msg(test_now_s() - since < testdb_stall_s(),
+			      "the load stalled: %zu of %zu jobs acknowledged, none for %.0fs",
+			      n - from, more, testdb_stall_s());
+	}
+}
+
 static void load_stop(void)
 {
 	long long left;
@@ -381,7 +402,7 @@ START_TEST(add_fifth_shard_under_load)
 	       (long long)plan->moving, test_now_s() - t0);
 	/* they ran throughout their partitions' moves */
 	ck_assert_int_eq(longs_running(), 6);
-	usleep(300000);
+	load_wait_acked(100); /* the load goes on after the moves */
 	load_stop();
 	check_ownership();
 	check_jobs();
@@ -412,12 +433,12 @@ START_TEST(drain_a_shard_under_load)
 	testdb_open(&t, "sqt_moves_drain", 4, 512, types);
 	sq_client *c = client_with(w, &cfg);
 	load_start(2, 2);
-	usleep(500000);
+	load_wait_acked(200); /* the moves start under load */
 	sq_move_opts o;
 	sq_move_opts_init(&o);
 	o.set_size = 50;
 	OKE(sq_rebalance(c, &o, &err));
-	usleep(300000);
+	load_wait_acked(100); /* and the load goes on after them */
 	load_stop();
 	check_ownership();
 	check_jobs();
