@@ -40,7 +40,7 @@ typedef struct sq_type_conf {
 	int line;
 } sq_type_conf;
 
-#define SQ_MAX_TOKENS     64
+#define SQ_MAX_TOKENS    64
 #define SQ_MAX_SCHEDULES 256
 typedef enum { SQ_MISSED_ONCE, SQ_MISSED_SKIP } sq_missed_policy;
 

@@ -9,7 +9,7 @@
 #define _GNU_SOURCE /* memmem */
 #include "buf.h"
 #include "client.h"
-#include "test_common.h"
+#include "support.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -34,29 +34,6 @@ static PGconn *fp[2];   /* for fingerprints */
 
 /* Files live in this process's directory (testdb_tmpdir, from mkdtemp). */
 #define path_in testdb_path
-
-static void write_bytes(const char *path, const char *data, size_t len)
-{
-	FILE *f = fopen(path, "w");
-	ck_assert_msg(f != NULL, "%s: %s", path, strerror(errno));
-	ck_assert_uint_eq(fwrite(data, 1, len, f), len);
-	fclose(f);
-}
-
-static char *read_all(const char *path)
-{
-	FILE *f = fopen(path, "r");
-	sq_buf b;
-	char chunk[4096];
-	size_t n;
-	sq_buf_init(&b);
-	sq_buf_append(&b, "", 0);
-	while (f && (n = fread(chunk, 1, sizeof(chunk), f)) > 0)
-		sq_buf_append(&b, chunk, n);
-	if (f)
-		fclose(f);
-	return sq_buf_steal(&b);
-}
 
 /* The libpq string of shard i of this cluster. */
 static void shard_dsn(char *out, size_t len, int i, int port)
@@ -85,44 +62,6 @@ static char *subst(const char *text)
 		}
 	}
 	return sq_buf_steal(&b);
-}
-
-/* Runs the CLI with argv (args[0] is the first argument after the
- * program), stdin from in[0..inlen), and returns its exit code; its stdout
- * and stderr are in *out and *err (free them). */
-static int run_cli(const char *const *args, const char *in, size_t inlen, char **out, char **err)
-{
-	const char *cli = getenv("SHARDQ_CLI");
-	char pin[1024], pout[1024], perr[1024];
-	const char *argv[64];
-	int n = 0, status;
-	ck_assert_msg(cli != NULL, "SHARDQ_CLI is not set (run through ctest)");
-	path_in(pin, sizeof(pin), "stdin");
-	path_in(pout, sizeof(pout), "stdout");
-	path_in(perr, sizeof(perr), "stderr");
-	write_bytes(pin, in ? in : "", in ? inlen : 0);
-	argv[n++] = cli;
-	for (int i = 0; args[i] && n < 63; i++)
-		argv[n++] = args[i];
-	argv[n] = NULL;
-	pid_t pid = fork();
-	ck_assert_int_ge(pid, 0);
-	if (pid == 0) {
-		int fi = open(pin, O_RDONLY), fo = open(pout, O_WRONLY | O_CREAT | O_TRUNC, 0600),
-		    fe = open(perr, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-		if (fi < 0 || fo < 0 || fe < 0)
-			_exit(126);
-		dup2(fi, 0);
-		dup2(fo, 1);
-		dup2(fe, 2);
-		unsetenv("SHARDQ_CONFIG");
-		execv(cli, (char *const *)argv);
-		_exit(127);
-	}
-	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
-	*out = read_all(pout);
-	*err = read_all(perr);
-	return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
 /* Every shard's rows, as one string: jobs, history, partition markers,
@@ -1026,17 +965,17 @@ static void run_case(size_t k, const bad_case *bc)
 	path_in(cfg, sizeof(cfg), "case.ini");
 	path_in(file, sizeof(file), "jobs.jsonl");
 	if (bc->gen_to == TO_CFG) {
-		write_bytes(cfg, gen.data, gen.len);
+		test_write_bytes(cfg, gen.data, gen.len);
 	} else if (bc->config) {
 		ccfg = subst(bc->config);
-		write_bytes(cfg, ccfg, strlen(ccfg));
+		test_write_bytes(cfg, ccfg, strlen(ccfg));
 	} else {
 		snprintf(cfg, sizeof(cfg), "%s", good);
 	}
 	if (bc->gen_to == TO_FILE)
-		write_bytes(file, gen.data, gen.len);
+		test_write_bytes(file, gen.data, gen.len);
 	else if (bc->file)
-		write_bytes(file, bc->file, strlen(bc->file));
+		test_write_bytes(file, bc->file, strlen(bc->file));
 	else
 		unlink(file);
 	if (!bc->args[0] || strcmp(bc->args[0], "-c")) {
@@ -1057,7 +996,7 @@ static void run_case(size_t k, const bad_case *bc)
 	char *before = fingerprint(), *out, *err, *want = subst(bc->err);
 	const char *in = bc->gen_to == TO_IN ? gen.data : bc->in;
 	size_t inlen = bc->gen_to == TO_IN ? gen.len : in ? strlen(in) : 0;
-	int code = run_cli(args, in, inlen, &out, &err);
+	int code = test_cli_argv(args, in, inlen, &out, &err);
 	char *after = fingerprint();
 	char what[160];
 	snprintf(what, sizeof(what), "case %zu (%s %s %s)", k + 1, bc->args[0],
@@ -1089,7 +1028,7 @@ static void setup(void)
 {
 	testdb_open(&t, "sqt_badinput", 2, 64, types);
 	path_in(good, sizeof(good), "good.ini");
-	write_bytes(good, t.ini, strlen(t.ini));
+	test_write_bytes(good, t.ini, strlen(t.ini));
 	fp[0] = testdb_pg(&t, 0);
 	fp[1] = testdb_pg(&t, 1);
 }
@@ -1136,10 +1075,10 @@ START_TEST(good_input_passes_whole)
 	const char *dsn = strstr(t.ini, "dsn = ");
 	const char *eol = strchr(dsn, '\n');
 	sprintf(ini, "%.*s application_name=%s%s", (int)(eol - t.ini), t.ini, pad, eol);
-	write_bytes(cfg, ini, strlen(ini));
+	test_write_bytes(cfg, ini, strlen(ini));
 	free(ini);
 	const char *a1[] = {"-c", cfg, "enqueue", "--type", "t", "--key", "long-dsn", NULL};
-	ck_assert_msg(run_cli(a1, NULL, 0, &out, &err) == 0, "long dsn: %s", err);
+	ck_assert_msg(test_cli_argv(a1, NULL, 0, &out, &err) == 0, "long dsn: %s", err);
 	ck_assert_ptr_nonnull(strstr(out, "\"outcome\":\"inserted\""));
 	free(out);
 	free(err);
@@ -1156,10 +1095,10 @@ START_TEST(good_input_passes_whole)
 	char *one = strdup(jobs);
 	char *nl = strstr(one, ",\n\"delay_ms\"");
 	memmove(nl + 1, nl + 2, strlen(nl + 2) + 1);
-	write_bytes(file, one, strlen(one));
+	test_write_bytes(file, one, strlen(one));
 	free(one);
 	const char *a2[] = {"-c", good, "enqueue", "--file", file, NULL};
-	ck_assert_msg(run_cli(a2, NULL, 0, &out, &err) == 0, "exact: %s", err);
+	ck_assert_msg(test_cli_argv(a2, NULL, 0, &out, &err) == 0, "exact: %s", err);
 	ck_assert_int_eq(sscanf(out, "{\"id\":%" SCNd64, &id), 1);
 	free(out);
 	free(err);
@@ -1180,8 +1119,8 @@ START_TEST(good_input_passes_whole)
 		 "{\"type\":\"tol\",\"key\":\"http-line\",\"run_at_ms\":%" PRId64
 		 ",\"delay_tolerance_ms\":null,\"params\":null}\n",
 		 at_ms);
-	write_bytes(file, http_line, strlen(http_line));
-	ck_assert_msg(run_cli(a2, NULL, 0, &out, &err) == 0, "http line: %s", err);
+	test_write_bytes(file, http_line, strlen(http_line));
+	ck_assert_msg(test_cli_argv(a2, NULL, 0, &out, &err) == 0, "http line: %s", err);
 	ck_assert_int_eq(sscanf(out, "{\"id\":%" SCNd64, &id), 1);
 	free(out);
 	free(err);
@@ -1204,13 +1143,14 @@ START_TEST(good_input_passes_whole)
 	enqueue_one(t.client, "big", NULL, big.data, NULL);
 	sq_buf_free(&big);
 	const char *a3[] = {"-c", good, "claim", "--types", "big:5", "--worker", "w", NULL};
-	ck_assert_msg(run_cli(a3, NULL, 0, &out, &err) == 0, "claim: %s", err);
+	ck_assert_msg(test_cli_argv(a3, NULL, 0, &out, &err) == 0, "claim: %s", err);
 	ck_assert_uint_gt(strlen(out), 100 * 1024);
-	write_bytes(claimed, out, strlen(out));
+	test_write_bytes(claimed, out, strlen(out));
 	const char *a4[] = {"-c", good, "start", "--worker", "w", "-", NULL};
 	char *claim_out = out;
 	free(err);
-	ck_assert_msg(run_cli(a4, claim_out, strlen(claim_out), &out, &err) == 0, "start: %s", err);
+	ck_assert_msg(test_cli_argv(a4, claim_out, strlen(claim_out), &out, &err) == 0, "start: %s",
+		      err);
 	ck_assert_msg(strstr(out, ":1 ok\n") != NULL, "start: %s", out);
 	free(claim_out);
 	free(out);
@@ -1390,20 +1330,20 @@ START_TEST(cli_names_the_lines_written)
 	path_in(cfg, sizeof(cfg), "lost.ini");
 	path_in(file, sizeof(file), "jobs.jsonl");
 	path_in(again, sizeof(again), "again.jsonl");
-	write_bytes(cfg, ini, strlen(ini));
+	test_write_bytes(cfg, ini, strlen(ini));
 	free(ini);
 	sq_buf b;
 	sq_buf_init(&b);
 	for (int i = 1; i <= N; i++)
 		sq_buf_printf(&b, "{\"type\":\"t\",\"params\":{\"line\":%d}}\n", i);
-	write_bytes(file, b.data, b.len);
+	test_write_bytes(file, b.data, b.len);
 	sq_buf_free(&b);
 
 	atomic_store(&px.armed, 1);
 	char batch[16];
 	snprintf(batch, sizeof(batch), "%d", B);
 	const char *a1[] = {"-c", cfg, "enqueue", "--file", file, "--batch", batch, NULL};
-	int code = run_cli(a1, NULL, 0, &out, &err);
+	int code = test_cli_argv(a1, NULL, 0, &out, &err);
 	ck_assert_int_eq(atomic_load(&px.cuts), 1);
 	ck_assert_msg(code == 4, "exit %d: %s", code, err);
 	size_t elen = strlen(err);
@@ -1451,10 +1391,10 @@ START_TEST(cli_names_the_lines_written)
 	free(out);
 	free(err);
 	/* send exactly those again: every line once */
-	write_bytes(again, b.data, b.len);
+	test_write_bytes(again, b.data, b.len);
 	sq_buf_free(&b);
 	const char *a2[] = {"-c", cfg, "enqueue", "--file", again, "--quiet", NULL};
-	ck_assert_msg(run_cli(a2, NULL, 0, &out, &err) == 0, "%s", err);
+	ck_assert_msg(test_cli_argv(a2, NULL, 0, &out, &err) == 0, "%s", err);
 	ck_assert_int_eq(jobs_with("line"), N);
 	ck_assert_int_eq(testdb_sum(&t, "SELECT count(DISTINCT params->>'line') FROM shardq.jobs "
 					"WHERE params ? 'line'"),
@@ -1518,22 +1458,22 @@ START_TEST(zeroed_spec_takes_type_tolerance)
 	char *out, *err2, file[1024];
 	int64_t id;
 	const char *a1[] = {"-c", good, "enqueue", "--type", "tol", NULL};
-	ck_assert_int_eq(run_cli(a1, NULL, 0, &out, &err2), 0);
+	ck_assert_int_eq(test_cli_argv(a1, NULL, 0, &out, &err2), 0);
 	ck_assert_int_eq(sscanf(out, "{\"id\":%" SCNd64, &id), 1);
 	ck_assert_int_eq(tolerance_of(id), 5000000);
 	free(out);
 	free(err2);
 	const char *a2[] = {"-c", good, "enqueue", "--type", "tol", "--tolerance", "0", NULL};
-	ck_assert_int_eq(run_cli(a2, NULL, 0, &out, &err2), 0);
+	ck_assert_int_eq(test_cli_argv(a2, NULL, 0, &out, &err2), 0);
 	ck_assert_int_eq(sscanf(out, "{\"id\":%" SCNd64, &id), 1);
 	ck_assert_int_eq(tolerance_of(id), 0);
 	free(out);
 	free(err2);
 	path_in(file, sizeof(file), "jobs.jsonl");
 	const char *lines = "{\"type\":\"tol\",\"delay_tolerance_ms\":0}\n{\"type\":\"tol\"}\n";
-	write_bytes(file, lines, strlen(lines));
+	test_write_bytes(file, lines, strlen(lines));
 	const char *a3[] = {"-c", good, "enqueue", "--file", file, NULL};
-	ck_assert_int_eq(run_cli(a3, NULL, 0, &out, &err2), 0);
+	ck_assert_int_eq(test_cli_argv(a3, NULL, 0, &out, &err2), 0);
 	char *second = strchr(out, '\n') + 1;
 	ck_assert_int_eq(sscanf(out, "{\"id\":%" SCNd64, &id), 1);
 	ck_assert_int_eq(tolerance_of(id), 0);
@@ -1550,11 +1490,11 @@ int main(void)
 	TCase *tc = tcase_create("badinput");
 	tcase_set_timeout(tc, 3600);
 	tcase_add_checked_fixture(tc, setup, teardown);
-	tcase_add_test(tc, bad_input_changes_nothing);
-	tcase_add_test(tc, good_input_passes_whole);
-	tcase_add_test(tc, lost_shard_reports_exact_set);
-	tcase_add_test(tc, cli_names_the_lines_written);
-	tcase_add_test(tc, zeroed_spec_takes_type_tolerance);
+	ADD_TEST(tc, bad_input_changes_nothing);
+	ADD_TEST(tc, good_input_passes_whole);
+	ADD_TEST(tc, lost_shard_reports_exact_set);
+	ADD_TEST(tc, cli_names_the_lines_written);
+	ADD_TEST(tc, zeroed_spec_takes_type_tolerance);
 	suite_add_tcase(s, tc);
 	return run_suite(s);
 }

@@ -1,7 +1,7 @@
 /* test_claim.c - the multi-type claim: limits per type, one statement per
  * shard (counted by the servers), the documented order, and many
  * concurrent claimers taking each job exactly once. */
-#include "test_common.h"
+#include "support.h"
 
 #include <pthread.h>
 
@@ -302,10 +302,10 @@ int main(void)
 	Suite *s = suite_create("claim");
 	TCase *tc = tcase_create("claim");
 	tcase_set_timeout(tc, 3600);
-	tcase_add_test(tc, three_types_one_statement_per_shard);
-	tcase_add_test(tc, delay_tolerance_orders_and_schedule_waits);
-	tcase_add_test(tc, eight_claimers_each_job_once);
-	tcase_add_test(tc, claimed_jobs_read_as_stored);
+	ADD_TEST(tc, three_types_one_statement_per_shard);
+	ADD_TEST(tc, delay_tolerance_orders_and_schedule_waits);
+	ADD_TEST(tc, eight_claimers_each_job_once);
+	ADD_TEST(tc, claimed_jobs_read_as_stored);
 	suite_add_tcase(s, tc);
 	return run_suite(s);
 }

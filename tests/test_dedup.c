@@ -1,6 +1,6 @@
 /* test_dedup.c - the four dedup policies of design section 5, on real
  * shards: what happens to a live duplicate of (type, key). */
-#include "test_common.h"
+#include "support.h"
 
 static const char *types = "[type ign]\ndedup = ignore\n"
 			   "[type rep]\ndedup = replace\n"
@@ -17,19 +17,6 @@ static void setup(void)
 static void teardown(void)
 {
 	testdb_close(&t);
-}
-
-static sq_job get(int64_t id)
-{
-	sq_job j;
-	sq_error err;
-	OKE(sq_get_job(t.client, id, &j, &err));
-	return j;
-}
-
-static void clear(sq_job *j)
-{
-	sq_job_clear(j);
 }
 
 static long live_with_key(const char *key)
@@ -66,9 +53,9 @@ START_TEST(ignore_keeps_existing)
 	int64_t b = enqueue_one(t.client, "ign", "k1", "{\"v\":2}", &o);
 	ck_assert_int_eq(o, SQ_ENQ_DUPLICATE);
 	ck_assert_int_eq(a, b);
-	sq_job j = get(a);
+	sq_job j = test_get_job(t.client, a);
 	ck_assert_str_eq(j.params, "{\"v\": 1}");
-	clear(&j);
+	sq_job_clear(&j);
 	ck_assert_int_eq(live_with_key("k1"), 1);
 	/* a different type with the same key is another job */
 	int64_t c = enqueue_one(t.client, "rep", "k1", NULL, &o);
@@ -90,21 +77,21 @@ START_TEST(replace_while_ready_only)
 	OKE(sq_enqueue(t.client, &js, 1, &r, &err));
 	ck_assert_int_eq(r.outcome, SQ_ENQ_REPLACED);
 	ck_assert_int_eq(r.id, a);
-	sq_job j = get(a);
+	sq_job j = test_get_job(t.client, a);
 	ck_assert_str_eq(j.params, "{\"v\": 2}");
 	ck_assert_int_eq(j.priority, 9);
-	clear(&j);
+	sq_job_clear(&j);
 	/* once it runs, a duplicate changes nothing */
 	sq_job run = run_one("rep", "w");
 	ck_assert_int_eq(run.id, a);
 	int64_t b = enqueue_one(t.client, "rep", "k2", "{\"v\":3}", &o);
 	ck_assert_int_eq(o, SQ_ENQ_DUPLICATE);
 	ck_assert_int_eq(b, a);
-	j = get(a);
+	j = test_get_job(t.client, a);
 	ck_assert_str_eq(j.params, "{\"v\": 2}");
 	ck_assert_int_eq(j.status, SQ_RUNNING);
-	clear(&j);
-	clear(&run);
+	sq_job_clear(&j);
+	sq_job_clear(&run);
 	ck_assert_int_eq(live_with_key("k2"), 1);
 }
 END_TEST
@@ -116,9 +103,9 @@ START_TEST(merge_params_while_ready)
 	int64_t b = enqueue_one(t.client, "mrg", "k3", "{\"b\":2,\"x\":2}", &o);
 	ck_assert_int_eq(o, SQ_ENQ_MERGED);
 	ck_assert_int_eq(a, b);
-	sq_job j = get(a);
+	sq_job j = test_get_job(t.client, a);
 	ck_assert_str_eq(j.params, "{\"a\": 1, \"b\": 2, \"x\": 2}");
-	clear(&j);
+	sq_job_clear(&j);
 	/* three copies in one batch merge in order */
 	sq_job_spec js[3];
 	sq_enqueue_result r[3];
@@ -132,17 +119,17 @@ START_TEST(merge_params_while_ready)
 	ck_assert_int_eq(r[1].outcome, SQ_ENQ_MERGED);
 	ck_assert_int_eq(r[2].outcome, SQ_ENQ_MERGED);
 	ck_assert_int_eq(r[0].id, r[2].id);
-	j = get(r[0].id);
+	j = test_get_job(t.client, r[0].id);
 	ck_assert_str_eq(j.params, "{\"m\": 2, \"n\": 3}");
-	clear(&j);
+	sq_job_clear(&j);
 	/* running: merge does not touch it */
 	sq_job run = run_one("mrg", "w");
 	enqueue_one(t.client, "mrg", run.key, "{\"late\":true}", &o);
 	ck_assert_int_eq(o, SQ_ENQ_DUPLICATE);
-	j = get(run.id);
+	j = test_get_job(t.client, run.id);
 	ck_assert_ptr_null(strstr(j.params, "late"));
-	clear(&j);
-	clear(&run);
+	sq_job_clear(&j);
+	sq_job_clear(&run);
 }
 END_TEST
 
@@ -185,20 +172,20 @@ START_TEST(rerun_after_running)
 	ck_assert_int_eq(b, a);
 	ck_assert_int_eq(live_with_key("sync:1"), 1);
 	/* the running copy still has its params */
-	sq_job j = get(a);
+	sq_job j = test_get_job(t.client, a);
 	ck_assert_str_eq(j.params, "{\"rev\": 2}");
-	clear(&j);
+	sq_job_clear(&j);
 	/* complete: it becomes ready again, with the last params, fresh attempts */
 	sq_job_ref ref = {run.id, run.attempt};
 	OKE(sq_complete(t.client, "w1", &ref, 1, &st, &err));
 	ck_assert_int_eq(st, SQ_OK);
-	j = get(a);
+	j = test_get_job(t.client, a);
 	ck_assert_int_eq(j.status, SQ_READY);
 	ck_assert_str_eq(j.params, "{\"rev\": 4}");
 	ck_assert_int_eq(j.tries, 0); /* a fresh budget; the fence keeps growing */
 	ck_assert_int_eq(j.attempt, 1);
-	clear(&j);
-	clear(&run);
+	sq_job_clear(&j);
+	sq_job_clear(&run);
 	/* it runs once more and then is gone */
 	run = run_one("rr", "w2");
 	ck_assert_str_eq(run.params, "{\"rev\": 4}");
@@ -207,7 +194,7 @@ START_TEST(rerun_after_running)
 	ck_assert_int_eq(st, SQ_OK);
 	ck_assert_int_eq(sq_get_job(t.client, a, &j, &err), SQ_ENOTFOUND);
 	ck_assert_int_eq(live_with_key("sync:1"), 0);
-	clear(&run);
+	sq_job_clear(&run);
 	/* the key is free again: a new job */
 	int64_t c = enqueue_one(t.client, "rr", "sync:1", "{\"rev\":5}", &o);
 	ck_assert_int_eq(o, SQ_ENQ_INSERTED);
@@ -223,9 +210,9 @@ START_TEST(finished_or_cancelled_key_is_free)
 	int64_t a = enqueue_one(t.client, "ign", "kc", NULL, &o);
 	OKE(sq_cancel_key(t.client, "ign", "kc", &id2, &err));
 	ck_assert_int_eq(id2, a);
-	sq_job j = get(a);
+	sq_job j = test_get_job(t.client, a);
 	ck_assert_int_eq(j.status, SQ_CANCELLED);
-	clear(&j);
+	sq_job_clear(&j);
 	int64_t b = enqueue_one(t.client, "ign", "kc", NULL, &o);
 	ck_assert_int_eq(o, SQ_ENQ_INSERTED);
 	ck_assert_int_ne(a, b);
@@ -239,12 +226,12 @@ int main(void)
 	TCase *tc = tcase_create("dedup");
 	tcase_set_timeout(tc, 3600);
 	tcase_add_checked_fixture(tc, setup, teardown);
-	tcase_add_test(tc, ignore_keeps_existing);
-	tcase_add_test(tc, replace_while_ready_only);
-	tcase_add_test(tc, merge_params_while_ready);
-	tcase_add_test(tc, ignore_copies_in_one_batch);
-	tcase_add_test(tc, rerun_after_running);
-	tcase_add_test(tc, finished_or_cancelled_key_is_free);
+	ADD_TEST(tc, ignore_keeps_existing);
+	ADD_TEST(tc, replace_while_ready_only);
+	ADD_TEST(tc, merge_params_while_ready);
+	ADD_TEST(tc, ignore_copies_in_one_batch);
+	ADD_TEST(tc, rerun_after_running);
+	ADD_TEST(tc, finished_or_cancelled_key_is_free);
 	suite_add_tcase(s, tc);
 	return run_suite(s);
 }

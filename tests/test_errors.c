@@ -1,7 +1,7 @@
 /* test_errors.c - bad input gets a clear error naming what was wrong, and
  * nothing of it is written: configs, unreachable shards, JSON, types,
  * sizes; and the same through the CLI. */
-#include "test_common.h"
+#include "support.h"
 
 #include <signal.h>
 #include <stdarg.h>
@@ -9,11 +9,6 @@
 #include <unistd.h>
 
 static const char *types = "[type t]\n";
-
-static long long jobs_now(testdb *t)
-{
-	return testdb_sum(t, "SELECT count(*) FROM shardq.jobs");
-}
 
 START_TEST(unreachable_shard_is_named)
 {
@@ -73,7 +68,7 @@ START_TEST(bad_jobs_write_nothing)
 	ck_assert_int_eq(sq_enqueue(t.client, js, N, rs, &err), SQ_EINVAL);
 	ck_assert_ptr_nonnull(strstr(err.msg, "job 50"));
 	ck_assert_ptr_nonnull(strstr(err.msg, "not valid JSON"));
-	ck_assert_int_eq(jobs_now(&t), 0);
+	ck_assert_int_eq(test_all_jobs(&t), 0);
 	js[49].params = "[1,2]";
 	ck_assert_int_eq(sq_enqueue(t.client, js, N, rs, &err), SQ_EINVAL);
 	ck_assert_ptr_nonnull(strstr(err.msg, "JSON object"));
@@ -104,7 +99,7 @@ START_TEST(bad_jobs_write_nothing)
 	ck_assert_ptr_nonnull(strstr(err.msg, "job 31: params are"));
 	free(p);
 	js[30].params = NULL;
-	ck_assert_int_eq(jobs_now(&t), 0);
+	ck_assert_int_eq(test_all_jobs(&t), 0);
 
 	/* claims of unknown types and bad limits */
 	sq_claim_req rq = {"nosuch", 5, 0};
@@ -115,7 +110,7 @@ START_TEST(bad_jobs_write_nothing)
 
 	/* and then the good batch goes in whole */
 	OKE(sq_enqueue(t.client, js, N, rs, &err));
-	ck_assert_int_eq(jobs_now(&t), N);
+	ck_assert_int_eq(test_all_jobs(&t), N);
 	testdb_close(&t);
 }
 END_TEST
@@ -173,13 +168,6 @@ START_TEST(database_of_another_shard_refused)
 }
 END_TEST
 
-static void write_file(const char *path, const char *text)
-{
-	FILE *f = fopen(path, "w");
-	fputs(text, f);
-	fclose(f);
-}
-
 START_TEST(cli_errors)
 {
 	testdb t;
@@ -193,8 +181,9 @@ START_TEST(cli_errors)
 	ck_assert_msg(!strncmp(out, "shardq ", 7) && out[7] >= '0' && out[7] <= '9', "%s", out);
 
 	/* a malformed config: every bad key with its line, exit 3 */
-	write_file(path,
-		   "[cluster]\npartitions = 3\n[shard s1]\nweight = x\n[type t]\nretries = 2\n");
+	test_write_file(
+		path, 0, "%s",
+		"[cluster]\npartitions = 3\n[shard s1]\nweight = x\n[type t]\nretries = 2\n");
 	ck_assert_int_eq(testdb_run_cli(out, sizeof(out), "-c %s stats", path), 3);
 	ck_assert_ptr_nonnull(strstr(out, ":2: [cluster] partitions"));
 	ck_assert_ptr_nonnull(strstr(out, ":4: [shard s1] weight"));
@@ -202,31 +191,33 @@ START_TEST(cli_errors)
 	ck_assert_ptr_nonnull(strstr(out, ":3: [shard s1] dsn: missing"));
 
 	/* a good config; a job file with a bad third line writes nothing */
-	write_file(path, t.ini);
-	write_file(jobs, "{\"type\":\"t\",\"key\":\"a\"}\n{\"type\":\"t\",\"key\":\"b\"}\n"
-			 "{\"type\":\"t\",\"params\":{\"x\":}\n{\"type\":\"t\"}\n");
+	test_write_file(path, 0, "%s", t.ini);
+	test_write_file(jobs, 0, "%s",
+			"{\"type\":\"t\",\"key\":\"a\"}\n{\"type\":\"t\",\"key\":\"b\"}\n"
+			"{\"type\":\"t\",\"params\":{\"x\":}\n{\"type\":\"t\"}\n");
 	ck_assert_int_eq(testdb_run_cli(out, sizeof(out), "-c %s enqueue --file %s", path, jobs),
 			 5);
 	ck_assert_ptr_nonnull(strstr(out, ":3: invalid JSON"));
 	ck_assert_ptr_nonnull(strstr(out, "nothing was enqueued"));
-	ck_assert_int_eq(jobs_now(&t), 0);
-	write_file(jobs, "{\"type\":\"t\",\"key\":\"a\"}\n{\"type\":\"nosuch\"}\n");
+	ck_assert_int_eq(test_all_jobs(&t), 0);
+	test_write_file(jobs, 0, "%s", "{\"type\":\"t\",\"key\":\"a\"}\n{\"type\":\"nosuch\"}\n");
 	ck_assert_int_eq(testdb_run_cli(out, sizeof(out), "-c %s enqueue --file %s", path, jobs),
 			 5);
 	ck_assert_ptr_nonnull(strstr(out, ":2: unknown task type 'nosuch'"));
-	ck_assert_int_eq(jobs_now(&t), 0);
+	ck_assert_int_eq(test_all_jobs(&t), 0);
 	ck_assert_int_eq(
 		testdb_run_cli(out, sizeof(out), "-c %s enqueue --type t --params '{x'", path), 5);
 	ck_assert_ptr_nonnull(strstr(out, "not valid JSON"));
-	ck_assert_int_eq(jobs_now(&t), 0);
+	ck_assert_int_eq(test_all_jobs(&t), 0);
 
 	/* the whole path through the CLI: enqueue, claim, start, complete */
-	write_file(jobs, "{\"type\":\"t\",\"key\":\"a\",\"params\":{\"n\":1}}\n"
-			 "{\"type\":\"t\",\"key\":\"b\"}\n{\"type\":\"t\",\"key\":\"a\"}\n");
+	test_write_file(jobs, 0, "%s",
+			"{\"type\":\"t\",\"key\":\"a\",\"params\":{\"n\":1}}\n"
+			"{\"type\":\"t\",\"key\":\"b\"}\n{\"type\":\"t\",\"key\":\"a\"}\n");
 	ck_assert_int_eq(testdb_run_cli(out, sizeof(out), "-c %s enqueue --file %s", path, jobs),
 			 0);
 	ck_assert_ptr_nonnull(strstr(out, "\"outcome\":\"duplicate\""));
-	ck_assert_int_eq(jobs_now(&t), 2);
+	ck_assert_int_eq(test_all_jobs(&t), 2);
 	ck_assert_int_eq(testdb_run_cli(out, sizeof(out),
 					"-c %s claim --types t:10 --worker cli > %s.claimed && "
 					"%s -c %s start --worker cli - < %s.claimed && "
@@ -234,7 +225,7 @@ START_TEST(cli_errors)
 					path, jobs, getenv("SHARDQ_CLI"), path, jobs,
 					getenv("SHARDQ_CLI"), path, jobs),
 			 0);
-	ck_assert_int_eq(jobs_now(&t), 0);
+	ck_assert_int_eq(test_all_jobs(&t), 0);
 	/* completing again: lost, exit 6 */
 	ck_assert_int_eq(testdb_run_cli(out, sizeof(out),
 					"-c %s complete --worker cli - < %s.claimed", path, jobs),
@@ -275,7 +266,7 @@ static void down_ini(testdb *t, char *path, size_t len, int which)
 		memcpy(at, "port=1 ", 7);
 	}
 	testdb_path(path, len, which < 0 ? "all-down.ini" : "down.ini");
-	write_file(path, ini);
+	test_write_file(path, 0, "%s", ini);
 	free(ini);
 }
 
@@ -456,7 +447,7 @@ START_TEST(stats_marks_estimates_in_the_total)
 	for (int s = 0; s < t.nshards; s++)
 		ck_assert_int_gt(testdb_scalar(&t, s, "SELECT count(*) FROM shardq.jobs"), 10000);
 	testdb_path(path, sizeof(path), "est.ini");
-	write_file(path, t.ini);
+	test_write_file(path, 0, "%s", t.ini);
 	ck_assert_int_eq(testdb_run_cli(out, sizeof(out), "-c %s stats", path), 0);
 	char *total = strstr(out, "\ntotal ");
 	ck_assert_msg(strstr(out, " ~") && total, "%s", out);
@@ -471,15 +462,15 @@ int main(void)
 	Suite *s = suite_create("errors");
 	TCase *tc = tcase_create("errors");
 	tcase_set_timeout(tc, 3600);
-	tcase_add_test(tc, unreachable_shard_is_named);
-	tcase_add_test(tc, not_initialised);
-	tcase_add_test(tc, bad_jobs_write_nothing);
-	tcase_add_test(tc, old_schema_asks_for_init);
-	tcase_add_test(tc, database_of_another_shard_refused);
-	tcase_add_test(tc, cli_errors);
-	tcase_add_test(tc, stats_with_a_shard_down);
-	tcase_add_test(tc, commands_with_a_shard_down);
-	tcase_add_test(tc, stats_marks_estimates_in_the_total);
+	ADD_TEST(tc, unreachable_shard_is_named);
+	ADD_TEST(tc, not_initialised);
+	ADD_TEST(tc, bad_jobs_write_nothing);
+	ADD_TEST(tc, old_schema_asks_for_init);
+	ADD_TEST(tc, database_of_another_shard_refused);
+	ADD_TEST(tc, cli_errors);
+	ADD_TEST(tc, stats_with_a_shard_down);
+	ADD_TEST(tc, commands_with_a_shard_down);
+	ADD_TEST(tc, stats_marks_estimates_in_the_total);
 	suite_add_tcase(s, tc);
 	return run_suite(s);
 }

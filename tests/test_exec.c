@@ -11,7 +11,7 @@
  * the run's own directory (testdb_tmpdir, made with mkdtemp).
  */
 #define _GNU_SOURCE
-#include "test_common.h"
+#include "support.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -30,47 +30,19 @@ static char dir[512]; /* this run's files */
 static char ini[600]; /* the cluster's config */
 static char mark[64]; /* unique to this run: the worker ids end with it */
 
-static double now_s(void)
-{
-	return test_now_s();
-}
-
 static void path_of(char *out, size_t len, const char *name)
 {
 	snprintf(out, len, "%s/%s", dir, name);
 }
 
-/* Writes a file of the test's directory from a format. */
-__attribute__((format(printf, 3, 4))) static void write_file(const char *name, int exec,
-							     const char *fmt, ...)
+/* DIR/name (kept in a small ring, so that a few can be in use at once). */
+static const char *in_dir(const char *name)
 {
-	char path[512];
-	path_of(path, sizeof(path), name);
-	FILE *f = fopen(path, "w");
-	ck_assert_msg(f != NULL, "%s: %s", path, strerror(errno));
-	va_list ap;
-	va_start(ap, fmt);
-	vfprintf(f, fmt, ap);
-	va_end(ap);
-	fclose(f);
-	if (exec)
-		chmod(path, 0755);
-}
-
-/* A file of the test's directory (up to 64 KiB), or "" if none. */
-static const char *read_file(const char *name)
-{
-	static char text[65536];
-	char path[512];
-	path_of(path, sizeof(path), name);
-	text[0] = '\0';
-	FILE *f = fopen(path, "r");
-	if (!f)
-		return text;
-	size_t n = fread(text, 1, sizeof(text) - 1, f);
-	text[n] = '\0';
-	fclose(f);
-	return text;
+	static char ring[8][512];
+	static int next;
+	char *p = ring[next++ % 8];
+	path_of(p, sizeof(ring[0]), name);
+	return p;
 }
 
 static int file_exists(const char *name)
@@ -86,7 +58,7 @@ static void setup(const char *db, const char *types)
 	snprintf(mark, sizeof(mark), "%s", strrchr(dir, '-') + 1);
 	testdb_open(&t, db, test_shard_count(), 256, types);
 	path_of(ini, sizeof(ini), "shardq.ini");
-	write_file("shardq.ini", 0, "%s", t.ini);
+	test_write_file(in_dir("shardq.ini"), 0, "%s", t.ini);
 }
 
 static void cleanup(void)
@@ -99,63 +71,51 @@ static void cleanup(void)
  * EXTRA` (SCRIPT "exec NAME": --exec 'exec DIR/NAME'), its output in
  * DIR/ID.out; own_group: as the leader of a process group of its own, as a
  * shell's job would be. */
-static pid_t spawn_worker(const char *id, const char *types, const char *script, const char *extra,
-			  int own_group)
+static pid_t spawn(const char *id, const char *types, const char *script, const char *extra,
+		   int own_group)
 {
-	char cmd[4096];
+	char wid[160], exec[600], out[600];
 	int exec_word = !strncmp(script, "exec ", 5);
-	snprintf(cmd, sizeof(cmd),
-		 "exec %s -c %s work --worker %s-%s --types %s --exec '%s%s/%s' %s > %s/%s.out "
-		 "2>&1",
-		 getenv("SHARDQ_CLI"), ini, id, mark, types, exec_word ? "exec " : "", dir,
-		 script + (exec_word ? 5 : 0), extra ? extra : "", dir, id);
-	pid_t pid = fork();
-	ck_assert_int_ge(pid, 0);
-	if (pid == 0) {
-		if (own_group)
-			setpgid(0, 0);
-		execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
-		_exit(127);
-	}
-	if (own_group)
-		setpgid(pid, pid);
-	return pid;
+	snprintf(wid, sizeof(wid), "%s-%s", id, mark);
+	snprintf(exec, sizeof(exec), "%s%s/%s", exec_word ? "exec " : "", dir,
+		 script + (exec_word ? 5 : 0));
+	snprintf(out, sizeof(out), "%s/%s.out", dir, id);
+	test_worker_cmd w = {ini,   wid, types, exec,
+			     extra, out, 0,     own_group ? TEST_SPAWN_GROUP : 0};
+	return test_spawn_worker(&w);
 }
 
 static const char *worker_out(const char *id)
 {
 	char name[128];
 	snprintf(name, sizeof(name), "%s.out", id);
-	return read_file(name);
+	return test_file_text(in_dir(name));
 }
 
 /* Waits for the worker to exit; returns its exit code (128+N: signal N).
- * Fails if it is still there after hang_s seconds. */
-static int wait_exit(pid_t pid, const char *id, double hang_s)
+ * Fails if it is still there after the stall time. */
+static int exited(pid_t pid, const char *id)
 {
-	double end = now_s() + hang_s;
-	int status;
-	while (now_s() < end) {
-		if (waitpid(pid, &status, WNOHANG) == pid)
-			return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-		usleep(20000);
-	}
-	kill(pid, SIGKILL);
-	waitpid(pid, &status, 0);
-	ck_assert_msg(0, "worker %s did not exit within %.0fs; its output:\n%s", id, hang_s,
+	int rc = test_wait_exit(pid, STALL_S);
+	ck_assert_msg(rc >= 0, "worker %s did not exit within %.0fs; its output:\n%s", id, STALL_S,
 		      worker_out(id));
-	return -1;
+	return rc;
 }
 
 /* The live processes of this run's jobs: whose environment holds
  * SHARDQ_WORKER=ID-<mark>. */
 typedef testdb_proc proc;
 
+static const char *job_env(const char *id)
+{
+	static char want[160];
+	snprintf(want, sizeof(want), "SHARDQ_WORKER=%s-%s", id, mark);
+	return want;
+}
+
 static int job_procs(const char *id, proc *v, int max)
 {
-	char want[160];
-	snprintf(want, sizeof(want), "SHARDQ_WORKER=%s-%s", id, mark);
-	return testdb_procs(want, v, max);
+	return testdb_procs(job_env(id), v, max);
 }
 
 static void describe(const proc *v, int n, char *out, size_t len)
@@ -163,31 +123,11 @@ static void describe(const proc *v, int n, char *out, size_t len)
 	testdb_procs_describe(v, n, out, len);
 }
 
-/* Waits until no process of worker ID's jobs is left; on a stall, kills the
- * survivors (so that a failed run leaves nothing behind) and fails with
- * their list. Returns how long it took. */
+/* Waits until no process of worker ID's jobs is left (test_wait_no_procs);
+ * returns how long it took. */
 static double wait_no_job_procs(const char *id, const char *why)
 {
-	proc v[64];
-	double t0 = now_s(), since = t0;
-	int last = -1, n;
-	while ((n = job_procs(id, v, 64)) > 0) {
-		if (n != last) {
-			last = n;
-			since = now_s();
-		}
-		if (now_s() - since > STALL_S) {
-			char list[8192];
-			describe(v, n < 64 ? n : 64, list, sizeof(list));
-			for (int i = 0; i < n && i < 64; i++)
-				kill(v[i].pid, SIGKILL);
-			ck_assert_msg(0,
-				      "%s: %d process(es) of the job still alive after %.0fs:\n%s",
-				      why, n, now_s() - t0, list);
-		}
-		usleep(20000);
-	}
-	return now_s() - t0;
+	return test_wait_no_procs(job_env(id), why);
 }
 
 /* Waits until the job is no longer ready or running (its status), while
@@ -195,7 +135,7 @@ static double wait_no_job_procs(const char *id, const char *why)
  * worker's output. */
 static sq_job_status wait_job_settled(int64_t id, pid_t worker, const char *wid)
 {
-	double since = now_s();
+	double since = test_now_s();
 	for (;;) {
 		sq_job j;
 		sq_error err;
@@ -208,7 +148,7 @@ static sq_job_status wait_job_settled(int64_t id, pid_t worker, const char *wid)
 		ck_assert_msg(waitpid(worker, &status, WNOHANG) == 0,
 			      "worker %s exited while job %lld was %s; its output:\n%s", wid,
 			      (long long)id, sq_job_status_name(st), worker_out(wid));
-		if (now_s() - since > STALL_S) {
+		if (test_now_s() - since > STALL_S) {
 			proc v[64];
 			char list[8192];
 			int n = job_procs(wid, v, 64);
@@ -230,7 +170,7 @@ static sq_job_status wait_job_settled(int64_t id, pid_t worker, const char *wid)
  * lives; a stall (no new file for STALL_S) fails. */
 static void wait_files(const char *prefix, int n, pid_t worker, const char *wid)
 {
-	double since = now_s();
+	double since = test_now_s();
 	int have = -1;
 	for (;;) {
 		int k = 0;
@@ -242,12 +182,12 @@ static void wait_files(const char *prefix, int n, pid_t worker, const char *wid)
 		if (k == n)
 			return;
 		if (k != have)
-			have = k, since = now_s();
+			have = k, since = test_now_s();
 		int status;
 		ck_assert_msg(waitpid(worker, &status, WNOHANG) == 0,
 			      "worker %s exited with %d of %d %s* files there; its output:\n%s",
 			      wid, k, n, prefix, worker_out(wid));
-		ck_assert_msg(now_s() - since < STALL_S,
+		ck_assert_msg(test_now_s() - since < STALL_S,
 			      "%d of %d %s* files after %.0fs of no change; worker output:\n%s", k,
 			      n, prefix, STALL_S, worker_out(wid));
 		usleep(20000);
@@ -273,24 +213,6 @@ static const char *job_error(int64_t id)
 	return text;
 }
 
-static long long live_jobs(void)
-{
-	return testdb_sum(&t, "SELECT count(*) FROM shardq.jobs WHERE status IN "
-			      "('ready','starting','running')");
-}
-
-static void enqueue_n(const char *type, int n)
-{
-	sq_job_spec *js = calloc((size_t)n, sizeof(*js));
-	sq_enqueue_result *rs = calloc((size_t)n, sizeof(*rs));
-	sq_error err;
-	for (int i = 0; i < n; i++)
-		js[i].type = type;
-	OKE(sq_enqueue(t.client, js, (size_t)n, rs, &err));
-	free(js);
-	free(rs);
-}
-
 /* kill -9 of the worker while its job runs a tree of processes: children,
  * an orphaned grandchild, one in a session of its own, one that ignores
  * SIGTERM/SIGINT/SIGHUP, and the script's own long sleep. None survives. */
@@ -298,25 +220,25 @@ START_TEST(kill9_kills_the_job_tree)
 {
 	enum { LEAVES = 8 };
 	setup("sqt_exec_kill", "[type k]\nexecution_timeout = 10m\n");
-	write_file("tree.sh", 1,
-		   "#!/bin/sh\n"
-		   "D=%s\n"
-		   "sh -c 'echo > $0/up.1; exec sleep 300' $D &\n"
-		   "sh -c 'echo > $0/up.2; exec sleep 301' $D &\n"
-		   "( sh -c 'echo > $0/up.3; exec sleep 302' $D & wait ) &\n"
-		   "( sh -c 'echo > $0/up.4; exec sleep 303' $D & )\n"
-		   "if command -v setsid > /dev/null; then\n"
-		   "  setsid sh -c 'echo > $0/up.5; exec sleep 304' $D &\n"
-		   "else\n"
-		   "  sh -c 'echo > $0/up.5; exec sleep 304' $D &\n"
-		   "fi\n"
-		   "sh -c 'trap \"\" TERM INT HUP; echo > $0/up.6; sleep 305; echo' $D &\n"
-		   "sh -c 'sh -c \"echo > \\$0/up.7; exec sleep 306\" $0 & wait' $D &\n"
-		   "echo > $D/up.8\n"
-		   "sleep 307\n",
-		   dir);
+	test_write_file(in_dir("tree.sh"), 1,
+			"#!/bin/sh\n"
+			"D=%s\n"
+			"sh -c 'echo > $0/up.1; exec sleep 300' $D &\n"
+			"sh -c 'echo > $0/up.2; exec sleep 301' $D &\n"
+			"( sh -c 'echo > $0/up.3; exec sleep 302' $D & wait ) &\n"
+			"( sh -c 'echo > $0/up.4; exec sleep 303' $D & )\n"
+			"if command -v setsid > /dev/null; then\n"
+			"  setsid sh -c 'echo > $0/up.5; exec sleep 304' $D &\n"
+			"else\n"
+			"  sh -c 'echo > $0/up.5; exec sleep 304' $D &\n"
+			"fi\n"
+			"sh -c 'trap \"\" TERM INT HUP; echo > $0/up.6; sleep 305; echo' $D &\n"
+			"sh -c 'sh -c \"echo > \\$0/up.7; exec sleep 306\" $0 & wait' $D &\n"
+			"echo > $D/up.8\n"
+			"sleep 307\n",
+			dir);
 	int64_t job = enqueue_one(t.client, "k", NULL, NULL, NULL);
-	pid_t w = spawn_worker("k9", "k:1", "tree.sh", "--poll 100ms", 0);
+	pid_t w = spawn("k9", "k:1", "tree.sh", "--poll 100ms", 0);
 	wait_files("up.", LEAVES, w, "k9");
 	proc v[64];
 	int before = job_procs("k9", v, 64);
@@ -340,18 +262,18 @@ END_TEST
 START_TEST(leftovers_die_with_the_job)
 {
 	setup("sqt_exec_left", "[type l]\nhistory = true\n");
-	write_file("left.sh", 1,
-		   "#!/bin/sh\n"
-		   "sleep 300 &\n"
-		   "sleep 301 > /dev/null 2>&1 < /dev/null &\n"
-		   "( sleep 302 > /dev/null 2>&1 < /dev/null & )\n"
-		   "if command -v setsid > /dev/null; then\n"
-		   "  setsid sleep 303 > /dev/null 2>&1 < /dev/null &\n"
-		   "fi\n"
-		   "echo 'left some behind'\n"
-		   "exit 0\n");
+	test_write_file(in_dir("left.sh"), 1,
+			"#!/bin/sh\n"
+			"sleep 300 &\n"
+			"sleep 301 > /dev/null 2>&1 < /dev/null &\n"
+			"( sleep 302 > /dev/null 2>&1 < /dev/null & )\n"
+			"if command -v setsid > /dev/null; then\n"
+			"  setsid sleep 303 > /dev/null 2>&1 < /dev/null &\n"
+			"fi\n"
+			"echo 'left some behind'\n"
+			"exit 0\n");
 	int64_t job = enqueue_one(t.client, "l", NULL, NULL, NULL);
-	pid_t w = spawn_worker("lf", "l:1", "left.sh", "--poll 100ms", 0);
+	pid_t w = spawn("lf", "l:1", "left.sh", "--poll 100ms", 0);
 	ck_assert_int_eq(wait_job_settled(job, w, "lf"), SQ_COMPLETED);
 	/* the helper reaps everything before it exits, and the job completes
 	 * only after that: nothing may be left now */
@@ -363,7 +285,7 @@ START_TEST(leftovers_die_with_the_job)
 		kill(v[i].pid, SIGKILL);
 	ck_assert_msg(n == 0, "%d process(es) outlived the job:\n%s", n, list);
 	kill(w, SIGTERM);
-	ck_assert_int_eq(wait_exit(w, "lf", STALL_S), 0);
+	ck_assert_int_eq(exited(w, "lf"), 0);
 	char want[64];
 	snprintf(want, sizeof(want), "[job %lld] left some behind", (long long)job);
 	ck_assert_msg(strstr(worker_out("lf"), want), "no '%s' in:\n%s", want, worker_out("lf"));
@@ -376,20 +298,20 @@ END_TEST
 static void signal_lets_job_finish(const char *db, const char *wid, int group_sigint)
 {
 	setup(db, "[type s]\nhistory = true\n");
-	write_file("slow.sh", 1,
-		   "#!/bin/sh\n"
-		   "echo > %s/started.1\n"
-		   "sleep 2\n"
-		   "echo \"$SHARDQ_JOB_ID\" >> %s/finished\n",
-		   dir, dir);
+	test_write_file(in_dir("slow.sh"), 1,
+			"#!/bin/sh\n"
+			"echo > %s/started.1\n"
+			"sleep 2\n"
+			"echo \"$SHARDQ_JOB_ID\" >> %s/finished\n",
+			dir, dir);
 	int64_t job = enqueue_one(t.client, "s", NULL, NULL, NULL);
-	pid_t w = spawn_worker(wid, "s:1", "slow.sh", "--poll 100ms", group_sigint);
+	pid_t w = spawn(wid, "s:1", "slow.sh", "--poll 100ms", group_sigint);
 	wait_files("started.", 1, w, wid);
 	if (group_sigint)
 		kill(-w, SIGINT);
 	else
 		kill(w, SIGTERM);
-	ck_assert_int_eq(wait_exit(w, wid, STALL_S), 0);
+	ck_assert_int_eq(exited(w, wid), 0);
 	sq_job j;
 	sq_error err;
 	OKE(sq_get_job(t.client, job, &j, &err));
@@ -399,7 +321,7 @@ static void signal_lets_job_finish(const char *db, const char *wid, int group_si
 	sq_job_clear(&j);
 	char want[32];
 	snprintf(want, sizeof(want), "%lld\n", (long long)job);
-	ck_assert_str_eq(read_file("finished"), want);
+	ck_assert_str_eq(test_file_text(in_dir("finished")), want);
 	cleanup();
 }
 
@@ -420,25 +342,25 @@ START_TEST(batch_completes_exactly_once)
 {
 	enum { N = 300 };
 	setup("sqt_exec_batch", "[type b]\nhistory = true\n");
-	write_file("one.sh", 1, "#!/bin/sh\necho \"$SHARDQ_JOB_ID\" >> %s/ran\n", dir);
-	enqueue_n("b", N);
-	pid_t w = spawn_worker("bt", "b:4", "one.sh", "--quiet --poll 100ms", 0);
-	double since = now_s();
+	test_write_file(in_dir("one.sh"), 1, "#!/bin/sh\necho \"$SHARDQ_JOB_ID\" >> %s/ran\n", dir);
+	test_enqueue_n(t.client, "b", N, NULL);
+	pid_t w = spawn("bt", "b:4", "one.sh", "--quiet --poll 100ms", 0);
+	double since = test_now_s();
 	long long left, last = -1;
-	while ((left = live_jobs()) > 0) {
+	while ((left = test_live_jobs(&t)) > 0) {
 		if (left != last)
-			last = left, since = now_s();
+			last = left, since = test_now_s();
 		int status;
 		ck_assert_msg(waitpid(w, &status, WNOHANG) == 0,
 			      "worker exited with %lld jobs left; its output:\n%s", left,
 			      worker_out("bt"));
-		ck_assert_msg(now_s() - since < STALL_S,
+		ck_assert_msg(test_now_s() - since < STALL_S,
 			      "%lld jobs left, none done in %.0fs; worker output:\n%s", left,
 			      STALL_S, worker_out("bt"));
 		usleep(50000);
 	}
 	kill(w, SIGTERM);
-	ck_assert_int_eq(wait_exit(w, "bt", STALL_S), 0);
+	ck_assert_int_eq(exited(w, "bt"), 0);
 	ck_assert_int_eq(testdb_sum(&t, "SELECT count(*) FROM shardq.jobs_history WHERE status = "
 					"'completed'"),
 			 N);
@@ -474,21 +396,22 @@ START_TEST(contract_through_the_helper)
 {
 	enum { BLOB = 200000 };
 	setup("sqt_exec_contract", "[type c]\nmax_attempts = 1\nhistory = true\n");
-	write_file("c.sh", 1,
-		   "#!/bin/sh\n"
-		   "D=%s\n"
-		   "case \"$SHARDQ_JOB_KEY\" in\n"
-		   "ok)\n"
-		   "  cat > $D/params\n"
-		   "  env | grep -E '^SHARDQ_(JOB_|WORKER=)' | sort > $D/env\n"
-		   "  ls -l /proc/$$/fd\n"
-		   "  echo 'hello from ok'\n"
-		   "  echo 'a note on stderr' >&2 ;;\n"
-		   "perm) echo 'first line' >&2; echo 'bad input: cannot go on' >&2; exit 100 ;;\n"
-		   "sig) echo 'about to die' >&2; kill -KILL $$ ;;\n"
-		   "gone) exec /nonexistent/prog ;;\n"
-		   "esac\n",
-		   dir);
+	test_write_file(
+		in_dir("c.sh"), 1,
+		"#!/bin/sh\n"
+		"D=%s\n"
+		"case \"$SHARDQ_JOB_KEY\" in\n"
+		"ok)\n"
+		"  cat > $D/params\n"
+		"  env | grep -E '^SHARDQ_(JOB_|WORKER=)' | sort > $D/env\n"
+		"  ls -l /proc/$$/fd\n"
+		"  echo 'hello from ok'\n"
+		"  echo 'a note on stderr' >&2 ;;\n"
+		"perm) echo 'first line' >&2; echo 'bad input: cannot go on' >&2; exit 100 ;;\n"
+		"sig) echo 'about to die' >&2; kill -KILL $$ ;;\n"
+		"gone) exec /nonexistent/prog ;;\n"
+		"esac\n",
+		dir);
 	char *params = malloc(BLOB + 32);
 	strcpy(params, "{\"blob\": \"");
 	memset(params + strlen(params), 'x', BLOB);
@@ -500,7 +423,7 @@ START_TEST(contract_through_the_helper)
 	/* exec: the script is the helper's child, so its death by a signal is
 	 * what the helper sees (a shell in between would print "Killed" and
 	 * exit 137) */
-	pid_t w = spawn_worker("ct", "c:2", "exec c.sh", "--poll 100ms", 0);
+	pid_t w = spawn("ct", "c:2", "exec c.sh", "--poll 100ms", 0);
 	struct {
 		int64_t id;
 		sq_job_status want;
@@ -520,7 +443,7 @@ START_TEST(contract_through_the_helper)
 				      e, cases[i].error);
 	}
 	kill(w, SIGTERM);
-	ck_assert_int_eq(wait_exit(w, "ct", STALL_S), 0);
+	ck_assert_int_eq(exited(w, "ct"), 0);
 
 	char path[600];
 	path_of(path, sizeof(path), "params");
@@ -534,7 +457,7 @@ START_TEST(contract_through_the_helper)
 	free(got);
 	free(params);
 	char want[256];
-	const char *env = read_file("env");
+	const char *env = test_file_text(in_dir("env"));
 	snprintf(want, sizeof(want),
 		 "SHARDQ_JOB_ATTEMPT=1\nSHARDQ_JOB_ID=%lld\nSHARDQ_JOB_KEY=ok\n"
 		 "SHARDQ_JOB_MAX_ATTEMPTS=1\nSHARDQ_JOB_TYPE=c\nSHARDQ_WORKER=ct-%s\n",
@@ -570,36 +493,22 @@ START_TEST(contract_through_the_helper)
 }
 END_TEST
 
-/* Runs `shardq ARGS` (with the env prefix), which must exit at once (it
- * refuses to start): returns its exit code, its output in out. One that
- * runs on (it started working) is killed after a stall, and fails. */
-static int run_cli(const char *env, const char *cli, const char *args, char *out, size_t len)
+/* Runs `shardq ARGS` (with the env prefix, the CLI at cli), which must
+ * exit at once (it refuses to start): returns its exit code, its output in
+ * out. One that runs on (it started working) is killed after a stall, and
+ * fails. */
+static int refused(const char *env, const char *cli, const char *args, char *out, size_t len)
 {
-	char cmd[2048], path[600];
-	path_of(path, sizeof(path), "cli.out");
-	snprintf(cmd, sizeof(cmd), "exec env %s %s -c %s %s > %s 2>&1", env, cli, ini, args, path);
-	pid_t pid = fork();
-	ck_assert_int_ge(pid, 0);
-	if (pid == 0) {
-		execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
-		_exit(127);
-	}
-	int status;
-	double t0 = now_s();
-	while (waitpid(pid, &status, WNOHANG) == 0) {
-		if (now_s() - t0 > STALL_S) {
-			kill(pid, SIGKILL);
-			waitpid(pid, &status, 0);
-			ck_assert_msg(
-				0,
-				"shardq %s did not refuse to start: still running after %.0fs; "
-				"its output:\n%s",
-				args, STALL_S, read_file("cli.out"));
-		}
-		usleep(20000);
-	}
-	snprintf(out, len, "%s", read_file("cli.out"));
-	return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+	char cmd[2048];
+	snprintf(cmd, sizeof(cmd), "exec env %s %s -c %s %s > %s 2>&1", env, cli, ini, args,
+		 in_dir("cli.out"));
+	int rc = test_wait_exit(test_spawn(cmd, 0), STALL_S);
+	ck_assert_msg(rc >= 0,
+		      "shardq %s did not refuse to start: still running after %.0fs; its "
+		      "output:\n%s",
+		      args, STALL_S, test_file_text(in_dir("cli.out")));
+	snprintf(out, len, "%s", test_file_text(in_dir("cli.out")));
+	return rc;
 }
 
 /* Bad counts exit 2 naming the option and the range; a missing helper
@@ -607,7 +516,7 @@ static int run_cli(const char *env, const char *cli, const char *args, char *out
 START_TEST(startup_refusals)
 {
 	setup("sqt_exec_refuse", "[type r]\n");
-	write_file("r.sh", 1, "#!/bin/sh\ntrue\n");
+	test_write_file(in_dir("r.sh"), 1, "#!/bin/sh\ntrue\n");
 	enqueue_one(t.client, "r", NULL, NULL, NULL);
 	const char *cli = getenv("SHARDQ_CLI");
 	char args[1024], out[8192];
@@ -628,7 +537,7 @@ START_TEST(startup_refusals)
 	};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		snprintf(args, sizeof(args), "work %s --exec %s/r.sh", bad[i].args, dir);
-		int rc = run_cli("", cli, args, out, sizeof(out));
+		int rc = refused("", cli, args, out, sizeof(out));
 		ck_assert_msg(rc == 2 && strstr(out, bad[i].want),
 			      "shardq %s: exit %d, output:\n%s\nwanted exit 2 and '%s'", args, rc,
 			      out, bad[i].want);
@@ -636,7 +545,7 @@ START_TEST(startup_refusals)
 	/* the helper named by the variable is not there */
 	snprintf(args, sizeof(args), "work --types r --exec %s/r.sh", dir);
 	int rc =
-		run_cli("SHARDQ_EXEC_HELPER=/nonexistent/shardq-exec", cli, args, out, sizeof(out));
+		refused("SHARDQ_EXEC_HELPER=/nonexistent/shardq-exec", cli, args, out, sizeof(out));
 	ck_assert_msg(rc == 1 && strstr(out, "SHARDQ_EXEC_HELPER=/nonexistent/shardq-exec") &&
 			      strstr(out, "nothing was claimed"),
 		      "exit %d:\n%s", rc, out);
@@ -645,12 +554,12 @@ START_TEST(startup_refusals)
 	path_of(copy, sizeof(copy), "shardq");
 	snprintf(cmd, sizeof(cmd), "cp %s %s", cli, copy);
 	ck_assert_int_eq(system(cmd), 0);
-	rc = run_cli("", copy, args, out, sizeof(out));
+	rc = refused("", copy, args, out, sizeof(out));
 	char want[600];
 	snprintf(want, sizeof(want), "cannot find shardq-exec next to %s", copy);
 	ck_assert_msg(rc == 1 && strstr(out, want) && strstr(out, "reinstall"),
 		      "exit %d:\n%s\nwanted '%s'", rc, out, want);
-	ck_assert_int_eq(live_jobs(), 1);
+	ck_assert_int_eq(test_live_jobs(&t), 1);
 	ck_assert_int_eq(testdb_sum(&t, "SELECT count(*) FROM shardq.jobs WHERE status = 'ready'"),
 			 1);
 	cleanup();
@@ -664,18 +573,19 @@ END_TEST
  * others end at once. */
 static void write_lease_job(int every)
 {
-	write_file("job.sh", 1,
-		   "#!/bin/sh\n"
-		   "d=%s\n"
-		   "exec 9>>\"$d/lock.$SHARDQ_JOB_ID\"\n"
-		   "flock -n 9 || echo \"$SHARDQ_JOB_ATTEMPT $SHARDQ_WORKER\" >> \"$d/overlaps\"\n"
-		   "echo \"$SHARDQ_JOB_ATTEMPT $SHARDQ_WORKER\" >> \"$d/starts\"\n"
-		   "if [ %d = 1 ] || [ \"$SHARDQ_JOB_ATTEMPT\" = 1 ]; then\n"
-		   "  echo > \"$d/up.1\"\n"
-		   "  sleep 300 &\n"
-		   "  wait\n"
-		   "fi\n",
-		   dir, every);
+	test_write_file(
+		in_dir("job.sh"), 1,
+		"#!/bin/sh\n"
+		"d=%s\n"
+		"exec 9>>\"$d/lock.$SHARDQ_JOB_ID\"\n"
+		"flock -n 9 || echo \"$SHARDQ_JOB_ATTEMPT $SHARDQ_WORKER\" >> \"$d/overlaps\"\n"
+		"echo \"$SHARDQ_JOB_ATTEMPT $SHARDQ_WORKER\" >> \"$d/starts\"\n"
+		"if [ %d = 1 ] || [ \"$SHARDQ_JOB_ATTEMPT\" = 1 ]; then\n"
+		"  echo > \"$d/up.1\"\n"
+		"  sleep 300 &\n"
+		"  wait\n"
+		"fi\n",
+		dir, every);
 }
 
 /* A worker whose lease writes cannot get through (its loop held where it
@@ -690,21 +600,21 @@ START_TEST(a_run_whose_lease_ran_out_is_stopped)
 	write_lease_job(0);
 	int64_t job = enqueue_one(t.client, "l", NULL, NULL, NULL);
 	setenv("SHARDQ_FAILPOINT_SLEEP", "worker_lease_write:900000", 1);
-	pid_t a = spawn_worker("a", "l:1", "job.sh", "--poll 100ms", 0);
+	pid_t a = spawn("a", "l:1", "job.sh", "--poll 100ms", 0);
 	unsetenv("SHARDQ_FAILPOINT_SLEEP");
 	wait_files("up.", 1, a, "a");
-	pid_t b = spawn_worker("b", "l:1", "job.sh", "--poll 100ms", 0);
+	pid_t b = spawn("b", "l:1", "job.sh", "--poll 100ms", 0);
 	/* a's run stops by itself: a's loop is held and cannot tell it */
 	double took = wait_no_job_procs("a", "worker a's run, whose lease ran out");
 	sq_job_status st = wait_job_settled(job, b, "b");
 	char starts[4096];
-	snprintf(starts, sizeof(starts), "%s", read_file("starts"));
+	snprintf(starts, sizeof(starts), "%s", test_file_text(in_dir("starts")));
 	kill(a, SIGKILL);
 	waitpid(a, NULL, 0);
 	kill(b, SIGTERM);
-	ck_assert_int_eq(wait_exit(b, "b", STALL_S), 0);
+	ck_assert_int_eq(exited(b, "b"), 0);
 	ck_assert_msg(!file_exists("overlaps"), "runs overlapped:\n%s\nall runs:\n%s",
-		      read_file("overlaps"), starts);
+		      test_file_text(in_dir("overlaps")), starts);
 	char want[256];
 	snprintf(want, sizeof(want), "1 a-%s\n2 b-%s\n", mark, mark);
 	ck_assert_msg(!strcmp(starts, want), "runs:\n%swanted:\n%s", starts, want);
@@ -726,7 +636,7 @@ START_TEST(a_cancelled_run_is_stopped)
 	      "[type c]\nstarting_timeout = 2s\nexecution_timeout = 4s\nhistory = true\n");
 	write_lease_job(1);
 	int64_t job = enqueue_one(t.client, "c", NULL, NULL, NULL);
-	pid_t a = spawn_worker("a", "c:1", "job.sh", "--poll 100ms", 0);
+	pid_t a = spawn("a", "c:1", "job.sh", "--poll 100ms", 0);
 	wait_files("up.", 1, a, "a");
 	sq_status out;
 	sq_error err;
@@ -736,7 +646,7 @@ START_TEST(a_cancelled_run_is_stopped)
 	int status;
 	ck_assert_msg(waitpid(a, &status, WNOHANG) == 0, "worker a exited:\n%s", worker_out("a"));
 	kill(a, SIGTERM);
-	ck_assert_int_eq(wait_exit(a, "a", STALL_S), 0);
+	ck_assert_int_eq(exited(a, "a"), 0);
 	sq_job j;
 	OKE(sq_get_job(t.client, job, &j, &err));
 	ck_assert_str_eq(sq_job_status_name(j.status), "cancelled");

@@ -9,7 +9,7 @@
  */
 #define _GNU_SOURCE
 #include "buf.h"
-#include "test_common.h"
+#include "support.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -34,35 +34,10 @@ static const char *tok_worker = "worker-token-0123456789abcdef";
 static const char *tok_producer = "producer-token-0123456789abcdef";
 static const char *tok_admin = "admin-token-0123456789abcdef";
 
-typedef struct daemon_proc {
-	pid_t pid;
-	int port;
-	char out[512]; /* its stdout and stderr */
-	char worker_id[160];
-} daemon_proc;
-
-static double now_s(void)
-{
-	return test_now_s();
-}
-
-static char *slurp(const char *path)
-{
-	FILE *f = fopen(path, "r");
-	static char buf[65536];
-	buf[0] = '\0';
-	if (!f)
-		return buf;
-	size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-	buf[n] = '\0';
-	fclose(f);
-	return buf;
-}
-
 /* The end of a file, for a message (check caps a message's length). */
 static char *slurp_tail(const char *path)
 {
-	char *all = slurp(path);
+	char *all = (char *)test_file_text(path);
 	size_t n = strlen(all);
 	if (n <= 2500)
 		return all;
@@ -120,96 +95,24 @@ static void write_ini(const char *daemon_keys, const char *extra_tokens)
 	write_ini_via(daemon_keys, extra_tokens, NULL, 0);
 }
 
-/* Starts shardqd -c the config, without waiting (see daemon_wait). */
-static void daemon_spawn(daemon_proc *dp, const char *name)
-{
-	const char *bin = getenv("SHARDQ_DAEMON");
-	ck_assert_msg(bin != NULL, "SHARDQ_DAEMON is not set (run through ctest)");
-	testdb_path(dp->out, sizeof(dp->out), name);
-	unlink(dp->out);
-	pid_t pid = fork();
-	ck_assert_int_ge(pid, 0);
-	if (pid == 0) {
-		int fd = open(dp->out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-		dup2(fd, 1);
-		dup2(fd, 2);
-		execl(bin, bin, "-c", ini_path, (char *)NULL);
-		_exit(127);
-	}
-	dp->pid = pid;
-}
-
-/* Waits for the "listening on" line of the shardqd started by
- * daemon_spawn. */
-static void daemon_wait(daemon_proc *dp)
-{
-	pid_t pid = dp->pid;
-	double since = now_s();
-	for (;;) {
-		const char *out = slurp(dp->out);
-		const char *l = strstr(out, "listening on http://127.0.0.1:");
-		if (l) {
-			dp->port = atoi(l + strlen("listening on http://127.0.0.1:"));
-			const char *w = strstr(out, "worker id ");
-			ck_assert(w != NULL);
-			snprintf(dp->worker_id, sizeof(dp->worker_id), "%.*s",
-				 (int)strcspn(w + 10, ")"), w + 10);
-			return;
-		}
-		int st;
-		if (waitpid(pid, &st, WNOHANG) == pid)
-			ck_abort_msg("shardqd exited before listening; its output:\n%s", out);
-		ck_assert_msg(now_s() - since < STALL_S,
-			      "shardqd printed no 'listening on' line in %.0fs; its output:\n%s",
-			      STALL_S, out);
-		usleep(20000);
-	}
-}
-
-/* Starts shardqd -c the config; waits for its "listening on" line. */
-static void daemon_start(daemon_proc *dp, const char *name)
-{
-	daemon_spawn(dp, name);
-	daemon_wait(dp);
-}
-
-/* Stops it with a signal; returns its exit status (128+N for a signal). */
-static int daemon_stop(daemon_proc *dp, int sig)
-{
-	int st;
-	kill(dp->pid, sig);
-	double since = now_s();
-	while (waitpid(dp->pid, &st, WNOHANG) != dp->pid) {
-		if (now_s() - since > STALL_S) {
-			kill(dp->pid, SIGKILL);
-			waitpid(dp->pid, &st, 0);
-			ck_abort_msg("shardqd did not exit %.0fs after signal %d; its output:\n%s",
-				     STALL_S, sig, slurp(dp->out));
-		}
-		usleep(20000);
-	}
-	dp->pid = 0;
-	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-}
-
 static const char *types_ini = "[type a]\n"
 			       "[type b]\n"
 			       "[type q]\nstarting_timeout = 2s\nexecution_timeout = 2s\n";
 
-static daemon_proc D;
+static test_daemon D;
 static void free_bodies(void);
 
 static void start_all(const char *db, const char *daemon_keys)
 {
 	testdb_open(&t, db, 2, 64, types_ini);
 	write_ini(daemon_keys, NULL);
-	daemon_start(&D, "shardqd.out");
+	test_daemon_start(&D, ini_path, "shardqd.out");
 }
 
 static void stop_all(void)
 {
 	if (D.pid)
-		daemon_stop(&D, SIGKILL);
+		test_daemon_stop(&D, SIGKILL);
 	testdb_close(&t);
 	testdb_tmpdir_remove();
 	free_bodies();
@@ -817,7 +720,7 @@ START_TEST(auth_and_scopes)
 	close(fd);
 	EXPECT(r, 401, "unauthorized");
 	/* the log holds no token and no DSN */
-	const char *out = slurp(D.out);
+	const char *out = test_file_text(D.out);
 	ck_assert(strstr(out, tok_admin) == NULL && strstr(out, "not-a-known-token") == NULL);
 	ck_assert(strstr(out, "dbname=") == NULL);
 
@@ -831,14 +734,14 @@ START_TEST(auth_and_scopes)
 	fclose(f);
 	free(ini);
 	kill(D.pid, SIGHUP);
-	double since = now_s();
+	double since = test_now_s();
 	for (;;) {
 		r = call("GET", "/v1/stats", "new-token-0123456789abcdef", NULL);
 		if (r.status == 200)
 			break;
-		ck_assert_msg(now_s() - since < STALL_S,
+		ck_assert_msg(test_now_s() - since < STALL_S,
 			      "the new token is still refused %.0fs after SIGHUP: %d; log:\n%s",
-			      STALL_S, r.status, slurp(D.out));
+			      STALL_S, r.status, test_file_text(D.out));
 		usleep(50000);
 	}
 	r = call("GET", "/v1/stats", tok_admin, NULL);
@@ -882,7 +785,7 @@ START_TEST(limits_and_slow_clients)
 	}
 	for (int i = 0; i < 4; i++)
 		close(held[i]);
-	double since0 = now_s();
+	double since0 = test_now_s();
 	for (;;) {
 		/* until the daemon has seen the four close (its sweep, every 250
 		 * ms), a new connection is still over the limit: answered 503, or
@@ -896,7 +799,7 @@ START_TEST(limits_and_slow_clients)
 			keep(&hr);
 		if (got && hr.status == 200)
 			break;
-		ck_assert_msg(now_s() - since0 < STALL_S,
+		ck_assert_msg(test_now_s() - since0 < STALL_S,
 			      "still refused %.0fs after the held connections closed: %s", STALL_S,
 			      got ? hr.body : "(connection shut)");
 		usleep(100000);
@@ -914,12 +817,12 @@ START_TEST(limits_and_slow_clients)
 	memset(chunk, 'x', sizeof(chunk));
 	size_t sent = 0;
 	fcntl(fd, F_SETFL, O_NONBLOCK);
-	double since = now_s();
+	double since = test_now_s();
 	while (sent < 104857600) {
 		ssize_t w = send(fd, chunk, sizeof(chunk), MSG_NOSIGNAL);
 		if (w > 0) {
 			sent += (size_t)w;
-			since = now_s();
+			since = test_now_s();
 			continue;
 		}
 		if (w < 0 && errno != EAGAIN)
@@ -928,7 +831,8 @@ START_TEST(limits_and_slow_clients)
 		poll(&p, 1, 200);
 		if (p.revents & (POLLIN | POLLHUP | POLLERR))
 			break;
-		ck_assert_msg(now_s() - since < STALL_S, "the daemon neither read nor refused");
+		ck_assert_msg(test_now_s() - since < STALL_S,
+			      "the daemon neither read nor refused");
 	}
 	fcntl(fd, F_SETFL, 0);
 	ck_assert_msg(sent < 104857600 / 4, "the daemon read %zu bytes of a 100 MB body", sent);
@@ -956,10 +860,10 @@ START_TEST(limits_and_slow_clients)
 
 	/* slow loris: a header line every 300 ms, never the end */
 	fd = hc_connect(D.port);
-	double t0 = now_s();
+	double t0 = test_now_s();
 	int dropped = 0;
 	send_all(fd, "GET /healthz HTTP/1.1\r\n", 23);
-	while (now_s() - t0 < 2 + STALL_S) {
+	while (test_now_s() - t0 < 2 + STALL_S) {
 		if (send_all(fd, "X-Slow: 1\r\n", 11)) {
 			dropped = 1;
 			break;
@@ -975,8 +879,8 @@ START_TEST(limits_and_slow_clients)
 	}
 	close(fd);
 	ck_assert_msg(dropped, "a client trickling its headers was not dropped in %.0fs",
-		      now_s() - t0);
-	printf("slow client dropped after %.1fs (request_timeout 2s)\n", now_s() - t0);
+		      test_now_s() - t0);
+	printf("slow client dropped after %.1fs (request_timeout 2s)\n", test_now_s() - t0);
 	ck_assert_int_ge(metric("shardqd_connections_dropped_total"), 1);
 	/* the daemon still serves */
 	r = call("GET", "/healthz", NULL, NULL);
@@ -1019,7 +923,7 @@ static void daemon_conns_text(int shard, char *out, size_t len)
  * moment is not one the daemon holds. */
 static void stable_conns(long long out[2])
 {
-	double since = now_s();
+	double since = test_now_s();
 	int same = 0;
 	out[0] = daemon_conns(0), out[1] = daemon_conns(1);
 	while (same < 5) {
@@ -1027,7 +931,7 @@ static void stable_conns(long long out[2])
 		long long a = daemon_conns(0), b = daemon_conns(1);
 		same = a == out[0] && b == out[1] ? same + 1 : 0;
 		out[0] = a, out[1] = b;
-		ck_assert_msg(now_s() - since < STALL_S,
+		ck_assert_msg(test_now_s() - since < STALL_S,
 			      "the daemon's connections kept changing for %.0f s (now %lld/%lld)",
 			      STALL_S, a, b);
 	}
@@ -1064,11 +968,11 @@ START_TEST(many_long_polls_few_connections)
 		ck_assert_int_eq(hc_send(fds[i], "POST", "/v1/claim", tok_worker, body), 0);
 	}
 	/* all 200 are waiting */
-	double since = now_s();
+	double since = test_now_s();
 	long long waiting;
 	while ((waiting = metric("shardqd_claims_waiting")) < N) {
-		ck_assert_msg(now_s() - since < STALL_S, "only %lld of %d claims waiting", waiting,
-			      N);
+		ck_assert_msg(test_now_s() - since < STALL_S, "only %lld of %d claims waiting",
+			      waiting, N);
 		usleep(50000);
 	}
 	long long during[2];
@@ -1270,15 +1174,15 @@ START_TEST(disconnect_mid_claim_loses_nothing)
 				 "{\"worker\":\"gone\",\"types\":[{\"type\":\"a\",\"limit\":5}],"
 				 "\"wait_ms\":15000}"),
 			 0);
-	double since = now_s();
+	double since = test_now_s();
 	while (metric("shardqd_claims_waiting") < 1) {
-		ck_assert_msg(now_s() - since < STALL_S, "the claim never waited");
+		ck_assert_msg(test_now_s() - since < STALL_S, "the claim never waited");
 		usleep(20000);
 	}
 	close(fd);
-	since = now_s();
+	since = test_now_s();
 	while (metric("shardqd_claims_waiting") > 0) {
-		ck_assert_msg(now_s() - since < STALL_S,
+		ck_assert_msg(test_now_s() - since < STALL_S,
 			      "the claim of a client that hung up still waits after %.0fs",
 			      STALL_S);
 		usleep(20000);
@@ -1317,9 +1221,10 @@ START_TEST(half_closed_client_gets_only_its_own)
 			 0);
 	/* the claim has taken its jobs: they are dealt, and the claimer is
 	 * held for a second */
-	double since = now_s();
+	double since = test_now_s();
 	while (metric("shardqd_jobs_claimed_total") < 2) {
-		ck_assert_msg(now_s() - since < STALL_S, "the claim took no job in %.0fs", STALL_S);
+		ck_assert_msg(test_now_s() - since < STALL_S, "the claim took no job in %.0fs",
+			      STALL_S);
 		usleep(5000);
 	}
 	shutdown(fd, SHUT_WR);
@@ -1343,9 +1248,9 @@ START_TEST(half_closed_client_gets_only_its_own)
 	}
 	json_decref(j);
 	/* and what it was dealt is back at once, not after a lease */
-	since = now_s();
+	since = test_now_s();
 	while (live("status = 'ready'") != 4) {
-		ck_assert_msg(now_s() - since < STALL_S,
+		ck_assert_msg(test_now_s() - since < STALL_S,
 			      "%lld of 4 jobs ready %.0fs after the client left: %s",
 			      live("status = 'ready'"), STALL_S, r.body);
 		usleep(20000);
@@ -1367,12 +1272,12 @@ START_TEST(kill9_jobs_come_back)
 	json_t *j = js(&r);
 	ck_assert_int_eq((int)json_array_size(json_object_get(j, "jobs")), 20);
 	json_decref(j);
-	ck_assert_int_eq(daemon_stop(&D, SIGKILL), 128 + SIGKILL);
+	ck_assert_int_eq(test_daemon_stop(&D, SIGKILL), 128 + SIGKILL);
 	ck_assert_int_eq(live("status = 'running'"), 20);
-	daemon_start(&D, "shardqd2.out");
+	test_daemon_start(&D, ini_path, "shardqd2.out");
 	int back = 0;
 	char *seen = calloc(20, 1);
-	double moved = now_s();
+	double moved = test_now_s();
 	while (back < 20) {
 		r = call("POST", "/v1/claim", tok_worker,
 			 "{\"worker\":\"k2\",\"types\":[{\"type\":\"q\",\"limit\":20}],\"wait_ms\":"
@@ -1391,12 +1296,12 @@ START_TEST(kill9_jobs_come_back)
 			seen[idx] = 1;
 			ck_assert_int_eq(json_integer_value(json_object_get(x, "attempt")), 2);
 			back++;
-			moved = now_s();
+			moved = test_now_s();
 		}
 		json_decref(j);
-		ck_assert_msg(now_s() - moved < STALL_S + 2,
+		ck_assert_msg(test_now_s() - moved < STALL_S + 2,
 			      "%d of 20 jobs came back after the kill; the rest:\n%s", back,
-			      slurp(D.out));
+			      test_file_text(D.out));
 	}
 	free(seen);
 	stop_all();
@@ -1458,8 +1363,8 @@ static long long remaining_enqueued(void *arg)
 START_TEST(two_daemons_and_a_move)
 {
 	start_all("sq_http_two", NULL);
-	daemon_proc D2;
-	daemon_start(&D2, "shardqd-b.out");
+	test_daemon D2;
+	test_daemon_start(&D2, ini_path, "shardqd-b.out");
 	enum { NP = 2, PER = 1000, NC = 6 };
 	int64_t *ids = calloc(NP * PER, sizeof(int64_t));
 	prod_arg pa[NP];
@@ -1515,7 +1420,7 @@ START_TEST(two_daemons_and_a_move)
 	ck_assert_msg(via2 > 0 && via2 < completed, "daemon 2 completed %lld of %lld", via2,
 		      completed);
 	free(ids);
-	daemon_stop(&D2, SIGKILL);
+	test_daemon_stop(&D2, SIGKILL);
 	stop_all();
 }
 END_TEST
@@ -1529,9 +1434,9 @@ START_TEST(sigterm_is_graceful)
 				 "{\"worker\":\"t\",\"types\":[{\"type\":\"a\",\"limit\":5}],"
 				 "\"wait_ms\":15000}"),
 			 0);
-	double since = now_s();
+	double since = test_now_s();
 	while (metric("shardqd_claims_waiting") < 1) {
-		ck_assert_msg(now_s() - since < STALL_S, "the claim never waited");
+		ck_assert_msg(test_now_s() - since < STALL_S, "the claim never waited");
 		usleep(20000);
 	}
 	kill(D.pid, SIGTERM);
@@ -1541,7 +1446,7 @@ START_TEST(sigterm_is_graceful)
 	close(fd);
 	EXPECT(r, 200, NULL);
 	ck_assert_str_eq(r.body, "{\"jobs\":[]}");
-	ck_assert_int_eq(daemon_stop(&D, 0), 0);
+	ck_assert_int_eq(test_daemon_stop(&D, 0), 0);
 	stop_all();
 }
 END_TEST
@@ -1585,7 +1490,7 @@ static char *render_page(const char *shot)
 	int rc = system(cmd);
 	ck_assert_msg(rc == 0, "chromium --dump-dom%s failed (%d)", shot ? " --screenshot" : "",
 		      rc);
-	char *dom = strdup(slurp(out));
+	char *dom = strdup(test_file_text(out));
 	ck_assert_msg(strstr(dom, "data-rendered=") != NULL,
 		      "the page did not render its data; the DOM:\n%.3000s", dom);
 	return dom;
@@ -1768,10 +1673,10 @@ START_TEST(admin_page_matches_shards)
 	page_agrees(dom, 0, "with s2 down");
 	free(dom);
 	/* a daemon started while the shard is down starts, serves the other */
-	daemon_stop(&D, SIGKILL);
-	daemon_start(&D, "shardqd-down.out");
-	ck_assert_msg(strstr(slurp(D.out), "starting without the shards") != NULL,
-		      "the log does not say a shard was down at start:\n%s", slurp(D.out));
+	test_daemon_stop(&D, SIGKILL);
+	test_daemon_start(&D, ini_path, "shardqd-down.out");
+	ck_assert_msg(strstr(test_file_text(D.out), "starting without the shards") != NULL,
+		      "the log does not say a shard was down at start:\n%s", test_file_text(D.out));
 	dom = render_page(NULL);
 	ck_assert_msg(dom_value(dom, "s2/down", v, sizeof(v)) != NULL,
 		      "started with s2 down, the page does not say so");
@@ -1789,7 +1694,7 @@ END_TEST
 START_TEST(listen_errors_name_the_address)
 {
 	start_all("sq_http_listen", NULL);
-	const char *ini = slurp(ini_path);
+	const char *ini = test_file_text(ini_path);
 	char *text = strdup(ini);
 	const char *from = "listen = 127.0.0.1:0";
 	char *at = strstr(text, from);
@@ -1860,12 +1765,12 @@ START_TEST(cut_connections_are_replaced_before_a_request)
 	ck_assert_int_gt(testdb_sum(&t, sql), 0);
 	/* wait until they are gone (their sockets closed) */
 	snprintf(sql, sizeof(sql), "SELECT count(*) FROM pg_stat_activity WHERE %s", daemons);
-	double since = now_s();
+	double since = test_now_s();
 	long long left, was = -1;
 	while ((left = testdb_sum(&t, sql)) > 0) {
 		if (left != was)
-			was = left, since = now_s();
-		ck_assert_msg(now_s() - since < STALL_S,
+			was = left, since = test_now_s();
+		ck_assert_msg(test_now_s() - since < STALL_S,
 			      "%lld of the daemon's sessions still there %.0fs after they were "
 			      "terminated",
 			      left, STALL_S);
@@ -1952,7 +1857,7 @@ static void shard_gone_holds_no_request_up(const char *db, int freeze)
 		      freeze ? "connect_timeout = 10m\nanswer_timeout = 2s\n"
 			     : "connect_timeout = 10m\n",
 		      px.port);
-	daemon_start(&D, "shardqd.out");
+	test_daemon_start(&D, ini_path, "shardqd.out");
 	call_timeout_s = STALL_S;
 
 	/* both shards answer through the proxy; the b jobs are claimed later */
@@ -2036,7 +1941,7 @@ static void shard_gone_holds_no_request_up(const char *db, int freeze)
 		testdb_proxy_freeze(&px, 0);
 	else
 		testdb_proxy_hole(&px, 0);
-	double since = now_s();
+	double since = test_now_s();
 	int best = -1;
 	for (;;) {
 		r = call("POST", "/v1/jobs", tok_producer, body);
@@ -2045,8 +1950,8 @@ static void shard_gone_holds_no_request_up(const char *db, int freeze)
 			break;
 		EXPECT(r, 503, NULL);
 		if (best < 0 || nw < best)
-			best = nw, since = now_s();
-		ck_assert_msg(now_s() - since < STALL_S,
+			best = nw, since = test_now_s();
+		ck_assert_msg(test_now_s() - since < STALL_S,
 			      "%d of %d jobs still not written %.0fs after s2 came back: %s", nw, N,
 			      STALL_S, r.body);
 		usleep(100000);
@@ -2076,7 +1981,7 @@ START_TEST(a_heartbeat_beside_a_shard_that_stops_answering_is_answered)
 	testdb_open(&t, "sq_http_freeze_hb", 2, 64, types_ini);
 	testdb_proxy_start(&px, t.ports[1]);
 	write_ini_via(NULL, NULL, "connect_timeout = 10m\n", px.port);
-	daemon_start(&D, "shardqd.out");
+	test_daemon_start(&D, ini_path, "shardqd.out");
 	call_timeout_s = STALL_S;
 	char *body = keyed_body("b", "hb", N);
 	hresp r = call("POST", "/v1/jobs", tok_producer, body);
@@ -2158,26 +2063,27 @@ START_TEST(a_shard_that_does_not_answer_holds_the_start_up_once)
 	testdb_hole h;
 	testdb_hole_start(&h, 64);
 	write_ini_via(NULL, NULL, "connect_timeout = 10m\n", h.port);
-	daemon_spawn(&D, "shardqd-hole.out");
-	double since = now_s();
+	test_daemon_spawn(&D, ini_path, "shardqd-hole.out");
+	double since = test_now_s();
 	while (atomic_load(&h.n) < CLIENTS) {
 		int st;
 		ck_assert_msg(waitpid(D.pid, &st, WNOHANG) != D.pid,
-			      "shardqd exited while starting; its output:\n%s", slurp(D.out));
-		ck_assert_msg(now_s() - since < STALL_S,
+			      "shardqd exited while starting; its output:\n%s",
+			      test_file_text(D.out));
+		ck_assert_msg(test_now_s() - since < STALL_S,
 			      "after %.0fs, s2's host holds %d of shardqd's connects unanswered, "
 			      "%d wanted at once (2 request threads and the claimer): its clients "
 			      "are opened one after another, each waiting connect_timeout (10 "
 			      "min). Its output:\n%s",
-			      STALL_S, atomic_load(&h.n), CLIENTS, slurp(D.out));
+			      STALL_S, atomic_load(&h.n), CLIENTS, test_file_text(D.out));
 		usleep(20000);
 	}
 	printf("start with s2 gone: %d connects to it held at once\n", atomic_load(&h.n));
 	/* those connects fail; what connects later is held (a LISTEN connect
 	 * to s2 would hold the start up for 10 minutes) */
 	atomic_store(&h.cut, 1);
-	daemon_wait(&D);
-	const char *out = slurp(D.out);
+	test_daemon_wait(&D);
+	const char *out = test_file_text(D.out);
 	ck_assert_msg(strstr(out, "starting without the shards") && strstr(out, "shard s2 ("),
 		      "the log does not name s2 as down at the start:\n%s", out);
 
@@ -2202,7 +2108,7 @@ START_TEST(a_shard_that_does_not_answer_holds_the_start_up_once)
 	/* what is still connecting to the hole fails at once, so the daemon
 	 * stops without waiting on it */
 	testdb_hole_stop(&h);
-	ck_assert_int_eq(daemon_stop(&D, SIGTERM), 0);
+	ck_assert_int_eq(test_daemon_stop(&D, SIGTERM), 0);
 	stop_all();
 }
 END_TEST
@@ -2233,12 +2139,12 @@ static long long schedule_field(const char *name, const char *field)
 /* Waits until schedule `name`'s `field` (enqueues, retries) reaches want. */
 static void wait_schedule(const char *name, const char *field, long long want, const char *why)
 {
-	double since = now_s();
+	double since = test_now_s();
 	long long got, best = -2;
 	while ((got = schedule_field(name, field)) < want) {
 		if (got > best)
-			best = got, since = now_s();
-		ck_assert_msg(now_s() - since < STALL_S,
+			best = got, since = test_now_s();
+		ck_assert_msg(test_now_s() - since < STALL_S,
 			      "schedule %s: %s %lld of %lld, no more for %.0fs: %s. shardqd's "
 			      "output:\n%s",
 			      name, field, got, want, STALL_S, why, slurp_tail(D.out));
@@ -2296,7 +2202,7 @@ START_TEST(the_schedules_go_on_beside_a_shard_that_does_not_answer)
 		schedule_orphan(names[i], slot, "1 hour");
 	testdb_proxy_start(&px, t.ports[1]);
 	write_ini_via(NULL, NULL, "connect_timeout = 10m\n", px.port);
-	daemon_start(&D, "shardqd-sched.out");
+	test_daemon_start(&D, ini_path, "shardqd-sched.out");
 
 	testdb_proxy_hole(&px, 1);
 	for (int i = 0; i < 3; i++)
@@ -2339,7 +2245,7 @@ START_TEST(the_schedules_go_on_beside_a_shard_that_does_not_answer)
 	testdb_proxy_hole(&px, 1);
 	schedule_orphan(late, slot, "-1 second");
 	wait_schedule(late, "retries", 2, "the slot on s2 is not tried with s2 gone again");
-	ck_assert_int_eq(daemon_stop(&D, SIGTERM), 0);
+	ck_assert_int_eq(test_daemon_stop(&D, SIGTERM), 0);
 	ck_assert_int_eq(schedule_field(late, "enqueues"), 0);
 	call_timeout_s = 0;
 	testdb_proxy_hole(&px, 0);
@@ -2366,7 +2272,7 @@ START_TEST(a_listen_connection_that_died_unseen_is_made_again)
 	testdb_open(&t, "sq_http_zombie", 2, 64, types_ini);
 	testdb_proxy_start(&px, t.ports[1]);
 	write_ini_via("claim_poll = 10s\n", NULL, "answer_timeout = 3s\n", px.port);
-	daemon_start(&D, "shardqd.out");
+	test_daemon_start(&D, ini_path, "shardqd.out");
 	const char *listening = "SELECT count(*) FROM pg_stat_activity WHERE datname = "
 				"current_database() AND application_name = 'sqd-listen'";
 	/* s2's LISTEN backend: there, gone with the cut, there again */
@@ -2375,19 +2281,19 @@ START_TEST(a_listen_connection_that_died_unseen_is_made_again)
 	for (int k = 0; k < 3; k++) {
 		if (k == 1)
 			testdb_proxy_zombie(&px);
-		double since = now_s();
+		double since = test_now_s();
 		long long n;
 		while ((n = testdb_scalar(&t, 1, listening)) != want[k]) {
 			ck_assert_msg(
-				now_s() - since < STALL_S,
+				test_now_s() - since < STALL_S,
 				"s2 has %lld LISTEN backends of the daemon, not %lld, %.0fs %s; "
 				"its output:\n%s",
 				n, want[k], STALL_S, what[k], slurp_tail(D.out));
 			usleep(50000);
 		}
 	}
-	ck_assert_msg(strstr(slurp(D.out), "shard s2") &&
-			      strstr(slurp(D.out), "the LISTEN connection got no answer"),
+	ck_assert_msg(strstr(test_file_text(D.out), "shard s2") &&
+			      strstr(test_file_text(D.out), "the LISTEN connection got no answer"),
 		      "the daemon did not say why it listened again:\n%s", slurp_tail(D.out));
 	/* a job on s2 reaches a long poll (its claim on s2 may first fail on
 	 * the claim connection, which died unseen too) */

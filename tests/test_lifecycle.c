@@ -2,7 +2,7 @@
  * worker and the first one's writes are LOST; retry with backoff, failed at
  * max attempts, permanent failure; release; heartbeat; cancel. */
 #include "fenced.h"
-#include "test_common.h"
+#include "support.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,19 +28,6 @@ static void teardown(void)
 	testdb_close(&t);
 }
 
-static sq_job get(int64_t id)
-{
-	sq_job j;
-	sq_error err;
-	OKE(sq_get_job(t.client, id, &j, &err));
-	return j;
-}
-
-static void clear(sq_job *j)
-{
-	sq_job_clear(j);
-}
-
 static sq_status one(sq_status (*fn)(sq_client *, const char *, const sq_job_ref *, size_t,
 				     sq_status *, sq_error *),
 		     sq_client *c, const char *w, int64_t id, int att)
@@ -61,11 +48,28 @@ static sq_status fail_one(const char *w, int64_t id, int att, const char *msg, i
 	return st;
 }
 
+/* Microseconds of the wall clock, as the shards' schedule times are. */
 static int64_t wall_us(void)
 {
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+	return (int64_t)(test_wall_s() * 1e6);
+}
+
+/* Waits until the lease of job id has run out on its shard's clock (the
+ * clock its claims read), for as long as the stall time. */
+static void wait_lease_over(int64_t id)
+{
+	char sql[256];
+	snprintf(sql, sizeof(sql),
+		 "SELECT count(*) FROM shardq.jobs WHERE id = %lld AND "
+		 "expected_status_change_time < clock_timestamp()",
+		 (long long)id);
+	double since = test_now_s();
+	while (testdb_sum(&t, sql) == 0) {
+		ck_assert_msg(test_now_s() - since < testdb_stall_s(),
+			      "the lease of job %lld has not run out in %.0fs", (long long)id,
+			      testdb_stall_s());
+		usleep(20000);
+	}
 }
 
 static int64_t claim1(sq_client *c, const char *w, const char *type, int *att)
@@ -99,18 +103,18 @@ START_TEST(expired_starting_lease_goes_to_another_worker)
 		printf("expired_starting_lease: the claims took %.3fs; lease not checked\n",
 		       t1 - t0);
 	if (!early) {
-		usleep(600 * 1000);
+		wait_lease_over(id);
 		ck_assert_int_eq(claim1(w2, "w2", "short", &a2), id);
 	}
 	ck_assert_int_eq(a2, a1 + 1);
 	/* the first worker's writes are lost and change nothing */
 	ck_assert_int_eq(one(sq_start, t.client, "w1", id, a1), SQ_ELOST);
 	ck_assert_int_eq(one(sq_complete, t.client, "w1", id, a1), SQ_ELOST);
-	sq_job j = get(id);
+	sq_job j = test_get_job(t.client, id);
 	ck_assert_str_eq(j.worker, "w2");
 	ck_assert_int_eq(j.attempt, a2);
 	ck_assert_int_eq(j.status, SQ_STARTING);
-	clear(&j);
+	sq_job_clear(&j);
 	/* the second run completes it, exactly once */
 	ck_assert_int_eq(one(sq_start, w2, "w2", id, a2), SQ_OK);
 	ck_assert_int_eq(one(sq_complete, w2, "w2", id, a2), SQ_OK);
@@ -128,18 +132,18 @@ START_TEST(expired_running_lease_complete_is_lost)
 	int64_t id = enqueue_one(t.client, "short", "run", "{\"x\":1}", NULL);
 	ck_assert_int_eq(claim1(t.client, "w1", "short", &a1), id);
 	ck_assert_int_eq(one(sq_start, t.client, "w1", id, a1), SQ_OK);
-	usleep(800 * 1000); /* execution lease is 600ms */
+	wait_lease_over(id); /* execution lease is 600ms */
 	ck_assert_int_eq(claim1(w2, "w2", "short", &a2), id);
 	ck_assert_int_eq(one(sq_complete, t.client, "w1", id, a1), SQ_ELOST);
 	sq_fail_req f = {{id, a1}, "late failure", 0};
 	sq_status st;
 	OKE(sq_fail(t.client, "w1", &f, 1, &st, &err));
 	ck_assert_int_eq(st, SQ_ELOST);
-	sq_job j = get(id);
+	sq_job j = test_get_job(t.client, id);
 	ck_assert_str_eq(j.worker, "w2");
 	ck_assert_int_eq(j.status, SQ_STARTING);
 	ck_assert_ptr_null(strstr(j.params, "late"));
-	clear(&j);
+	sq_job_clear(&j);
 	ck_assert_int_eq(one(sq_start, w2, "w2", id, a2), SQ_OK);
 	ck_assert_int_eq(one(sq_complete, w2, "w2", id, a2), SQ_OK);
 	sq_client_close(w2);
@@ -194,14 +198,14 @@ START_TEST(heartbeat_keeps_the_lease)
 		sq_error err;
 		OKE(sq_heartbeat_lease(t.client, "w1", &ref, 1, &st, &lease, &err));
 		ck_assert_int_eq(st, SQ_OK);
-		sq_job j = get(id);
+		sq_job j = test_get_job(t.client, id);
 		ck_assert_int_eq(lease, j.lease_until_us);
-		clear(&j);
+		sq_job_clear(&j);
 		OKE(sq_start_lease(t.client, "w1", &ref, 1, &st, &lease, &err));
 		ck_assert_int_eq(st, SQ_OK);
-		j = get(id);
+		j = test_get_job(t.client, id);
 		ck_assert_int_eq(lease, j.lease_until_us);
-		clear(&j);
+		sq_job_clear(&j);
 		/* not ours: lost, and no lease */
 		ref.attempt = a1 + 7;
 		OKE(sq_heartbeat_lease(t.client, "w1", &ref, 1, &st, &lease, &err));
@@ -215,15 +219,15 @@ START_TEST(heartbeat_keeps_the_lease)
 	 * it is the worker's, and running */
 	id = enqueue_one(t.client, "short", "hb-starting", NULL, NULL);
 	ck_assert_int_eq(claim1(t.client, "w1", "short", &a1), id);
-	sq_job j = get(id);
+	sq_job j = test_get_job(t.client, id);
 	ck_assert_str_eq(sq_job_status_name(j.status), "starting");
-	clear(&j);
+	sq_job_clear(&j);
 	ck_assert_int_eq(one(sq_heartbeat, t.client, "w1", id, a1), SQ_OK);
-	j = get(id);
+	j = test_get_job(t.client, id);
 	ck_assert_str_eq(sq_job_status_name(j.status), "running");
 	ck_assert_str_eq(j.worker, "w1");
 	ck_assert_int_eq(j.attempt, a1);
-	clear(&j);
+	sq_job_clear(&j);
 	/* and another worker's heartbeat of it is lost */
 	ck_assert_int_eq(one(sq_heartbeat, w2, "w2", id, a1), SQ_ELOST);
 	ck_assert_int_eq(one(sq_complete, t.client, "w1", id, a1), SQ_OK);
@@ -251,7 +255,7 @@ START_TEST(retry_with_backoff_then_failed)
 		int64_t before = wall_us();
 		ck_assert_int_eq(fail_one("w", id, att, "boom", 0), SQ_OK);
 		int64_t after = wall_us();
-		sq_job j = get(id);
+		sq_job j = test_get_job(t.client, id);
 		ck_assert_str_eq(j.params, "{}");
 		if (round < 3) {
 			/* linear backoff: attempt * 1s from the failure */
@@ -272,7 +276,7 @@ START_TEST(retry_with_backoff_then_failed)
 			ck_assert_int_eq(j.status, SQ_FAILED);
 			ck_assert_int_eq(j.attempt, 3);
 		}
-		clear(&j);
+		sq_job_clear(&j);
 	}
 	ck_assert_int_eq(testdb_sum(&t, "SELECT count(*) FROM shardq.jobs WHERE status = 'failed' "
 					"AND last_error = 'boom'"),
@@ -289,10 +293,10 @@ START_TEST(permanent_failure_and_max_attempts)
 	ck_assert_int_eq(claim1(t.client, "w", "fast", &att), p);
 	ck_assert_int_eq(one(sq_start, t.client, "w", p, att), SQ_OK);
 	ck_assert_int_eq(fail_one("w", p, att, "bad input", 1), SQ_OK);
-	sq_job j = get(p);
+	sq_job j = test_get_job(t.client, p);
 	ck_assert_int_eq(j.status, SQ_FAILED);
 	ck_assert_int_eq(j.attempt, 1);
-	clear(&j);
+	sq_job_clear(&j);
 
 	int64_t q = enqueue_one(t.client, "fast", "retry", NULL, NULL);
 	for (int i = 1; i <= 3; i++) {
@@ -301,9 +305,9 @@ START_TEST(permanent_failure_and_max_attempts)
 		ck_assert_int_eq(one(sq_start, t.client, "w", q, att), SQ_OK);
 		ck_assert_int_eq(fail_one("w", q, att, "again", 0), SQ_OK);
 	}
-	j = get(q);
+	j = test_get_job(t.client, q);
 	ck_assert_int_eq(j.status, SQ_FAILED);
-	clear(&j);
+	sq_job_clear(&j);
 	ck_assert_int_eq(claim1(t.client, "w", "fast", &att), 0);
 }
 END_TEST
@@ -321,11 +325,11 @@ START_TEST(release_counts_no_attempt)
 		att = last = js[0].attempt;
 		sq_jobs_free(js, 1);
 		ck_assert_int_eq(one(sq_release, t.client, "w", id, att), SQ_OK);
-		sq_job j = get(id);
+		sq_job j = test_get_job(t.client, id);
 		ck_assert_int_eq(j.status, SQ_READY);
 		ck_assert_int_eq(j.tries, 0);
 		ck_assert_ptr_null(j.worker);
-		clear(&j);
+		sq_job_clear(&j);
 		/* a write of the released run can never match a later run */
 		ck_assert_int_eq(one(sq_start, t.client, "w", id, att), SQ_ELOST);
 	}
@@ -357,12 +361,12 @@ START_TEST(cancel_running_makes_complete_lost)
 	ck_assert_int_eq(out[0], SQ_OK);
 	ck_assert_int_eq(out[1], SQ_ENOTFOUND);
 	ck_assert_int_eq(one(sq_complete, t.client, "w", id, att), SQ_ELOST);
-	sq_job j = get(id);
+	sq_job j = test_get_job(t.client, id);
 	ck_assert_int_eq(j.status, SQ_CANCELLED);
-	clear(&j);
-	j = get(other);
+	sq_job_clear(&j);
+	j = test_get_job(t.client, other);
 	ck_assert_int_eq(j.status, SQ_STARTING);
-	clear(&j);
+	sq_job_clear(&j);
 	(void)st;
 }
 END_TEST
@@ -375,15 +379,15 @@ START_TEST(expired_on_last_attempt_fails)
 	int64_t id = enqueue_one(t.client, "poison", "p", NULL, NULL);
 	ck_assert_int_eq(claim1(t.client, "w1", "poison", &att), id);
 	ck_assert_int_eq(att, 1);
-	usleep(400 * 1000);
+	wait_lease_over(id);
 	ck_assert_int_eq(claim1(t.client, "w2", "poison", &att), id);
 	ck_assert_int_eq(att, 2);
-	usleep(400 * 1000);
+	wait_lease_over(id);
 	ck_assert_int_eq(claim1(t.client, "w3", "poison", &att), 0);
-	sq_job j = get(id);
+	sq_job j = test_get_job(t.client, id);
 	ck_assert_int_eq(j.status, SQ_FAILED);
 	ck_assert_int_eq(j.attempt, 2);
-	clear(&j);
+	sq_job_clear(&j);
 	ck_assert_int_eq(testdb_sum(&t, "SELECT count(*) FROM shardq.jobs WHERE last_error LIKE "
 					"'the lease of try 2 of 2 expired (worker w2 %'"),
 			 1);
@@ -1076,25 +1080,25 @@ int main(void)
 	TCase *tc = tcase_create("lifecycle");
 	tcase_set_timeout(tc, 3600);
 	tcase_add_checked_fixture(tc, setup, teardown);
-	tcase_add_test(tc, expired_starting_lease_goes_to_another_worker);
-	tcase_add_test(tc, expired_running_lease_complete_is_lost);
-	tcase_add_test(tc, heartbeat_keeps_the_lease);
-	tcase_add_test(tc, retry_with_backoff_then_failed);
-	tcase_add_test(tc, permanent_failure_and_max_attempts);
-	tcase_add_test(tc, release_counts_no_attempt);
-	tcase_add_test(tc, cancel_running_makes_complete_lost);
-	tcase_add_test(tc, expired_on_last_attempt_fails);
-	tcase_add_test(tc, batched_mixed_results);
+	ADD_TEST(tc, expired_starting_lease_goes_to_another_worker);
+	ADD_TEST(tc, expired_running_lease_complete_is_lost);
+	ADD_TEST(tc, heartbeat_keeps_the_lease);
+	ADD_TEST(tc, retry_with_backoff_then_failed);
+	ADD_TEST(tc, permanent_failure_and_max_attempts);
+	ADD_TEST(tc, release_counts_no_attempt);
+	ADD_TEST(tc, cancel_running_makes_complete_lost);
+	ADD_TEST(tc, expired_on_last_attempt_fails);
+	ADD_TEST(tc, batched_mixed_results);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("plans");
 	tcase_set_timeout(tc, 3600);
 	tcase_add_checked_fixture(tc, setup_plans, teardown_plans);
-	tcase_add_test(tc, fenced_writes_probe_the_key_whatever_the_statistics);
-	tcase_add_test(tc, plans_made_on_an_empty_table_keep_to_the_indexes);
-	tcase_add_test(tc, claims_keep_to_the_indexes_on_schema_6);
-	tcase_add_test(tc, a_claim_planned_after_a_vacuum_of_a_churned_table_keeps_to_the_index);
-	tcase_add_test(tc, claims_skip_partitions_that_are_not_owned);
-	tcase_add_test(tc, a_large_fenced_write_plans_its_ownership_report_once);
+	ADD_TEST(tc, fenced_writes_probe_the_key_whatever_the_statistics);
+	ADD_TEST(tc, plans_made_on_an_empty_table_keep_to_the_indexes);
+	ADD_TEST(tc, claims_keep_to_the_indexes_on_schema_6);
+	ADD_TEST(tc, a_claim_planned_after_a_vacuum_of_a_churned_table_keeps_to_the_index);
+	ADD_TEST(tc, claims_skip_partitions_that_are_not_owned);
+	ADD_TEST(tc, a_large_fenced_write_plans_its_ownership_report_once);
 	suite_add_tcase(s, tc);
 	return run_suite(s);
 }

@@ -4,7 +4,7 @@
  * handlers (how many ran at once); the rate from the shards' history (when
  * each job finished). Nothing is lost and nothing runs twice. */
 #include "config.h"
-#include "test_common.h"
+#include "support.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -29,13 +29,6 @@ static sq_job_result hold_a_while(const sq_job *job, void *arg, char *e, size_t 
 	return SQ_RESULT_DONE;
 }
 
-static void *run_worker(void *arg)
-{
-	sq_error err;
-	ck_assert_msg(sq_worker_run(arg, &err) == SQ_OK, "worker: %s", err.msg);
-	return NULL;
-}
-
 typedef struct fleet {
 	sq_worker *w[NWORKERS];
 	pthread_t th[NWORKERS];
@@ -54,7 +47,7 @@ static void fleet_start(fleet *f, const char *type, int slots, int sleep_us)
 		OKE(sq_worker_create(t.cfg, &o, &f->w[i], &err));
 		OKE(sq_worker_add(f->w[i], type, slots, hold_a_while, (void *)(intptr_t)sleep_us,
 				  &err));
-		pthread_create(&f->th[i], NULL, run_worker, f->w[i]);
+		test_worker_thread(&f->th[i], f->w[i]);
 	}
 }
 
@@ -81,28 +74,16 @@ static void fleet_stop(fleet *f)
 	}
 }
 
-static void enqueue_n(const char *type, int n)
-{
-	sq_job_spec *js = calloc((size_t)n, sizeof(*js));
-	sq_enqueue_result *rs = calloc((size_t)n, sizeof(*rs));
-	sq_error err;
-	for (int i = 0; i < n; i++)
-		js[i].type = type;
-	OKE(sq_enqueue(t.client, js, (size_t)n, rs, &err));
-	free(js);
-	free(rs);
-}
-
 static int cmp_double(const void *a, const void *b)
 {
 	double x = *(const double *)a, y = *(const double *)b;
 	return x < y ? -1 : x > y;
 }
 
-static long long live_jobs(void *arg)
+static long long jobs_left(void *arg)
 {
 	(void)arg;
-	return testdb_sum(&t, "SELECT count(*) FROM shardq.jobs");
+	return test_all_jobs(&t);
 }
 
 /* Every job completed exactly once (the types keep history). */
@@ -171,14 +152,14 @@ START_TEST(max_running_never_exceeded)
 				    : "[type capped]\nhistory = true\nmax_running = 8\n";
 	testdb_open(&t, "sqt_limits_running", test_shard_count(), 256, types);
 	ck_assert_int_eq(t.nshards, 4);
-	enqueue_n("capped", N);
+	test_enqueue_n(t.client, "capped", N, NULL);
 	pthread_t sth;
 	memset(&samp, 0, sizeof(samp));
 	pthread_create(&sth, NULL, sampler, NULL);
 	fleet f;
 	fleet_start(&f, "capped", 6, 20000);
 	long long left;
-	int done = wait_progress(live_jobs, NULL, &left);
+	int done = wait_progress(jobs_left, NULL, &left);
 	atomic_store(&samp.stop, 1);
 	pthread_join(sth, NULL);
 	fleet_stop(&f);
@@ -215,12 +196,12 @@ START_TEST(rate_within_ten_percent)
 	testdb_open(&t, "sqt_limits_rate", test_shard_count(), 256,
 		    "[type rated]\nhistory = true\nrate = 50/s\n");
 	ck_assert_int_eq(t.nshards, 4);
-	enqueue_n("rated", N);
+	test_enqueue_n(t.client, "rated", N, NULL);
 	atomic_store(&handled, 0);
 	fleet f;
 	fleet_start(&f, "rated", 8, 1000);
 	long long left;
-	int done = wait_progress(live_jobs, NULL, &left);
+	int done = wait_progress(jobs_left, NULL, &left);
 	fleet_stop(&f);
 	ck_assert_msg(done, "%lld of %d jobs not completed: the workers stalled", left, N);
 	assert_all_done_once(N);

@@ -5,7 +5,7 @@
  * shard; a completion with no partition for its day lands in the default
  * one; lock_timeout; the periodic runner of the worker runtime; the
  * migration of an old history table; `shardq maintain`. */
-#include "test_common.h"
+#include "support.h"
 
 #include "client.h"
 #include "maintain.h"
@@ -40,8 +40,9 @@ static int reuse(void)
 	int ports[16], ok = 0;
 	if (!run || testdb_ports(ports, 16) < 2)
 		return 0;
-	snprintf(dsn, sizeof(dsn), "host=127.0.0.1 port=%d dbname=sqt_maintain user=postgres",
-		 ports[0]);
+	char db[64];
+	testdb_name(db, sizeof(db), "sqt_maintain");
+	snprintf(dsn, sizeof(dsn), "host=127.0.0.1 port=%d dbname=%s user=postgres", ports[0], db);
 	PGconn *pc = PQconnectdb(dsn);
 	snprintf(sql, sizeof(sql), "SELECT 1 FROM public.sqt_run WHERE id = '%s'", run);
 	PGresult *r = PQstatus(pc) == CONNECTION_OK ? PQexec(pc, sql) : NULL;
@@ -55,7 +56,7 @@ static int reuse(void)
 	t.nshards = 2;
 	t.partitions = 64;
 	testdb_ports(t.ports, 16);
-	snprintf(t.db, sizeof(t.db), "sqt_maintain");
+	snprintf(t.db, sizeof(t.db), "%s", db);
 	t.extra = strdup(types);
 	t.ini = testdb_ini(&t, NULL, NULL);
 	OKE(sq_config_parse(t.ini, t.db, &t.cfg, &err));
@@ -416,6 +417,26 @@ static sq_job_result nop(const sq_job *job, void *arg, char *errbuf, size_t errl
 	return SQ_RESULT_DONE;
 }
 
+/* Waits until every shard has its six day partitions, made by `who`
+ * (process pid, if not 0, which must live on); fails on a stall. */
+static void wait_day_parts(pid_t pid, const char *who)
+{
+	double t0 = test_now_s();
+	int done = 0;
+	while (!done) {
+		done = 1;
+		for (int s = 0; s < t.nshards; s++)
+			done &= day_parts(s) == 6;
+		if (!done) {
+			int st;
+			ck_assert_msg(!pid || waitpid(pid, &st, WNOHANG) == 0, "%s exited", who);
+			ck_assert_msg(test_now_s() - t0 < testdb_stall_s(),
+				      "no partitions made by %s", who);
+			usleep(50 * 1000);
+		}
+	}
+}
+
 static void worker_runs_maintenance(void)
 {
 	sq_error err;
@@ -427,18 +448,7 @@ static void worker_runs_maintenance(void)
 	sq_worker_opts_init(&o);
 	OKE(sq_worker_create(cfg, &o, &w, &err));
 	OKE(sq_worker_add(w, "d1", 1, nop, NULL, &err));
-	double t0 = test_now_s();
-	int done = 0;
-	while (!done) {
-		done = 1;
-		for (int s = 0; s < t.nshards; s++)
-			done &= day_parts(s) == 6;
-		if (!done) {
-			ck_assert_msg(test_now_s() - t0 < testdb_stall_s(),
-				      "no partitions made by the worker");
-			usleep(50 * 1000);
-		}
-	}
+	wait_day_parts(0, "the worker");
 	sq_worker_destroy(w);
 	sq_config_free(cfg);
 	free(ini);
@@ -447,55 +457,22 @@ static void worker_runs_maintenance(void)
 /* shardqd runs it too, and logs what each pass did. */
 static void daemon_runs_maintenance(void)
 {
-	const char *daemon = getenv("SHARDQ_DAEMON");
-	ck_assert_msg(daemon != NULL, "SHARDQ_DAEMON is not set (run through ctest)");
-	char path[512], logp[512];
+	char path[512];
 	testdb_path(path, sizeof(path), "shardqd.ini");
-	testdb_path(logp, sizeof(logp), "shardqd.log");
 	char *ini = testdb_ini(&t, NULL, "maintain_interval = 1s");
-	FILE *f = fopen(path, "w");
-	fprintf(f, "%s\n[daemon]\nlisten = 127.0.0.1:0\nthreads = 1\n", ini);
-	fclose(f);
+	test_write_file(path, 0, "%s\n[daemon]\nlisten = 127.0.0.1:0\nthreads = 1\n", ini);
 	free(ini);
-	fflush(NULL);
-	pid_t pid = fork();
-	ck_assert_int_ge(pid, 0);
-	if (pid == 0) {
-		FILE *lf = freopen(logp, "w", stderr);
-		(void)lf;
-		execl(daemon, daemon, "-c", path, (char *)NULL);
-		_exit(127);
-	}
-	double t0 = test_now_s();
-	int done = 0;
-	while (!done) {
-		done = 1;
-		for (int s = 0; s < t.nshards; s++)
-			done &= day_parts(s) == 6;
-		if (!done) {
-			int st;
-			ck_assert_msg(waitpid(pid, &st, WNOHANG) == 0, "shardqd exited");
-			ck_assert_msg(test_now_s() - t0 < testdb_stall_s(),
-				      "no partitions made by shardqd");
-			usleep(50 * 1000);
-		}
-	}
+	test_daemon d;
+	test_daemon_spawn(&d, path, "shardqd.log");
+	wait_day_parts(d.pid, "shardqd");
 	/* the log line follows the pass */
-	char buf[8192] = "";
-	t0 = test_now_s();
-	while (!strstr(buf, "maintain: shard s1: created 6")) {
-		ck_assert_msg(test_now_s() - t0 < testdb_stall_s(), "log: %s", buf);
+	const char *log;
+	double t0 = test_now_s();
+	while (!strstr(log = test_file_text(d.out), "maintain: shard s1: created 6")) {
+		ck_assert_msg(test_now_s() - t0 < testdb_stall_s(), "log: %s", log);
 		usleep(50 * 1000);
-		f = fopen(logp, "r");
-		size_t n = f ? fread(buf, 1, sizeof(buf) - 1, f) : 0;
-		buf[n] = '\0';
-		if (f)
-			fclose(f);
 	}
-	kill(pid, SIGTERM);
-	int st;
-	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
-	ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	ck_assert_int_eq(test_daemon_stop(&d, SIGTERM), 0);
 }
 
 /* The worker runtime first; shardqd then finds the days made and still
@@ -858,13 +835,15 @@ START_TEST(a_pass_gives_up_on_a_shard_that_stops_answering)
 END_TEST
 
 /* One case per test, named for it (CK_RUN_CASE=NAME runs one alone). */
-#define CASE(fn)                                                 \
-	do {                                                     \
-		TCase *tc_ = tcase_create(#fn);                  \
-		tcase_add_checked_fixture(tc_, setup, teardown); \
-		tcase_set_timeout(tc_, 300);                     \
-		tcase_add_test(tc_, fn);                         \
-		suite_add_tcase(s, tc_);                         \
+#define CASE(fn)                                                         \
+	do {                                                             \
+		if (test_take_next()) {                                  \
+			TCase *tc_ = tcase_create(#fn);                  \
+			tcase_add_checked_fixture(tc_, setup, teardown); \
+			tcase_set_timeout(tc_, 300);                     \
+			tcase_add_test(tc_, fn);                         \
+			suite_add_tcase(s, tc_);                         \
+		}                                                        \
 	} while (0)
 
 int main(void)

@@ -3,7 +3,7 @@
  * and movers are killed at every named failpoint. After each, the
  * invariants of design section 6 are checked on the shards themselves. */
 #include "client.h"
-#include "test_common.h"
+#include "support.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -15,13 +15,6 @@ static const char *types = "[type m]\nhistory = true\n"
 			   "[type long]\nhistory = true\nexecution_timeout = 1m\n";
 
 static testdb t;
-
-static double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 /* ---- load: producers and workers ---------------------------------------- */
 
@@ -67,11 +60,17 @@ typedef struct load {
 
 static load L;
 
-static long long outstanding(void)
+static size_t acked_now(void)
 {
 	pthread_mutex_lock(&L.acked.mu);
-	long long acked = (long long)L.acked.n;
+	size_t n = L.acked.n;
 	pthread_mutex_unlock(&L.acked.mu);
+	return n;
+}
+
+static long long outstanding(void)
+{
+	long long acked = (long long)acked_now();
 	pthread_mutex_lock(&L.mu);
 	long long ran = (long long)L.nruns;
 	pthread_mutex_unlock(&L.mu);
@@ -108,7 +107,7 @@ static void *producer(void *arg)
 
 static sq_job_result handler(const sq_job *job, void *arg, char *e, size_t elen)
 {
-	run r = {job->id, job->attempt, *(int *)arg, now_s(), 0};
+	run r = {job->id, job->attempt, *(int *)arg, test_now_s(), 0};
 	(void)e;
 	(void)elen;
 	if (strcmp(job->type, "long"))
@@ -116,21 +115,13 @@ static sq_job_result handler(const sq_job *job, void *arg, char *e, size_t elen)
 	else /* held running until the test lets it go, however slow the machine */
 		while (!L.release_long)
 			usleep(10000);
-	r.end = now_s();
+	r.end = test_now_s();
 	pthread_mutex_lock(&L.mu);
 	if (L.nruns == L.cap)
 		L.runs = realloc(L.runs, (L.cap = L.cap * 2 + 1024) * sizeof(run));
 	L.runs[L.nruns++] = r;
 	pthread_mutex_unlock(&L.mu);
 	return SQ_RESULT_DONE;
-}
-
-static void *worker_main(void *arg)
-{
-	sq_worker *w = arg;
-	sq_error err;
-	ck_assert_msg(sq_worker_run(w, &err) == SQ_OK, "worker: %s", err.msg);
-	return NULL;
 }
 
 static void load_start(int nprod, int nwork)
@@ -152,7 +143,7 @@ static void load_start(int nprod, int nwork)
 		OKE(sq_worker_create(t.cfg, &o, &L.w[i], &err));
 		OKE(sq_worker_add(L.w[i], "m", 4, handler, &L.worker_no[i], &err));
 		OKE(sq_worker_add(L.w[i], "long", 4, handler, &L.worker_no[i], &err));
-		pthread_create(&L.work[i], NULL, worker_main, L.w[i]);
+		test_worker_thread(&L.work[i], L.w[i]);
 	}
 	for (int i = 0; i < nprod; i++)
 		pthread_create(&L.prod[i], NULL, producer, (void *)(intptr_t)i);
@@ -173,6 +164,21 @@ static long long live_left(void *arg)
 /* Stops the producers, lets the workers drain the queue (for as long as
  * jobs keep completing), stops them. A stall fails the test with the live
  * rows per shard, type and status, and what each worker holds. */
+/* Waits until the producers have had `more` jobs acknowledged from now:
+ * the load has run on (a stall fails, with what was acknowledged). */
+static void load_wait_acked(size_t more)
+{
+	size_t from = acked_now(), was = from;
+	double since = test_now_s();
+	for (size_t n; (n = acked_now()) < from + more; usleep(20000)) {
+		if (n != was)
+			was = n, since = test_now_s();
+		ck_assert_msg(test_now_s() - since < testdb_stall_s(),
+			      "the load stalled: %zu of %zu jobs acknowledged, none for %.0fs",
+			      n - from, more, testdb_stall_s());
+	}
+}
+
 static void load_stop(void)
 {
 	long long left;
@@ -390,13 +396,13 @@ START_TEST(add_fifth_shard_under_load)
 	sq_move_opts o;
 	sq_move_opts_init(&o);
 	o.set_size = 64;
-	double t0 = now_s();
+	double t0 = test_now_s();
 	OKE(sq_rebalance(c5, &o, &err));
 	printf("add a fifth shard: %lld partitions moved under load in %.2fs\n",
-	       (long long)plan->moving, now_s() - t0);
+	       (long long)plan->moving, test_now_s() - t0);
 	/* they ran throughout their partitions' moves */
 	ck_assert_int_eq(longs_running(), 6);
-	usleep(300000);
+	load_wait_acked(100); /* the load goes on after the moves */
 	load_stop();
 	check_ownership();
 	check_jobs();
@@ -427,12 +433,12 @@ START_TEST(drain_a_shard_under_load)
 	testdb_open(&t, "sqt_moves_drain", 4, 512, types);
 	sq_client *c = client_with(w, &cfg);
 	load_start(2, 2);
-	usleep(500000);
+	load_wait_acked(200); /* the moves start under load */
 	sq_move_opts o;
 	sq_move_opts_init(&o);
 	o.set_size = 50;
 	OKE(sq_rebalance(c, &o, &err));
-	usleep(300000);
+	load_wait_acked(100); /* and the load goes on after them */
 	load_stop();
 	check_ownership();
 	check_jobs();
@@ -451,28 +457,12 @@ END_TEST
 
 static char ini_path[600];
 
-static char cli_out[1024];
+static char cli_out[16384];
 
-/* Runs the CLI; its output (the last 1 KiB) is left in cli_out. */
+/* Runs the CLI on this cluster's config; its output is left in cli_out. */
 static int cli(const char *env, const char *args)
 {
-	char cmd[2048], out[600];
-	testdb_path(out, sizeof(out), "cli.out");
-	snprintf(cmd, sizeof(cmd), "%s %s -c %s %s > %s 2>&1", env ? env : "", getenv("SHARDQ_CLI"),
-		 ini_path, args, out);
-	int rc = system(cmd);
-	FILE *f = fopen(out, "r");
-	cli_out[0] = '\0';
-	if (f) {
-		fseek(f, 0, SEEK_END);
-		long size = ftell(f);
-		fseek(f, size > (long)sizeof(cli_out) - 1 ? size - (long)sizeof(cli_out) + 1 : 0,
-		      SEEK_SET);
-		size_t n = fread(cli_out, 1, sizeof(cli_out) - 1, f);
-		cli_out[n] = '\0';
-		fclose(f);
-	}
-	return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+	return test_cli(env, cli_out, sizeof(cli_out), "-c %s %s", ini_path, args);
 }
 
 static int64_t last_move(void)
@@ -654,9 +644,9 @@ typedef struct bg_enqueue {
 static void *enqueue_during(void *arg)
 {
 	bg_enqueue *b = arg;
-	double t0 = now_s();
+	double t0 = test_now_s();
 	b->id = enqueue_one(b->c, "m", "the-key", "{\"during\":true}", &b->outcome);
-	b->took = now_s() - t0;
+	b->took = test_now_s() - t0;
 	return NULL;
 }
 

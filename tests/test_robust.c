@@ -7,7 +7,7 @@
 #include "buf.h"
 #include "client.h"
 #include "schema.h"
-#include "test_common.h"
+#include "support.h"
 
 #include <inttypes.h>
 #include <pthread.h>
@@ -31,23 +31,6 @@ static const char *types =
 	"[type lc]\nstarting_timeout = 1s\nexecution_timeout = 1h\nhistory = true\n";
 
 static testdb t;
-
-static double mono(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-/* Seconds without progress after which a wait fails: $SHARDQ_TEST_STALL,
- * else 30 (every lease these tests wait for is 1s; the ones they must not
- * wait for are 1h). */
-static double stall_s(void)
-{
-	const char *e = getenv("SHARDQ_TEST_STALL");
-	double v = e ? atof(e) : 0;
-	return v > 0 ? (v < 600 ? v : 600) : 30;
-}
 
 static void setup(void)
 {
@@ -84,25 +67,26 @@ static const char *left_report(char *buf, size_t len)
 }
 
 /* Waits until the sum of `sql` over the shards is `want`. Fails when the
- * value has not moved for stall_s() seconds, printing what is left and
+ * value has not moved for testdb_stall_s() seconds, printing what is left and
  * `why` (a worker's figures, say). */
 static void wait_sum(const char *sql, long long want, const char *what,
 		     void (*why)(char *buf, size_t len))
 {
 	long long last = testdb_sum(&t, sql);
-	double moved = mono();
+	double moved = test_now_s();
 	while (last != want) {
 		usleep(50000);
 		long long v = testdb_sum(&t, sql);
 		if (v != last) {
 			last = v;
-			moved = mono();
-		} else if (mono() - moved > stall_s()) {
+			moved = test_now_s();
+		} else if (test_now_s() - moved > testdb_stall_s()) {
 			char rows[4096], w[1024] = "";
 			if (why)
 				why(w, sizeof(w));
 			ck_abort_msg("%s: stalled at %lld (want %lld) for %.0fs\nrows:\n%s%s", what,
-				     last, want, stall_s(), left_report(rows, sizeof(rows)), w);
+				     last, want, testdb_stall_s(), left_report(rows, sizeof(rows)),
+				     w);
 		}
 	}
 }
@@ -175,19 +159,7 @@ static int64_t enq(const char *type, const char *key)
 typedef struct tworker {
 	sq_worker *w;
 	pthread_t th;
-	sq_status st;
-	char err[1024];
 } tworker;
-
-static void *tworker_main(void *arg)
-{
-	tworker *tw = arg;
-	sq_error err;
-	tw->st = sq_worker_run(tw->w, &err);
-	if (tw->st != SQ_OK)
-		snprintf(tw->err, sizeof(tw->err), "%s", err.msg);
-	return NULL;
-}
 
 static void tworker_create_cfg(tworker *tw, const sq_config *cfg, const char *id, int listen)
 {
@@ -214,14 +186,13 @@ static void tworker_add(tworker *tw, const char *type, int conc, sq_handler fn, 
 
 static void tworker_start(tworker *tw)
 {
-	ck_assert_int_eq(pthread_create(&tw->th, NULL, tworker_main, tw), 0);
+	test_worker_thread(&tw->th, tw->w);
 }
 
 static void tworker_stop(tworker *tw)
 {
-	sq_worker_stop(tw->w, 0);
+	sq_worker_stop(tw->w, 0); /* its run returns SQ_OK (test_worker_thread checks) */
 	pthread_join(tw->th, NULL);
-	ck_assert_msg(tw->st == SQ_OK, "worker: %s", tw->err);
 }
 
 static tworker *shown; /* whose figures a stall prints */
@@ -255,15 +226,15 @@ static const sq_worker_type_stats *type_stats(const sq_worker_stats *st, const c
 }
 
 /* Waits until the worker's last error names `needle`, into *st. Fails
- * after stall_s() seconds saying what never came. */
+ * after testdb_stall_s() seconds saying what never came. */
 static void wait_last_error(tworker *tw, const char *needle, const char *what, sq_worker_stats *st)
 {
-	double since = mono();
+	double since = test_now_s();
 	for (;;) {
 		sq_worker_get_stats(tw->w, st);
 		if (strstr(st->last_error, needle))
 			return;
-		ck_assert_msg(mono() - since < stall_s(), "%s; last error: %s", what,
+		ck_assert_msg(test_now_s() - since < testdb_stall_s(), "%s; last error: %s", what,
 			      st->last_error);
 		usleep(20000);
 	}
@@ -273,10 +244,11 @@ static void wait_last_error(tworker *tw, const char *needle, const char *what, s
  * has the completions before the worker has read their answers. */
 static void wait_done(tworker *tw, const char *type, uint64_t n, sq_worker_stats *st)
 {
-	double since = mono();
+	double since = test_now_s();
 	for (sq_worker_get_stats(tw->w, st); type_stats(st, type)->done < n;
 	     sq_worker_get_stats(tw->w, st)) {
-		ck_assert_msg(mono() - since < stall_s(), "the worker counts %llu done of %llu",
+		ck_assert_msg(test_now_s() - since < testdb_stall_s(),
+			      "the worker counts %llu done of %llu",
 			      (unsigned long long)type_stats(st, type)->done,
 			      (unsigned long long)n);
 		usleep(20000);
@@ -573,12 +545,12 @@ START_TEST(frozen_partition_waits_alone)
 			     still, in_frozen, part_report(frozen, rows, sizeof(rows)), w);
 	}
 	sq_worker_stats st;
-	double moved = mono();
+	double moved = test_now_s();
 	for (;;) {
 		sq_worker_get_stats(tw.w, &st);
 		if (strstr(st.last_error, "still moving"))
 			break;
-		ck_assert_msg(mono() - moved < stall_s(),
+		ck_assert_msg(test_now_s() - moved < testdb_stall_s(),
 			      "no note of the long wait; last error: %s", st.last_error);
 		usleep(50000);
 	}
@@ -634,9 +606,9 @@ START_TEST(a_failing_claim_does_not_hold_back_completions)
 	tworker_add(&tw, "q", N, count_hold_handler, NULL);
 	shown = &tw;
 	tworker_start(&tw);
-	double moved = mono();
+	double moved = test_now_s();
 	while (atomic_load(&held_now) < N) {
-		ck_assert_msg(mono() - moved < stall_s(), "%d of %d jobs started",
+		ck_assert_msg(test_now_s() - moved < testdb_stall_s(), "%d of %d jobs started",
 			      atomic_load(&held_now), N);
 		usleep(20000);
 	}
@@ -973,7 +945,7 @@ START_TEST(stalled_mover_releases_the_gate)
 		m.part++;
 	snprintf(env, sizeof(env), "during_drain:%d", SLEEP_MS);
 	setenv("SHARDQ_FAILPOINT_SLEEP", env, 1);
-	double t0 = mono();
+	double t0 = test_now_s();
 	pthread_create(&th, NULL, mover_main, &m);
 	/* the mover holds the gate exclusive in its drain (the freeze, recorded
 	 * before, held it only for a moment); the meta schema is on shard 0 */
@@ -990,9 +962,9 @@ START_TEST(stalled_mover_releases_the_gate)
 		/* the mover held the gate for about 4 s (the timeout) and this
 		 * loop, on a loaded machine, never looked within that window;
 		 * the move could not end before its 20 s sleep either way */
-		ck_assert_msg(mono() - t0 >= SLEEP_MS / 1000.0 - 1,
+		ck_assert_msg(test_now_s() - t0 >= SLEEP_MS / 1000.0 - 1,
 			      "the mover ended %.1fs after it began, before its sleep",
-			      mono() - t0);
+			      test_now_s() - t0);
 		printf("stalled_mover_releases_the_gate: the 4 s gate window was missed "
 		       "(a loaded machine); writer not checked\n");
 		pthread_join(th, NULL);
@@ -1010,13 +982,13 @@ START_TEST(stalled_mover_releases_the_gate)
 		    part_of(key[0]) != m.part)
 			break;
 	}
-	double w0 = mono();
+	double w0 = test_now_s();
 	enq("q", key[0]);
-	double waited = mono() - w0;
+	double waited = test_now_s() - w0;
 	ck_assert_msg(waited < SLEEP_MS / 2000.0,
 		      "the writer waited %.1fs behind a mover stalled for %ds (since the "
 		      "move began: %.1fs)",
-		      waited, SLEEP_MS / 1000, mono() - t0);
+		      waited, SLEEP_MS / 1000, test_now_s() - t0);
 	pthread_join(th, NULL);
 	unsetenv("SHARDQ_FAILPOINT_SLEEP");
 	sq_config_free(m.cfg);
@@ -1075,9 +1047,9 @@ START_TEST(a_frozen_meta_database_holds_no_enqueue_up)
 		char key[32];
 		snprintf(key, sizeof(key), "fm-%d", i);
 		usleep(150000); /* past map_poll: every call is due a version poll */
-		double t0 = mono();
+		double t0 = test_now_s();
 		int64_t id = enqueue_one(c, "q", key, NULL, NULL);
-		double took = mono() - t0;
+		double took = test_now_s() - t0;
 		ck_assert_msg(took < 10,
 			      "enqueue %d of %d took %.1fs with the meta database frozen: it "
 			      "waited for the map's version poll",
@@ -1122,12 +1094,12 @@ START_TEST(a_cut_map_listen_connection_is_made_again)
 		1);
 	/* the client notices at its next look at the map (every enqueue and
 	 * worker tick makes one) */
-	double since = mono();
+	double since = test_now_s();
 	while (backends_named("remake-map-listen") != 1) {
-		ck_assert_msg(mono() - since < stall_s(),
+		ck_assert_msg(test_now_s() - since < testdb_stall_s(),
 			      "the map's LISTEN connection was not made again in %.0fs "
 			      "(%lld such backends)",
-			      stall_s(), backends_named("remake-map-listen"));
+			      testdb_stall_s(), backends_named("remake-map-listen"));
 		sq_client_check_map(c);
 		usleep(20000);
 	}
@@ -1138,12 +1110,12 @@ START_TEST(a_cut_map_listen_connection_is_made_again)
 	OKE(sq_move(t.client, &p, 1, "s2", NULL, NULL, &err));
 	long long want = testdb_scalar(&t, 0, "SELECT map_version FROM shardq_meta.cluster");
 	ck_assert_int_gt(want, before);
-	since = mono();
+	since = test_now_s();
 	while (sq_client_map_version(c) != want) {
-		ck_assert_msg(mono() - since < stall_s(),
+		ck_assert_msg(test_now_s() - since < testdb_stall_s(),
 			      "the client's map is still at version %" PRId64 " %.0fs after a "
 			      "move made it %lld: the NOTIFY did not reach it",
-			      sq_client_map_version(c), stall_s(), want);
+			      sq_client_map_version(c), testdb_stall_s(), want);
 		sq_client_check_map(c);
 		usleep(20000);
 	}
@@ -1197,24 +1169,24 @@ static Suite *suite(void)
 {
 	Suite *s = suite_create("robust");
 	TCase *unit = tcase_create("utf8");
-	tcase_add_test(unit, utf8_clean_cases);
+	ADD_TEST(unit, utf8_clean_cases);
 	suite_add_tcase(s, unit);
 	TCase *tc = tcase_create("robust");
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_set_timeout(tc, 3600);
-	tcase_add_test(tc, fail_text_is_stored_as_valid_utf8);
-	tcase_add_test(tc, poison_error_text_does_not_wedge_the_worker);
-	tcase_add_test(tc, one_refused_write_does_not_block_the_shard);
-	tcase_add_test(tc, frozen_partition_waits_alone);
-	tcase_add_test(tc, a_failing_claim_does_not_hold_back_completions);
-	tcase_add_test(tc, lost_claim_answer_comes_back_after_the_starting_lease);
-	tcase_add_test(tc, long_job_claimed_running_keeps_its_lease);
-	tcase_add_test(tc, long_job_started_from_the_buffer_keeps_its_lease);
-	tcase_add_test(tc, plain_connections_take_the_connection_settings);
-	tcase_add_test(tc, stalled_mover_releases_the_gate);
-	tcase_add_test(tc, a_frozen_meta_database_holds_no_enqueue_up);
-	tcase_add_test(tc, a_cut_map_listen_connection_is_made_again);
-	tcase_add_test(tc, failpoints_only_where_built_in);
+	ADD_TEST(tc, fail_text_is_stored_as_valid_utf8);
+	ADD_TEST(tc, poison_error_text_does_not_wedge_the_worker);
+	ADD_TEST(tc, one_refused_write_does_not_block_the_shard);
+	ADD_TEST(tc, frozen_partition_waits_alone);
+	ADD_TEST(tc, a_failing_claim_does_not_hold_back_completions);
+	ADD_TEST(tc, lost_claim_answer_comes_back_after_the_starting_lease);
+	ADD_TEST(tc, long_job_claimed_running_keeps_its_lease);
+	ADD_TEST(tc, long_job_started_from_the_buffer_keeps_its_lease);
+	ADD_TEST(tc, plain_connections_take_the_connection_settings);
+	ADD_TEST(tc, stalled_mover_releases_the_gate);
+	ADD_TEST(tc, a_frozen_meta_database_holds_no_enqueue_up);
+	ADD_TEST(tc, a_cut_map_listen_connection_is_made_again);
+	ADD_TEST(tc, failpoints_only_where_built_in);
 	suite_add_tcase(s, tc);
 	return s;
 }

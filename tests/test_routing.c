@@ -1,6 +1,6 @@
 /* test_routing.c - keys land where the map says, in the map's shares; ids
  * are unique across shards and carry their partition. */
-#include "test_common.h"
+#include "support.h"
 
 #include <inttypes.h>
 #include <time.h>
@@ -342,11 +342,11 @@ int main(void)
 	Suite *s = suite_create("routing");
 	TCase *tc = tcase_create("routing");
 	tcase_set_timeout(tc, 3600);
-	tcase_add_test(tc, random_keys_follow_map_shares);
-	tcase_add_test(tc, same_key_same_place);
-	tcase_add_test(tc, keyless_insert_writes_what_keyed_does);
-	tcase_add_test(tc, a_batch_keeps_each_rows_values);
-	tcase_add_test(tc, init_is_idempotent_and_refuses_other_partition_count);
+	ADD_TEST(tc, random_keys_follow_map_shares);
+	ADD_TEST(tc, same_key_same_place);
+	ADD_TEST(tc, keyless_insert_writes_what_keyed_does);
+	ADD_TEST(tc, a_batch_keeps_each_rows_values);
+	ADD_TEST(tc, init_is_idempotent_and_refuses_other_partition_count);
 	suite_add_tcase(s, tc);
 	return run_suite(s);
 }

@@ -5,7 +5,7 @@
  * after the slot's job completed; the missed = once / skip policies after
  * downtime; a claim whose enqueue never happened (a scheduler killed between
  * the two) is taken over; the worker runtime and the CLI run schedules. */
-#include "test_common.h"
+#include "support.h"
 
 #include "config.h"
 #include "schedule.h"
@@ -680,14 +680,6 @@ static sq_job_result wk_handler(const sq_job *job, void *arg, char *errbuf, size
 	return SQ_RESULT_DONE;
 }
 
-static void *run_worker(void *arg)
-{
-	sq_error err;
-	if (sq_worker_run(arg, &err) != SQ_OK)
-		fprintf(stderr, "worker: %s\n", err.msg);
-	return NULL;
-}
-
 static long long wk_remaining(void *arg)
 {
 	(void)arg;
@@ -710,7 +702,7 @@ START_TEST(worker_runs_the_schedules)
 	o.poll_min_ms = o.poll_max_ms = 50;
 	OKE(sq_worker_create(t.cfg, &o, &w, &err));
 	OKE(sq_worker_add(w, "wk", 1, wk_handler, NULL, &err));
-	pthread_create(&th, NULL, run_worker, w);
+	test_worker_thread(&th, w);
 	long long left;
 	int ok = wait_progress(wk_remaining, NULL, &left);
 	sq_worker_stop(w, 0);
@@ -889,15 +881,15 @@ int main(void)
 	tcase_set_timeout(tc, 600);
 	tcase_add_unchecked_fixture(tc, cluster_setup, cluster_teardown);
 	tcase_add_checked_fixture(tc, NULL, teardown);
-	tcase_add_test(tc, three_schedulers_each_slot_once);
-	tcase_add_test(tc, missed_once_runs_the_latest_slot_once);
-	tcase_add_test(tc, missed_skip_waits_for_the_next_slot);
-	tcase_add_test(tc, crash_between_claim_and_enqueue_is_taken_over);
-	tcase_add_test(tc, crash_after_enqueue_dedups_on_the_live_job);
-	tcase_add_test(tc, worker_runs_the_schedules);
-	tcase_add_test(tc, cli_lists_and_runs_once);
-	tcase_add_test(tc, a_stop_does_not_wait_for_a_pass_on_a_frozen_meta);
-	tcase_add_test(tc, a_stop_lets_a_pass_under_way_end);
+	ADD_TEST(tc, three_schedulers_each_slot_once);
+	ADD_TEST(tc, missed_once_runs_the_latest_slot_once);
+	ADD_TEST(tc, missed_skip_waits_for_the_next_slot);
+	ADD_TEST(tc, crash_between_claim_and_enqueue_is_taken_over);
+	ADD_TEST(tc, crash_after_enqueue_dedups_on_the_live_job);
+	ADD_TEST(tc, worker_runs_the_schedules);
+	ADD_TEST(tc, cli_lists_and_runs_once);
+	ADD_TEST(tc, a_stop_does_not_wait_for_a_pass_on_a_frozen_meta);
+	ADD_TEST(tc, a_stop_lets_a_pass_under_way_end);
 	suite_add_tcase(s, tc);
 	return run_suite(s);
 }

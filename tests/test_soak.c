@@ -26,7 +26,7 @@
  * left.
  */
 #define _GNU_SOURCE
-#include "test_common.h"
+#include "support.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -62,39 +62,20 @@ static struct {
 	double worst_proc_exit_s;
 } fig;
 
-__attribute__((format(printf, 2, 3))) static void write_file(const char *name, const char *fmt, ...)
+/* DIR/name (kept in a small ring, so that a few can be in use at once). */
+static const char *in_dir(const char *name)
 {
-	char path[600];
-	testdb_path(path, sizeof(path), name);
-	FILE *f = fopen(path, "w");
-	ck_assert_msg(f != NULL, "%s: %s", path, strerror(errno));
-	va_list ap;
-	va_start(ap, fmt);
-	vfprintf(f, fmt, ap);
-	va_end(ap);
-	fclose(f);
-	chmod(path, 0755);
+	static char ring[8][600];
+	static int next;
+	char *p = ring[next++ % 8];
+	return testdb_path(p, sizeof(ring[0]), name);
 }
 
 /* The last `max` bytes of a file of the run ("" if none). */
 static const char *tail_of(const char *name, size_t max)
 {
 	static char text[8192];
-	char path[600];
-	if (max >= sizeof(text))
-		max = sizeof(text) - 1;
-	testdb_path(path, sizeof(path), name);
-	text[0] = '\0';
-	FILE *f = fopen(path, "r");
-	if (!f)
-		return text;
-	fseek(f, 0, SEEK_END);
-	long size = ftell(f);
-	fseek(f, size > (long)max ? size - (long)max : 0, SEEK_SET);
-	size_t n = fread(text, 1, max, f);
-	text[n] = '\0';
-	fclose(f);
-	return text;
+	return test_tail(in_dir(name), text, max < sizeof(text) ? max + 1 : sizeof(text));
 }
 
 static long count_lines(const char *name)
@@ -112,31 +93,6 @@ static long count_lines(const char *name)
 	return n;
 }
 
-/* Runs `sh -c CMD` and returns its exit code (128+N: signal N). */
-static int run_sh(const char *cmd)
-{
-	pid_t pid = fork();
-	ck_assert_int_ge(pid, 0);
-	if (pid == 0) {
-		execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
-		_exit(127);
-	}
-	int status;
-	while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
-		;
-	return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
-
-/* `shardq -c INI ARGS`, its output appended to DIR/cli.out; returns the
- * exit code. */
-static int cli(const char *env, const char *args)
-{
-	char cmd[2048], out[600];
-	snprintf(cmd, sizeof(cmd), "%s %s -c %s %s >> %s 2>&1", env ? env : "",
-		 getenv("SHARDQ_CLI"), ini, args, testdb_path(out, sizeof(out), "cli.out"));
-	return run_sh(cmd);
-}
-
 /* scripts/shards ACTION --only SHARD; fails the test if it fails. */
 static void shards(const char *action, int shard)
 {
@@ -145,7 +101,7 @@ static void shards(const char *action, int shard)
 	snprintf(cmd, sizeof(cmd), "%s %s --only %s >> %s 2>&1", script, action, shard_id[shard],
 		 testdb_path(out, sizeof(out), "shards.out"));
 	double t0 = test_now_s();
-	int rc = run_sh(cmd);
+	int rc = test_wait_exit(test_spawn(cmd, 0), 0);
 	/* a start that failed (its port held for a moment by another process,
 	 * say) is tried again until the stall time has passed */
 	int starts = !strcmp(action, "start") || !strcmp(action, "restart");
@@ -153,69 +109,49 @@ static void shards(const char *action, int shard)
 		usleep(500000);
 		snprintf(cmd, sizeof(cmd), "%s start --only %s >> %s 2>&1", script, shard_id[shard],
 			 testdb_path(out, sizeof(out), "shards.out"));
-		rc = run_sh(cmd);
+		rc = test_wait_exit(test_spawn(cmd, 0), 0);
 	}
 	ck_assert_msg(rc == 0, "%s: exit %d:\n%s", cmd, rc, tail_of("shards.out", 2000));
 	printf("soak: scripts/shards %s --only %s took %.1fs\n", action, shard_id[shard],
 	       test_now_s() - t0);
 }
 
-static void spawn_worker(int i)
+static void spawn(int i)
 {
 	worker *w = &workers[i];
-	char cmd[2048];
+	char types[32], exec[600], out[600];
 	w->gen++;
 	snprintf(w->id, sizeof(w->id), "soak-%s-w%dg%d", mark, i, w->gen);
-	snprintf(cmd, sizeof(cmd),
-		 "exec %s -c %s work --worker %s --types soak:%d --exec '%s/job.sh' >> %s/w%d.out "
-		 "2>&1",
-		 getenv("SHARDQ_CLI"), ini, w->id, SLOTS, dir, dir, i);
-	pid_t pid = fork();
-	ck_assert_int_ge(pid, 0);
-	if (pid == 0) {
-		/* dies with the test, should the test die first */
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
-		_exit(127);
-	}
-	w->pid = pid;
+	snprintf(types, sizeof(types), "soak:%d", SLOTS);
+	snprintf(exec, sizeof(exec), "%s/job.sh", dir);
+	snprintf(out, sizeof(out), "%s/w%d.out", dir, i);
+	/* dies with the test, should the test die first */
+	test_worker_cmd c = {ini, w->id, types, exec, NULL, out, 1, TEST_SPAWN_PDEATH};
+	w->pid = test_spawn_worker(&c);
 }
 
 /* The processes of the jobs of worker id (id "*": of any worker of this
  * run). */
-static int job_procs(const char *id, testdb_proc *v, int max)
+static const char *job_env(const char *id)
 {
-	char want[160];
+	static char want[160];
 	if (!strcmp(id, "*"))
 		snprintf(want, sizeof(want), "SHARDQ_WORKER=soak-%s-*", mark);
 	else
 		snprintf(want, sizeof(want), "SHARDQ_WORKER=%s", id);
-	return testdb_procs(want, v, max);
+	return want;
 }
 
-/* Waits until no process of worker id's jobs is left; on a stall, kills
- * them (so a failed run leaves nothing behind) and fails with their list. */
+static int job_procs(const char *id, testdb_proc *v, int max)
+{
+	return testdb_procs(job_env(id), v, max);
+}
+
+/* Waits until no process of worker id's jobs (id "*": of any worker of
+ * this run) is left (test_wait_no_procs). */
 static double wait_no_job_procs(const char *id, const char *why)
 {
-	testdb_proc v[64];
-	double t0 = test_now_s(), since = t0;
-	int last = -1, n;
-	while ((n = job_procs(id, v, 64)) > 0) {
-		if (n != last) {
-			last = n;
-			since = test_now_s();
-		}
-		if (test_now_s() - since > testdb_stall_s()) {
-			char list[8192];
-			testdb_procs_describe(v, n < 64 ? n : 64, list, sizeof(list));
-			for (int i = 0; i < n && i < 64; i++)
-				kill(v[i].pid, SIGKILL);
-			ck_abort_msg("%s: %d process(es) of its jobs still alive %.0fs later:\n%s",
-				     why, n, test_now_s() - t0, list);
-		}
-		usleep(20000);
-	}
-	return test_now_s() - t0;
+	return test_wait_no_procs(job_env(id), why);
 }
 
 /* SIGKILL of worker i once one of its jobs runs (or after a few seconds
@@ -244,7 +180,7 @@ static void kill_worker(int i)
 	fig.procs_killed += n;
 	if (took > fig.worst_proc_exit_s)
 		fig.worst_proc_exit_s = took;
-	spawn_worker(i);
+	spawn(i);
 }
 
 /* ---- producers ---------------------------------------------------------- */
@@ -339,11 +275,10 @@ static void *produce(void *arg)
 
 /* ---- checks ------------------------------------------------------------- */
 
-static long long live_jobs(void *arg)
+static long long live_left(void *arg)
 {
 	(void)arg;
-	return testdb_sum(&t, "SELECT count(*) FROM shardq.jobs WHERE status IN "
-			      "('ready', 'starting', 'running')");
+	return test_live_jobs(&t);
 }
 
 static int cmp_id(const void *a, const void *b)
@@ -383,7 +318,7 @@ static int64_t *completed_ids(size_t *n)
 static void drain_or_fail(void)
 {
 	long long left;
-	if (wait_progress(live_jobs, NULL, &left))
+	if (wait_progress(live_left, NULL, &left))
 		return;
 	char report[4096], outs[6000] = "";
 	testdb_live_report(&t, report, sizeof(report));
@@ -430,14 +365,14 @@ START_TEST(soak_kills_restarts_and_a_killed_mover)
 	snprintf(mark, sizeof(mark), "%s", strrchr(dir, '-') + 1);
 	testdb_open(&t, "sqt_soak", 2, 64, types);
 	testdb_path(ini, sizeof(ini), "shardq.ini");
-	write_file("shardq.ini", "%s", t.ini);
+	test_write_file(in_dir("shardq.ini"), 1, "%s", t.ini);
 	char locks[600];
 	ck_assert_int_eq(mkdir(testdb_path(locks, sizeof(locks), "locks"), 0755), 0);
 	/* A run: holds its job's lock while any process of it lives; one in 40
 	 * runs 12 s (a heartbeat extends its lease), the rest 0.1-0.4 s, in a
 	 * child of the shell. */
-	write_file(
-		"job.sh",
+	test_write_file(
+		in_dir("job.sh"), 1,
 		"#!/bin/sh\n"
 		"d='%s'\n"
 		"exec 9>>\"$d/locks/$SHARDQ_JOB_ID\"\n"
@@ -454,7 +389,7 @@ START_TEST(soak_kills_restarts_and_a_killed_mover)
 	double t0 = test_now_s();
 
 	for (int i = 0; i < NWORKERS; i++)
-		spawn_worker(i);
+		spawn(i);
 	producer prod[2] = {{.keyed = 1, .batch = 5, .pause_us = 400000},
 			    {.keyed = 0, .batch = 5, .pause_us = 800000}};
 	for (int i = 0; i < 2; i++)
@@ -472,20 +407,12 @@ START_TEST(soak_kills_restarts_and_a_killed_mover)
 			fig.restarts++;
 		} else if (k == 6) {
 			/* a move held in its copy (for far longer than the test) */
-			mover = fork();
-			ck_assert_int_ge(mover, 0);
-			if (mover == 0) {
-				char cmd[2048], out[600];
-				prctl(PR_SET_PDEATHSIG, SIGKILL);
-				snprintf(
-					cmd, sizeof(cmd),
-					"SHARDQ_FAILPOINT_SLEEP=mid_copy:600000 exec %s -c %s move "
-					"--count 8 --from s1 --to s2 > %s 2>&1",
-					getenv("SHARDQ_CLI"), ini,
-					testdb_path(out, sizeof(out), "mover.out"));
-				execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
-				_exit(127);
-			}
+			char cmd[2048];
+			snprintf(cmd, sizeof(cmd),
+				 "SHARDQ_FAILPOINT_SLEEP=mid_copy:600000 exec %s -c %s move "
+				 "--count 8 --from s1 --to s2 > %s 2>&1",
+				 getenv("SHARDQ_CLI"), ini, in_dir("mover.out"));
+			mover = test_spawn(cmd, TEST_SPAWN_PDEATH);
 		} else if (k == 8) {
 			/* killed in its copy: the move is left half done. First the
 			 * mover must have got there (it is slow to start on a loaded
@@ -514,9 +441,9 @@ START_TEST(soak_kills_restarts_and_a_killed_mover)
 			waitpid(mover, NULL, 0);
 			printf("soak: mover killed with %lld move(s) unfinished\n", steps);
 		} else if (k == 10) {
-			int rc = cli(NULL, "moves --resume all");
-			ck_assert_msg(rc == 0, "moves --resume all exited %d:\n%s", rc,
-				      tail_of("cli.out", 3000));
+			char out[3000];
+			int rc = test_cli(NULL, out, sizeof(out), "-c %s moves --resume all", ini);
+			ck_assert_msg(rc == 0, "moves --resume all exited %d:\n%s", rc, out);
 		} else if (k == 12) {
 			/* the other shard dies: immediate shutdown, crash recovery */
 			shards("crash", 1);

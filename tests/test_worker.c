@@ -2,7 +2,7 @@
  * kill -9 and SIGTERM, backpressure sampled from the database, prefetch,
  * lost leases, the --exec contract, and the NOTIFY wake-up. Executions are
  * asserted from a log the job command writes, not from the code's intent. */
-#include "test_common.h"
+#include "support.h"
 #include "client.h"
 
 #include <arpa/inet.h>
@@ -23,14 +23,6 @@
 static testdb t;
 static char ini_path[600], log_path[600], script_path[600], gate_path[600];
 
-/* Wall-clock seconds: the job command's log uses date +%s.%N. */
-static double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 /* A file of this run's directory (its name is kept in a small ring, so a
  * few can be in use at once). */
 static const char *tmp(const char *name)
@@ -45,16 +37,6 @@ static const char *tmp(const char *name)
  * test lets it go, however slow the machine. */
 #define GATE "while [ ! -e \"$SQ_GATE\" ]; do sleep 0.05; done"
 
-static void write_file(const char *path, const char *text, int exec)
-{
-	FILE *f = fopen(path, "w");
-	ck_assert_ptr_nonnull(f);
-	fputs(text, f);
-	fclose(f);
-	if (exec)
-		chmod(path, 0755);
-}
-
 /* The job command: logs "ID ATTEMPT WORKER start|end TIME" around a sleep
  * of $1 seconds (or params' "sleep"). */
 static void make_script(const char *body)
@@ -68,7 +50,7 @@ static void make_script(const char *body)
 		 "$(date +%%s.%%N)\" >> %s; }\n"
 		 "log start\n%s\nlog end\n",
 		 gate_path, log_path, body);
-	write_file(script_path, text, 1);
+	test_write_file(script_path, 1, "%s", text);
 }
 
 static void setup_with(const char *db, const char *types)
@@ -78,14 +60,14 @@ static void setup_with(const char *db, const char *types)
 	testdb_path(log_path, sizeof(log_path), "exec.log");
 	testdb_path(script_path, sizeof(script_path), "job.sh");
 	testdb_path(gate_path, sizeof(gate_path), "gate");
-	write_file(ini_path, t.ini, 0);
+	test_write_file(ini_path, 0, "%s", t.ini);
 	unlink(log_path);
 	unlink(gate_path);
 }
 
 static void open_gate(void)
 {
-	write_file(gate_path, "", 0);
+	test_write_file(gate_path, 0, "%s", "");
 }
 
 static void cleanup(void)
@@ -94,50 +76,12 @@ static void cleanup(void)
 	testdb_tmpdir_remove();
 }
 
-/* Starts `shardq work` with the extra args (space separated, no quoting
- * needed); its output goes to out_path. */
-static pid_t spawn_worker(const char *worker, const char *types, const char *extra,
-			  const char *out_path)
+/* Starts `shardq work` on the job command with the extra args (space
+ * separated, no quoting needed); its output goes to out_path. */
+static pid_t spawn(const char *worker, const char *types, const char *extra, const char *out_path)
 {
-	char cmd[2048];
-	snprintf(cmd, sizeof(cmd),
-		 "exec %s -c %s work --worker %s --types %s --exec %s %s > %s 2>&1",
-		 getenv("SHARDQ_CLI"), ini_path, worker, types, script_path, extra ? extra : "",
-		 out_path);
-	pid_t pid = fork();
-	ck_assert_int_ge(pid, 0);
-	if (pid == 0) {
-		execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
-		_exit(127);
-	}
-	return pid;
-}
-
-static int wait_exit(pid_t pid, double timeout_s)
-{
-	double end = now_s() + timeout_s;
-	int status;
-	while (now_s() < end) {
-		pid_t r = waitpid(pid, &status, WNOHANG);
-		if (r == pid)
-			return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-		usleep(20000);
-	}
-	kill(pid, SIGKILL);
-	waitpid(pid, &status, 0);
-	return -1;
-}
-
-static void enqueue_n(const char *type, int n, const char *params)
-{
-	sq_job_spec *js = calloc((size_t)n, sizeof(*js));
-	sq_enqueue_result *rs = calloc((size_t)n, sizeof(*rs));
-	sq_error err;
-	for (int i = 0; i < n; i++)
-		js[i].type = type, js[i].params = params;
-	OKE(sq_enqueue(t.client, js, (size_t)n, rs, &err));
-	free(js);
-	free(rs);
+	test_worker_cmd w = {ini_path, worker, types, script_path, extra, out_path, 0, 0};
+	return test_spawn_worker(&w);
 }
 
 static long long held(const char *worker, const char *status_list)
@@ -190,48 +134,10 @@ static void cut_close(void)
 		}
 }
 
-static long long live_jobs(void)
-{
-	return testdb_sum(&t, "SELECT count(*) FROM shardq.jobs WHERE status IN "
-			      "('ready','starting','running')");
-}
-
 static long long live_left(void *arg)
 {
 	(void)arg;
-	return live_jobs();
-}
-
-/* A whole file, NUL-terminated (malloc'd). */
-static char *read_all(const char *path)
-{
-	FILE *f = fopen(path, "r");
-	ck_assert_msg(f != NULL, "cannot open %s", path);
-	fseek(f, 0, SEEK_END);
-	long size = ftell(f);
-	fseek(f, 0, SEEK_SET);
-	char *buf = malloc((size_t)size + 1);
-	size_t n = fread(buf, 1, (size_t)size, f);
-	buf[n] = '\0';
-	fclose(f);
-	return buf;
-}
-
-/* The last lines of a worker's output, for a failure message. */
-static char *tail_of(const char *path, char *buf, size_t len)
-{
-	FILE *f = fopen(path, "r");
-	buf[0] = '\0';
-	if (!f)
-		return buf;
-	fseek(f, 0, SEEK_END);
-	long size = ftell(f);
-	long from = size > (long)len - 1 ? size - (long)len + 1 : 0;
-	fseek(f, from, SEEK_SET);
-	size_t n = fread(buf, 1, len - 1, f);
-	buf[n] = '\0';
-	fclose(f);
-	return buf;
+	return test_live_jobs(&t);
 }
 
 /* Waits until no job is live, for as long as jobs keep completing; on a
@@ -245,8 +151,8 @@ static void drain_or_fail(const char *what, const char *out1, const char *out2)
 	ck_abort_msg("%s: %lld jobs still live, none completed for %.0fs:\n%s"
 		     "worker output (%s):\n%s\nworker output (%s):\n%s",
 		     what, left, testdb_stall_s(), testdb_live_report(&t, rows, sizeof(rows)),
-		     out1 ? out1 : "-", out1 ? tail_of(out1, o1, sizeof(o1)) : "",
-		     out2 ? out2 : "-", out2 ? tail_of(out2, o2, sizeof(o2)) : "");
+		     out1 ? out1 : "-", out1 ? test_tail(out1, o1, sizeof(o1)) : "",
+		     out2 ? out2 : "-", out2 ? test_tail(out2, o2, sizeof(o2)) : "");
 }
 
 /* Waits until cond() holds; fails with `what` if it has not after the stall
@@ -334,14 +240,14 @@ START_TEST(kill9_jobs_come_back)
 	setup_with("sqt_work_kill", "[type k]\nstarting_timeout = 1s\nexecution_timeout = 2s\n"
 				    "history = true\n");
 	make_script("sleep 0.5");
-	enqueue_n("k", N, NULL);
+	test_enqueue_n(t.client, "k", N, NULL);
 	const char *out_a = tmp("wA.out"), *out_b = tmp("wB.out");
-	pid_t a = spawn_worker("wA", "k:3", "--prefetch 3 --poll 200ms --quiet", out_a);
+	pid_t a = spawn("wA", "k:3", "--prefetch 3 --poll 200ms --quiet", out_a);
 	/* wait until A holds jobs both buffered and running */
 	ck_assert_msg(wait_cond(a_buffered_and_running), "A holds starting %lld running %lld",
 		      held("wA", "'starting'"), held("wA", "'running'"));
 	kill(a, SIGKILL);
-	double t_kill = now_s();
+	double t_kill = test_wall_s(); /* set beside the job log's times */
 	waitpid(a, NULL, 0);
 	/* what A held when it died, and until when its leases ran */
 	long long ids[64];
@@ -360,10 +266,10 @@ START_TEST(kill9_jobs_come_back)
 		PQclear(r);
 		PQfinish(c);
 	}
-	pid_t b = spawn_worker("wB", "k:3", "--poll 200ms --quiet", out_b);
+	pid_t b = spawn("wB", "k:3", "--poll 200ms --quiet", out_b);
 	drain_or_fail("after kill -9 of worker A", out_a, out_b);
 	kill(b, SIGTERM);
-	ck_assert_int_eq(wait_exit(b, testdb_stall_s()), 0);
+	ck_assert_int_eq(test_wait_exit(b, testdb_stall_s()), 0);
 	ck_assert_int_eq(completed_once(), N);
 
 	exe v[4 * N];
@@ -407,9 +313,9 @@ START_TEST(sigterm_releases_buffer_and_finishes)
 	/* jobs run until the gate opens: A is surely still running its two
 	 * when its buffer comes back */
 	make_script(GATE);
-	enqueue_n("s", 10, NULL);
+	test_enqueue_n(t.client, "s", 10, NULL);
 	const char *out_a = tmp("wA.out"), *out_b = tmp("wB.out");
-	pid_t a = spawn_worker("wA", "s:2", "--prefetch 4 --buffer 4 --quiet", out_a);
+	pid_t a = spawn("wA", "s:2", "--prefetch 4 --buffer 4 --quiet", out_a);
 	ck_assert_msg(wait_cond(a_runs_two_buffers_one), "A holds running %lld starting %lld",
 		      held("wA", "'running'"), held("wA", "'starting'"));
 	long long buffered = held("wA", "'starting'");
@@ -426,11 +332,11 @@ START_TEST(sigterm_releases_buffer_and_finishes)
 			 8);
 	/* running jobs go on to the end, then A exits 0 */
 	open_gate();
-	pid_t b = spawn_worker("wB", "s:4", "--poll 100ms --quiet", out_b);
-	ck_assert_int_eq(wait_exit(a, testdb_stall_s()), 0);
+	pid_t b = spawn("wB", "s:4", "--poll 100ms --quiet", out_b);
+	ck_assert_int_eq(test_wait_exit(a, testdb_stall_s()), 0);
 	drain_or_fail("after SIGTERM", out_a, out_b);
 	kill(b, SIGTERM);
-	ck_assert_int_eq(wait_exit(b, testdb_stall_s()), 0);
+	ck_assert_int_eq(test_wait_exit(b, testdb_stall_s()), 0);
 	ck_assert_int_eq(completed_once(), 10);
 	exe v[40];
 	int n = read_log(v, 40), by_a = 0, by_b = 0;
@@ -469,15 +375,15 @@ START_TEST(second_signal_exits_at_once)
 		   "[type x]\nexecution_timeout = 2s\nstarting_timeout = 2s\nhistory = true\n");
 	/* the first attempt never ends by itself */
 	make_script("[ \"$SHARDQ_JOB_ATTEMPT\" = 1 ] && " GATE "; true");
-	enqueue_n("x", 1, NULL);
+	test_enqueue_n(t.client, "x", 1, NULL);
 	const char *out_a = tmp("wA.out"), *out_b = tmp("wB.out");
-	pid_t a = spawn_worker("wA", "x:1", "--quiet", out_a);
+	pid_t a = spawn("wA", "x:1", "--quiet", out_a);
 	ck_assert_msg(wait_cond(a_command_started), "A never started the job's command");
 	kill(a, SIGTERM);
 	usleep(100000);
 	double t0 = test_now_s();
 	kill(a, SIGTERM);
-	int rc = wait_exit(a, testdb_stall_s());
+	int rc = test_wait_exit(a, testdb_stall_s());
 	printf("second signal: exited %.3fs later with %d\n", test_now_s() - t0, rc);
 	/* exit 1 with its job unfinished: it did not wait for the job */
 	ck_assert_int_eq(rc, 1);
@@ -485,10 +391,10 @@ START_TEST(second_signal_exits_at_once)
 	ck_assert_int_eq(read_log(v, 4), 1);
 	ck_assert_msg(v[0].end == 0, "the first run ended");
 	/* the job comes back after its lease, and runs again to the end */
-	pid_t b = spawn_worker("wB", "x:1", "--poll 100ms --quiet", out_b);
+	pid_t b = spawn("wB", "x:1", "--poll 100ms --quiet", out_b);
 	drain_or_fail("after the second signal", out_a, out_b);
 	kill(b, SIGTERM);
-	ck_assert_int_eq(wait_exit(b, testdb_stall_s()), 0);
+	ck_assert_int_eq(test_wait_exit(b, testdb_stall_s()), 0);
 	ck_assert_int_eq(completed_once(), 1);
 	cleanup();
 }
@@ -499,10 +405,10 @@ END_TEST
  * test fails with what is left). */
 static long long sample_held(const char *worker, const char *out, long long *most_starting)
 {
-	long long most = 0, best = live_jobs();
+	long long most = 0, best = test_live_jobs(&t);
 	double moved = test_now_s();
 	*most_starting = 0;
-	for (long long left = best; left > 0; left = live_jobs()) {
+	for (long long left = best; left > 0; left = test_live_jobs(&t)) {
 		long long st, h = held_cut(worker, &st);
 		most = h > most ? h : most;
 		*most_starting = st > *most_starting ? st : *most_starting;
@@ -521,17 +427,17 @@ START_TEST(backpressure_and_long_jobs_never_prefetched)
 {
 	setup_with("sqt_work_bp", "[type slow]\nhistory = true\n[type long]\nhistory = true\n");
 	make_script("sleep \"$(echo \"$params\" | sed 's/.*\"sleep\": *\\([0-9.]*\\).*/\\1/')\"");
-	enqueue_n("slow", 30, "{\"sleep\": 0.2}");
+	test_enqueue_n(t.client, "slow", 30, "{\"sleep\": 0.2}");
 	/* capacity 3 slots + 2 buffered; 0.2s jobs with --prefetch 2 */
 	const char *out_a = tmp("wA.out"), *out_b = tmp("wB.out");
-	pid_t a = spawn_worker("wA", "slow:3", "--buffer 2 --prefetch 2 --quiet", out_a);
+	pid_t a = spawn("wA", "slow:3", "--buffer 2 --prefetch 2 --quiet", out_a);
 	long long starting, most = sample_held("wA", out_a, &starting);
 	printf("backpressure: at most %lld jobs held (capacity 5)\n", most);
 	ck_assert_int_le(most, 5);
 	ck_assert_int_ge(most, 4); /* the buffer was used */
 
 	kill(a, SIGTERM);
-	ck_assert_int_eq(wait_exit(a, testdb_stall_s()), 0);
+	ck_assert_int_eq(test_wait_exit(a, testdb_stall_s()), 0);
 
 	/* 2 s jobs: never claimed beyond free slots, though the buffer has room:
 	 * a claim for a free slot turns its jobs `running` at once, so none of
@@ -539,14 +445,15 @@ START_TEST(backpressure_and_long_jobs_never_prefetched)
 	 * more than the slots for a moment: a claim for a slot that freed
 	 * commits on one shard before the finished job's completion, sent in
 	 * the same round, commits on another.) */
-	enqueue_n("long", 8, "{\"sleep\": 2}");
-	pid_t b = spawn_worker("wB", "long:2", "--buffer 6 --quiet -v", out_b);
+	test_enqueue_n(t.client, "long", 8, "{\"sleep\": 2}");
+	pid_t b = spawn("wB", "long:2", "--buffer 6 --quiet -v", out_b);
 	most = sample_held("wB", out_b, &starting);
 	/* "Long" is ten claim round trips: on a machine so loaded that a claim
 	 * takes 200 ms, 2 s jobs are short, and are rightly prefetched. The
 	 * worker's reports (-v, every 2 s) give its claim round trip. */
 	double rtt = 0, r;
-	char *text = read_all(out_b);
+	ck_assert_msg(access(out_b, R_OK) == 0, "cannot open %s", out_b);
+	char *text = test_read_file(out_b);
 	for (const char *p = text; (p = strstr(p, "claim rtt ")) != NULL; p++)
 		if (sscanf(p, "claim rtt %lfms", &r) == 1 && r > rtt)
 			rtt = r;
@@ -565,7 +472,7 @@ START_TEST(backpressure_and_long_jobs_never_prefetched)
 		       rtt);
 	ck_assert_int_le(most, 2 + 6);
 	kill(b, SIGTERM);
-	ck_assert_int_eq(wait_exit(b, testdb_stall_s()), 0);
+	ck_assert_int_eq(test_wait_exit(b, testdb_stall_s()), 0);
 	cut_close();
 	cleanup();
 }
@@ -576,13 +483,14 @@ START_TEST(fast_jobs_keep_slots_busy)
 	enum { N = 200 };
 	setup_with("sqt_work_fast", "[type f]\n");
 	make_script("sleep 0.005");
-	enqueue_n("f", N, NULL);
+	test_enqueue_n(t.client, "f", N, NULL);
 	const char *out_a = tmp("wA.out");
-	pid_t a = spawn_worker("wA", "f:4", "--quiet -v", out_a);
+	pid_t a = spawn("wA", "f:4", "--quiet -v", out_a);
 	drain_or_fail("5ms jobs", out_a, NULL);
 	kill(a, SIGTERM);
-	ck_assert_int_eq(wait_exit(a, testdb_stall_s()), 0);
-	char *out = read_all(out_a);
+	ck_assert_int_eq(test_wait_exit(a, testdb_stall_s()), 0);
+	ck_assert_msg(access(out_a, R_OK) == 0, "cannot open %s", out_a);
+	char *out = test_read_file(out_a);
 	/* the last report; the prefetch predicted while the queue had work (the
 	 * highest of the reports: once drained it may fall). How busy the slots
 	 * were is printed, not asserted: that is a speed, which shardq-bench
@@ -603,7 +511,7 @@ START_TEST(fast_jobs_keep_slots_busy)
 	char done[32];
 	snprintf(done, sizeof(done), "done %d ", N);
 	ck_assert_msg(strstr(last, done) != NULL, "last report: %s", last);
-	ck_assert_int_eq(live_jobs(), 0);
+	ck_assert_int_eq(test_live_jobs(&t), 0);
 	free(out);
 	cleanup();
 }
@@ -614,20 +522,20 @@ START_TEST(expired_lease_result_discarded)
 	setup_with("sqt_work_lost", "[type l]\nexecution_timeout = 1s\nstarting_timeout = 1s\n"
 				    "history = true\n");
 	make_script("sleep 1.5");
-	enqueue_n("l", 1, NULL);
+	test_enqueue_n(t.client, "l", 1, NULL);
 	const char *out_a = tmp("wA.out"), *out_b = tmp("wB.out");
-	pid_t a = spawn_worker("wA", "l:1", "--quiet", out_a);
+	pid_t a = spawn("wA", "l:1", "--quiet", out_a);
 	ck_assert_msg(wait_cond(a_running_one), "A never ran the job");
 	/* freeze A (a long pause): its lease runs out and B takes the job */
 	kill(a, SIGSTOP);
-	pid_t b = spawn_worker("wB", "l:1", "--poll 100ms --quiet", out_b);
+	pid_t b = spawn("wB", "l:1", "--poll 100ms --quiet", out_b);
 	drain_or_fail("while A is frozen", out_a, out_b);
 	kill(a, SIGCONT);
 	usleep(500000);
 	kill(a, SIGTERM);
 	kill(b, SIGTERM);
-	ck_assert_int_eq(wait_exit(a, testdb_stall_s()), 0);
-	ck_assert_int_eq(wait_exit(b, testdb_stall_s()), 0);
+	ck_assert_int_eq(test_wait_exit(a, testdb_stall_s()), 0);
+	ck_assert_int_eq(test_wait_exit(b, testdb_stall_s()), 0);
 	ck_assert_int_eq(completed_once(), 1);
 	ck_assert_int_eq(testdb_sum(&t,
 				    "SELECT count(*) FROM shardq.jobs_history WHERE worker = 'wB' "
@@ -665,10 +573,10 @@ START_TEST(exec_contract)
 	int64_t flaky = enqueue_one(t.client, "e", "flaky", "{\"flaky\":1}", NULL);
 	int64_t perm = enqueue_one(t.client, "e", "perm", "{\"perm\":1}", NULL);
 	const char *out_a = tmp("wA.out"), *out_c = tmp("wC.out");
-	pid_t a = spawn_worker("wA", "e:2", "--poll 100ms", out_a);
+	pid_t a = spawn("wA", "e:2", "--poll 100ms", out_a);
 	drain_or_fail("exec contract", out_a, NULL);
 	kill(a, SIGTERM);
-	ck_assert_int_eq(wait_exit(a, testdb_stall_s()), 0);
+	ck_assert_int_eq(test_wait_exit(a, testdb_stall_s()), 0);
 	sq_job j;
 	sq_error err;
 	OKE(sq_get_job(t.client, ok, &j, &err));
@@ -706,14 +614,14 @@ START_TEST(exec_contract)
 	int rc = pclose(p);
 	ck_assert_int_eq(WEXITSTATUS(rc), 5);
 	ck_assert_ptr_nonnull(strstr(out, "cannot run '/nonexistent/prog'"));
-	ck_assert_int_eq(live_jobs(), 1);
+	ck_assert_int_eq(test_live_jobs(&t), 1);
 	ck_assert_int_eq(held("wA", "'starting','running'"), 0);
 	/* one that the shell cannot start at run time: the job fails with why */
-	write_file(script_path, "#!/bin/sh\nexec /nonexistent/prog\n", 1);
-	a = spawn_worker("wC", "e:1", "--poll 100ms --quiet", out_c);
+	test_write_file(script_path, 1, "#!/bin/sh\nexec /nonexistent/prog\n");
+	a = spawn("wC", "e:1", "--poll 100ms --quiet", out_c);
 	ck_assert_msg(wait_cond(not_started_recorded), "no job failed for the missing program");
 	kill(a, SIGTERM);
-	ck_assert_int_eq(wait_exit(a, testdb_stall_s()), 0);
+	ck_assert_int_eq(test_wait_exit(a, testdb_stall_s()), 0);
 	ck_assert_int_eq(testdb_sum(&t, "SELECT count(*) FROM shardq.jobs WHERE last_error LIKE "
 					"'the command could not be started (exit 127)%'"),
 			 1);
@@ -747,13 +655,6 @@ static int woke_count(void)
 	return n;
 }
 
-static void *run_worker(void *arg)
-{
-	sq_error err;
-	ck_assert_msg(sq_worker_run(arg, &err) == SQ_OK, "worker: %s", err.msg);
-	return NULL;
-}
-
 /* A worker of type n (one slot, note_start) that listens, with its poll
  * at poll_s from the first empty claim on (poll_min = poll_max), running
  * on *th; returned once it is idle (its first claim made). */
@@ -769,7 +670,7 @@ static sq_worker *idle_listening_worker_of(const char *id, const char *type, dou
 	o.poll_min_ms = o.poll_max_ms = (int64_t)(poll_s * 1000);
 	OKE(sq_worker_create(t.cfg, &o, &w, &err));
 	OKE(sq_worker_add(w, type, 1, note_start, NULL, &err));
-	pthread_create(th, NULL, run_worker, w);
+	test_worker_thread(th, w);
 	sq_worker_stats st;
 	double since = test_now_s();
 	do {
@@ -1176,7 +1077,7 @@ static sq_worker_stats run_off_s2(const sq_config *cfg, const char *id, int slot
 	OKE(sq_worker_create(cfg, &o, &w, &err)); /* s2 is tried once here: 8 s */
 	OKE(sq_worker_add(w, "h", slots, run_10s, NULL, &err));
 	pthread_t th;
-	pthread_create(&th, NULL, run_worker, w);
+	test_worker_thread(&th, w);
 	const char *done_sql = "SELECT count(*) FROM shardq.jobs_history WHERE status = "
 			       "'completed' AND task = 'h'";
 	long long done = 0, last = -1;
@@ -1335,7 +1236,7 @@ static sq_worker *start_listening(const sq_config *cfg, const char *id, int slot
 	o.poll_min_ms = o.poll_max_ms = 100;
 	OKE(sq_worker_create(cfg, &o, &w, &err));
 	OKE(sq_worker_add(w, "h", slots, run_10s, run_s, &err));
-	pthread_create(th, NULL, run_worker, w);
+	test_worker_thread(th, w);
 	double since = test_now_s();
 	while (atomic_load(&hole_runs) < runs || testdb_scalar(&t, 1, s2_listening) < 1) {
 		ck_assert_msg(test_now_s() - since < testdb_stall_s(),
@@ -1494,7 +1395,7 @@ static sq_worker *start_idle_listener(const sq_config *cfg, const char *id, pthr
 	o.poll_min_ms = o.poll_max_ms = 600000;
 	OKE(sq_worker_create(cfg, &o, &w, &err));
 	OKE(sq_worker_add(w, "h", 8, run_10s, &run_s, &err));
-	pthread_create(th, NULL, run_worker, w);
+	test_worker_thread(th, w);
 	double since = test_now_s();
 	while (testdb_scalar(&t, 1, s2_listening) < 1) {
 		ck_assert_msg(test_now_s() - since < testdb_stall_s(),
@@ -1747,7 +1648,7 @@ START_TEST(a_host_name_whose_first_address_is_gone_is_reached_at_the_next)
 	OKE(sq_worker_create(cfg, &o, &w, &err));
 	OKE(sq_worker_add(w, "h", 4, run_10s, &(double){0}, &err));
 	pthread_t th;
-	pthread_create(&th, NULL, run_worker, w);
+	test_worker_thread(&th, w);
 	const char *done_sql = "SELECT count(*) FROM shardq.jobs_history WHERE status = "
 			       "'completed' AND task = 'h'";
 	long long done = 0, last = -1;
@@ -1819,7 +1720,7 @@ START_TEST(a_shard_with_two_hosts_the_first_gone_holds_no_run_up)
 	OKE(sq_worker_add(w, "h", N, run_10s, &run_s, &err));
 	OKE(sq_worker_add(w, "q", 1, note_start, NULL, &err));
 	pthread_t th;
-	pthread_create(&th, NULL, run_worker, w);
+	test_worker_thread(&th, w);
 	double since = test_now_s();
 	while (atomic_load(&hole_runs) < N) {
 		ck_assert_msg(test_now_s() - since < testdb_stall_s(),
@@ -1914,7 +1815,7 @@ static char *lease_lost_in_child(const sq_job *job, int *aborted)
 START_TEST(lease_lost_refuses_a_job_no_handler_was_given)
 {
 	setup_with("sqt_work_misuse", "[type m]\n");
-	enqueue_n("m", 1, NULL);
+	test_enqueue_n(t.client, "m", 1, NULL);
 	sq_claim_req req = {"m", 1, 0};
 	sq_job *jobs = NULL;
 	size_t n = 0;

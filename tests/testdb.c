@@ -1,6 +1,7 @@
 /* testdb.c - per-suite databases on the local shards, and small helpers. */
 #define _GNU_SOURCE /* memmem */
 #include "testdb.h"
+#include "support.h"
 
 #include <check.h>
 #include <stdarg.h>
@@ -85,6 +86,17 @@ char *testdb_ini(testdb *t, const double *weights, const char *extra_cluster)
 	return ini;
 }
 
+char *testdb_name(char *out, size_t len, const char *db)
+{
+	const char *part = getenv("SHARDQ_TEST_PART");
+	int k, n;
+	if (part && sscanf(part, "%d/%d", &k, &n) == 2 && n > 1)
+		snprintf(out, len, "%s_p%d", db, k);
+	else
+		snprintf(out, len, "%s", db);
+	return out;
+}
+
 void testdb_open_w(testdb *t, const char *db, int nshards, unsigned partitions, const char *extra,
 		   const double *weights)
 {
@@ -92,7 +104,8 @@ void testdb_open_w(testdb *t, const char *db, int nshards, unsigned partitions, 
 	sq_error err;
 	int have = testdb_ports(t->ports, 16);
 	memset(t->db, 0, sizeof(t->db));
-	snprintf(t->db, sizeof(t->db), "%s", db);
+	testdb_name(t->db, sizeof(t->db), db);
+	db = t->db;
 	ck_assert_msg(have >= nshards, "need %d shards, SHARDQ_TEST_PORTS has %d", nshards, have);
 	t->nshards = nshards;
 	t->partitions = partitions;
@@ -373,25 +386,6 @@ void testdb_procs_describe(const testdb_proc *v, int n, char *out, size_t len)
 				       v[i].ppid, v[i].cmd);
 }
 
-int testdb_run_cli(char *out, size_t outlen, const char *fmt, ...)
-{
-	char cmd[2048];
-	va_list ap;
-	const char *cli = getenv("SHARDQ_CLI");
-	ck_assert_msg(cli != NULL, "SHARDQ_CLI is not set (run through ctest)");
-	int k = snprintf(cmd, sizeof(cmd), "%s ", cli);
-	va_start(ap, fmt);
-	vsnprintf(cmd + k, sizeof(cmd) - (size_t)k, fmt, ap);
-	va_end(ap);
-	strncat(cmd, " 2>&1", sizeof(cmd) - strlen(cmd) - 1);
-	FILE *f = popen(cmd, "r");
-	ck_assert_msg(f != NULL, "cannot run %s", cmd);
-	size_t n = fread(out, 1, outlen - 1, f);
-	out[n] = '\0';
-	int rc = pclose(f);
-	return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-}
-
 /* ---- a proxy in front of one shard (testdb.h) ------------------------------ */
 
 typedef struct proxy_pair {
@@ -605,13 +599,6 @@ void testdb_hole_stop(testdb_hole *h)
 
 static char fp_go[600], fp_env[700];
 
-static double mono_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 static void *call_main(void *arg)
 {
 	testdb_call *c = arg;
@@ -630,14 +617,14 @@ void testdb_call_start(testdb_call *c, void (*fn)(void *arg), void *arg)
 
 double testdb_call_wait(testdb_call *c, const char *what)
 {
-	double since = mono_s();
+	double since = test_now_s();
 	while (!atomic_load(&c->done)) {
-		ck_assert_msg(mono_s() - since < testdb_stall_s(), "%s: not returned after %.0fs",
-			      what, testdb_stall_s());
+		ck_assert_msg(test_now_s() - since < testdb_stall_s(),
+			      "%s: not returned after %.0fs", what, testdb_stall_s());
 		usleep(20000);
 	}
 	pthread_join(c->th, NULL);
-	return mono_s() - since;
+	return test_now_s() - since;
 }
 
 double testdb_call_within(void (*fn)(void *arg), void *arg, const char *what)
@@ -664,9 +651,9 @@ void testdb_failpoint_await(const char *what)
 {
 	char reached[640];
 	snprintf(reached, sizeof(reached), "%s.reached", fp_go);
-	double since = mono_s();
+	double since = test_now_s();
 	while (access(reached, F_OK) != 0) {
-		ck_assert_msg(mono_s() - since < testdb_stall_s(),
+		ck_assert_msg(test_now_s() - since < testdb_stall_s(),
 			      "%s: not at its failpoint (%s) after %.0fs", what, fp_env,
 			      testdb_stall_s());
 		usleep(10000);

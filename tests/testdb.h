@@ -30,6 +30,9 @@ typedef struct testdb {
 	char db[64];
 } testdb;
 
+/* The database name of `db` in this process: with SHARDQ_TEST_PART=K/N
+ * (support.h), db_pK, so that the parts of a suite run at once apart. */
+char *testdb_name(char *out, size_t len, const char *db);
 void testdb_open(testdb *t, const char *db, int nshards, unsigned partitions, const char *extra);
 /* Same, with a weight per shard (NULL: all 1). */
 void testdb_open_w(testdb *t, const char *db, int nshards, unsigned partitions, const char *extra,
@@ -67,11 +70,6 @@ char *testdb_live_report(testdb *t, char *buf, size_t len);
 const char *testdb_tmpdir(void);
 char *testdb_path(char *out, size_t len, const char *name);
 void testdb_tmpdir_remove(void);
-
-/* Runs $SHARDQ_CLI with the arguments fmt makes (a shell line, stderr
- * joined to stdout); returns its exit code, its output in out. */
-int testdb_run_cli(char *out, size_t outlen, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
 
 /* Seconds without progress after which a waiting test gives up:
  * $SHARDQ_TEST_STALL, default 90. A wait fails only when nothing moved for

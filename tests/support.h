@@ -1,0 +1,178 @@
+/* support.h - the helpers the suites share, each written once: assertions
+ * and the runner, the clock and the wait for progress, jobs, files, the
+ * CLI, spawned workers, worker threads and shardqd. The shards' databases
+ * are testdb.h's. */
+#ifndef SQ_TEST_SUPPORT_H
+#define SQ_TEST_SUPPORT_H
+
+#include "testdb.h"
+
+#include <check.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+#include <time.h>
+#include <unistd.h>
+
+#define OK(call)                                                                   \
+	do {                                                                       \
+		sq_error e_;                                                       \
+		sq_status s_ = (call);                                             \
+		(void)e_;                                                          \
+		ck_assert_msg(s_ == SQ_OK, "%s -> %s", #call, sq_status_name(s_)); \
+	} while (0)
+
+/* Calls that take an sq_error named `err` in scope. */
+#define OKE(call) ck_assert_msg((call) == SQ_OK, "%s: %s", #call, err.msg)
+
+/* ---- the runner ----------------------------------------------------------- */
+
+/* The shards an integration case spreads over: 4, or fewer if fewer run. */
+int test_shard_count(void);
+
+/*
+ * A suite can be run in parts, so that ctest balances a long suite's cases
+ * over its jobs: SHARDQ_TEST_PART=K/N runs the K-th of every N tests added
+ * (K from 1), in databases of the part's own (testdb_open). Unset, all of
+ * them. test_take_next says whether the next test added is this part's.
+ */
+int test_take_next(void);
+#define ADD_TEST(tc, fn)                        \
+	do {                                    \
+		if (test_take_next())           \
+			tcase_add_test(tc, fn); \
+	} while (0)
+
+/* One test case per test, named for it, so that CK_RUN_CASE=NAME runs one
+ * test alone. */
+#define ADD_CASE(suite, fn, timeout_s)                       \
+	do {                                                 \
+		if (test_take_next()) {                      \
+			TCase *tc_ = tcase_create(#fn);      \
+			tcase_set_timeout(tc_, (timeout_s)); \
+			tcase_add_test(tc_, fn);             \
+			suite_add_tcase((suite), tc_);       \
+		}                                            \
+	} while (0)
+
+/* Runs the suite (line-buffered output, so what a test prints reaches the
+ * log even when its forked process dies on a failed assertion); 0 if all
+ * passed. */
+int run_suite(Suite *s);
+
+/* ---- time and waits ------------------------------------------------------- */
+
+/* Monotonic seconds: every wait and every duration. */
+double test_now_s(void);
+/* Wall-clock seconds, only to set beside a time a job's shell wrote with
+ * `date +%s.%N`. */
+double test_wall_s(void);
+
+/*
+ * Waits for progress: returns 1 once remaining(arg) is 0; returns 0 when its
+ * value has not fallen for testdb_stall_s() seconds (a stall, not a slow
+ * machine). *left gets the last value.
+ */
+typedef long long (*test_remaining_fn)(void *arg);
+int wait_progress(test_remaining_fn remaining, void *arg, long long *left);
+
+/* ---- jobs ----------------------------------------------------------------- */
+
+/* Enqueues one job and returns its id. */
+int64_t enqueue_one(sq_client *c, const char *type, const char *key, const char *params,
+		    sq_enqueue_outcome *outcome);
+/* Enqueues n jobs of a type (params may be NULL) in one call. */
+void test_enqueue_n(sq_client *c, const char *type, int n, const char *params);
+/* The job with this id (sq_job_clear it). */
+sq_job test_get_job(sq_client *c, int64_t id);
+/* Claims everything of one type up to limit for worker. */
+size_t claim_type(sq_client *c, const char *worker, const char *type, int limit, sq_job **jobs);
+/* Jobs ready, starting or running, on all of t's shards. */
+long long test_live_jobs(testdb *t);
+/* Every job row on all of t's shards, whatever its status. */
+long long test_all_jobs(testdb *t);
+
+/* sq_worker_run(w) on a thread of its own (*th); the run must return
+ * SQ_OK (checked in that thread) once the test stops the worker. */
+void test_worker_thread(pthread_t *th, sq_worker *w);
+
+/* ---- files ---------------------------------------------------------------- */
+
+/* Writes the file at path from a format (exec: made executable). */
+void test_write_file(const char *path, int exec, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+/* Writes data[0..len) to the file at path. */
+void test_write_bytes(const char *path, const char *data, size_t len);
+/* The whole file, NUL-terminated (malloc'd); "" if there is none. */
+char *test_read_file(const char *path);
+/* The same, kept by the helper until its next call from this thread (for
+ * a message or a look): no need to free it. */
+const char *test_file_text(const char *path);
+/* The last len-1 bytes of a file into buf ("" if none); returns buf. */
+char *test_tail(const char *path, char *buf, size_t len);
+
+/* ---- processes ------------------------------------------------------------ */
+
+enum {
+	TEST_SPAWN_GROUP = 1,  /* the leader of a process group of its own */
+	TEST_SPAWN_PDEATH = 2, /* killed should the test die first */
+};
+/* Starts `sh -c cmd` (flags: TEST_SPAWN_*); returns its pid. */
+pid_t test_spawn(const char *cmd, int flags);
+/* Waits for pid to exit and returns its exit code (128+N: signal N); -1
+ * when it is still there after hang_s seconds (it is then killed). hang_s
+ * 0: waits as long as it runs. */
+int test_wait_exit(pid_t pid, double hang_s);
+
+/* Waits until no live process's environment holds `want` (testdb_procs:
+ * "SHARDQ_WORKER=ID", or a prefix and '*'), for as long as their number
+ * changes; on a stall kills them (so that a failed run leaves nothing
+ * behind) and fails with their list, after `why`. Returns the seconds it
+ * took. */
+double test_wait_no_procs(const char *want, const char *why);
+
+/*
+ * Starts `shardq -c INI work --worker ID --types TYPES --exec 'EXEC' EXTRA`,
+ * its output to out_path (appended if append). flags: TEST_SPAWN_*.
+ */
+typedef struct test_worker_cmd {
+	const char *ini, *id, *types, *exec, *extra, *out_path;
+	int append, flags;
+} test_worker_cmd;
+pid_t test_spawn_worker(const test_worker_cmd *w);
+
+/*
+ * Runs `[ENV] $SHARDQ_CLI ARGS` (a shell line from fmt; env may be NULL),
+ * its stdout and stderr joined; returns its exit code, the start of its
+ * output in out (which may be NULL). testdb_run_cli is the same without an
+ * environment.
+ */
+int test_cli(const char *env, char *out, size_t outlen, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+#define testdb_run_cli(out, outlen, ...) test_cli(NULL, out, outlen, __VA_ARGS__)
+/* The CLI with argv (args[0] is the first argument after the program) and
+ * stdin from in[0..inlen), SHARDQ_CONFIG unset; returns its exit code, its
+ * stdout and stderr in *out and *err (free them). */
+int test_cli_argv(const char *const *args, const char *in, size_t inlen, char **out, char **err);
+
+/*
+ * shardqd -c ini_path, its stdout and stderr in the file `name` of the
+ * test's directory. test_daemon_spawn does not wait; test_daemon_wait
+ * waits for its "listening on" line (port and worker id); test_daemon_start
+ * does both. test_daemon_stop signals it and returns its exit status
+ * (128+N for signal N), failing if it does not exit within the stall time.
+ */
+typedef struct test_daemon {
+	pid_t pid;
+	int port;
+	char out[512]; /* its stdout and stderr */
+	char worker_id[160];
+} test_daemon;
+void test_daemon_spawn(test_daemon *d, const char *ini_path, const char *name);
+void test_daemon_wait(test_daemon *d);
+void test_daemon_start(test_daemon *d, const char *ini_path, const char *name);
+int test_daemon_stop(test_daemon *d, int sig);
+
+#endif
