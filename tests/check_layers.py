@@ -29,9 +29,16 @@ LIBRARY_DIRS = ["CMakeFiles/shardq_objects.dir", "CMakeFiles/shardq_util.dir"]
 
 
 def objects_under(build, rel):
+    """The object files of a target whose source still exists (a file
+    removed from the tree leaves its object behind in an old build)."""
     out = []
     for root, _, files in os.walk(os.path.join(build, rel)):
-        out += [os.path.join(root, f) for f in files if f.endswith(".o")]
+        for f in files:
+            obj = os.path.join(root, f)
+            src = source_name(build, obj)
+            if f.endswith(".o") and (os.path.exists(os.path.join(SOURCE, src))
+                                     or os.path.exists(os.path.join(build, src))):
+                out.append(obj)
     return sorted(out)
 
 
@@ -52,13 +59,12 @@ def symbols(obj):
 
 
 def source_name(build, obj):
-    """src/worker.c for .../shardq_objects.dir/src/worker.c.o"""
-    base = obj[:-2]
-    for marker in (".dir/",):
-        i = base.find(marker)
-        if i >= 0:
-            return base[i + len(marker):]
-    return os.path.relpath(base, build)
+    """src/worker.c for BUILD/CMakeFiles/shardq_objects.dir/src/worker.c.o,
+    bench/main.c for BUILD/bench/CMakeFiles/shardq-bench.dir/main.c.o"""
+    rel = os.path.relpath(obj[:-2], build)
+    sub, _, rest = rel.partition("CMakeFiles/")
+    _, _, path = rest.partition(".dir/")
+    return sub + path
 
 
 def graph(build, objs):
@@ -184,8 +190,13 @@ def declared_in(header, lib_defined):
     return {s for s in lib_defined if s + "(" in text.replace(" (", "(")}
 
 
+SOURCE = "."
+
+
 def main():
+    global SOURCE
     build, source = os.path.realpath(sys.argv[1]), os.path.realpath(sys.argv[2])
+    SOURCE = source
     lib_objs = []
     for d in LIBRARY_DIRS:
         lib_objs += objects_under(build, d)
