@@ -4,15 +4,15 @@
  * here because the router holds connections, threads and settings that a
  * user of the public API never sees (the line above each says why).
  *
- * shardqd therefore links the static archive (shardq_internal, that is
- * shardq_static): libshardq.so exports include/shardq.h alone
+ * shardqd therefore links the static archive (shardq_static):
+ * libshardq.so exports include/shardq.h alone
  * (tests/check_exports.sh), and these calls are hidden in it.
  *
  * It includes shardq.h only. The calls are declared here again, not by
  * including their modules' headers, so that shardqd sees none of the
  * library's structs; config.h includes this header, so every library file
  * that also includes a call's own header has the compiler check that the
- * two declarations agree. docs/architecture.md, "Internal headers". */
+ * two declarations agree. docs/architecture.md, "Layers". */
 #ifndef SQ_ROUTER_INTERNAL_H
 #define SQ_ROUTER_INTERNAL_H
 
