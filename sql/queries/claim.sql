@@ -147,39 +147,7 @@ picked AS (
          AND j.rerun_params IS NULL THEN 'failed'
         WHEN (j.status <> 'ready' AND j.attempt - j.attempt_base >= j.max_attempts) THEN 'ready'
         ELSE 'running' END)::shardq.job_status,
-    worker = CASE
-        WHEN (j.status <> 'ready' AND j.attempt - j.attempt_base >= j.max_attempts)
-         AND j.rerun_params IS NULL THEN j.worker
-        WHEN (j.status <> 'ready' AND j.attempt - j.attempt_base >= j.max_attempts) THEN NULL
-        ELSE $4 END,
-    attempt = CASE
-        WHEN (j.status <> 'ready' AND j.attempt - j.attempt_base >= j.max_attempts) THEN j.attempt
-        ELSE j.attempt + 1 END,
-    attempt_base = CASE
-        WHEN (j.status <> 'ready' AND j.attempt - j.attempt_base >= j.max_attempts)
-         AND j.rerun_params IS NOT NULL THEN j.attempt
-        ELSE j.attempt_base END,
-    params = CASE
-        WHEN (j.status <> 'ready' AND j.attempt - j.attempt_base >= j.max_attempts)
-         AND j.rerun_params IS NOT NULL THEN j.rerun_params
-        ELSE j.params END,
-    rerun_params = CASE
-        WHEN (j.status <> 'ready' AND j.attempt - j.attempt_base >= j.max_attempts) THEN NULL
-        ELSE j.rerun_params END,
-    schedule_time = CASE
-        WHEN (j.status <> 'ready' AND j.attempt - j.attempt_base >= j.max_attempts)
-         AND j.rerun_params IS NOT NULL THEN now()
-        ELSE j.schedule_time END,
-    expected_status_change_time = CASE
-        WHEN (j.status <> 'ready' AND j.attempt - j.attempt_base >= j.max_attempts) THEN NULL
-        ELSE now() + (SELECT tl.lease_ms FROM t tl WHERE tl.task = j.task LIMIT 1)
-                     * interval '1 millisecond' END,
-    last_error = CASE
-        WHEN (j.status <> 'ready' AND j.attempt - j.attempt_base >= j.max_attempts)
-        THEN format('the lease of try %s of %s expired (worker %s died or hung)',
-                    j.attempt - j.attempt_base, j.max_attempts, j.worker)
-        ELSE j.last_error END,
-    updated_at = now()
+{{claim_update_set}}
   WHERE j.id = ANY (ARRAY(SELECT p.id FROM picked p WHERE p.rn <= p.start))
   RETURNING j.*
 ), upd_start AS (
@@ -189,6 +157,19 @@ picked AS (
          AND j.rerun_params IS NULL THEN 'failed'
         WHEN (j.status <> 'ready' AND j.attempt - j.attempt_base >= j.max_attempts) THEN 'ready'
         ELSE 'starting' END)::shardq.job_status,
+{{claim_update_set}}
+  WHERE j.id = ANY (ARRAY(SELECT p.id FROM picked p WHERE p.rn > p.start))
+  RETURNING j.*
+), upd AS (
+  SELECT * FROM upd_run UNION ALL SELECT * FROM upd_start
+)
+
+-- name: claim_update_set
+-- Fragment: what both of the claim's updates set besides the status (the
+-- runs' `running` and the others' `starting`): the next try under this
+-- worker with the type's starting lease; or, for a lease that expired on
+-- the last try, the job failed (or, with a rerun pending, made ready with
+-- the rerun's params and a fresh budget) instead of handed out again.
     worker = CASE
         WHEN (j.status <> 'ready' AND j.attempt - j.attempt_base >= j.max_attempts)
          AND j.rerun_params IS NULL THEN j.worker
@@ -222,11 +203,6 @@ picked AS (
                     j.attempt - j.attempt_base, j.max_attempts, j.worker)
         ELSE j.last_error END,
     updated_at = now()
-  WHERE j.id = ANY (ARRAY(SELECT p.id FROM picked p WHERE p.rn > p.start))
-  RETURNING j.*
-), upd AS (
-  SELECT * FROM upd_run UNION ALL SELECT * FROM upd_start
-)
 
 -- name: job_columns_bin
 -- Fragment: the claim's columns, for results in binary format (checked and
