@@ -95,21 +95,7 @@ SELECT f.ord, f.lease FROM f
 -- $6 float8   seconds added to now() for finished_at and expires_at (0; a
 --             test clock only in failpoint builds)
 -- Returns the ords written.
-WITH x AS (SELECT * FROM unnest($1::bigint[], $2::int[]) WITH ORDINALITY AS x(id, att, ord)),
- f AS (SELECT x.ord, m.* FROM x CROSS JOIN LATERAL (
-         SELECT j.id, j.rerun_params IS NOT NULL AS rerun
-           FROM shardq.jobs j
-          WHERE j.id = x.id AND j.attempt = x.att AND j.worker = $3
-            AND j.status::text IN ('starting', 'running')
-            AND (SELECT ps.state FROM shardq.partition_state ps
-                  WHERE ps.partition = j.partition) = 'owned'
-            FOR UPDATE) m),
- rr AS (UPDATE shardq.jobs j SET status = 'ready', params = j.rerun_params,
-          rerun_params = NULL, attempt_base = j.attempt, worker = NULL,
-          expected_status_change_time = NULL, schedule_time = now(),
-          delay_tolerance_time = now() + (j.delay_tolerance_time - j.schedule_time),
-          updated_at = now()
-         WHERE j.id = ANY (ARRAY(SELECT f.id FROM f WHERE f.rerun))),
+{{complete_lock_rerun}}
  del AS (DELETE FROM shardq.jobs j
           WHERE j.id = ANY (ARRAY(SELECT f.id FROM f WHERE NOT f.rerun))
           RETURNING j.*),
@@ -128,21 +114,7 @@ SELECT f.ord FROM f
 -- it: the deleted rows need not come back for an insert that takes none of
 -- them (returning them cost a session about 1 us a row, a third of the
 -- statement). $1..$3 only. Returns the ords written.
-WITH x AS (SELECT * FROM unnest($1::bigint[], $2::int[]) WITH ORDINALITY AS x(id, att, ord)),
- f AS (SELECT x.ord, m.* FROM x CROSS JOIN LATERAL (
-         SELECT j.id, j.rerun_params IS NOT NULL AS rerun
-           FROM shardq.jobs j
-          WHERE j.id = x.id AND j.attempt = x.att AND j.worker = $3
-            AND j.status::text IN ('starting', 'running')
-            AND (SELECT ps.state FROM shardq.partition_state ps
-                  WHERE ps.partition = j.partition) = 'owned'
-            FOR UPDATE) m),
- rr AS (UPDATE shardq.jobs j SET status = 'ready', params = j.rerun_params,
-          rerun_params = NULL, attempt_base = j.attempt, worker = NULL,
-          expected_status_change_time = NULL, schedule_time = now(),
-          delay_tolerance_time = now() + (j.delay_tolerance_time - j.schedule_time),
-          updated_at = now()
-         WHERE j.id = ANY (ARRAY(SELECT f.id FROM f WHERE f.rerun))),
+{{complete_lock_rerun}}
  del AS (DELETE FROM shardq.jobs j
           WHERE j.id = ANY (ARRAY(SELECT f.id FROM f WHERE NOT f.rerun)))
 SELECT f.ord FROM f
@@ -249,3 +221,25 @@ SELECT f.ord FROM f
 SELECT p, coalesce(ps.state::text, 'missing') FROM unnest($1::int[]) AS p
   LEFT JOIN shardq.partition_state ps ON ps.partition = p
  WHERE ps.state IS DISTINCT FROM 'owned'
+
+-- name: complete_lock_rerun
+-- Fragment: the first steps of both completions. The refs' rows are found
+-- and locked ref by ref (a probe of jobs_pkey each, fenced by attempt and
+-- worker, in an owned partition), and the ones with a rerun pending are
+-- made ready again with the rerun's params; the others are left to the
+-- completion's delete (its CTE `f`, column `rerun`).
+WITH x AS (SELECT * FROM unnest($1::bigint[], $2::int[]) WITH ORDINALITY AS x(id, att, ord)),
+ f AS (SELECT x.ord, m.* FROM x CROSS JOIN LATERAL (
+         SELECT j.id, j.rerun_params IS NOT NULL AS rerun
+           FROM shardq.jobs j
+          WHERE j.id = x.id AND j.attempt = x.att AND j.worker = $3
+            AND j.status::text IN ('starting', 'running')
+            AND (SELECT ps.state FROM shardq.partition_state ps
+                  WHERE ps.partition = j.partition) = 'owned'
+            FOR UPDATE) m),
+ rr AS (UPDATE shardq.jobs j SET status = 'ready', params = j.rerun_params,
+          rerun_params = NULL, attempt_base = j.attempt, worker = NULL,
+          expected_status_change_time = NULL, schedule_time = now(),
+          delay_tolerance_time = now() + (j.delay_tolerance_time - j.schedule_time),
+          updated_at = now()
+         WHERE j.id = ANY (ARRAY(SELECT f.id FROM f WHERE f.rerun))),
