@@ -77,10 +77,7 @@ SELECT count(*) FILTER (WHERE state IN ('owned', 'moving_out'))
 -- Indexes: jobs_partition and jobs_lease.
 DELETE FROM shardq.jobs WHERE ctid = ANY(ARRAY(
   SELECT ctid FROM
-    (SELECT ctid, partition FROM shardq.jobs WHERE partition = ANY($1::int[])
-        AND status <> 'starting' AND status <> 'running'
-     UNION ALL SELECT ctid, partition FROM shardq.jobs WHERE partition = ANY($1::int[])
-        AND status IN ('starting', 'running')) pj))
+{{partition_jobs_ctid}}))
 
 -- name: move_prepare_importing
 -- The destination marks the partitions importing for this move.
@@ -203,10 +200,7 @@ SELECT count(*) FROM shardq.partition_state WHERE partition = ANY($1::int[])
 -- Indexes: jobs_partition and jobs_lease.
 DELETE FROM shardq.jobs WHERE ctid = ANY(ARRAY(
   SELECT ctid FROM
-    (SELECT ctid, partition FROM shardq.jobs WHERE partition = ANY($1::int[])
-        AND status <> 'starting' AND status <> 'running'
-     UNION ALL SELECT ctid, partition FROM shardq.jobs WHERE partition = ANY($1::int[])
-        AND status IN ('starting', 'running')) pj LIMIT $2::int))
+{{partition_jobs_ctid}} LIMIT $2::int))
 
 -- name: move_record_done
 -- $1 bigint move id.
@@ -251,10 +245,7 @@ SELECT count(*) FILTER (WHERE state = 'owned' AND move_id = $2::bigint)
 -- $1 int[] partitions, $2 bigint move id.
 DELETE FROM shardq.jobs WHERE ctid = ANY(ARRAY(
   SELECT ctid FROM
-    (SELECT ctid, partition FROM shardq.jobs WHERE partition = ANY($1::int[])
-        AND status <> 'starting' AND status <> 'running'
-     UNION ALL SELECT ctid, partition FROM shardq.jobs WHERE partition = ANY($1::int[])
-        AND status IN ('starting', 'running')) pj
+{{partition_jobs_ctid}}
    WHERE EXISTS (SELECT 1 FROM shardq.partition_state ps
                   WHERE ps.partition = pj.partition
                     AND ps.state = 'importing' AND ps.move_id = $2)))
@@ -290,3 +281,11 @@ SELECT move_id, from_shard, to_shard, cardinality(partitions), step,
        coalesce(rows_copied, -1), coalesce(stall_ms, 0),
        extract(epoch from now() - started_at) * 1000, coalesce(error, '')
   FROM shardq_meta.moves WHERE finished_at IS NULL ORDER BY move_id
+
+-- name: partition_jobs_ctid
+-- Fragment: the partitions' ($1) jobs as (ctid, partition), in the two arms
+-- this file's header describes; for the deletes.
+    (SELECT ctid, partition FROM shardq.jobs WHERE partition = ANY($1::int[])
+        AND status <> 'starting' AND status <> 'running'
+     UNION ALL SELECT ctid, partition FROM shardq.jobs WHERE partition = ANY($1::int[])
+        AND status IN ('starting', 'running')) pj
