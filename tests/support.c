@@ -33,7 +33,9 @@ int run_suite(Suite *s)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	SRunner *sr = srunner_create(s);
+	testdb_pool_begin();
 	srunner_run_all(sr, CK_NORMAL);
+	testdb_pool_end();
 	int failed = srunner_ntests_failed(sr);
 	srunner_free(sr);
 	return failed ? 1 : 0;

@@ -97,10 +97,172 @@ char *testdb_name(char *out, size_t len, const char *db)
 	return out;
 }
 
+/* ---- the database pool ------------------------------------------------------
+ * A case's database is not dropped and made again for the next case:
+ * CREATE DATABASE copies template1 (some 300 files) and DROP DATABASE scans
+ * shared_buffers, 0.2-0.5 s a shard each, a fifth of the suites' time here.
+ * A closed case's database goes into the suite run's pool instead (renamed
+ * sqtpool_<runner pid>_<oid>); the next open takes one from the pool and
+ * empties it (every schema dropped, pg_stat_statements reset for it), which
+ * leaves it as a new database would be. run_suite drops the pool at the end. */
+
+static long pool_owner(void)
+{
+	const char *run = getenv("SQT_RUNNER_PID");
+	return run && *run ? atol(run) : (long)getpid();
+}
+
+void testdb_pool_begin(void)
+{
+	char pid[32];
+	snprintf(pid, sizeof(pid), "%ld", (long)getpid());
+	setenv("SQT_RUNNER_PID", pid, 1);
+}
+
+/* Ends every session on database db but this one's (waiting up to 5 s
+ * for each to go); 1 once none is left. */
+static int end_sessions(PGconn *c, const char *db)
+{
+	const char *params[1] = {db};
+	PGresult *r =
+		PQexecParams(c,
+			     "SELECT count(*) FILTER (WHERE NOT pg_terminate_backend(pid, 5000)) "
+			     "FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()",
+			     1, NULL, params, NULL, NULL, 0);
+	int ok = PQresultStatus(r) == PGRES_TUPLES_OK && atoi(PQgetvalue(r, 0, 0)) == 0;
+	PQclear(r);
+	return ok;
+}
+
+/* Renames database from to `to` once no session holds it (a process a case
+ * started may still be on its way out); 1 on success. */
+static int rename_db(PGconn *c, const char *from, const char *to)
+{
+	char sql[256];
+	snprintf(sql, sizeof(sql), "ALTER DATABASE \"%s\" RENAME TO \"%s\"", from, to);
+	for (int tries = 0; tries < 20; tries++) {
+		end_sessions(c, from);
+		PGresult *r = PQexec(c, sql);
+		int ok = PQresultStatus(r) == PGRES_COMMAND_OK;
+		PQclear(r);
+		if (ok)
+			return 1;
+		usleep(50 * 1000);
+	}
+	return 0;
+}
+
+static int db_exists(PGconn *c, const char *db)
+{
+	const char *params[1] = {db};
+	PGresult *r = PQexecParams(c, "SELECT 1 FROM pg_database WHERE datname = $1", 1, NULL,
+				   params, NULL, NULL, 0);
+	int yes = PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1;
+	PQclear(r);
+	return yes;
+}
+
+static void drop_db(PGconn *c, const char *db)
+{
+	char sql[160];
+	snprintf(sql, sizeof(sql), "DROP DATABASE IF EXISTS \"%s\" WITH (FORCE)", db);
+	exec_or_die(c, sql);
+}
+
+/* The pool's databases on one shard (a result of datname rows). */
+static PGresult *pool_list(PGconn *c)
+{
+	char pattern[64];
+	snprintf(pattern, sizeof(pattern), "sqtpool\\_%ld\\_%%", pool_owner());
+	const char *params[1] = {pattern};
+	return PQexecParams(c, "SELECT datname FROM pg_database WHERE datname LIKE $1 ORDER BY 1",
+			    1, NULL, params, NULL, NULL, 0);
+}
+
+/* Database db on the shard c is connected to, empty: one from the pool
+ * renamed (1), else a new one (0). A database of that name left by a
+ * case that failed is dropped first. */
+static int take_db(PGconn *c, const char *db)
+{
+	if (db_exists(c, db))
+		drop_db(c, db);
+	PGresult *r = pool_list(c);
+	int taken = 0;
+	for (int i = 0; PQresultStatus(r) == PGRES_TUPLES_OK && i < PQntuples(r) && !taken; i++)
+		taken = rename_db(c, PQgetvalue(r, i, 0), db);
+	PQclear(r);
+	if (!taken) {
+		char sql[160];
+		snprintf(sql, sizeof(sql), "CREATE DATABASE \"%s\"", db);
+		exec_or_die(c, sql);
+	}
+	return taken;
+}
+
+/* A pooled database made as a new one is: its schemas dropped (the
+ * extension with public), public and the extension made again, its
+ * statement counts reset. */
+static void empty_db(PGconn *c, const char *db)
+{
+	char sql[160];
+	exec_or_die(c, "DO $$DECLARE s name; BEGIN "
+		       "FOR s IN SELECT nspname FROM pg_namespace WHERE nspname NOT LIKE 'pg\\_%' "
+		       "AND nspname <> 'information_schema' LOOP "
+		       "EXECUTE format('DROP SCHEMA %I CASCADE', s); END LOOP; END$$");
+	exec_or_die(c, "CREATE SCHEMA public");
+	snprintf(sql, sizeof(sql), "ALTER DATABASE \"%s\" RESET ALL", db);
+	exec_or_die(c, sql);
+	exec_or_die(c, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements");
+	exec_or_die(c, "SELECT pg_stat_statements_reset(0, (SELECT oid FROM pg_database "
+		       "WHERE datname = current_database()), 0)");
+}
+
+/* Database db on one shard back into the pool (dropped if it cannot be). */
+static void give_back(PGconn *c, const char *db)
+{
+	const char *params[1] = {db};
+	PGresult *r = PQexecParams(c, "SELECT oid FROM pg_database WHERE datname = $1", 1, NULL,
+				   params, NULL, NULL, 0);
+	if (PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1) {
+		char to[64];
+		snprintf(to, sizeof(to), "sqtpool_%ld_%s", pool_owner(), PQgetvalue(r, 0, 0));
+		if (!rename_db(c, db, to))
+			drop_db(c, db);
+	}
+	PQclear(r);
+}
+
+static PGconn *try_connect(int port)
+{
+	char dsn[128];
+	snprintf(dsn, sizeof(dsn), "host=127.0.0.1 port=%d dbname=postgres user=postgres", port);
+	PGconn *c = PQconnectdb(dsn);
+	if (PQstatus(c) == CONNECTION_OK)
+		return c;
+	PQfinish(c); /* a shard a test stopped: skipped */
+	return NULL;
+}
+
+void testdb_pool_end(void)
+{
+	int ports[16], have = testdb_ports(ports, 16);
+	for (int i = 0; i < have; i++) {
+		PGconn *c = try_connect(ports[i]);
+		if (!c)
+			continue;
+		PGresult *r = pool_list(c);
+		for (int k = 0; PQresultStatus(r) == PGRES_TUPLES_OK && k < PQntuples(r); k++)
+			drop_db(c, PQgetvalue(r, k, 0));
+		PQclear(r);
+		PQfinish(c);
+	}
+}
+
+/* ---- opening and closing -------------------------------------------------- */
+
 void testdb_open_w(testdb *t, const char *db, int nshards, unsigned partitions, const char *extra,
 		   const double *weights)
 {
-	char sql[256];
 	sq_error err;
 	int have = testdb_ports(t->ports, 16);
 	memset(t->db, 0, sizeof(t->db));
@@ -115,13 +277,13 @@ void testdb_open_w(testdb *t, const char *db, int nshards, unsigned partitions, 
 	pthread_mutex_unlock(&scalar_conns.mu);
 	for (int i = 0; i < nshards; i++) {
 		PGconn *c = connect_db(t->ports[i], "postgres");
-		snprintf(sql, sizeof(sql), "DROP DATABASE IF EXISTS %s WITH (FORCE)", db);
-		exec_or_die(c, sql);
-		snprintf(sql, sizeof(sql), "CREATE DATABASE %s", db);
-		exec_or_die(c, sql);
+		int pooled = take_db(c, db);
 		PQfinish(c);
 		c = connect_db(t->ports[i], db);
-		exec_or_die(c, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements");
+		if (pooled)
+			empty_db(c, db);
+		else
+			exec_or_die(c, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements");
 		PQfinish(c);
 	}
 	t->ini = testdb_ini(t, weights, NULL);
@@ -165,15 +327,11 @@ void testdb_drop(const char *db)
 {
 	int ports[16], have = testdb_ports(ports, 16);
 	for (int i = 0; i < have; i++) {
-		char dsn[128], sql[128];
-		snprintf(dsn, sizeof(dsn), "host=127.0.0.1 port=%d dbname=postgres user=postgres",
-			 ports[i]);
-		PGconn *c = PQconnectdb(dsn);
-		if (PQstatus(c) == CONNECTION_OK) { /* a shard a test stopped: skipped */
-			snprintf(sql, sizeof(sql), "DROP DATABASE IF EXISTS %s WITH (FORCE)", db);
-			PQclear(PQexec(c, sql));
+		PGconn *c = try_connect(ports[i]);
+		if (c) {
+			drop_db(c, db);
+			PQfinish(c);
 		}
-		PQfinish(c);
 	}
 }
 
@@ -182,11 +340,20 @@ void testdb_close(testdb *t)
 	char db[sizeof(t->db)];
 	memcpy(db, t->db, sizeof(db));
 	testdb_release(t);
-	/* the database goes too (a failed test leaves its own, to look at):
-	 * the shards' autovacuum launcher visits every database each naptime,
-	 * and a suite's worth of leftovers kept a third of this machine busy */
-	if (db[0])
-		testdb_drop(db);
+	/* the database goes into the pool on every shard that has it (a case
+	 * may have added shards): not left behind, since the shards'
+	 * autovacuum launcher visits every database each naptime, and a
+	 * suite's worth of leftovers kept a third of this machine busy */
+	if (!db[0])
+		return;
+	int ports[16], have = testdb_ports(ports, 16);
+	for (int i = 0; i < have; i++) {
+		PGconn *c = try_connect(ports[i]);
+		if (c) {
+			give_back(c, db);
+			PQfinish(c);
+		}
+	}
 }
 
 PGconn *testdb_pg(testdb *t, int shard)

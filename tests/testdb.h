@@ -14,7 +14,7 @@
 int testdb_ports(int *ports, int max);
 
 /*
- * Drops and creates database `db` on the first `nshards` shards, writes a
+ * Makes database `db` empty on the first `nshards` shards, writes a
  * config (the shard sections, [cluster] partitions, then `extra`, which
  * holds the [type] sections), loads it and runs init. Aborts the test on
  * any failure. The caller frees with testdb_close.
@@ -39,13 +39,18 @@ void testdb_open_w(testdb *t, const char *db, int nshards, unsigned partitions, 
 		   const double *weights);
 /* The config text of this cluster with other weights (malloc'd). */
 char *testdb_ini(testdb *t, const double *weights, const char *extra_cluster);
-/* Closes the client and drops the database on every test shard. */
+/* Closes the client and gives the database back to the run's pool on
+ * every test shard (testdb.c: the next open empties and reuses it). */
 void testdb_close(testdb *t);
 /* Closes the client and frees t, keeping the database (for a suite that
  * makes it once for its cases: drop it with testdb_drop at the end). */
 void testdb_release(testdb *t);
 /* Drops database db on every test shard that answers. */
 void testdb_drop(const char *db);
+/* The pool of databases closed cases leave: begun by the runner process
+ * before its cases (they inherit it), dropped by it at the end. */
+void testdb_pool_begin(void);
+void testdb_pool_end(void);
 /* Another client on the same cluster (e.g. for a second worker). */
 sq_client *testdb_client(testdb *t);
 /* A plain libpq connection to shard i's test database. */
