@@ -150,6 +150,118 @@ void test_worker_thread(pthread_t *th, sq_worker *w)
 	ck_assert_int_eq(pthread_create(th, NULL, worker_main, w), 0);
 }
 
+/* ---- a producer thread ---------------------------------------------------- */
+
+static void producer_ack(test_producer *p, int64_t id)
+{
+	pthread_mutex_lock(&p->mu);
+	if (p->nacked == p->cap) {
+		p->cap = p->cap * 2 + 1024;
+		p->acked = realloc(p->acked, p->cap * sizeof(int64_t));
+		ck_assert(p->acked != NULL);
+	}
+	p->acked[p->nacked++] = id;
+	pthread_mutex_unlock(&p->mu);
+}
+
+/* New jobs for the next batch: as many as wanted, up to max_jobs in all. */
+static int producer_take(test_producer *p, long *made, int want)
+{
+	if (p->stop)
+		return 0;
+	while (p->hold && !p->stop && p->hold(p->hold_arg))
+		usleep(5000);
+	long left = p->max_jobs ? p->max_jobs - *made : want;
+	int n = left < want ? (int)(left > 0 ? left : 0) : want;
+	*made += n;
+	return n;
+}
+
+static void *producer_main(void *arg)
+{
+	test_producer *p = arg;
+	sq_client *c = testdb_client(p->t);
+	char(*keys)[48] = calloc(1000, sizeof(*keys));
+	char(*retry)[48] = calloc(1000, sizeof(*retry));
+	sq_job_spec *jobs = calloc(1000, sizeof(*jobs));
+	sq_enqueue_result *res = calloc(1000, sizeof(*res));
+	ck_assert(keys && retry && jobs && res && p->batch >= 1 && p->batch <= 1000);
+	long made = 0;
+	int nretry = 0;
+	while (!p->stop || nretry > 0) {
+		int n = 0;
+		for (; n < nretry; n++)
+			memcpy(keys[n], retry[n], sizeof(keys[n]));
+		for (int k = producer_take(p, &made, p->batch - n); k > 0; k--, n++)
+			snprintf(keys[n], sizeof(keys[n]), "%s-%ld", p->prefix ? p->prefix : "p",
+				 made - k);
+		if (n == 0) {
+			if (p->max_jobs && made >= p->max_jobs)
+				break;
+			continue;
+		}
+		p->retried += nretry;
+		nretry = 0;
+		memset(jobs, 0, (size_t)n * sizeof(*jobs));
+		for (int i = 0; i < n; i++) {
+			jobs[i].type = p->type;
+			jobs[i].key = p->keyed ? keys[i] : NULL;
+			res[i].id = -1;
+			res[i].outcome = SQ_ENQ_NOT_WRITTEN;
+		}
+		sq_error err;
+		if (sq_enqueue(c, jobs, (size_t)n, res, &err) != SQ_OK) {
+			p->failed_calls++;
+			snprintf(p->last_error, sizeof(p->last_error), "%s", err.msg);
+		}
+		for (int i = 0; i < n; i++) {
+			if (res[i].id > 0)
+				producer_ack(p, res[i].id);
+			else if (p->keyed || res[i].outcome == SQ_ENQ_NOT_WRITTEN)
+				memcpy(retry[nretry++], keys[i], sizeof(keys[i]));
+			else
+				p->unknown++;
+		}
+		p->sent += n;
+		usleep(p->pause_us);
+	}
+	sq_client_close(c);
+	free(keys);
+	free(retry);
+	free(jobs);
+	free(res);
+	return NULL;
+}
+
+void test_producer_start(test_producer *p)
+{
+	pthread_mutex_init(&p->mu, NULL);
+	p->stop = 0;
+	ck_assert_int_eq(pthread_create(&p->th, NULL, producer_main, p), 0);
+}
+
+size_t test_producer_acked(test_producer *p)
+{
+	pthread_mutex_lock(&p->mu);
+	size_t n = p->nacked;
+	pthread_mutex_unlock(&p->mu);
+	return n;
+}
+
+void test_producer_stop(test_producer *p)
+{
+	p->stop = 1;
+	pthread_join(p->th, NULL);
+}
+
+void test_producer_free(test_producer *p)
+{
+	free(p->acked);
+	pthread_mutex_destroy(&p->mu);
+	p->acked = NULL;
+	p->nacked = p->cap = 0;
+}
+
 /* ---- files ---------------------------------------------------------------- */
 
 void test_write_file(const char *path, int exec, const char *fmt, ...)

@@ -98,6 +98,43 @@ long long test_all_jobs(testdb *t);
  * SQ_OK (checked in that thread) once the test stops the worker. */
 void test_worker_thread(pthread_t *th, sq_worker *w);
 
+/* ---- a producer thread ---------------------------------------------------- */
+
+/*
+ * Enqueues batches of jobs on a client of its own until stopped. A job
+ * counts as acknowledged when its result carries an id (kept in acked).
+ * A keyed producer ("<prefix>-<seq>") sends a job that was not
+ * acknowledged again with the same key (dedup makes that safe); a keyless
+ * one sends it again only when it was surely not written, and counts the
+ * rest as unknown. Set the fields above `th`, then test_producer_start.
+ */
+typedef struct test_producer {
+	testdb *t;
+	const char *type;
+	const char *prefix; /* keys, when keyed */
+	int keyed;
+	int batch;           /* jobs per call, at most 1000 */
+	useconds_t pause_us; /* between calls */
+	long max_jobs;       /* new jobs in all (0: no limit) */
+	int (*hold)(void *); /* while it returns 1, no new batch (NULL: none) */
+	void *hold_arg;
+	pthread_t th;
+	volatile int stop;
+	pthread_mutex_t mu; /* over acked and nacked */
+	int64_t *acked;
+	size_t nacked, cap;
+	long sent, retried, unknown, failed_calls;
+	char last_error[256];
+} test_producer;
+
+void test_producer_start(test_producer *p);
+/* Jobs acknowledged so far (while it runs). */
+size_t test_producer_acked(test_producer *p);
+/* Stops it after its unacknowledged keyed jobs have gone through, and
+ * waits for the thread. */
+void test_producer_stop(test_producer *p);
+void test_producer_free(test_producer *p);
+
 /* ---- files ---------------------------------------------------------------- */
 
 /* Writes the file at path from a format (exec: made executable). */

@@ -18,20 +18,11 @@ static testdb t;
 
 /* ---- load: producers and workers ---------------------------------------- */
 
+/* The jobs acknowledged, gathered from the producers once they stop. */
 typedef struct ids {
 	int64_t *v;
-	size_t n, cap;
-	pthread_mutex_t mu;
+	size_t n;
 } ids;
-
-static void ids_add(ids *a, int64_t id)
-{
-	pthread_mutex_lock(&a->mu);
-	if (a->n == a->cap)
-		a->v = realloc(a->v, (a->cap = a->cap * 2 + 1024) * sizeof(int64_t));
-	a->v[a->n++] = id;
-	pthread_mutex_unlock(&a->mu);
-}
 
 typedef struct run {
 	int64_t id;
@@ -46,13 +37,13 @@ typedef struct run {
 #define BACKLOG_CAP 300
 
 typedef struct load {
-	volatile int stop;
 	volatile int release_long; /* `long` jobs run until this is set */
 	ids acked;
 	run *runs;
 	size_t nruns, cap;
 	pthread_mutex_t mu;
-	pthread_t prod[4], work[4];
+	test_producer prod[4];
+	pthread_t work[4];
 	sq_worker *w[4];
 	int nprod, nwork;
 	int worker_no[4];
@@ -62,47 +53,21 @@ static load L;
 
 static size_t acked_now(void)
 {
-	pthread_mutex_lock(&L.acked.mu);
-	size_t n = L.acked.n;
-	pthread_mutex_unlock(&L.acked.mu);
+	size_t n = 0;
+	for (int i = 0; i < L.nprod; i++)
+		n += test_producer_acked(&L.prod[i]);
 	return n;
 }
 
-static long long outstanding(void)
+/* 1 while more jobs are outstanding than the cap: the producers wait. */
+static int backlog_full(void *arg)
 {
+	(void)arg;
 	long long acked = (long long)acked_now();
 	pthread_mutex_lock(&L.mu);
 	long long ran = (long long)L.nruns;
 	pthread_mutex_unlock(&L.mu);
-	return acked - ran;
-}
-
-static void *producer(void *arg)
-{
-	int no = (int)(intptr_t)arg;
-	sq_client *c = testdb_client(&t);
-	char keys[100][32];
-	sq_job_spec js[100];
-	sq_enqueue_result rs[100];
-	for (int seq = 0; !L.stop; seq++) {
-		sq_error err;
-		while (!L.stop && outstanding() > BACKLOG_CAP)
-			usleep(5000);
-		memset(js, 0, sizeof(js));
-		for (int i = 0; i < 100; i++) {
-			snprintf(keys[i], sizeof(keys[i]), "p%d-%d-%d", no, seq, i);
-			js[i].type = "m";
-			js[i].key = keys[i];
-		}
-		ck_assert_msg(sq_enqueue(c, js, 100, rs, &err) == SQ_OK, "producer: %s", err.msg);
-		for (int i = 0; i < 100; i++) {
-			ck_assert_int_eq(rs[i].outcome, SQ_ENQ_INSERTED);
-			ids_add(&L.acked, rs[i].id);
-		}
-		usleep(20000);
-	}
-	sq_client_close(c);
-	return NULL;
+	return acked - ran > BACKLOG_CAP;
 }
 
 static sq_job_result handler(const sq_job *job, void *arg, char *e, size_t elen)
@@ -128,7 +93,6 @@ static void load_start(int nprod, int nwork)
 {
 	memset(&L, 0, sizeof(L));
 	pthread_mutex_init(&L.mu, NULL);
-	pthread_mutex_init(&L.acked.mu, NULL);
 	L.nprod = nprod;
 	L.nwork = nwork;
 	for (int i = 0; i < nwork; i++) {
@@ -145,8 +109,17 @@ static void load_start(int nprod, int nwork)
 		OKE(sq_worker_add(L.w[i], "long", 4, handler, &L.worker_no[i], &err));
 		test_worker_thread(&L.work[i], L.w[i]);
 	}
-	for (int i = 0; i < nprod; i++)
-		pthread_create(&L.prod[i], NULL, producer, (void *)(intptr_t)i);
+	static const char *prefix[4] = {"p0", "p1", "p2", "p3"};
+	for (int i = 0; i < nprod; i++) {
+		L.prod[i] = (test_producer){.t = &t,
+					    .type = "m",
+					    .prefix = prefix[i],
+					    .keyed = 1,
+					    .batch = 100,
+					    .pause_us = 20000,
+					    .hold = backlog_full};
+		test_producer_start(&L.prod[i]);
+	}
 }
 
 static long long live(void)
@@ -182,10 +155,18 @@ static void load_wait_acked(size_t more)
 static void load_stop(void)
 {
 	long long left;
-	L.stop = 1;
 	L.release_long = 1;
-	for (int i = 0; i < L.nprod; i++)
-		pthread_join(L.prod[i], NULL);
+	for (int i = 0; i < L.nprod; i++) {
+		test_producer *p = &L.prod[i];
+		test_producer_stop(p);
+		ck_assert_msg(p->failed_calls == 0 && p->retried == 0,
+			      "producer %d: %ld failed calls, %ld jobs sent again: %s", i,
+			      p->failed_calls, p->retried, p->last_error);
+		L.acked.v = realloc(L.acked.v, (L.acked.n + p->nacked) * sizeof(int64_t));
+		memcpy(L.acked.v + L.acked.n, p->acked, p->nacked * sizeof(int64_t));
+		L.acked.n += p->nacked;
+		test_producer_free(p);
+	}
 	if (!wait_progress(live_left, NULL, &left)) {
 		char rows[4096], ws[2048];
 		size_t k = 0;

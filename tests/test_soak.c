@@ -183,96 +183,6 @@ static void kill_worker(int i)
 	spawn(i);
 }
 
-/* ---- producers ---------------------------------------------------------- */
-
-typedef struct producer {
-	pthread_t th;
-	int keyed, batch;
-	useconds_t pause_us;
-	int64_t *acked;
-	size_t nacked;
-	long sent, retried, unknown, failed_calls;
-	char last_error[256];
-} producer;
-
-static volatile int producers_stop;
-static int produced_total; /* under produced_mu */
-static pthread_mutex_t produced_mu = PTHREAD_MUTEX_INITIALIZER;
-
-static int take_new(int want)
-{
-	pthread_mutex_lock(&produced_mu);
-	int n = MAX_JOBS - produced_total < want ? MAX_JOBS - produced_total : want;
-	if (n < 0)
-		n = 0;
-	produced_total += n;
-	pthread_mutex_unlock(&produced_mu);
-	return n;
-}
-
-/*
- * Enqueues batches until told to stop. A job counts as acknowledged when its
- * result carries an id. The keyed producer sends every other job again with
- * the same key until it is acknowledged (dedup makes that safe); the keyless
- * one sends a job again only when it was surely not written.
- */
-static void *produce(void *arg)
-{
-	producer *p = arg;
-	sq_client *c = testdb_client(&t);
-	char(*keys)[32] = calloc((size_t)p->batch, sizeof(*keys));
-	char(*retry)[32] = calloc((size_t)p->batch, sizeof(*retry));
-	sq_job_spec *jobs = calloc((size_t)p->batch, sizeof(*jobs));
-	sq_enqueue_result *res = calloc((size_t)p->batch, sizeof(*res));
-	size_t cap = MAX_JOBS;
-	int nretry = 0, seq = 0;
-	p->acked = calloc(cap, sizeof(int64_t));
-	ck_assert(keys && retry && jobs && res && p->acked);
-	while (!producers_stop || nretry > 0) {
-		int n = 0;
-		for (; n < nretry; n++)
-			memcpy(keys[n], retry[n], sizeof(keys[n]));
-		if (!producers_stop)
-			for (int k = take_new(p->batch - n); k > 0; k--, n++)
-				snprintf(keys[n], sizeof(keys[n]), "%s-%d", p->keyed ? "k" : "n",
-					 seq++);
-		if (n == 0)
-			break;
-		p->retried += nretry;
-		nretry = 0;
-		memset(jobs, 0, (size_t)n * sizeof(*jobs));
-		for (int i = 0; i < n; i++) {
-			jobs[i].type = "soak";
-			jobs[i].key = p->keyed ? keys[i] : NULL;
-			res[i].id = -1;
-			res[i].outcome = SQ_ENQ_NOT_WRITTEN;
-		}
-		sq_error err;
-		if (sq_enqueue(c, jobs, (size_t)n, res, &err) != SQ_OK) {
-			p->failed_calls++;
-			snprintf(p->last_error, sizeof(p->last_error), "%s", err.msg);
-		}
-		for (int i = 0; i < n; i++) {
-			if (res[i].id > 0) {
-				if (p->nacked < cap)
-					p->acked[p->nacked++] = res[i].id;
-			} else if (p->keyed || res[i].outcome == SQ_ENQ_NOT_WRITTEN) {
-				memcpy(retry[nretry++], keys[i], sizeof(keys[i]));
-			} else {
-				p->unknown++;
-			}
-		}
-		p->sent += n;
-		usleep(p->pause_us);
-	}
-	sq_client_close(c);
-	free(keys);
-	free(retry);
-	free(jobs);
-	free(res);
-	return NULL;
-}
-
 /* ---- checks ------------------------------------------------------------- */
 
 static long long live_left(void *arg)
@@ -390,10 +300,21 @@ START_TEST(soak_kills_restarts_and_a_killed_mover)
 
 	for (int i = 0; i < NWORKERS; i++)
 		spawn(i);
-	producer prod[2] = {{.keyed = 1, .batch = 5, .pause_us = 400000},
-			    {.keyed = 0, .batch = 5, .pause_us = 800000}};
+	/* one with keys, one without; MAX_JOBS between them */
+	test_producer prod[2] = {{.t = &t,
+				  .type = "soak",
+				  .prefix = "k",
+				  .keyed = 1,
+				  .batch = 5,
+				  .pause_us = 400000,
+				  .max_jobs = MAX_JOBS / 2},
+				 {.t = &t,
+				  .type = "soak",
+				  .batch = 5,
+				  .pause_us = 800000,
+				  .max_jobs = MAX_JOBS / 2}};
 	for (int i = 0; i < 2; i++)
-		ck_assert_int_eq(pthread_create(&prod[i].th, NULL, produce, &prod[i]), 0);
+		test_producer_start(&prod[i]);
 
 	pid_t mover = -1;
 	int mover_killed_mid_move = 0;
@@ -452,9 +373,8 @@ START_TEST(soak_kills_restarts_and_a_killed_mover)
 			fig.restarts++;
 		}
 	}
-	producers_stop = 1;
 	for (int i = 0; i < 2; i++)
-		pthread_join(prod[i].th, NULL);
+		test_producer_stop(&prod[i]);
 	printf("soak: producers stopped (%.0fs in); draining\n", test_now_s() - t0);
 	drain_or_fail();
 	double drained = test_now_s() - t0;
@@ -524,8 +444,8 @@ START_TEST(soak_kills_restarts_and_a_killed_mover)
 		printf("soak: a failed enqueue said: %s\n",
 		       prod[0].last_error[0] ? prod[0].last_error : prod[1].last_error);
 	free(done);
-	free(prod[0].acked);
-	free(prod[1].acked);
+	test_producer_free(&prod[0]);
+	test_producer_free(&prod[1]);
 	testdb_close(&t);
 	testdb_tmpdir_remove();
 }
