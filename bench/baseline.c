@@ -189,6 +189,7 @@ static void *producer_main(void *arg)
 	while (c && !atomic_load(&r->failed) && !atomic_load(&r->stop)) {
 		if (rate > 0)
 			pace_sleep_until(pace_due(&r->pace, origin, th->idx, sent, rate, r->batch));
+		tally_hold_depth(t, sc->depth, r->batch, &r->stop);
 		int64_t first = atomic_fetch_add(&r->next, r->batch);
 		if (first >= (int64_t)r->total)
 			break;

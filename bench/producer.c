@@ -94,6 +94,7 @@ static void *producer_main(void *arg)
 			break;
 		if (rate > 0)
 			pace_sleep_until(pace_due(&ps->pace, origin, p->idx, sent, rate, b));
+		tally_hold_depth(t, sc->depth, b, &ps->stop);
 		int64_t first = atomic_fetch_add(&ps->next_job, b);
 		if (first >= ps->total)
 			break;

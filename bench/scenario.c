@@ -384,8 +384,12 @@ static int on_key(void *user, const char *sec, const char *key, const char *v)
 				bad(x, sec, key, "'%s' is not library or http", v);
 			else
 				sc->producers_http = b;
+		} else if (!strcmp(key, "depth")) {
+			if (int_in(x, sec, key, v, 0, 100000000, &n))
+				sc->depth = n;
 		} else
-			bad(x, sec, key, "unknown key (known: count, batch, rate, keys, via)");
+			bad(x, sec, key,
+			    "unknown key (known: count, batch, rate, keys, via, depth)");
 	} else if (!strcmp(sec, "workers")) {
 		if (!strcmp(key, "processes")) {
 			if (int_in(x, sec, key, v, 0, 64, &n))

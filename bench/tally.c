@@ -71,6 +71,20 @@ void tally_warmup_from(tally *t, int64_t origin_us, int64_t warmup_ms)
 		atomic_compare_exchange_strong(&t->e2s_from, &none, from);
 }
 
+void tally_hold_depth(tally *t, int64_t depth, int64_t n, _Atomic int *stop)
+{
+	if (depth <= 0)
+		return;
+	struct timespec pause = {0, 100 * 1000};
+	while (!atomic_load(stop)) {
+		int64_t open =
+			(int64_t)atomic_load(&t->enqueued) - (int64_t)atomic_load(&t->completed);
+		if (open + n <= depth || open <= 0)
+			return;
+		nanosleep(&pause, NULL);
+	}
+}
+
 int64_t mono_us(void)
 {
 	struct timespec ts;

@@ -65,6 +65,11 @@ void tally_unmap(tally *t);
 /* Zeroes the counters and histograms (not sc, config). */
 void tally_reset(tally *t);
 
+/* A producer about to enqueue n jobs waits while that would leave more
+ * than depth jobs enqueued and not completed (depth 0: no wait), or until
+ * *stop is set. */
+void tally_hold_depth(tally *t, int64_t depth, int64_t n, _Atomic int *stop);
+
 /* Monotonic and wall clocks in microseconds. */
 int64_t mono_us(void);
 int64_t wall_us(void);
