@@ -45,6 +45,7 @@ typedef struct sq_daemon_conf {
 	int64_t request_timeout_ms;
 	int64_t claim_wait_max_ms;
 	int64_t claim_poll_ms;
+	int64_t claim_window_ms; /* news (a claim, a NOTIFY) to the tick it asks for */
 	int max_connections;
 	char *worker_id; /* NULL: shardqd-HOST-PID */
 } sq_daemon_conf;

@@ -2336,6 +2336,62 @@ START_TEST(a_listen_connection_that_died_unseen_is_made_again)
 }
 END_TEST
 
+/*
+ * A long poll is answered when its job is enqueued, by the NOTIFY, within
+ * the window and a claim's round trip, not at the next poll: with
+ * claim_poll at 10 s (its longest), a claim waits (the tick its arrival
+ * asked for has found nothing), then one job is enqueued. Asserted: the
+ * claim gets it, and sooner than half of claim_poll after the enqueue
+ * (the poll could bring it no sooner than claim_poll after that tick).
+ */
+START_TEST(a_long_poll_is_answered_when_its_job_is_enqueued)
+{
+	start_all("sq_http_window", "claim_poll = 10s\nclaim_window = 20ms\n");
+	long long ticks0 = metric("shardqd_claim_statements_total");
+	int fd = hc_connect(D.port);
+	struct timeval tv = {(time_t)(STALL_S + 30), 0};
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	ck_assert_int_eq(hc_send(fd, "POST", "/v1/claim", tok_worker,
+				 "{\"worker\":\"w1\",\"types\":[{\"type\":\"a\",\"limit\":10}],"
+				 "\"wait_ms\":20000}"),
+			 0);
+	/* waiting, after a tick that found nothing */
+	double since = test_now_s();
+	while (metric("shardqd_claims_waiting") != 1 ||
+	       metric("shardqd_claim_statements_total") == ticks0) {
+		ck_assert_msg(test_now_s() - since < STALL_S,
+			      "the claim did not wait after a tick in %.0fs (waiting %lld, ticks "
+			      "%lld); the daemon's output:\n%s",
+			      STALL_S, metric("shardqd_claims_waiting"),
+			      metric("shardqd_claim_statements_total") - ticks0, slurp_tail(D.out));
+		usleep(20000);
+	}
+	long long ticks1 = metric("shardqd_claim_statements_total");
+	double enq = test_now_s();
+	int64_t id = enqueue_one(t.client, "a", "window-1", NULL, NULL);
+	hresp r;
+	ck_assert_msg(hc_recv(fd, &r) == 0, "no answer to the long poll in %.0fs: %s", STALL_S + 30,
+		      slurp_tail(D.out));
+	double took = test_now_s() - enq;
+	close(fd);
+	EXPECT(r, 200, NULL);
+	json_t *j = js(&r);
+	json_t *jobs = json_object_get(j, "jobs");
+	ck_assert_msg(json_array_size(jobs) == 1 && json_integer_value(json_object_get(
+							    json_array_get(jobs, 0), "id")) == id,
+		      "the long poll got %s, not job %lld", r.body, (long long)id);
+	json_decref(j);
+	free(r.body);
+	printf("a long poll answered %.1f ms after its job's enqueue (%lld tick(s))\n", took * 1000,
+	       metric("shardqd_claim_statements_total") - ticks1);
+	ck_assert_msg(took < 5.0,
+		      "the long poll was answered %.1f s after the enqueue: not by its NOTIFY "
+		      "(claim_poll is 10 s); the daemon's output:\n%s",
+		      took, slurp_tail(D.out));
+	stop_all();
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("http");
@@ -2358,5 +2414,6 @@ int main(void)
 	ADD_CASE(s, a_shard_that_does_not_answer_holds_the_start_up_once, 3600);
 	ADD_CASE(s, the_schedules_go_on_beside_a_shard_that_does_not_answer, 3600);
 	ADD_CASE(s, a_listen_connection_that_died_unseen_is_made_again, 3600);
+	ADD_CASE(s, a_long_poll_is_answered_when_its_job_is_enqueued, 3600);
 	return run_suite(s);
 }

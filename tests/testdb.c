@@ -205,6 +205,7 @@ static int take_db(PGconn *c, const char *db)
 static void empty_db(PGconn *c, const char *db)
 {
 	char sql[160];
+	exec_or_die(c, "SET client_min_messages = warning"); /* no "drop cascades" notes */
 	exec_or_die(c, "DO $$DECLARE s name; BEGIN "
 		       "FOR s IN SELECT nspname FROM pg_namespace WHERE nspname NOT LIKE 'pg\\_%' "
 		       "AND nspname <> 'information_schema' LOOP "

@@ -3,8 +3,9 @@
  * the jobs are dealt back to the clients in their order of arrival, none
  * beyond what it asked for (docs/http.md).
  *
- * A tick runs when claims arrived since the last one, when a shard sent
- * NOTIFY shardq_jobs (an enqueue), or every claim_poll while claims wait.
+ * A tick runs claim_window after claims arrived or a shard sent NOTIFY
+ * shardq_jobs (an enqueue), and every claim_poll while claims wait; the
+ * news of the window, and of a tick under way, share the next tick.
  * A claim that got nothing waits until its wait_ms runs out. Jobs the
  * statement returned beyond what the clients can take (a client went away
  * meanwhile) are released at once. */
@@ -177,8 +178,10 @@ static void merge_claims(merged *m)
 			if (cl->fits)
 				add_claim(m, cl);
 		}
-	for (sqd_task *t = C.head; t; t = t->next)
+	for (sqd_task *t = C.head; t; t = t->next) {
 		t->claim->skipped = !t->claim->fits;
+		t->claim->untried &= !t->claim->fits;
+	}
 }
 
 /* The first waiting claim, in order of arrival, that can take job j: one
@@ -302,6 +305,7 @@ static int take_arrivals(sqd *d)
 	while (arrived) {
 		sqd_task *next = arrived->next;
 		arrived->next = NULL;
+		arrived->claim->untried = 1;
 		if (C.tail)
 			C.tail->next = arrived;
 		else
@@ -323,20 +327,22 @@ static void answer_all(sqd *d)
 	}
 }
 
-/* Answers the claims whose wait ran out (not one the last tick skipped:
- * the next tick takes it first) or whose client went away; returns the
- * earliest deadline of the others, or `until` if none is earlier. */
+/* Answers the claims whose wait ran out (not one no tick has tried yet,
+ * nor one the last tick skipped: the next tick takes it) or whose client
+ * went away; returns the earliest deadline of the others, or `until` if
+ * none is earlier. */
 static double expire_waits(sqd *d, double now, double until)
 {
 	sqd_task *prev = NULL, *next;
 	for (sqd_task *t = C.head; t; t = next) {
 		next = t->next;
-		if ((now >= t->claim->deadline && !t->claim->skipped) || atomic_load(&t->gone)) {
+		int waits = t->claim->skipped || t->claim->untried;
+		if ((now >= t->claim->deadline && !waits) || atomic_load(&t->gone)) {
 			unlink_task(prev, t);
 			answer(d, t);
 			continue;
 		}
-		if (t->claim->deadline < until && !t->claim->skipped)
+		if (t->claim->deadline < until && !waits)
 			until = t->claim->deadline;
 		prev = t;
 	}
@@ -452,23 +458,27 @@ static void *claimer_main(void *arg)
 {
 	sqd *d = arg;
 	sq_client *c = d->claim_client;
-	double next_poll = 0;
+	const sq_daemon_conf *dc = sq_config_daemon(d->cfg);
+	double window = (double)dc->claim_window_ms / 1000.0;
+	double next_poll = 0, asked = INFINITY; /* asked: the tick news asked for */
 	for (;;) {
 		int stopping = atomic_load(&d->stopping);
-		int fresh = take_arrivals(d);
+		if (take_arrivals(d) && asked == INFINITY)
+			asked = sq_mono_s() + window;
 		if (stopping)
 			answer_all(d);
 		if (stopping == 2)
 			break;
 		double now = sq_mono_s();
-		if (C.head && (fresh || now >= next_poll)) {
+		if (C.head && (now >= asked || now >= next_poll)) {
 			tick(d, c);
 			now = sq_mono_s();
-			next_poll = now + sq_config_daemon(d->cfg)->claim_poll_ms / 1000.0;
+			next_poll = now + (double)dc->claim_poll_ms / 1000.0;
+			asked = INFINITY;
 		}
-		double wake = expire_waits(d, now, next_poll);
-		if (wait_for_news(d, c, now, wake))
-			next_poll = 0; /* claim at once */
+		double wake = expire_waits(d, now, asked < next_poll ? asked : next_poll);
+		if (wait_for_news(d, c, now, wake) && asked == INFINITY)
+			asked = sq_mono_s() + window;
 	}
 	for (int s = 0; s < sq_config_shard_count(d->cfg); s++)
 		sq_listener_destroy(C.listen[s]);

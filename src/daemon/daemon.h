@@ -65,6 +65,7 @@ typedef struct sqd_claim {
 	int start;       /* jobs come back running */
 	double deadline; /* monotonic seconds: answer by then even if empty */
 	int skipped;     /* the last tick was full for one of its types */
+	int untried;     /* no tick has had it yet (it came within the window) */
 	int fits;        /* (within a tick) it is in this tick's claim */
 	int njobs;
 	sq_buf jobs; /* the JSON of the jobs given, comma-separated */
