@@ -244,19 +244,32 @@ static PGconn *try_connect(int port)
 	return NULL;
 }
 
-void testdb_pool_end(void)
+/* fn(connection to its postgres database, db) on every test shard that
+ * answers (a shard a test stopped is skipped). */
+static void on_every_shard(void (*fn)(PGconn *, const char *), const char *db)
 {
 	int ports[16], have = testdb_ports(ports, 16);
 	for (int i = 0; i < have; i++) {
 		PGconn *c = try_connect(ports[i]);
-		if (!c)
-			continue;
-		PGresult *r = pool_list(c);
-		for (int k = 0; PQresultStatus(r) == PGRES_TUPLES_OK && k < PQntuples(r); k++)
-			drop_db(c, PQgetvalue(r, k, 0));
-		PQclear(r);
-		PQfinish(c);
+		if (c) {
+			fn(c, db);
+			PQfinish(c);
+		}
 	}
+}
+
+static void drop_pool(PGconn *c, const char *unused)
+{
+	(void)unused;
+	PGresult *r = pool_list(c);
+	for (int k = 0; PQresultStatus(r) == PGRES_TUPLES_OK && k < PQntuples(r); k++)
+		drop_db(c, PQgetvalue(r, k, 0));
+	PQclear(r);
+}
+
+void testdb_pool_end(void)
+{
+	on_every_shard(drop_pool, NULL);
 }
 
 /* ---- opening and closing -------------------------------------------------- */
@@ -326,14 +339,7 @@ void testdb_release(testdb *t)
 
 void testdb_drop(const char *db)
 {
-	int ports[16], have = testdb_ports(ports, 16);
-	for (int i = 0; i < have; i++) {
-		PGconn *c = try_connect(ports[i]);
-		if (c) {
-			drop_db(c, db);
-			PQfinish(c);
-		}
-	}
+	on_every_shard(drop_db, db);
 }
 
 void testdb_close(testdb *t)
@@ -345,16 +351,8 @@ void testdb_close(testdb *t)
 	 * may have added shards): not left behind, since the shards'
 	 * autovacuum launcher visits every database each naptime, and a
 	 * suite's worth of leftovers kept a third of this machine busy */
-	if (!db[0])
-		return;
-	int ports[16], have = testdb_ports(ports, 16);
-	for (int i = 0; i < have; i++) {
-		PGconn *c = try_connect(ports[i]);
-		if (c) {
-			give_back(c, db);
-			PQfinish(c);
-		}
-	}
+	if (db[0])
+		on_every_shard(give_back, db);
 }
 
 PGconn *testdb_pg(testdb *t, int shard)
