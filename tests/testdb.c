@@ -233,29 +233,69 @@ static void give_back(PGconn *c, const char *db)
 	PQclear(r);
 }
 
-static PGconn *try_connect(int port)
+/* Sessions on the shards' postgres databases, one a shard, kept by the
+ * process that made them for its opens and closes (a new backend is a
+ * fork on the server, 25 ms of its CPU here). A forked child starts its
+ * own: the parent's stay its parent's (kept reachable, never used). */
+static struct {
+	pid_t pid;
+	int port[16];
+	PGconn *c[16], *inherited[16];
+} admin;
+
+/* The session on the postgres database of the shard on port, or NULL
+ * when it does not answer (a shard a test stopped). */
+static PGconn *admin_conn(int port)
 {
+	if (admin.pid != getpid()) {
+		memcpy(admin.inherited, admin.c, sizeof(admin.c));
+		memset(admin.c, 0, sizeof(admin.c));
+		admin.pid = getpid();
+	}
+	int k = 0;
+	while (k < 16 && admin.c[k] && admin.port[k] != port)
+		k++;
+	if (k == 16)
+		ck_abort_msg("more than 16 test shards");
+	if (admin.c[k] && PQstatus(admin.c[k]) == CONNECTION_OK)
+		return admin.c[k];
+	if (admin.c[k])
+		PQfinish(admin.c[k]); /* the shard was restarted */
 	char dsn[128];
 	snprintf(dsn, sizeof(dsn), "host=127.0.0.1 port=%d dbname=postgres user=postgres", port);
-	PGconn *c = PQconnectdb(dsn);
-	if (PQstatus(c) == CONNECTION_OK)
-		return c;
-	PQfinish(c); /* a shard a test stopped: skipped */
+	admin.port[k] = port;
+	admin.c[k] = PQconnectdb(dsn);
+	if (PQstatus(admin.c[k]) == CONNECTION_OK)
+		return admin.c[k];
+	PQfinish(admin.c[k]);
+	admin.c[k] = NULL;
 	return NULL;
 }
 
-/* fn(connection to its postgres database, db) on every test shard that
- * answers (a shard a test stopped is skipped). */
-static void on_every_shard(void (*fn)(PGconn *, const char *), const char *db)
+/* The same, failing the test when the shard does not answer. */
+static PGconn *admin_or_die(int port)
+{
+	PGconn *c = admin_conn(port);
+	if (!c)
+		connect_db(port, "postgres"); /* fails, saying why */
+	return c;
+}
+
+/* fn(session on its postgres database, db) on the first n test shards
+ * that answer (a shard a test stopped is skipped); n < 0: all of them. */
+static void on_shards(int n, void (*fn)(PGconn *, const char *), const char *db)
 {
 	int ports[16], have = testdb_ports(ports, 16);
-	for (int i = 0; i < have; i++) {
-		PGconn *c = try_connect(ports[i]);
-		if (c) {
+	for (int i = 0; i < have && (n < 0 || i < n); i++) {
+		PGconn *c = admin_conn(ports[i]);
+		if (c)
 			fn(c, db);
-			PQfinish(c);
-		}
 	}
+}
+
+static void on_every_shard(void (*fn)(PGconn *, const char *), const char *db)
+{
+	on_shards(-1, fn, db);
 }
 
 static void drop_pool(PGconn *c, const char *unused)
@@ -289,17 +329,19 @@ void testdb_open_w(testdb *t, const char *db, int nshards, unsigned partitions, 
 	pthread_mutex_lock(&scalar_conns.mu);
 	scalar_conns_close();
 	pthread_mutex_unlock(&scalar_conns.mu);
+	pthread_mutex_lock(&scalar_conns.mu);
 	for (int i = 0; i < nshards; i++) {
-		PGconn *c = connect_db(t->ports[i], "postgres");
-		int pooled = take_db(c, db);
-		PQfinish(c);
-		c = connect_db(t->ports[i], db);
+		int pooled = take_db(admin_or_die(t->ports[i]), db);
+		PGconn *c = connect_db(t->ports[i], db);
 		if (pooled)
 			empty_db(c, db);
 		else
 			exec_or_die(c, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements");
-		PQfinish(c);
+		exec_or_die(c, "RESET client_min_messages");
+		scalar_conns.c[i] = c; /* testdb_scalar's from now on */
 	}
+	snprintf(scalar_conns.db, sizeof(scalar_conns.db), "%s", db);
+	pthread_mutex_unlock(&scalar_conns.mu);
 	t->ini = testdb_ini(t, weights, NULL);
 	if (sq_config_parse(t->ini, db, &t->cfg, &err) != SQ_OK)
 		ck_abort_msg("test config: %s", err.msg);
@@ -345,14 +387,15 @@ void testdb_drop(const char *db)
 void testdb_close(testdb *t)
 {
 	char db[sizeof(t->db)];
+	int n = t->nshards;
 	memcpy(db, t->db, sizeof(db));
 	testdb_release(t);
-	/* the database goes into the pool on every shard that has it (a case
-	 * may have added shards): not left behind, since the shards'
+	/* the database goes into the pool on each of its shards: not left
+	 * behind, since the shards'
 	 * autovacuum launcher visits every database each naptime, and a
 	 * suite's worth of leftovers kept a third of this machine busy */
 	if (db[0])
-		on_every_shard(give_back, db);
+		on_shards(n, give_back, db);
 }
 
 PGconn *testdb_pg(testdb *t, int shard)
