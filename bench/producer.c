@@ -1,5 +1,7 @@
-/* producer.c - producer threads: batches through sq_enqueue, paced to the
- * scenario's rate, each job stamped with the wall clock of its enqueue. */
+/* producer.c - producer threads: batches through sq_enqueue (or, with
+ * [producers] in_flight > 1, through an sq_enqueuer that keeps that many
+ * under way), paced to the scenario's rate, each job stamped with the wall
+ * clock of its enqueue. */
 #include "producer.h"
 #include "http.h"
 
@@ -20,7 +22,58 @@ typedef struct producer {
 	 * connections while their last jobs are being claimed held those
 	 * claims up by 15-40 ms (docs/operations.md, "Connections") */
 	sq_client *client;
+	sq_enqueuer *enq; /* [producers] in_flight > 1: the batches go here */
 } producer;
+
+/* A batch handed to the enqueuer: when it was sent, for the round trip. */
+typedef struct in_flight {
+	producer *p;
+	int64_t t0;
+} in_flight;
+
+/* The enqueuer's callback: the batch's jobs counted as the synchronous
+ * path counts them, its round trip from the send to this call. */
+static void batch_done(void *arg, sq_status st, const sq_enqueue_result *res, size_t n,
+		       const sq_error *err)
+{
+	in_flight *f = arg;
+	producer *p = f->p;
+	tally *t = p->set->t;
+	int64_t t1 = mono_us();
+	if (st != SQ_OK) {
+		snprintf(p->err, sizeof(p->err), "producer %d: %s", p->idx, err->msg);
+		atomic_store(&p->failed, 1);
+	}
+	uint64_t ins = 0;
+	for (size_t i = 0; i < n; i++)
+		ins += res[i].outcome == SQ_ENQ_INSERTED;
+	atomic_fetch_add(&t->enqueued, ins);
+	atomic_fetch_add(&t->enq_calls, 1);
+	hist_record(&t->enq_rtt, (uint64_t)(t1 - f->t0));
+	tally_first(&t->first_enq, f->t0);
+	tally_last(&t->last_enq, t1);
+	free(f);
+}
+
+/* One batch through the enqueuer (returns once a lane has room); 0, or
+ * -1 with p->err set. */
+static int send_batch(producer *p, const sq_job_spec *specs, int64_t n, int64_t t0)
+{
+	sq_error err;
+	in_flight *f = malloc(sizeof(*f));
+	if (!f) {
+		snprintf(p->err, sizeof(p->err), "producer %d: out of memory", p->idx);
+		return -1;
+	}
+	f->p = p;
+	f->t0 = t0;
+	if (sq_enqueue_send(p->enq, specs, (size_t)n, batch_done, f, &err) != SQ_OK) {
+		free(f);
+		snprintf(p->err, sizeof(p->err), "producer %d: %s", p->idx, err.msg);
+		return -1;
+	}
+	return 0;
+}
 
 /* One batch through shardqd: POST /v1/jobs; the jobs inserted, or -1. */
 static int64_t enqueue_http(producer *p, hconn *hc, hbuf *b, int64_t first, int64_t n, int64_t at)
@@ -81,7 +134,14 @@ static void *producer_main(void *arg)
 		pace_join(&ps->pace, NULL);
 		goto out;
 	}
-	if (!sc->producers_http && sq_client_open(ps->cfg, 0, &c, &err) != SQ_OK) {
+	if (!sc->producers_http && sc->in_flight > 1 &&
+	    sq_enqueuer_open(ps->cfg, sc->in_flight, 0, &p->enq, &err) != SQ_OK) {
+		snprintf(p->err, sizeof(p->err), "producer %d: %s", p->idx, err.msg);
+		p->failed = 1;
+		pace_join(&ps->pace, NULL);
+		goto out;
+	}
+	if (!sc->producers_http && !p->enq && sq_client_open(ps->cfg, 0, &c, &err) != SQ_OK) {
 		snprintf(p->err, sizeof(p->err), "producer %d: %s", p->idx, err.msg);
 		p->failed = 1;
 		pace_join(&ps->pace, NULL);
@@ -126,6 +186,14 @@ static void *producer_main(void *arg)
 			continue;
 		}
 		snprintf(params, sizeof(params), "{\"t\":%lld}", (long long)wall_us());
+		if (p->enq) {
+			if (send_batch(p, specs, n, t0) || atomic_load(&p->failed)) {
+				p->failed = 1;
+				break;
+			}
+			sent += n;
+			continue;
+		}
 		if (sq_enqueue(c, specs, (size_t)n, res, &err) != SQ_OK) {
 			snprintf(p->err, sizeof(p->err), "producer %d: %s", p->idx, err.msg);
 			p->failed = 1;
@@ -143,6 +211,8 @@ static void *producer_main(void *arg)
 		sent += n;
 	}
 out:
+	sq_enqueuer_close(p->enq); /* the batches under way finish first */
+	p->enq = NULL;
 	hconn_close(&hc);
 	hbuf_free(&hb);
 	p->client = c;

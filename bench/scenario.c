@@ -5,6 +5,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <ini.h>
+#include <shardq.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -387,9 +388,12 @@ static int on_key(void *user, const char *sec, const char *key, const char *v)
 		} else if (!strcmp(key, "depth")) {
 			if (int_in(x, sec, key, v, 0, 100000000, &n))
 				sc->depth = n;
+		} else if (!strcmp(key, "in_flight")) {
+			if (int_in(x, sec, key, v, 1, SQ_ENQUEUER_MAX_IN_FLIGHT, &n))
+				sc->in_flight = (int)n;
 		} else
 			bad(x, sec, key,
-			    "unknown key (known: count, batch, rate, keys, via, depth)");
+			    "unknown key (known: count, batch, rate, keys, via, depth, in_flight)");
 	} else if (!strcmp(sec, "workers")) {
 		if (!strcmp(key, "processes")) {
 			if (int_in(x, sec, key, v, 0, 64, &n))
@@ -536,6 +540,7 @@ static void defaults(scenario *sc)
 	sc->notify = 1;
 	sc->producers = 2;
 	sc->batch = 1000;
+	sc->in_flight = 1;
 	sc->processes = 2;
 	sc->listen = 1;
 	sc->poll_ms = 1000;

@@ -43,6 +43,8 @@ typedef struct scenario {
 	double rates[SC_MAX_STEPS]; /* `rate = A, B, ...`: one step each */
 	int keys;                   /* jobs carry unique dedup keys */
 	int producers_http;         /* `via = http`: POST /v1/jobs to shardqd */
+	int in_flight;              /* `in_flight`: batches under way at once per
+				       producer (an sq_enqueuer); 1: sq_enqueue */
 	int64_t depth;              /* `depth`: no batch while as many jobs are enqueued and not
 			* yet completed (0: no such cap) */
 	/* [workers] */

@@ -285,6 +285,64 @@ SQ_MUST_CHECK sq_status sq_job_spec_check(const sq_config *cfg, const sq_job_spe
 SQ_MUST_CHECK sq_status sq_enqueue(sq_client *c, const sq_job_spec *jobs, size_t n,
 				   sq_enqueue_result *results, sq_error *err);
 
+/* ---- pipelined enqueue ------------------------------------------------- */
+
+/*
+ * A producer that must not wait a round trip per batch hands its batches
+ * to an enqueuer and goes on: up to `in_flight` batches are under way at
+ * once, each on a lane of its own (a thread with its own sessions on every
+ * shard and the meta database). Each batch runs exactly as sq_enqueue runs
+ * it, and its callback then gets what sq_enqueue would have returned: the
+ * status, the error, and one result per job in input order, with the same
+ * meanings (nothing is reported written before its shard committed it).
+ *
+ * Callbacks run on the enqueuer's threads, one batch at a time per lane,
+ * and batches may finish in any order: two batches in flight at once that
+ * hold the same key may be applied in either order (under policy replace
+ * or merge, wait for the first, or put both in one batch, which applies
+ * them in order). The results array is valid during the callback only.
+ * One enqueuer may be used by several threads; its config must outlive it.
+ */
+typedef struct sq_enqueuer sq_enqueuer;
+
+/* The largest in_flight sq_enqueuer_open takes. */
+#define SQ_ENQUEUER_MAX_IN_FLIGHT 64
+
+/* A batch's outcome: arg as given to sq_enqueue_send; st and err as
+ * sq_enqueue returns them (err is meaningful when st is not SQ_OK);
+ * results[0..n-1] in the batch's order. */
+typedef void (*sq_enqueue_cb)(void *arg, sq_status st, const sq_enqueue_result *results, size_t n,
+			      const sq_error *err);
+
+/*
+ * Opens an enqueuer of in_flight lanes (1..SQ_ENQUEUER_MAX_IN_FLIGHT) on
+ * cfg: connects each lane as sq_client_open(cfg, flags) does, all at once.
+ * Errors: SQ_EINVAL (a bad in_flight), SQ_ENOMEM, and sq_client_open's
+ * (SQ_ECONN when a shard or the meta database cannot be reached without
+ * SQ_OPEN_ALLOW_DOWN, ...); nothing is left open then.
+ */
+SQ_MUST_CHECK sq_status sq_enqueuer_open(const sq_config *cfg, int in_flight, unsigned flags,
+					 sq_enqueuer **out, sq_error *err);
+
+/*
+ * Hands n jobs over as one batch and returns once a lane has room for it:
+ * at once while fewer than in_flight batches are under way, else when one
+ * finishes. The jobs are checked first (as by sq_job_spec_check; SQ_EINVAL
+ * with "job K: ..." and nothing sent, no callback) and copied: the caller
+ * may reuse jobs and the strings they point to at once. done (may be NULL)
+ * is called exactly once for every batch this accepted (SQ_OK).
+ * Errors: SQ_EINVAL, SQ_ENOMEM.
+ */
+SQ_MUST_CHECK sq_status sq_enqueue_send(sq_enqueuer *q, const sq_job_spec *jobs, size_t n,
+					sq_enqueue_cb done, void *arg, sq_error *err);
+
+/* Waits until every batch handed over so far has had its callback. */
+void sq_enqueuer_flush(sq_enqueuer *q);
+
+/* Flushes, ends the lanes' sessions and frees q. NULL does nothing. No
+ * sq_enqueue_send may be under way in another thread. */
+void sq_enqueuer_close(sq_enqueuer *q);
+
 /* ---- claim ------------------------------------------------------------ */
 
 typedef enum sq_job_status {

@@ -525,3 +525,9 @@ int test_daemon_stop(test_daemon *d, int sig)
 	d->pid = 0;
 	return rc;
 }
+
+int test_cmp_i64(const void *a, const void *b)
+{
+	int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+	return x < y ? -1 : x > y;
+}

@@ -27,6 +27,9 @@
 /* Calls that take an sq_error named `err` in scope. */
 #define OKE(call) ck_assert_msg((call) == SQ_OK, "%s: %s", #call, err.msg)
 
+/* qsort and bsearch order of int64_t (ids). */
+int test_cmp_i64(const void *a, const void *b);
+
 /* ---- the runner ----------------------------------------------------------- */
 
 /* The shards an integration case spreads over: 4, or fewer if fewer run. */

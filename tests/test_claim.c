@@ -7,12 +7,6 @@
 
 static const char *types = "[type a]\n[type b]\n[type c]\n[type ord]\n";
 
-static int cmp_i64(const void *x, const void *y)
-{
-	int64_t a = *(const int64_t *)x, b = *(const int64_t *)y;
-	return a < b ? -1 : a > b;
-}
-
 static void enqueue_many(sq_client *c, const char *type, int n, int prio_mod)
 {
 	sq_job_spec *js = calloc((size_t)n, sizeof(*js));
@@ -283,7 +277,7 @@ START_TEST(eight_claimers_each_job_once)
 		ck_assert_msg(cl[i].n > 0, "claimer %d got nothing", i);
 		free(cl[i].ids);
 	}
-	qsort(all, total, sizeof(int64_t), cmp_i64);
+	qsort(all, total, sizeof(int64_t), test_cmp_i64);
 	for (size_t i = 1; i < total; i++)
 		ck_assert_msg(all[i] != all[i - 1], "job %lld claimed twice", (long long)all[i]);
 	ck_assert_uint_eq(total, N);

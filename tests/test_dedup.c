@@ -2,6 +2,9 @@
  * shards: what happens to a live duplicate of (type, key). */
 #include "support.h"
 
+#include <pthread.h>
+#include <stdint.h>
+
 static const char *types = "[type ign]\ndedup = ignore\n"
 			   "[type rep]\ndedup = replace\n"
 			   "[type mrg]\ndedup = merge\n"
@@ -220,6 +223,196 @@ START_TEST(finished_or_cancelled_key_is_free)
 }
 END_TEST
 
+/* ---- pipelined enqueue (sq_enqueuer) ------------------------------------------ */
+
+#define PIPE_BATCHES 240
+#define PIPE_JOBS    20
+
+/* What the callbacks were told, batch by batch. */
+static pthread_mutex_t told_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+	int calls[PIPE_BATCHES + 40];
+	sq_status st[PIPE_BATCHES + 40];
+	int64_t id[PIPE_BATCHES + 40][PIPE_JOBS];
+	sq_enqueue_outcome outcome[PIPE_BATCHES + 40][PIPE_JOBS];
+	size_t n[PIPE_BATCHES + 40];
+	int printed; /* the first error is printed */
+} told;
+
+static void on_batch(void *arg, sq_status st, const sq_enqueue_result *res, size_t n,
+		     const sq_error *err)
+{
+	int b = (int)(intptr_t)arg;
+	pthread_mutex_lock(&told_mu);
+	told.calls[b]++;
+	told.st[b] = st;
+	told.n[b] = n;
+	for (size_t i = 0; i < n && i < PIPE_JOBS; i++) {
+		told.id[b][i] = res[i].id;
+		told.outcome[b][i] = res[i].outcome;
+	}
+	if (st != SQ_OK && !told.printed++)
+		printf("batch %d: %s\n", b, err->msg);
+	pthread_mutex_unlock(&told_mu);
+}
+
+/* Batch b's jobs: keys p<b*PIPE_JOBS+i>, except every tenth batch, which
+ * repeats batch 0's keys (live duplicates under policy ignore). */
+static void pipe_batch(int b, sq_job_spec *js, char (*keys)[32])
+{
+	memset(js, 0, PIPE_JOBS * sizeof(*js));
+	for (int i = 0; i < PIPE_JOBS; i++) {
+		int k = b % 10 == 9 ? i : b * PIPE_JOBS + i;
+		snprintf(keys[i], 32, "p%d", k);
+		js[i].type = "ign";
+		js[i].key = keys[i];
+	}
+}
+
+/* 240 batches of 20 through four lanes, the caller's arrays reused at
+ * once: every batch called back once, every job's outcome the shards
+ * agree with (the repeated keys duplicates of their first job), no id
+ * given twice; a bad batch refused whole before anything is sent. */
+START_TEST(pipelined_enqueue_reports_every_job)
+{
+	sq_error err;
+	sq_enqueuer *q;
+	sq_job_spec js[PIPE_JOBS];
+	char keys[PIPE_JOBS][32];
+	memset(&told, 0, sizeof(told));
+	ck_assert_int_eq(sq_enqueuer_open(t.cfg, 0, 0, &q, &err), SQ_EINVAL);
+	ck_assert_msg(strstr(err.msg, "in_flight") != NULL, "%s", err.msg);
+	OKE(sq_enqueuer_open(t.cfg, 4, 0, &q, &err));
+	pipe_batch(0, js, keys);
+	OKE(sq_enqueue_send(q, js, PIPE_JOBS, on_batch, (void *)(intptr_t)0, &err));
+	sq_enqueuer_flush(q); /* batch 0 first: the repeats find its jobs live */
+	for (int b = 1; b < PIPE_BATCHES; b++) {
+		pipe_batch(b, js, keys);
+		OKE(sq_enqueue_send(q, js, PIPE_JOBS, on_batch, (void *)(intptr_t)b, &err));
+		/* the caller's strings are copied: scribbled on at once */
+		memset(keys, 'x', sizeof(keys));
+	}
+	/* a bad job refuses its batch: no callback, nothing written */
+	pipe_batch(PIPE_BATCHES, js, keys);
+	js[7].type = "nosuch";
+	ck_assert_int_eq(
+		sq_enqueue_send(q, js, PIPE_JOBS, on_batch, (void *)(intptr_t)PIPE_BATCHES, &err),
+		SQ_EINVAL);
+	ck_assert_msg(strstr(err.msg, "job 8") && strstr(err.msg, "nosuch"), "%s", err.msg);
+	sq_enqueuer_close(q);
+
+	long inserted = 0, dups = 0;
+	int64_t *ids = malloc(sizeof(int64_t) * PIPE_BATCHES * PIPE_JOBS);
+	size_t nid = 0;
+	for (int b = 0; b < PIPE_BATCHES; b++) {
+		ck_assert_msg(told.calls[b] == 1, "batch %d called back %d times", b,
+			      told.calls[b]);
+		ck_assert_int_eq(told.st[b], SQ_OK);
+		ck_assert_uint_eq(told.n[b], PIPE_JOBS);
+		for (int i = 0; i < PIPE_JOBS; i++) {
+			ck_assert_msg(told.id[b][i] > 0, "batch %d job %d: no id", b, i);
+			if (b % 10 == 9) {
+				ck_assert_msg(
+					told.outcome[b][i] == SQ_ENQ_DUPLICATE &&
+						told.id[b][i] == told.id[0][i],
+					"batch %d job %d: %s of %lld, not a duplicate of %lld", b,
+					i, sq_enqueue_outcome_name(told.outcome[b][i]),
+					(long long)told.id[b][i], (long long)told.id[0][i]);
+				dups++;
+			} else {
+				ck_assert_int_eq(told.outcome[b][i], SQ_ENQ_INSERTED);
+				ids[nid++] = told.id[b][i];
+				inserted++;
+			}
+		}
+	}
+	ck_assert_int_eq(told.calls[PIPE_BATCHES], 0);
+	qsort(ids, nid, sizeof(*ids), test_cmp_i64);
+	for (size_t i = 1; i < nid; i++)
+		ck_assert_msg(ids[i] != ids[i - 1], "id %lld given twice", (long long)ids[i]);
+	free(ids);
+	ck_assert_int_eq(testdb_sum(&t, "SELECT count(*) FROM shardq.jobs"), inserted);
+	ck_assert_int_eq(testdb_sum(&t, "SELECT count(DISTINCT active_uid) FROM shardq.jobs"),
+			 inserted);
+	printf("pipelined: %d batches, %ld inserted, %ld duplicates\n", PIPE_BATCHES, inserted,
+	       dups);
+}
+END_TEST
+
+/* A shard that refuses connections while batches are in flight: the
+ * batches routed to it are called back with the error and their jobs
+ * there not written (or unknown: its session lost after the send, and the
+ * shard not there to ask); every job reported written is on the shards,
+ * and none that was not. */
+START_TEST(pipelined_enqueue_with_a_shard_refusing)
+{
+	sq_error err;
+	sq_enqueuer *q;
+	sq_job_spec js[PIPE_JOBS];
+	char keys[PIPE_JOBS][32];
+	memset(&told, 0, sizeof(told));
+	OKE(sq_enqueuer_open(t.cfg, 3, 0, &q, &err));
+	/* shard 2 refuses: new sessions fail, the lanes' are ended */
+	char sql[256];
+	snprintf(sql, sizeof(sql), "host=127.0.0.1 port=%d dbname=postgres user=postgres",
+		 t.ports[1]);
+	PGconn *adm = PQconnectdb(sql);
+	ck_assert_msg(PQstatus(adm) == CONNECTION_OK, "%s", PQerrorMessage(adm));
+	snprintf(sql, sizeof(sql), "ALTER DATABASE %s ALLOW_CONNECTIONS false", t.db);
+	PQclear(PQexec(adm, sql));
+	snprintf(sql, sizeof(sql),
+		 "SELECT count(pg_terminate_backend(pid, 5000)) FROM pg_stat_activity "
+		 "WHERE datname = '%s' AND pid <> pg_backend_pid()",
+		 t.db);
+	PQclear(PQexec(adm, sql));
+	for (int b = 0; b < 30; b++) {
+		pipe_batch(b * 10 + 1, js, keys); /* never a repeat */
+		OKE(sq_enqueue_send(q, js, PIPE_JOBS, on_batch, (void *)(intptr_t)b, &err));
+	}
+	sq_enqueuer_flush(q);
+	snprintf(sql, sizeof(sql), "ALTER DATABASE %s ALLOW_CONNECTIONS true", t.db);
+	PQclear(PQexec(adm, sql));
+	PQfinish(adm);
+	sq_enqueuer_close(q);
+
+	long written = 0, not_written = 0, failed_batches = 0;
+	for (int b = 0; b < 30; b++) {
+		ck_assert_int_eq(told.calls[b], 1);
+		failed_batches += told.st[b] != SQ_OK;
+		for (int i = 0; i < PIPE_JOBS; i++) {
+			char q2[160];
+			snprintf(q2, sizeof(q2), "SELECT count(*) FROM shardq.jobs WHERE id = %lld",
+				 (long long)told.id[b][i]);
+			if (told.id[b][i] > 0) {
+				ck_assert_int_eq(told.outcome[b][i], SQ_ENQ_INSERTED);
+				ck_assert_msg(
+					testdb_sum(&t, q2) == 1,
+					"batch %d job %d: reported written as %lld, not there", b,
+					i, (long long)told.id[b][i]);
+				written++;
+			} else {
+				ck_assert_msg(
+					told.st[b] != SQ_OK,
+					"batch %d job %d: not written in a batch that said OK", b,
+					i);
+				ck_assert_msg(told.outcome[b][i] == SQ_ENQ_NOT_WRITTEN ||
+						      told.outcome[b][i] == SQ_ENQ_UNKNOWN,
+					      "batch %d job %d: %s without an id", b, i,
+					      sq_enqueue_outcome_name(told.outcome[b][i]));
+				not_written++;
+			}
+		}
+	}
+	ck_assert_int_eq(testdb_sum(&t, "SELECT count(*) FROM shardq.jobs"), written);
+	ck_assert_msg(failed_batches > 0 && not_written > 0 && written > 0,
+		      "%ld batches failed, %ld jobs written, %ld not: the refusing shard was not "
+		      "in play",
+		      failed_batches, written, not_written);
+	printf("a shard refusing: %ld of 30 batches failed; %ld jobs written, %ld not\n",
+	       failed_batches, written, not_written);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("dedup");
@@ -232,6 +425,8 @@ int main(void)
 	ADD_TEST(tc, ignore_copies_in_one_batch);
 	ADD_TEST(tc, rerun_after_running);
 	ADD_TEST(tc, finished_or_cancelled_key_is_free);
+	ADD_TEST(tc, pipelined_enqueue_reports_every_job);
+	ADD_TEST(tc, pipelined_enqueue_with_a_shard_refusing);
 	suite_add_tcase(s, tc);
 	return run_suite(s);
 }

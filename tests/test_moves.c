@@ -203,12 +203,6 @@ static void load_free(void)
 
 /* ---- invariants ---------------------------------------------------------- */
 
-static int cmp_i64(const void *a, const void *b)
-{
-	int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-	return x < y ? -1 : x > y;
-}
-
 static int64_t *collect(const char *sql, size_t *n)
 {
 	int64_t *v = NULL;
@@ -281,11 +275,11 @@ static void check_jobs(void)
 	int64_t *all = collect("SELECT id FROM shardq.jobs UNION ALL "
 			       "SELECT id FROM shardq.jobs_history",
 			       &n);
-	qsort(all, n, sizeof(int64_t), cmp_i64);
+	qsort(all, n, sizeof(int64_t), test_cmp_i64);
 	for (size_t i = 1; i < n; i++)
 		ck_assert_msg(all[i] != all[i - 1], "job %lld exists twice", (long long)all[i]);
 	for (size_t i = 0; i < L.acked.n; i++)
-		ck_assert_msg(bsearch(&L.acked.v[i], all, n, sizeof(int64_t), cmp_i64) != NULL,
+		ck_assert_msg(bsearch(&L.acked.v[i], all, n, sizeof(int64_t), test_cmp_i64) != NULL,
 			      "acknowledged job %lld is lost", (long long)L.acked.v[i]);
 	/* at most one live job per (type, key) */
 	size_t nk;
@@ -300,7 +294,7 @@ static void check_jobs(void)
 	int64_t *ran = malloc((L.nruns + 1) * sizeof(int64_t));
 	for (size_t i = 0; i < L.nruns; i++)
 		ran[i] = L.runs[i].id;
-	qsort(ran, L.nruns, sizeof(int64_t), cmp_i64);
+	qsort(ran, L.nruns, sizeof(int64_t), test_cmp_i64);
 	for (size_t i = 1; i < L.nruns; i++)
 		ck_assert_msg(ran[i] != ran[i - 1], "job %lld ran twice", (long long)ran[i]);
 	free(ran);

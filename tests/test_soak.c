@@ -191,12 +191,6 @@ static long long live_left(void *arg)
 	return test_live_jobs(&t);
 }
 
-static int cmp_id(const void *a, const void *b)
-{
-	int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-	return x < y ? -1 : x > y;
-}
-
 /* The ids of completed jobs in the history of both shards, sorted. */
 static int64_t *completed_ids(size_t *n)
 {
@@ -220,7 +214,7 @@ static int64_t *completed_ids(size_t *n)
 		PQclear(r);
 		PQfinish(c);
 	}
-	qsort(v, have, sizeof(*v), cmp_id);
+	qsort(v, have, sizeof(*v), test_cmp_i64);
 	*n = have;
 	return v;
 }
@@ -411,7 +405,7 @@ START_TEST(soak_kills_restarts_and_a_killed_mover)
 	for (int p = 0; p < 2; p++)
 		for (size_t i = 0; i < prod[p].nacked; i++) {
 			acked++;
-			if (!bsearch(&prod[p].acked[i], done, ndone, sizeof(*done), cmp_id)) {
+			if (!bsearch(&prod[p].acked[i], done, ndone, sizeof(*done), test_cmp_i64)) {
 				size_t at = strlen(missing_list);
 				if (missing++ < 20)
 					snprintf(missing_list + at, sizeof(missing_list) - at,
