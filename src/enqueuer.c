@@ -3,9 +3,10 @@
  * (a thread with its own client, so its own session on every shard); the
  * producer's callback gets each batch's results once its fate is known. A
  * batch runs as sq_enqueue runs it, so every result means what it means
- * there. Above enqueue.c and client.c, which it calls; nothing calls it
- * but the public API. */
+ * there. Above enqueue.c and client.c, which it calls; called through the
+ * public API, and by shardqd (router_internal.h). */
 #include "error.h"
+#include "router_internal.h"
 #include "shardq.h"
 
 #include <pthread.h>
@@ -38,6 +39,8 @@ typedef struct lane {
 struct sq_enqueuer {
 	const sq_config *cfg;
 	unsigned flags;
+	void (*setup)(sq_client *c, void *arg); /* on each lane's client, once open */
+	void *setup_arg;
 	pthread_mutex_t mu;
 	pthread_cond_t wake; /* a batch waits, or the enqueuer closes */
 	pthread_cond_t room; /* a batch finished, or a lane opened */
@@ -132,6 +135,8 @@ static void *lane_main(void *arg)
 	sq_enqueuer *q = l->q;
 	pending *p;
 	sq_status st = sq_client_open(q->cfg, q->flags, &l->client, &l->open_err);
+	if (st == SQ_OK && q->setup)
+		q->setup(l->client, q->setup_arg);
 	pthread_mutex_lock(&q->mu);
 	l->open_st = st;
 	l->opened = 1;
@@ -185,6 +190,13 @@ static sq_status lanes_opened(sq_enqueuer *q, int started, sq_error *err)
 sq_status sq_enqueuer_open(const sq_config *cfg, int in_flight, unsigned flags, sq_enqueuer **out,
 			   sq_error *err)
 {
+	return sq_enqueuer_open_setup(cfg, in_flight, flags, NULL, NULL, out, err);
+}
+
+sq_status sq_enqueuer_open_setup(const sq_config *cfg, int in_flight, unsigned flags,
+				 void (*setup)(sq_client *c, void *arg), void *arg,
+				 sq_enqueuer **out, sq_error *err)
+{
 	sq_status st;
 	*out = NULL;
 	if (in_flight < 1 || in_flight > SQ_ENQUEUER_MAX_IN_FLIGHT)
@@ -198,6 +210,8 @@ sq_status sq_enqueuer_open(const sq_config *cfg, int in_flight, unsigned flags, 
 	}
 	q->cfg = cfg;
 	q->flags = flags;
+	q->setup = setup;
+	q->setup_arg = arg;
 	q->in_flight = in_flight;
 	pthread_mutex_init(&q->mu, NULL);
 	pthread_cond_init(&q->wake, NULL);

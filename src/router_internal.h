@@ -46,6 +46,7 @@ typedef struct sq_daemon_conf {
 	int64_t claim_wait_max_ms;
 	int64_t claim_poll_ms;
 	int64_t claim_window_ms; /* news (a claim, a NOTIFY) to the tick it asks for */
+	int enqueue_in_flight;   /* enqueue requests under way at once (sq_enqueuer lanes) */
 	int max_connections;
 	char *worker_id; /* NULL: shardqd-HOST-PID */
 } sq_daemon_conf;
@@ -92,6 +93,13 @@ double sq_client_answer_wait_of(const sq_client *c);
 void sq_client_answer_wait_for_leases(sq_client *c);
 /* The same rule as a value: wait_s (0: none) lowered for every type. */
 double sq_config_lease_answer_wait(const sq_config *cfg, double wait_s);
+/* sq_enqueuer_open, with setup(c, arg) run on each lane's client once it
+ * is open: shardqd gives its enqueue lanes its request threads' connect
+ * wait, so that a shard connected again holds an enqueue up for that long
+ * at most, not connect_timeout. */
+SQ_MUST_CHECK sq_status sq_enqueuer_open_setup(const sq_config *cfg, int in_flight, unsigned flags,
+					       void (*setup)(sq_client *c, void *arg), void *arg,
+					       sq_enqueuer **out, sq_error *err);
 /* Goes on with the connects under way without blocking (the router's
  * threads do so between requests); returns how many are still under way. */
 int sq_client_advance_connects(sq_client *c);

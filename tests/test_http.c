@@ -79,10 +79,11 @@ static void write_ini_via(const char *daemon_keys, const char *extra_tokens,
 	FILE *f = fopen(ini_path, "w");
 	ck_assert_msg(f != NULL, "%s: %s", ini_path, strerror(errno));
 	fprintf(f,
-		"%s\n[daemon]\nlisten = 127.0.0.1:0\nthreads = 2\n%s%s\n"
+		"%s\n[daemon]\nlisten = 127.0.0.1:0\n%s%s%s\n"
 		"[token w]\n%s\nscopes = worker\n\n[token p]\n%s\nscopes = producer\n\n"
 		"[token a]\n%s\nscopes = admin\n\n%s",
-		ini, /* polls 100 ms apart, unless the case sets its own */
+		ini, /* 2 threads, polls 100 ms apart, unless the case sets its own */
+		daemon_keys && strstr(daemon_keys, "threads") ? "" : "threads = 2\n",
 		daemon_keys && strstr(daemon_keys, "claim_poll") ? "" : "claim_poll = 100ms\n",
 		daemon_keys ? daemon_keys : "", hw, hp, ha, extra_tokens ? extra_tokens : "");
 	fclose(f);
@@ -987,10 +988,12 @@ START_TEST(many_long_polls_few_connections)
 			      "shard %d: %lld connections with %d clients, %lld "
 			      "without; now:\n%s",
 			      s, during[s], N, base[s], conns);
-		/* threads (2) + the claimer, each a shard connection (and, on
+		/* threads (2) + the claimer + the enqueue lanes (4, [daemon]
+		 * enqueue_in_flight's default), each a shard connection (and, on
 		 * the meta shard, a meta one and its map listener), plus one
 		 * LISTEN */
-		ck_assert_msg(during[s] <= 3 * 3 + 1, "shard %d: %lld connections", s, during[s]);
+		ck_assert_msg(during[s] <= (2 + 1 + 4) * 3 + 1, "shard %d: %lld connections", s,
+			      during[s]);
 	}
 	long long stmts0 = metric("shardqd_claim_statements_total");
 	/* as many jobs as the clients asked for in all: 67 x 1 + 67 x 2 + 66 x 3 */
@@ -2058,7 +2061,7 @@ END_TEST
  * the other shard. */
 START_TEST(a_shard_that_does_not_answer_holds_the_start_up_once)
 {
-	enum { N = 40, CLIENTS = 3 }; /* 2 request threads and the claimer */
+	enum { N = 40, CLIENTS = 7 }; /* 2 request threads, the claimer and 4 enqueue lanes */
 	testdb_open(&t, "sq_http_start_hole", 2, 64, types_ini);
 	testdb_hole h;
 	testdb_hole_start(&h, 64);
@@ -2070,12 +2073,14 @@ START_TEST(a_shard_that_does_not_answer_holds_the_start_up_once)
 		ck_assert_msg(waitpid(D.pid, &st, WNOHANG) != D.pid,
 			      "shardqd exited while starting; its output:\n%s",
 			      test_file_text(D.out));
-		ck_assert_msg(test_now_s() - since < STALL_S,
-			      "after %.0fs, s2's host holds %d of shardqd's connects unanswered, "
-			      "%d wanted at once (2 request threads and the claimer): its clients "
-			      "are opened one after another, each waiting connect_timeout (10 "
-			      "min). Its output:\n%s",
-			      STALL_S, atomic_load(&h.n), CLIENTS, test_file_text(D.out));
+		ck_assert_msg(
+			test_now_s() - since < STALL_S,
+			"after %.0fs, s2's host holds %d of shardqd's connects unanswered, "
+			"%d wanted at once (2 request threads, the claimer, 4 enqueue lanes): "
+			"its clients "
+			"are opened one after another, each waiting connect_timeout (10 "
+			"min). Its output:\n%s",
+			STALL_S, atomic_load(&h.n), CLIENTS, test_file_text(D.out));
 		usleep(20000);
 	}
 	printf("start with s2 gone: %d connects to it held at once\n", atomic_load(&h.n));
@@ -2392,6 +2397,66 @@ START_TEST(a_long_poll_is_answered_when_its_job_is_enqueued)
 }
 END_TEST
 
+/* An enqueue that waits on its shard (here a lock held on the jobs table)
+ * is handed to the enqueue lanes: with one request thread, another
+ * request is still answered meanwhile; the enqueue is answered, written,
+ * once the lock goes. */
+START_TEST(a_waiting_enqueue_holds_no_request_thread)
+{
+	start_all("sq_http_enq_lanes", "threads = 1\n");
+	int64_t first;
+	enqueue("a", 1, NULL, &first);
+	/* INSERTs wait (SHARE against ROW EXCLUSIVE); reads go on */
+	PGconn *lock[2];
+	for (int s = 0; s < 2; s++) {
+		lock[s] = testdb_pg(&t, s);
+		PGresult *r = PQexec(lock[s], "BEGIN; LOCK TABLE shardq.jobs IN SHARE MODE");
+		ck_assert_msg(PQresultStatus(r) == PGRES_COMMAND_OK, "%s", PQerrorMessage(lock[s]));
+		PQclear(r);
+	}
+	int fd = hc_connect(D.port);
+	ck_assert_int_eq(hc_send(fd, "POST", "/v1/jobs", tok_producer,
+				 "{\"jobs\":[{\"type\":\"b\",\"key\":\"held\"}]}"),
+			 0);
+	/* the enqueue is in the shard, waiting on the lock */
+	double since = test_now_s();
+	while (testdb_sum(&t, "SELECT count(*) FROM pg_stat_activity WHERE datname = "
+			      "current_database() AND wait_event_type = 'Lock' "
+			      "AND application_name LIKE 'sqd%'") == 0) {
+		ck_assert_msg(test_now_s() - since < STALL_S,
+			      "the enqueue did not reach its shard in %.0f s", STALL_S);
+		usleep(20000);
+	}
+	/* the one request thread answers a read meanwhile */
+	char path[64];
+	snprintf(path, sizeof(path), "/v1/jobs/%lld", (long long)first);
+	int g = hc_connect(D.port);
+	ck_assert_int_eq(hc_send(g, "GET", path, tok_worker, NULL), 0);
+	struct pollfd pf = {g, POLLIN, 0};
+	ck_assert_msg(poll(&pf, 1, (int)(STALL_S * 1000)) == 1,
+		      "GET %s not answered in %.0f s while an enqueue waits on its shard: the "
+		      "enqueue holds the only request thread",
+		      path, STALL_S);
+	hresp r;
+	ck_assert_int_eq(hc_recv(g, &r), 0);
+	close(g);
+	EXPECT(r, 200, NULL);
+	free(r.body);
+	/* the lock goes: the enqueue is answered, and written */
+	for (int s = 0; s < 2; s++) {
+		PQclear(PQexec(lock[s], "COMMIT"));
+		PQfinish(lock[s]);
+	}
+	ck_assert_int_eq(hc_recv(fd, &r), 0);
+	close(fd);
+	EXPECT(r, 200, NULL);
+	ck_assert_msg(strstr(r.body, "\"outcome\":\"inserted\"") != NULL, "%s", r.body);
+	free(r.body);
+	ck_assert_int_eq(live("active_uid = 'held'"), 1);
+	stop_all();
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("http");
@@ -2415,5 +2480,6 @@ int main(void)
 	ADD_CASE(s, the_schedules_go_on_beside_a_shard_that_does_not_answer, 3600);
 	ADD_CASE(s, a_listen_connection_that_died_unseen_is_made_again, 3600);
 	ADD_CASE(s, a_long_poll_is_answered_when_its_job_is_enqueued, 3600);
+	ADD_CASE(s, a_waiting_enqueue_holds_no_request_thread, 3600);
 	return run_suite(s);
 }

@@ -258,49 +258,82 @@ static void enqueue_reply(sqd *d, sqd_task *t, const sq_enqueue_result *res, siz
 	sq_buf_free(&out);
 }
 
-/* Parses the n jobs of arr, checks them against the config and sends
- * them. */
-static void enqueue_jobs(sqd *d, sq_client *c, sqd_task *t, const sq_json_member *arr,
-			 sq_job_spec *specs, enq_job *own, sq_enqueue_result *res, size_t n)
+/* An enqueue handed to the lanes: its task, for the callback. */
+typedef struct enq_call {
+	sqd *d;
+	sqd_task *t;
+} enq_call;
+
+/* A lane's callback: the reply written, the task back to the main
+ * thread. */
+static void enqueue_done(void *arg, sq_status st, const sq_enqueue_result *res, size_t n,
+			 const sq_error *err)
+{
+	enq_call *ec = arg;
+	if (st == SQ_EINVAL)
+		sqd_error(ec->t, 400, "bad_job", "%s", err->msg);
+	else
+		enqueue_reply(ec->d, ec->t, res, n, st, err);
+	sqd_done(ec->d, ec->t);
+	free(ec);
+}
+
+/* Parses the n jobs of arr, checks them against the config and hands them
+ * to the enqueue lanes; 1 once handed over (t is the lane's then). */
+static int enqueue_jobs(sqd *d, sqd_task *t, const sq_json_member *arr, sq_job_spec *specs,
+			enq_job *own, size_t n)
 {
 	sq_json_member e;
 	size_t pos = 0;
 	for (size_t i = 0; sq_json_next_element(arr->val, arr->val_len, &pos, &e); i++)
 		if (parse_job(t, i, &e, &specs[i], &own[i]))
-			return;
+			return 0;
 	sq_error err;
 	for (size_t i = 0; i < n; i++)
 		if (sq_job_spec_check(d->cfg, &specs[i], &err) != SQ_OK) {
 			sqd_error(t, 400, "bad_job", "job %zu: %s", i, err.msg);
-			return;
+			return 0;
 		}
-	sq_status st = sq_enqueue(c, specs, n, res, &err);
-	if (st == SQ_EINVAL)
-		sqd_error(t, 400, "bad_job", "%s", err.msg);
-	else
-		enqueue_reply(d, t, res, n, st, &err);
+	enq_call *ec = malloc(sizeof(*ec));
+	if (!ec) {
+		sqd_error(t, 500, "internal", "out of memory");
+		return 0;
+	}
+	ec->d = d;
+	ec->t = t;
+	/* from here the callback may run (and the task be answered and freed)
+	 * before the send returns */
+	sq_status st = sq_enqueue_send(d->enq, specs, n, enqueue_done, ec, &err);
+	if (st == SQ_OK)
+		return 1;
+	free(ec);
+	sqd_error(t, st == SQ_EINVAL ? 400 : 500, st == SQ_EINVAL ? "bad_job" : "internal", "%s",
+		  err.msg);
+	return 0;
 }
 
-static void do_enqueue(sqd *d, sq_client *c, sqd_task *t)
+/* 1 when the batch was handed to the lanes (see sqd_run). */
+static int do_enqueue(sqd *d, sqd_task *t)
 {
 	sq_json_member arr, e;
 	if (enqueue_array(t, &arr))
-		return;
+		return 0;
 	size_t n = 0, pos = 0;
 	while (sq_json_next_element(arr.val, arr.val_len, &pos, &e))
 		n++;
 	if (n == 0 || n > MAX_BATCH) {
 		sqd_error(t, 400, "bad_request",
 			  "\"jobs\" holds %zu jobs; send 1 to %d per request", n, MAX_BATCH);
-		return;
+		return 0;
 	}
 	sq_job_spec *specs = calloc(n, sizeof(*specs));
 	enq_job *own = calloc(n, sizeof(*own));
-	sq_enqueue_result *res = calloc(n, sizeof(*res));
-	if (specs && own && res)
-		enqueue_jobs(d, c, t, &arr, specs, own, res, n);
+	int handed = 0;
+	if (specs && own)
+		handed = enqueue_jobs(d, t, &arr, specs, own, n);
 	else
 		sqd_error(t, 500, "internal", "out of memory");
+	/* the lanes took copies */
 	for (size_t i = 0; own && i < n; i++) {
 		free(own[i].type);
 		free(own[i].key);
@@ -308,7 +341,7 @@ static void do_enqueue(sqd *d, sq_client *c, sqd_task *t)
 	}
 	free(own);
 	free(specs);
-	free(res);
+	return handed;
 }
 
 /* ---- results: start, heartbeat, complete, fail, release ------------------------- */
@@ -1031,10 +1064,10 @@ void sqd_run_results(sqd *d, sq_client *c, sqd_task **tasks, size_t ntasks)
 	sq_client_answer_wait(c, keep);
 }
 
-void sqd_run(sqd *d, sq_client *c, sqd_task *t)
+int sqd_run(sqd *d, sq_client *c, sqd_task *t)
 {
 	switch (t->route) {
-	case R_ENQUEUE: do_enqueue(d, c, t); break;
+	case R_ENQUEUE: return do_enqueue(d, t);
 	case R_START:
 	case R_HEARTBEAT:
 	case R_COMPLETE:
@@ -1050,6 +1083,7 @@ void sqd_run(sqd *d, sq_client *c, sqd_task *t)
 	case R_MOVES: do_moves(d, c, t); break;
 	default: sqd_error(t, 500, "internal", "no handler for this route");
 	}
+	return 0;
 }
 
 /* ---- claim: parsed on the main thread, run by the claimer ---------------------- */

@@ -169,6 +169,10 @@ typedef struct sqd {
 	pthread_mutex_t claim_mu;
 	sqd_task *claim_head, *claim_tail;
 	sq_client *claim_client;
+	/* the enqueue lanes: a request thread hands an enqueue's batch over and
+	 * goes on; the lane's callback hands the task back (api.c) */
+	sq_enqueuer *enq;
+	int nlanes;
 	/* a request thread's answer wait for the workers' starts, heartbeats
 	 * and results: an eighth of the shortest lease, at least 1 s, at most
 	 * answer_timeout (sqd_run_results) */
@@ -196,8 +200,10 @@ void sqd_submit(sqd *d, sqd_task *t);
 /* task.c: hands a finished task back to the main thread, which replies. */
 void sqd_done(sqd *d, sqd_task *t);
 
-/* api.c: runs a task on a request thread with its client. */
-void sqd_run(sqd *d, sq_client *c, sqd_task *t);
+/* api.c: runs a task on a request thread with its client; 1 when the task
+ * was handed on (an enqueue, to d->enq), which then calls sqd_done for it
+ * itself: the caller must not touch it again. */
+int sqd_run(sqd *d, sq_client *c, sqd_task *t);
 /* api.c: start/heartbeat/complete/fail/release requests of one kind, merged
  * into one call per worker name */
 void sqd_run_results(sqd *d, sq_client *c, sqd_task **tasks, size_t ntasks);

@@ -138,9 +138,9 @@ void sqd_metrics_write(sqd *d, sq_buf *b)
 	gauge(b, "shardqd_request_queue", "Requests waiting for a request thread.",
 	      atomic_load(&m->queue_len));
 	gauge(b, "shardqd_shard_connections",
-	      "Connections the daemon holds per shard: one per request thread, the "
-	      "claimer's and its LISTEN connection.",
-	      d->nthreads + 2);
+	      "Connections the daemon holds per shard: one per request thread and per "
+	      "enqueue lane, the claimer's and its LISTEN connection.",
+	      d->nthreads + d->nlanes + 2);
 }
 
 void sqd_rates_sample(sqd *d)

@@ -488,13 +488,14 @@ static void *request_thread(void *arg)
 		atomic_store(&d->m.queue_len, d->work.n);
 		pthread_mutex_unlock(&d->work.mu);
 		atomic_fetch_add(&d->m.threads_busy, 1);
+		int handed = 0; /* t went to the enqueue lanes, which answer it */
 		if (nb > 1 || (t->route >= R_START && t->route <= R_RELEASE))
 			sqd_run_results(d, c, batch, nb);
 		else
-			sqd_run(d, c, t);
+			handed = sqd_run(d, c, t);
 		atomic_fetch_sub(&d->m.threads_busy, 1);
 		connecting = sq_client_advance_connects(c) > 0;
-		for (size_t k = 0; k < nb; k++)
+		for (size_t k = 0; k < nb && !handed; k++)
 			sqd_done(d, batch[k]);
 	}
 }
@@ -889,6 +890,40 @@ static void *open_one(void *arg)
 	return NULL;
 }
 
+/* A lane's client, as a request thread's: a shard connected again holds
+ * an enqueue up for SQD_REQUEST_CONNECT_WAIT_S at most. */
+static void lane_setup(sq_client *c, void *arg)
+{
+	(void)arg;
+	sq_client_connect_wait(c, SQD_REQUEST_CONNECT_WAIT_S);
+}
+
+/* The enqueue lanes ([daemon] enqueue_in_flight), each with its own
+ * connections, opened with the shards that cannot be reached left to
+ * later as the request threads' are; 0, or -1 with err set. */
+static int open_enqueuer(sqd *d, sq_error *err)
+{
+	d->nlanes = sq_config_daemon(d->cfg)->enqueue_in_flight;
+	sq_status st = sq_enqueuer_open_setup(d->cfg, d->nlanes, SQ_OPEN_ALLOW_DOWN, lane_setup,
+					      NULL, &d->enq, err);
+	return st == SQ_OK ? 0 : -1;
+}
+
+/* open_enqueuer on a thread of its own, beside the clients' openers. */
+typedef struct lanes_opener {
+	sqd *d;
+	int rc;
+	sq_error err;
+	pthread_t th;
+} lanes_opener;
+
+static void *open_lanes(void *arg)
+{
+	lanes_opener *lo = arg;
+	lo->rc = open_enqueuer(lo->d, &lo->err);
+	return NULL;
+}
+
 /* The request threads' clients, the claimer's and the scheduler's (when
  * there are schedules), opened all at once: a shard that never answers
  * costs the start one connect_timeout, not one per client. Logs the shards
@@ -908,6 +943,10 @@ static int open_clients(sqd *d, sq_client **sched_client, sq_error *err)
 		if (pthread_create(&o[started].th, NULL, open_one, &o[started]))
 			break;
 	}
+	lanes_opener lo = {d, 0, {0}, 0};
+	int lanes_thread = pthread_create(&lo.th, NULL, open_lanes, &lo) == 0;
+	if (!lanes_thread)
+		open_lanes(&lo);
 	int failed = -1;
 	for (int i = 0; i < n; i++) {
 		if (i < started) {
@@ -920,10 +959,14 @@ static int open_clients(sqd *d, sq_client **sched_client, sq_error *err)
 		if (o[i].st != SQ_OK && failed < 0)
 			failed = i;
 	}
-	if (failed >= 0) {
-		*err = o[failed].err;
+	if (lanes_thread)
+		pthread_join(lo.th, NULL);
+	if (failed >= 0 || lo.rc) {
+		*err = failed >= 0 ? o[failed].err : lo.err;
 		for (int i = 0; i < n; i++)
 			sq_client_close(o[i].c);
+		sq_enqueuer_close(d->enq);
+		d->enq = NULL;
 		free(o);
 		return -1;
 	}
@@ -1189,6 +1232,7 @@ static void stop_all(sqd *d, sq_sched_thread *sched)
 	for (int i = 0; i < d->nthreads; i++)
 		sq_client_close(d->clients[i]);
 	sq_client_close(d->claim_client);
+	sq_enqueuer_close(d->enq);
 	event_free(d->done_ev);
 	event_free(S.sweep_ev);
 	event_free(S.sig_term);
