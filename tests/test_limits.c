@@ -186,12 +186,15 @@ END_TEST
 /*
  * rate = 50/s over 4 shards: 4 workers of 8 slots with 1 ms jobs could run
  * thousands a second, and run 50 a second. Measured from the shards'
- * history (finished_at), from the 50th job to the 400th of 600, while every
- * shard still has work: within 10% of 50/s.
+ * history (finished_at), from the 50th job to the 500th of 600, while every
+ * shard still has work (150 +- 12 each): within 10% of 50/s. The limit
+ * acts on the claims and the history has the finish times: on a loaded
+ * machine a finish comes up to a few tenths of a second after its claim,
+ * so the window is long (9 s; 350 jobs measured 55.2/s once).
  */
 START_TEST(rate_within_ten_percent)
 {
-	enum { N = 600, FROM = 50, TO = 400 };
+	enum { N = 600, FROM = 50, TO = 500 };
 	const double rate = 50;
 	testdb_open(&t, "sqt_limits_rate", test_shard_count(), 256,
 		    "[type rated]\nhistory = true\nrate = 50/s\n");
