@@ -899,20 +899,12 @@ static void lane_setup(sq_client *c, void *arg)
 }
 
 /* The enqueue lanes ([daemon] enqueue_in_flight), each with its own
- * connections, opened with the shards that cannot be reached left to
- * later as the request threads' are; 0, or -1 with err set. */
-static int open_enqueuer(sqd *d, sq_error *err)
-{
-	d->nlanes = sq_config_daemon(d->cfg)->enqueue_in_flight;
-	sq_status st = sq_enqueuer_open_setup(d->cfg, d->nlanes, SQ_OPEN_ALLOW_DOWN, lane_setup,
-					      NULL, &d->enq, err);
-	return st == SQ_OK ? 0 : -1;
-}
-
-/* open_enqueuer on a thread of its own, beside the clients' openers. */
+ * connections, opened on a thread of their own beside the clients'
+ * openers, with the shards that cannot be reached left to later as the
+ * request threads' are. */
 typedef struct lanes_opener {
 	sqd *d;
-	int rc;
+	sq_status st;
 	sq_error err;
 	pthread_t th;
 } lanes_opener;
@@ -920,7 +912,10 @@ typedef struct lanes_opener {
 static void *open_lanes(void *arg)
 {
 	lanes_opener *lo = arg;
-	lo->rc = open_enqueuer(lo->d, &lo->err);
+	sqd *d = lo->d;
+	d->nlanes = sq_config_daemon(d->cfg)->enqueue_in_flight;
+	lo->st = sq_enqueuer_open_setup(d->cfg, d->nlanes, SQ_OPEN_ALLOW_DOWN, lane_setup, NULL,
+					&d->enq, &lo->err);
 	return NULL;
 }
 
@@ -943,7 +938,7 @@ static int open_clients(sqd *d, sq_client **sched_client, sq_error *err)
 		if (pthread_create(&o[started].th, NULL, open_one, &o[started]))
 			break;
 	}
-	lanes_opener lo = {d, 0, {0}, 0};
+	lanes_opener lo = {d, SQ_OK, {0}, 0};
 	int lanes_thread = pthread_create(&lo.th, NULL, open_lanes, &lo) == 0;
 	if (!lanes_thread)
 		open_lanes(&lo);
@@ -961,7 +956,7 @@ static int open_clients(sqd *d, sq_client **sched_client, sq_error *err)
 	}
 	if (lanes_thread)
 		pthread_join(lo.th, NULL);
-	if (failed >= 0 || lo.rc) {
+	if (failed >= 0 || lo.st != SQ_OK) {
 		*err = failed >= 0 ? o[failed].err : lo.err;
 		for (int i = 0; i < n; i++)
 			sq_client_close(o[i].c);
