@@ -6,6 +6,7 @@
  * whether it was written. */
 #include "buf.h"
 #include "client.h"
+#include "enqueue.h"
 #include "error.h"
 #include "json.h"
 #include "sql_queries.h"
@@ -186,11 +187,11 @@ sq_status sq_job_spec_check(const sq_config *cfg, const sq_job_spec *j, sq_error
 	return SQ_OK;
 }
 
-static sq_status validate(const sq_client *c, const sq_job_spec *jobs, size_t n, sq_error *err)
+sq_status sq_enqueue_check(const sq_config *cfg, const sq_job_spec *jobs, size_t n, sq_error *err)
 {
 	for (size_t i = 0; i < n; i++) {
 		sq_error e;
-		if (sq_job_spec_check(c->cfg, &jobs[i], &e) != SQ_OK)
+		if (sq_job_spec_check(cfg, &jobs[i], &e) != SQ_OK)
 			return sq_err(err, e.code, "job %zu: %s", i + 1, e.msg);
 	}
 	return SQ_OK;
@@ -733,14 +734,21 @@ sq_status sq_enqueue(sq_client *c, const sq_job_spec *jobs, size_t n, sq_enqueue
 		     sq_error *err)
 {
 	sq_status st;
+	if (n == 0)
+		return SQ_OK;
+	if ((st = sq_enqueue_check(c->cfg, jobs, n, err)))
+		return st;
+	return sq_enqueue_checked(c, jobs, n, res, err);
+}
+
+sq_status sq_enqueue_checked(sq_client *c, const sq_job_spec *jobs, size_t n,
+			     sq_enqueue_result *res, sq_error *err)
+{
+	sq_status st;
 	int64_t first;
 	size_t *alias;
 	uint32_t *parts;
 
-	if (n == 0)
-		return SQ_OK;
-	if ((st = validate(c, jobs, n, err)))
-		return st;
 	if ((st = sq_client_take_ids(c, n, &first, err)))
 		return st;
 	alias = malloc(n * sizeof(size_t));

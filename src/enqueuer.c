@@ -5,6 +5,7 @@
  * batch runs as sq_enqueue runs it, so every result means what it means
  * there. Above enqueue.c and client.c, which it calls; called through the
  * public API, and by shardqd (router_internal.h). */
+#include "enqueue.h"
 #include "error.h"
 #include "router_internal.h"
 #include "shardq.h"
@@ -124,7 +125,8 @@ static void run_batch(lane *l, pending *p)
 {
 	sq_error err;
 	memset(&err, 0, sizeof(err));
-	sq_status st = sq_enqueue(l->client, p->jobs, p->n, p->res, &err);
+	/* checked at the send */
+	sq_status st = sq_enqueue_checked(l->client, p->jobs, p->n, p->res, &err);
 	if (p->done)
 		p->done(p->arg, st, p->res, p->n, &err);
 }
@@ -243,11 +245,8 @@ sq_status sq_enqueue_send(sq_enqueuer *q, const sq_job_spec *jobs, size_t n, sq_
 	sq_status st;
 	if (n == 0)
 		return sq_err(err, SQ_EINVAL, "no jobs: send a batch of 1 or more");
-	for (size_t i = 0; i < n; i++) {
-		sq_error e;
-		if ((st = sq_job_spec_check(q->cfg, &jobs[i], &e)) != SQ_OK)
-			return sq_err(err, st, "job %zu: %s", i + 1, e.msg);
-	}
+	if ((st = sq_enqueue_check(q->cfg, jobs, n, err)) != SQ_OK)
+		return st;
 	pending *p = pending_make(jobs, n, done, arg);
 	if (!p)
 		return sq_err(err, SQ_ENOMEM, "out of memory");
