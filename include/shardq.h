@@ -615,8 +615,9 @@ typedef struct sq_worker_stats {
 
 typedef struct sq_worker sq_worker;
 
-/* What one tick of the worker's loop did: one pipeline per shard, all
- * shards at once (see docs/worker.md). For instrumentation. */
+/* What one round of the worker's loop did: one pipeline to one shard (each
+ * shard's rounds go on on their own; see docs/worker.md). For
+ * instrumentation. */
 typedef struct sq_worker_tick {
 	int64_t send_us, recv_us; /* the round trip, on CLOCK_MONOTONIC */
 	int claimed;              /* jobs the claim took; -1: no claim this tick */
@@ -625,6 +626,7 @@ typedef struct sq_worker_tick {
 	int completed;            /* completions the shards took */
 	int failed;               /* failures the shards took */
 	int lost;                 /* writes that found the job no longer ours */
+	int shard;                /* the shard's index in the config */
 } sq_worker_tick;
 
 typedef struct sq_worker_opts {
@@ -640,7 +642,7 @@ typedef struct sq_worker_opts {
 	int64_t report_ms;     /* > 0: call report() this often */
 	void (*report)(const sq_worker_stats *st, void *arg);
 	void *report_arg;
-	/* Called on the loop thread after every tick that did database work. */
+	/* Called on the loop thread after every round that did database work. */
 	void (*on_tick)(const sq_worker_tick *t, void *arg);
 	void *tick_arg;
 } sq_worker_opts;

@@ -433,12 +433,16 @@ static void plan_round1(sq_client *c, const sq_claim_req *reqs, size_t nreqs, co
 }
 
 /* Learns each shard's yield from a first round: the fraction of its ask
- * that was filled; a shard not asked drifts back up so it is probed again. */
-static void learn(sq_client *c, size_t nreqs, const int *ti, const shard_req *sr)
+ * that was filled; a shard not asked drifts back up so it is probed again.
+ * only: NULL, or the shards the round was for (the others are left). */
+static void learn(sq_client *c, size_t nreqs, const int *ti, const shard_req *sr,
+		  const unsigned char *only)
 {
 	for (size_t k = 0; k < nreqs; k++)
 		for (int s = 0; s < c->nshards; s++) {
 			double *y = &c->yield[s * c->cfg->ntypes + ti[k]];
+			if (only && !only[s])
+				continue;
 			if (sr[s].asked[k])
 				*y = 0.5 * *y + 0.5 * (double)sr[s].got[k] / sr[s].asked[k];
 			else
@@ -480,7 +484,7 @@ sq_status sq_claim(sq_client *c, const char *worker, const sq_claim_req *reqs, s
 		return sq_err(err, SQ_ENOMEM, "out of memory");
 	plan_round1(c, reqs, nreqs, ti, NULL, sr);
 	st = claim_round(c, worker, reqs, ti, nreqs, sr, &jv, err);
-	learn(c, nreqs, ti, sr);
+	learn(c, nreqs, ti, sr, NULL);
 	for (size_t k = 0; k < nreqs; k++) {
 		want2[k] = reqs[k].limit;
 		start2[k] = reqs[k].start;
@@ -556,6 +560,8 @@ struct sq_claim_pending {
 	sq_claim_req reqs[SQ_MAX_TYPES];
 	int ti[SQ_MAX_TYPES];
 	size_t nreqs;
+	unsigned char only[SQ_MAX_SHARDS]; /* sq_claim_push's, when has_only */
+	int has_only;
 };
 
 sq_claim_pending *sq_claim_push(sq_client *c, const char *worker, const sq_claim_req *reqs,
@@ -574,9 +580,33 @@ sq_claim_pending *sq_claim_push(sq_client *c, const char *worker, const sq_claim
 	snprintf(p->worker, sizeof(p->worker), "%s", worker);
 	memcpy(p->reqs, reqs, nreqs * sizeof(*reqs));
 	p->nreqs = nreqs;
+	for (int s = 0; only && s < c->nshards; s++)
+		p->has_only |= (p->only[s] = only[s]) != 0;
 	plan_round1(c, reqs, nreqs, p->ti, only, p->sr);
 	claim_push(c, worker, p->ti, nreqs, p->sr);
 	return p;
+}
+
+void sq_claim_share(sq_client *c, const sq_claim_req *reqs, size_t nreqs,
+		    const unsigned char *among, int s, sq_claim_req *out)
+{
+	for (size_t k = 0; k < nreqs; k++) {
+		const sq_type_conf *t = sq_config_type(c->cfg, reqs[k].type);
+		double w[SQ_MAX_SHARDS] = {0};
+		int32_t part[SQ_MAX_SHARDS], st[SQ_MAX_SHARDS];
+		for (int i = 0; t && i < c->nshards; i++)
+			w[i] = among[i] || i == s ? fmax(c->yield[i * c->cfg->ntypes +
+								  (int)(t - c->cfg->types)],
+							 0.02)
+						  : 0;
+		out[k] = reqs[k];
+		if (!t)
+			continue; /* the claim names it as unknown */
+		share(reqs[k].limit, w, c->nshards, c->rotate, part);
+		share_start(reqs[k].start, part, c->nshards, c->rotate, st);
+		out[k].limit = part[s];
+		out[k].start = st[s];
+	}
 }
 
 void sq_claim_skip_shard(sq_claim_pending *p, int s)
@@ -589,7 +619,7 @@ sq_status sq_claim_collect(sq_client *c, sq_claim_pending *p, sq_job **jobs, siz
 {
 	job_vec jv = {NULL, 0, 0};
 	sq_status st = claim_collect(c, p->worker, p->reqs, p->nreqs, p->sr, &jv, err);
-	learn(c, p->nreqs, p->ti, p->sr);
+	learn(c, p->nreqs, p->ti, p->sr, p->has_only ? p->only : NULL);
 	if (jv.n > 1)
 		qsort(jv.v, jv.n, sizeof(sq_job), cmp_jobs);
 	*jobs = jv.n ? jv.v : NULL;

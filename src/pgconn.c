@@ -887,6 +887,8 @@ void sq_pgconn_connect_all(sq_pgconn *pcs, int n, sq_status *st, sq_error *errs)
 
 void sq_pgconn_reset(sq_pgconn *pc)
 {
+	if (pc->run)
+		abort(); /* a programming error: its run of sq_pgconn_start is out */
 	for (int i = 0; i < pc->nres; i++)
 		PQclear(pc->res[i]);
 	pc->nres = 0;
@@ -1057,6 +1059,8 @@ static void read_results(sq_pgconn *pc, sq_error *err)
 
 static void on_event(evutil_socket_t fd, short what, void *arg);
 
+/* A run: sq_pgconn_run's (on its stack, the loop broken when it ends), or
+ * one of sq_pgconn_start (allocated, `done` called when it ends). */
 typedef struct run_ctx {
 	struct event_base *base;
 	sq_error *err;
@@ -1064,7 +1068,13 @@ typedef struct run_ctx {
 	sq_pgconn **conns;
 	int n;
 	struct event *answer_ev; /* the first answer_by to come */
+	sq_pgconn_done_fn done;  /* sq_pgconn_start's; NULL: sq_pgconn_run's */
+	void *arg;
+	sq_pgconn *one[1]; /* sq_pgconn_start's conns */
+	sq_error own_err;  /* and its err */
 } run_ctx;
+
+static void run_settled(run_ctx *rc);
 
 /* A connection that answered nothing for answer_wait_s: taken as lost, as a
  * reset would have told (its host is gone without a trace, or cut off by
@@ -1116,7 +1126,7 @@ static void on_answer_due(evutil_socket_t fd, short what, void *arg)
 			pc->ev = NULL;
 		}
 		if (--rc->pending == 0) {
-			event_base_loopbreak(rc->base);
+			run_settled(rc);
 			return;
 		}
 	}
@@ -1154,81 +1164,165 @@ static void on_event(evutil_socket_t fd, short what, void *arg)
 		event_free(pc->ev);
 		pc->ev = NULL;
 		if (--rc->pending == 0)
-			event_base_loopbreak(rc->base);
+			run_settled(rc);
 		return;
 	}
 	arm(pc, rc);
 }
 
+/* Sends pc's pipeline for run rc. Returns 1 when it is under way (rc waits
+ * for it), 0 when it failed at once (pc done and failed, err set). */
+static int run_begin(sq_pgconn *pc, run_ctx *rc)
+{
+	sq_error cerr;
+	pc->done = pc->failed = 0;
+	pc->sent_pid = 0;
+	pc->fail_msg[0] = '\0';
+	if (ensure_conn(pc, &cerr) != SQ_OK) {
+		pc->failed = pc->done = 1;
+		snprintf(pc->fail_msg, sizeof(pc->fail_msg), "%s", cerr.msg);
+		if (rc->err->code == SQ_OK)
+			*rc->err = cerr;
+		return 0;
+	}
+	pc->sent_pid = PQbackendPID(pc->conn);
+	if (send_pipeline(pc, rc->err))
+		return 0;
+	int f = PQflush(pc->conn);
+	if (f < 0) {
+		conn_failed(pc, rc->err, "cannot send");
+		return 0;
+	}
+	pc->want_write = f == 1;
+	rc->pending++;
+	pc->run = rc;
+	if (pc->ev) { /* a run's event ends with it; never an older one */
+		event_free(pc->ev);
+		pc->ev = NULL;
+	}
+	arm(pc, rc);
+	return 1;
+}
+
+/* Starts rc's answer timer, counted from now, when a connection under way
+ * has an answer wait. */
+static void run_answer_timer(run_ctx *rc)
+{
+	int answer_wait = 0;
+	double now = sq_mono_s();
+	for (int i = 0; i < rc->n; i++)
+		if (rc->conns[i] && rc->conns[i]->run == rc && rc->conns[i]->answer_wait_s > 0) {
+			rc->conns[i]->answer_by = now + rc->conns[i]->answer_wait_s;
+			answer_wait = 1;
+		}
+	if (!answer_wait)
+		return;
+	rc->answer_ev = evtimer_new(rc->base, on_answer_due, rc);
+	if (rc->answer_ev)
+		arm_answer(rc);
+}
+
+/* The end of rc on every connection: a broken one is dropped, and made
+ * again by the next run. */
+static void run_end(run_ctx *rc)
+{
+	if (rc->answer_ev)
+		event_free(rc->answer_ev);
+	rc->answer_ev = NULL;
+	for (int i = 0; i < rc->n; i++) {
+		sq_pgconn *pc = rc->conns[i];
+		if (pc && pc->run == rc)
+			pc->run = NULL;
+		if (pc && pc->failed && pc->conn) {
+			PQfinish(pc->conn);
+			pc->conn = NULL;
+		}
+	}
+}
+
+/* Every connection of rc has answered (or failed): sq_pgconn_run's loop
+ * stops; sq_pgconn_start's run ends and says so. */
+static void run_settled(run_ctx *rc)
+{
+	if (!rc->done) {
+		event_base_loopbreak(rc->base);
+		return;
+	}
+	run_end(rc);
+	sq_pgconn_done_fn done = rc->done;
+	sq_pgconn *pc = rc->one[0];
+	void *arg = rc->arg;
+	sq_error err = rc->own_err;
+	free(rc);
+	done(pc, &err, arg);
+}
+
 sq_status sq_pgconn_run(struct event_base *base, sq_pgconn **conns, int n, sq_error *err)
 {
-	run_ctx rc = {base, err, 0, conns, n, NULL};
-	int answer_wait = 0;
+	run_ctx rc = {base, err, 0, conns, n, NULL, NULL, NULL, {NULL}, {SQ_OK, ""}};
 	sq_error local;
 	if (!err)
 		err = &local;
 	err->code = SQ_OK;
 	err->msg[0] = '\0';
 	rc.err = err;
-	for (int i = 0; i < n; i++) {
-		sq_pgconn *pc = conns[i];
-		if (!pc || pc->qn == 0)
-			continue;
-		pc->done = pc->failed = 0;
-		pc->sent_pid = 0;
-		sq_error cerr;
-		pc->fail_msg[0] = '\0';
-		if (ensure_conn(pc, &cerr) != SQ_OK) {
-			pc->failed = pc->done = 1;
-			snprintf(pc->fail_msg, sizeof(pc->fail_msg), "%s", cerr.msg);
-			if (err->code == SQ_OK)
-				*err = cerr;
-			continue;
-		}
-		pc->sent_pid = PQbackendPID(pc->conn);
-		if (send_pipeline(pc, err))
-			continue;
-		int f = PQflush(pc->conn);
-		if (f < 0) {
-			conn_failed(pc, err, "cannot send");
-			continue;
-		}
-		pc->want_write = f == 1;
-		rc.pending++;
-		pc->run = &rc;
-		answer_wait |= pc->answer_wait_s > 0;
-		if (pc->ev) { /* a run's event ends with it; never an older one */
-			event_free(pc->ev);
-			pc->ev = NULL;
-		}
-		arm(pc, &rc);
-	}
-	if (rc.pending && answer_wait) {
-		/* counted from here: a connect above (several hosts) may have
-		 * blocked after the first ones were sent */
-		double now = sq_mono_s();
-		for (int i = 0; i < n; i++)
-			if (conns[i] && conns[i]->run == &rc)
-				conns[i]->answer_by = now + conns[i]->answer_wait_s;
-		rc.answer_ev = evtimer_new(base, on_answer_due, &rc);
-		if (rc.answer_ev)
-			arm_answer(&rc);
-	}
+	for (int i = 0; i < n; i++)
+		if (conns[i] && conns[i]->qn > 0)
+			(void)run_begin(conns[i], &rc);
+	/* counted from here: a connect above (several hosts) may have blocked
+	 * after the first ones were sent */
+	if (rc.pending)
+		run_answer_timer(&rc);
 	if (rc.pending)
 		event_base_dispatch(base);
-	if (rc.answer_ev)
-		event_free(rc.answer_ev);
-	for (int i = 0; i < n; i++) {
-		sq_pgconn *pc = conns[i];
-		if (pc && pc->run == &rc)
-			pc->run = NULL;
-		if (pc && pc->failed && pc->conn) {
-			/* drop a broken connection; it is reopened on the next run */
-			PQfinish(pc->conn);
-			pc->conn = NULL;
-		}
-	}
+	run_end(&rc);
 	return err->code;
+}
+
+void sq_pgconn_start(struct event_base *base, sq_pgconn *pc, sq_pgconn_done_fn done, void *arg)
+{
+	run_ctx *rc = calloc(1, sizeof(*rc));
+	if (!rc) {
+		sq_error e;
+		pc->failed = pc->done = 1;
+		snprintf(pc->fail_msg, sizeof(pc->fail_msg), "shard %s: out of memory",
+			 pc->shard_id);
+		sq_err(&e, SQ_ENOMEM, "%s", pc->fail_msg);
+		done(pc, &e, arg);
+		return;
+	}
+	rc->base = base;
+	rc->err = &rc->own_err;
+	rc->one[0] = pc;
+	rc->conns = rc->one;
+	rc->n = 1;
+	rc->done = done;
+	rc->arg = arg;
+	if (pc->qn > 0 && run_begin(pc, rc)) {
+		run_answer_timer(rc);
+		return;
+	}
+	run_settled(rc);
+}
+
+int sq_pgconn_running(const sq_pgconn *pc)
+{
+	return pc->run != NULL;
+}
+
+void sq_pgconn_abandon(sq_pgconn *pc)
+{
+	run_ctx *rc = pc->run;
+	if (!rc || !rc->done)
+		return;
+	if (pc->ev) {
+		event_free(pc->ev);
+		pc->ev = NULL;
+	}
+	if (!pc->done)
+		conn_failed(pc, rc->err, "abandoned (the worker stopped)");
+	pc->failed = pc->done = 1;
+	run_settled(rc);
 }
 
 sq_status sq_pgconn_result_error(sq_pgconn *pc, sq_error *err)

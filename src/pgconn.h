@@ -184,6 +184,23 @@ void sq_pgconn_push_sync(sq_pgconn *pc);
 SQ_MUST_CHECK sq_status sq_pgconn_run(struct event_base *base, sq_pgconn **conns, int n,
 				      sq_error *err);
 
+/*
+ * Sends pc's queued pipeline as sq_pgconn_run would, and returns without
+ * waiting: done(pc, err, arg) is called from base's loop once every result
+ * is in, or the connection failed or gave no answer within its answer wait
+ * (err says why; SQ_OK otherwise), or before sq_pgconn_start returns when
+ * nothing could be sent. For a loop that runs each shard's round on its own
+ * (a worker's): one shard's answer is read while another's is still due.
+ * pc must not be used for anything else until done is called.
+ */
+typedef void (*sq_pgconn_done_fn)(sq_pgconn *pc, const sq_error *err, void *arg);
+void sq_pgconn_start(struct event_base *base, sq_pgconn *pc, sq_pgconn_done_fn done, void *arg);
+/* Whether a run of sq_pgconn_start is under way on pc. */
+int sq_pgconn_running(const sq_pgconn *pc);
+/* Ends such a run at once: the connection is dropped (made again by the
+ * next call), and done is called with what had not been answered missing. */
+void sq_pgconn_abandon(sq_pgconn *pc);
+
 /* Frees results and clears the queue. */
 void sq_pgconn_reset(sq_pgconn *pc);
 

@@ -52,6 +52,10 @@ typedef struct sq_task {
 	int unstarted;
 	double local_until;
 	int swapped; /* pool: a handed task took this one's slot as it finished */
+	/* loop: a write of it is in a shard's round that has not answered
+	 * (it goes in no other round until then); orphan: it ended lost
+	 * meanwhile, and is freed when the round answers */
+	int inflight, orphan;
 	/* the lease as this worker knows it: stop_by is when a run must have
 	 * stopped (monotonic seconds: from before the write that set the lease
 	 * was sent, plus the lease, less a margin; see lease_stop_by in

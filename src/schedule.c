@@ -358,6 +358,11 @@ sq_status sq_sched_tick(sq_sched *s, sq_client *c, sq_error *err)
 	return run_pass(c, s->who, 0, NULL, s->seen, NULL, err);
 }
 
+int sq_sched_due(const sq_sched *s, double now)
+{
+	return s && now >= s->next_at;
+}
+
 void sq_sched_free(sq_sched *s)
 {
 	free(s);

@@ -28,6 +28,8 @@ sq_sched *sq_sched_new(const sq_config *cfg, const char *who);
 /* Runs a pass when [scheduler] interval has passed since the last one
  * (monotonic clock); SQ_OK otherwise. A NULL sched does nothing. */
 sq_status sq_sched_tick(sq_sched *s, sq_client *c, sq_error *err);
+/* Whether sq_sched_tick would run a pass now (0 for a NULL sched). */
+int sq_sched_due(const sq_sched *s, double now);
 void sq_sched_free(sq_sched *s);
 
 /* A thread of its own with its own client c (shardqd; opened by the

@@ -36,11 +36,12 @@ sq_task *sq_startq_pop(sq_startq *q)
 	return k;
 }
 
-sq_task *sq_startq_take(sq_startq *q, double now, int fresh)
+sq_task *sq_startq_take(sq_startq *q, double now, int fresh, sq_startq_pick pick, const void *arg)
 {
 	sq_task *prev = NULL;
 	for (sq_task *k = q->head; k; prev = k, k = k->next)
-		if (k->retry_at <= now && (!fresh || now < k->local_until)) {
+		if (k->retry_at <= now && (!fresh || now < k->local_until) &&
+		    (!pick || pick(k, arg))) {
 			if (prev)
 				prev->next = k->next;
 			else
@@ -53,10 +54,10 @@ sq_task *sq_startq_take(sq_startq *q, double now, int fresh)
 	return NULL;
 }
 
-int sq_startq_ready(const sq_startq *q, double now)
+int sq_startq_ready(const sq_startq *q, double now, sq_startq_pick pick, const void *arg)
 {
 	int n = 0;
 	for (const sq_task *k = q->head; k; k = k->next)
-		n += k->retry_at <= now;
+		n += k->retry_at <= now && (!pick || pick(k, arg));
 	return n;
 }

@@ -45,7 +45,8 @@ typedef struct wtype {
 	int conc;
 	sq_startq buffer; /* claimed, `starting`, in claim order */
 	int running;
-	int handed; /* buffered jobs handed to the pool (sq_pool_hand) */
+	int handed;     /* buffered jobs handed to the pool (sq_pool_hand) */
+	int starts_out; /* buffered jobs whose start is in a round out */
 	double exec_ms;
 	int have_exec;
 	int had_work;  /* the last claim gave jobs of this type */
@@ -72,14 +73,23 @@ struct sq_worker {
 	atomic_int stop_req, stop_now;
 	int stopping, released;
 	double grace_deadline;
-	/* next_claim_at: the next claim on every shard (a poll, backing off by
-	 * poll_delay_ms while polls find nothing). A NOTIFY marks its shard in
-	 * woke[]: the next tick claims there at once, leaving the poll's
-	 * schedule alone (the other shards were not asked). */
-	double next_claim_at, poll_delay_ms;
-	int wake_pending;
+	/* each shard's round (tick_state), one out at a time per shard; the
+	 * shards' rounds go on on their own (inflight: how many are out).
+	 * hold: no round begins (a step that needs every shard's connection
+	 * waits for the ones out, quiet_steps) */
+	struct tick_state *rounds;
+	int inflight, hold;
+	/* jobs the claims out asked for (of which to start at once), per type;
+	 * results and starts of buffered jobs in rounds out: held for them */
+	int reserved[SQ_WORKER_MAX_TYPES], reserved_start[SQ_WORKER_MAX_TYPES];
+	int results_out;
+	/* next_claim_at[s]: shard s's next claim (a poll, backing off by
+	 * poll_delay_ms[s] while its polls find nothing). A NOTIFY marks its
+	 * shard in woke[]: its next round claims at once, leaving the poll's
+	 * schedule alone. */
+	double next_claim_at[SQ_MAX_SHARDS], poll_delay_ms[SQ_MAX_SHARDS];
 	unsigned char woke[SQ_MAX_SHARDS];
-	/* a shard whose last claim failed in the tick's one transaction gets
+	/* a shard whose last claim failed in its round's one transaction gets
 	 * its writes in a transaction of their own until a claim there works
 	 * again: a claim that keeps failing does not hold its writes back */
 	unsigned char split[SQ_MAX_SHARDS];
@@ -145,7 +155,6 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
 static void on_woke(void *arg, int s)
 {
 	sq_worker *w = arg;
-	w->wake_pending = 1;
 	w->woke[s] = 1;
 }
 
@@ -165,6 +174,7 @@ void sq_worker_stop(sq_worker *w, int at_once)
 }
 
 static int predicted_prefetch(const sq_worker *w, const wtype *t);
+static struct tick_state *rounds_new(sq_worker *w);
 
 /* The worker's LISTEN connections, on every pass: what they register
  * (sq_listener, self) is, per type, what this worker takes when idle, its
@@ -244,6 +254,10 @@ sq_status sq_worker_create(const sq_config *cfg, const sq_worker_opts *opts, sq_
 		return st;
 	}
 	sq_client_connect_wait(w->c, SQ_LOOP_CONNECT_WAIT_S);
+	if (!(w->rounds = rounds_new(w))) {
+		sq_worker_destroy(w);
+		return sq_err(err, SQ_ENOMEM, "out of memory");
+	}
 	w->listen.woke = on_woke;
 	w->listen.failed = on_listen_failed;
 	w->listen.arg = w;
@@ -425,7 +439,10 @@ static void take_finished(sq_worker *w)
 		k->lost = k->answered_lost || late;
 		if (k->lost) {
 			t->st.lost++;
-			task_free(k);
+			if (k->inflight)
+				k->orphan = 1; /* freed when its round answers */
+			else
+				task_free(k);
 			continue;
 		}
 		k->retry_at = k->moving_since = 0;
@@ -604,7 +621,7 @@ static void start_fresh(sq_worker *w, double now)
 	for (int t = 0; t < w->ntypes; t++) {
 		wtype *wt = &w->types[t];
 		while (wt->running < wt->conc) {
-			sq_task *k = sq_startq_take(&wt->buffer, now, 1);
+			sq_task *k = sq_startq_take(&wt->buffer, now, 1, NULL, NULL);
 			if (!k && wt->handed && (k = sq_pool_unhand_one(&w->pool, t)) != NULL) {
 				wt->handed--;
 				if (now >= k->local_until) {
@@ -618,7 +635,7 @@ static void start_fresh(sq_worker *w, double now)
 			k->unstarted = 1;
 			w->local_started++;
 		}
-		for (sq_task *k; (k = sq_startq_take(&wt->buffer, now, 1)) != NULL;) {
+		for (sq_task *k; (k = sq_startq_take(&wt->buffer, now, 1, NULL, NULL)) != NULL;) {
 			wt->handed++;
 			sq_pool_hand(&w->pool, k);
 		}
@@ -634,18 +651,22 @@ static int claim_limits(sq_worker *w, sq_claim_req *reqs, const int *promoting)
 	for (sq_task *k = w->pending; k; k = k->next)
 		npending++;
 	/* finished jobs whose result is not written yet still hold their row:
-	 * the capacity is never exceeded, even while results are in flight */
-	room -= npending;
+	 * the capacity is never exceeded, even while results are in flight;
+	 * nor by the claims out, nor the starts out */
+	room -= npending + w->results_out;
 	for (int t = 0; t < w->ntypes; t++)
-		room -= w->types[t].running + w->types[t].buffer.n + w->types[t].handed;
+		room -= w->types[t].running + w->types[t].buffer.n + w->types[t].handed +
+			w->types[t].starts_out + w->reserved[t];
 	/* first every type's free slots (jobs that start at once), then the
 	 * prefetch from what is left, beginning with a different type each
 	 * time: one type's prefetch never starves another type's free slots */
 	for (int t = 0; t < w->ntypes; t++) {
 		wtype *wt = &w->types[t];
-		int free_now = wt->conc - wt->running - promoting[t];
+		int free_now = wt->conc - wt->running - promoting[t] - wt->starts_out -
+			       w->reserved_start[t];
 		int pf = predicted_prefetch(w, wt);
-		int buffered = wt->buffer.n + wt->handed - promoting[t];
+		int buffered = wt->buffer.n + wt->handed - promoting[t] + w->reserved[t] -
+			       w->reserved_start[t];
 		wt->st.prefetch = pf;
 		slots[t] = free_now > 0 ? free_now : 0;
 		if (slots[t] > room)
@@ -822,43 +843,44 @@ static int iso_push(sq_worker *w, wbatch *b, igroup *g)
 	return 0;
 }
 
-static void isolate(sq_worker *w, wbatch *b, const unsigned char *refused)
+static void isolate(sq_worker *w, wbatch *b, int shard)
 {
 	sq_client *c = w->c;
+	sq_pgconn *pc = &c->shards[shard];
 	size_t total = 0, ncur = 0, used = 0;
 	for (int k = 0; k < WB_N; k++)
 		total += b[k].n;
 	igroup *cur = calloc(total + 1, sizeof(*cur)), *nxt = calloc(total + 1, sizeof(*nxt));
 	size_t *ix = malloc((total + 1) * sizeof(*ix));
 	if (!cur || !nxt || !ix)
-		goto out; /* sent again next tick */
-	for (int s = 0; s < c->nshards; s++)
-		for (int k = 0; refused[s] && k < WB_N; k++) {
-			igroup *g = &cur[ncur];
-			g->kind = k;
-			g->shard = s;
-			g->ix = ix + used;
-			g->n = 0;
-			for (size_t i = 0; i < b[k].n; i++)
-				if (sq_shard_of_id(c, b[k].refs[i].id) == s)
-					g->ix[g->n++] = i;
-			used += g->n;
-			ncur += g->n > 0;
-		}
+		goto out; /* sent again next round */
+	/* the round's writes that the map still sends to this shard (the
+	 * others are not answered: sent again where it says now) */
+	for (int k = 0; k < WB_N; k++) {
+		igroup *g = &cur[ncur];
+		g->kind = k;
+		g->shard = shard;
+		g->ix = ix + used;
+		g->n = 0;
+		for (size_t i = 0; i < b[k].n; i++)
+			if (sq_shard_of_id(c, b[k].refs[i].id) == shard)
+				g->ix[g->n++] = i;
+		used += g->n;
+		ncur += g->n > 0;
+	}
 	for (int round = 0; ncur && round < ISO_ROUNDS; round++) {
-		int per[SQ_MAX_SHARDS] = {0};
+		int per = 0;
 		size_t nnext = 0;
 		sq_error err;
-		sq_client_reset(c);
+		sq_pgconn_reset(pc);
 		for (size_t i = 0; i < ncur; i++)
-			if (per[cur[i].shard] < ISO_PER_SHARD && !iso_push(w, b, &cur[i]))
-				per[cur[i].shard]++;
-		if (sq_client_send(c, &err) != SQ_OK)
+			if (per < ISO_PER_SHARD && !iso_push(w, b, &cur[i]))
+				per++;
+		if (sq_pgconn_run(c->base, &pc, 1, &err) != SQ_OK)
 			note_error(w, &err);
 		for (size_t i = 0; i < ncur; i++) {
 			igroup *g = &cur[i];
 			wbatch *wb = &b[g->kind];
-			sq_pgconn *pc = &c->shards[g->shard];
 			sq_error e;
 			if (!g->sent) { /* the shard's pipeline was full: next round */
 				nxt[nnext++] = *g;
@@ -897,7 +919,7 @@ static void isolate(sq_worker *w, wbatch *b, const unsigned char *refused)
 		cur = nxt;
 		nxt = swap;
 		ncur = nnext;
-		sq_client_reset(c);
+		sq_pgconn_reset(pc);
 	}
 out:
 	for (size_t i = 0; cur && i < ncur; i++)
@@ -981,61 +1003,134 @@ static int running_written(sq_worker *w, sq_task *k, sq_status st, double now)
 	return 0;
 }
 
-/* ---- one tick, phase by phase ------------------------------------------- */
+/* ---- one shard's round, phase by phase ----------------------------------- */
 
-/* What one tick carries from phase to phase. */
+/* What one round carries from phase to phase: the writes and the claim
+ * sent to one shard, from the send to the answer. Each shard has one
+ * (w->rounds[s]), busy while it is out; the others go on meanwhile. */
 typedef struct tick_state {
+	sq_worker *w;
+	int shard;
+	int busy; /* sent, not answered yet */
 	double now;
 	wbatch b[WB_N];
-	/* per type: buffered jobs whose start this tick writes, for free slots */
+	/* per type: buffered jobs whose start this round writes, for free slots */
 	int promoting[SQ_WORKER_MAX_TYPES];
 	sq_claim_req reqs[SQ_WORKER_MAX_TYPES];
-	int woke_only; /* the claim asks only the shards that notified */
-	int asking;    /* jobs the claim asks for; 0: no claim this tick */
+	int woke_only; /* the claim answers a NOTIFY, not the shard's poll */
+	int asking;    /* jobs the claim asks for; 0: no claim this round */
 	sq_fenced_pending *p[WB_N];
 	sq_claim_pending *pk;
-	int wend[SQ_MAX_SHARDS];            /* a shard's statements before its claim */
-	unsigned char split[SQ_MAX_SHARDS]; /* its writes in a transaction of their own */
+	int wend;            /* the shard's statements before its claim */
+	unsigned char split; /* its writes in a transaction of their own */
 	sq_status sent;
-	double t0, rtt_ms; /* when the pipelines were sent; the round trip */
-	double at;         /* when the results were read: jobs start from here */
-	/* bad: the shard's writes rolled back; refused: for a reason about
-	 * the rows (isolated); claim_lost: a claim aborted by a write */
-	unsigned char bad[SQ_MAX_SHARDS], refused[SQ_MAX_SHARDS];
-	int any_refused, claim_lost;
+	double t0, rtt_ms; /* when the pipeline was sent; the round trip */
+	double at;         /* when the answer was read: jobs start from here */
+	/* bad: the writes rolled back; refused: for a reason about the rows
+	 * (isolated); claim_lost: the claim aborted by a write */
+	unsigned char bad, refused;
+	int claim_lost;
 	sq_job *jobs; /* what the claim took */
 	size_t nj;
 	sq_status cst;
-	sq_task *keep; /* results that wait for a later tick (w->pending) */
+	sq_task *keep; /* results that wait for a later round (w->pending) */
 	int moved;     /* a write found its partition moved: reload the map */
 	sq_worker_tick tk;
 } tick_state;
 
-/* Phase 1: what is due now (results, heartbeats, starts of buffered jobs
- * for free slots, a claim), counted per kind of write in want[]. Returns 0
- * when there is nothing to do. */
+/* A round for each of w's shards, none out. */
+static tick_state *rounds_new(sq_worker *w)
+{
+	tick_state *r = calloc((size_t)w->c->nshards, sizeof(*r));
+	for (int s = 0; r && s < w->c->nshards; s++) {
+		r[s].w = w;
+		r[s].shard = s;
+	}
+	return r;
+}
+
+/* The shard a task's writes go to, by the map as it is now. */
+static int task_shard(const sq_worker *w, const sq_task *k)
+{
+	return sq_shard_of_id(w->c, k->job.id);
+}
+
+static int on_round_shard(const sq_task *k, const void *arg)
+{
+	const tick_state *ts = arg;
+	return task_shard(ts->w, k) == ts->shard;
+}
+
+/* Whether shard s may begin a round: none of its own is out, and no step
+ * that needs every connection (w->hold) waits. */
+static int shard_free(const sq_worker *w, int s)
+{
+	return !w->hold && !w->rounds[s].busy;
+}
+
+/* Whether shard s's claim is due at `now`: its poll, or a NOTIFY. */
+static int claim_due(const sq_worker *w, int s, double now)
+{
+	return now >= w->next_claim_at[s] || w->woke[s];
+}
+
+/* What shard s's claim asks for (ts->reqs; the total returned): its part
+ * of what the worker can take, shared by recent yield with the other
+ * shards that claim now or have a claim out (each at least one job while
+ * there is room: a shard is never skipped for a share rounded down), and
+ * never more than is left once the claims out are counted. */
+static int round_claim_limits(sq_worker *w, tick_state *ts)
+{
+	sq_client *c = w->c;
+	sq_claim_req net[SQ_WORKER_MAX_TYPES], gross[SQ_WORKER_MAX_TYPES];
+	unsigned char among[SQ_MAX_SHARDS];
+	int total = 0;
+	if (claim_limits(w, net, ts->promoting) <= 0)
+		return 0;
+	for (int s = 0; s < c->nshards; s++)
+		among[s] = w->rounds[s].busy ? w->rounds[s].asking > 0
+					     : shard_free(w, s) && claim_due(w, s, ts->now);
+	for (int t = 0; t < w->ntypes; t++) {
+		gross[t] = net[t];
+		gross[t].limit += w->reserved[t];
+		gross[t].start += w->reserved_start[t];
+	}
+	sq_claim_share(c, gross, (size_t)w->ntypes, among, ts->shard, ts->reqs);
+	for (int t = 0; t < w->ntypes; t++) {
+		sq_claim_req *r = &ts->reqs[t];
+		r->limit = r->limit < net[t].limit ? r->limit : net[t].limit;
+		r->start = r->start < net[t].start ? r->start : net[t].start;
+		r->start = r->start < r->limit ? r->start : r->limit;
+		total += r->limit;
+	}
+	return total;
+}
+
+/* Phase 1: what is due now on the round's shard (results, heartbeats,
+ * starts of buffered jobs for free slots, a claim), counted per kind of
+ * write in want[]. Returns 0 when there is nothing to do. */
 static int tick_count(sq_worker *w, tick_state *ts, int claiming, size_t want[WB_N])
 {
 	double now = ts->now;
+	int s = ts->shard;
 	memset(ts->b, 0, sizeof(ts->b));
 	memset(ts->promoting, 0, sizeof(ts->promoting));
 	memset(want, 0, WB_N * sizeof(*want));
 	for (sq_task *k = w->pending; k; k = k->next)
-		if (k->retry_at <= now)
+		if (!k->inflight && k->retry_at <= now && task_shard(w, k) == s)
 			want[k->result == SQ_RESULT_DONE ? WB_COMPLETE : WB_FAIL]++;
 	for (sq_task *k = w->running; k; k = k->run_next)
-		if (!k->lost && now >= k->hb_due)
+		if (!k->lost && !k->inflight && now >= k->hb_due && task_shard(w, k) == s)
 			want[k->unstarted ? WB_START : WB_HEARTBEAT]++;
 	for (int t = 0; claiming && t < w->ntypes; t++) {
 		wtype *wt = &w->types[t];
-		int f = wt->conc - wt->running, ready = sq_startq_ready(&wt->buffer, now);
+		int f = wt->conc - wt->running - wt->starts_out - w->reserved_start[t];
+		int ready = f > 0 ? sq_startq_ready(&wt->buffer, now, on_round_shard, ts) : 0;
 		ts->promoting[t] = f > 0 ? (f < ready ? f : ready) : 0;
 		want[WB_START] += (size_t)ts->promoting[t];
 	}
-	/* a poll asks every shard; a wake-up only the shards that notified */
-	int full = claiming && now >= w->next_claim_at;
-	ts->woke_only = claiming && !full && w->wake_pending;
-	ts->asking = full || ts->woke_only ? claim_limits(w, ts->reqs, ts->promoting) : 0;
+	ts->woke_only = claiming && now < w->next_claim_at[s] && w->woke[s];
+	ts->asking = claiming && claim_due(w, s, now) ? round_claim_limits(w, ts) : 0;
 	return want[WB_COMPLETE] || want[WB_FAIL] || want[WB_HEARTBEAT] || want[WB_START] ||
 	       ts->asking;
 }
@@ -1046,114 +1141,129 @@ static int result_kind(const sq_task *k)
 	return k->result == SQ_RESULT_DONE ? WB_COMPLETE : WB_FAIL;
 }
 
-/* Phase 2a: the writes counted in phase 1 go into their batches. Results
- * due now leave `pending`; the ones still waiting are kept in ts->keep. */
+static void batch_take(sq_worker *w, tick_state *ts, int kind, sq_task *k)
+{
+	wbatch_add(&ts->b[kind], kind, k);
+	k->inflight = 1;
+	(void)w;
+}
+
+/* Phase 2a: the writes counted in phase 1 go into their batches, and are
+ * in flight until the round's answer: results due now leave `pending`,
+ * buffered jobs to start leave the buffer. */
 static void tick_gather(sq_worker *w, tick_state *ts)
 {
 	double now = ts->now;
-	ts->keep = NULL;
-	for (sq_task *k = w->pending, *next; k; k = next) {
-		next = k->next;
-		if (k->retry_at <= now) {
-			wbatch_add(&ts->b[result_kind(k)], result_kind(k), k);
+	int s = ts->shard;
+	for (sq_task **pp = &w->pending; *pp;) {
+		sq_task *k = *pp;
+		if (!k->inflight && k->retry_at <= now && task_shard(w, k) == s) {
+			*pp = k->next;
+			batch_take(w, ts, result_kind(k), k);
+			w->results_out++;
 		} else {
-			k->next = ts->keep;
-			ts->keep = k;
+			pp = &k->next;
 		}
 	}
-	w->pending = NULL;
 	for (sq_task *k = w->running; k; k = k->run_next)
-		if (!k->lost && now >= k->hb_due)
-			wbatch_add(&ts->b[k->unstarted ? WB_START : WB_HEARTBEAT],
-				   k->unstarted ? WB_START : WB_HEARTBEAT, k);
+		if (!k->lost && !k->inflight && now >= k->hb_due && task_shard(w, k) == s)
+			batch_take(w, ts, k->unstarted ? WB_START : WB_HEARTBEAT, k);
 	for (int t = 0; t < w->ntypes; t++)
-		for (int i = 0; i < ts->promoting[t]; i++)
-			wbatch_add(&ts->b[WB_START], WB_START,
-				   sq_startq_take(&w->types[t].buffer, now, 0));
+		for (int i = 0; i < ts->promoting[t]; i++) {
+			batch_take(w, ts, WB_START,
+				   sq_startq_take(&w->types[t].buffer, now, 0, on_round_shard, ts));
+			w->types[t].starts_out++;
+		}
 }
 
-/* Phase 2b: every shard's pipeline is pushed (one transaction per shard:
- * the writes, then the claim; one commit a tick on each shard, however
- * many jobs, see docs/worker.md; two on a split shard, see w->split) and
- * sent, all shards at once. */
+static void on_answered(sq_pgconn *pc, const sq_error *err, void *arg);
+
+/* Phase 2b: the shard's pipeline is pushed (one transaction: the writes,
+ * then the claim; one commit a round however many jobs, see
+ * docs/worker.md; two on a split shard, see w->split) and sent. The round
+ * is out until its answer (on_answered); the other shards' go on. */
 static void tick_send(sq_worker *w, tick_state *ts)
 {
 	sq_client *c = w->c;
+	int s = ts->shard;
+	sq_pgconn *pc = &c->shards[s];
 	sq_error err;
 	/* tests: hold the loop where a lease would be extended (a shard that
 	 * cannot be reached holds it like this) */
 	if (ts->b[WB_HEARTBEAT].n || ts->b[WB_START].n)
 		sq_failpoint("worker_lease_write");
-	sq_client_reset(c);
-	sq_client_check_map(c);
+	sq_pgconn_reset(pc);
 	c->merge_txn = 1;
 	for (int k = 0; k < WB_N; k++)
 		ts->p[k] = ts->b[k].n ? sq_fenced_push(c, wb_kind[k], w->id, ts->b[k].refs,
 						       k == WB_FAIL ? ts->b[k].fails : NULL,
 						       ts->b[k].n)
 				      : NULL;
-	for (int s = 0; s < c->nshards; s++) {
-		ts->wend[s] = c->shards[s].qn;
-		ts->split[s] = w->split[s] && ts->wend[s];
-		if (ts->split[s])
-			sq_pgconn_push_sync(&c->shards[s]);
-	}
+	ts->wend = pc->qn;
+	ts->split = w->split[s] && ts->wend;
+	if (ts->split)
+		sq_pgconn_push_sync(pc);
 	ts->pk = NULL;
 	if (ts->asking) {
-		ts->pk = sq_claim_push(c, w->id, ts->reqs, (size_t)w->ntypes,
-				       ts->woke_only ? w->woke : NULL, &err);
-		w->wake_pending = 0;
-		memset(w->woke, 0, sizeof(w->woke));
+		unsigned char only[SQ_MAX_SHARDS] = {0};
+		only[s] = 1;
+		ts->pk = sq_claim_push(c, w->id, ts->reqs, (size_t)w->ntypes, only, &err);
+		w->woke[s] = 0;
+		if (!ts->pk)
+			note_error(w, &err);
+		for (int t = 0; ts->pk && t < w->ntypes; t++) {
+			w->reserved[t] += ts->reqs[t].limit;
+			w->reserved_start[t] += ts->reqs[t].start;
+		}
 	}
 	c->merge_txn = 0;
-	sq_client_sync_all(c);
-	ts->t0 = sq_mono_s();
-	ts->sent = sq_client_send(c, &err);
-	double t1 = sq_mono_s();
-	ts->rtt_ms = (t1 - ts->t0) * 1000.0;
-	ts->tk = (sq_worker_tick){
-		(int64_t)(ts->t0 * 1e6), (int64_t)(t1 * 1e6), ts->asking ? 0 : -1, 0, 0, 0, 0};
+	ts->tk = (sq_worker_tick){0};
+	ts->tk.claimed = ts->pk ? 0 : -1;
 	ts->tk.started = w->local_started;
+	ts->tk.shard = s;
 	w->local_started = 0;
-	if (ts->sent != SQ_OK)
-		note_error(w, &err);
+	ts->busy = 1;
+	w->inflight++;
+	ts->t0 = sq_mono_s();
+	sq_pgconn_start(w->base, pc, on_answered, ts);
 }
 
+/* A shard that refused the round's writes for a reason about the rows:
+ * they are isolated on it (see isolate). */
+static void isolate(sq_worker *w, wbatch *b, int shard);
+
 /*
- * Phase 3: which shard's error hit what. A shard's writes and claim share
- * one transaction (unless split): if a statement failed, the others on
- * that shard rolled back, whatever they answered. A write that failed is
- * noted here, and the claim behind it, aborted, is not read; a claim that
- * failed is noted by its collect, and the writes before it are sent again,
- * in a transaction of their own until a claim on that shard works. A
- * shard that refused its writes for a reason about the rows has them
- * isolated (isolate), so that the others commit.
+ * Phase 3: which error hit what. The shard's writes and claim share one
+ * transaction (unless split): if a statement failed, the others rolled
+ * back, whatever they answered. A write that failed is noted here, and the
+ * claim behind it, aborted, is not read; a claim that failed is noted by
+ * its collect, and the writes before it are sent again, in a transaction
+ * of their own until a claim on that shard works. A shard that refused its
+ * writes for a reason about the rows has them isolated, so that the
+ * others commit.
  */
 static void tick_blame(sq_worker *w, tick_state *ts)
 {
 	sq_client *c = w->c;
-	memset(ts->bad, 0, sizeof(ts->bad));
-	memset(ts->refused, 0, sizeof(ts->refused));
-	ts->any_refused = ts->claim_lost = 0;
-	for (int s = 0; s < c->nshards; s++) {
-		sq_error e;
-		sq_pgconn *pc = &c->shards[s];
-		int wend = ts->wend[s], claimed = pc->qn > wend;
-		int writes_ok = !wend || sq_pgconn_range_error(pc, 0, wend, &e) == SQ_OK;
-		int claim_ok = claimed && sq_pgconn_range_error(pc, wend, pc->qn, NULL) == SQ_OK;
-		if (claimed && ts->sent == SQ_OK && (claim_ok || writes_ok || ts->split[s]))
-			w->split[s] = !claim_ok; /* unchanged when a write aborted it */
-		if (writes_ok) {
-			if (wend && claimed && !claim_ok && !ts->split[s])
-				ts->bad[s] = 1; /* rolled back with the claim */
-			continue;
-		}
-		ts->bad[s] = 1;
+	int s = ts->shard;
+	sq_pgconn *pc = &c->shards[s];
+	sq_error e;
+	int wend = ts->wend, claimed = pc->qn > wend;
+	int writes_ok = !wend || sq_pgconn_range_error(pc, 0, wend, &e) == SQ_OK;
+	int claim_ok = claimed && sq_pgconn_range_error(pc, wend, pc->qn, NULL) == SQ_OK;
+	ts->bad = ts->refused = 0;
+	ts->claim_lost = 0;
+	if (claimed && ts->sent == SQ_OK && (claim_ok || writes_ok || ts->split))
+		w->split[s] = !claim_ok; /* unchanged when a write aborted it */
+	if (writes_ok) {
+		if (wend && claimed && !claim_ok && !ts->split)
+			ts->bad = 1; /* rolled back with the claim */
+	} else {
 		const char *st = sq_pgconn_range_sqlstate(pc, 0, wend);
-		if (st && !transient_state(st))
-			ts->refused[s] = 1, ts->any_refused = 1;
+		ts->bad = 1;
+		ts->refused = st && !transient_state(st);
 		note_error(w, &e);
-		if (ts->pk && !ts->split[s]) {
+		if (ts->pk && !ts->split) {
 			sq_claim_skip_shard(ts->pk, s); /* aborted by that write */
 			ts->claim_lost = 1;
 		}
@@ -1162,9 +1272,8 @@ static void tick_blame(sq_worker *w, tick_state *ts)
 		wbatch *b = &ts->b[k];
 		if (ts->p[k])
 			sq_fenced_collect(c, ts->p[k], b->out);
-		for (size_t i = 0; i < b->n; i++)
-			if (ts->bad[sq_shard_of_id(c, b->refs[i].id)])
-				b->out[i] = SQ_EDB;
+		for (size_t i = 0; ts->bad && i < b->n; i++)
+			b->out[i] = SQ_EDB;
 	}
 	ts->jobs = NULL;
 	ts->nj = 0;
@@ -1175,12 +1284,12 @@ static void tick_blame(sq_worker *w, tick_state *ts)
 		if (ts->cst != SQ_OK)
 			note_error(w, &cerr);
 	}
-	sq_client_reset(c);
-	if (ts->any_refused)
-		isolate(w, ts->b, ts->refused);
+	sq_pgconn_reset(pc);
+	if (ts->refused)
+		isolate(w, ts->b, s);
 }
 
-/* A write of a job that the shards did not take waits for a later tick:
+/* A write of a job that the shard did not take waits for a later round:
  * after its partition's move, or RETRY_S. */
 static void retry_later(sq_worker *w, tick_state *ts, sq_task *k, sq_status st)
 {
@@ -1212,13 +1321,15 @@ static void result_counted(sq_worker *w, tick_state *ts, int kind, size_t i)
 /* Phases 4 and 5: the answers to the completions (kind WB_COMPLETE) or the
  * failures (WB_FAIL). A result taken, or found no longer ours, is done
  * with; one refused MAX_REFUSALS times is dropped (the job comes back after
- * its lease); any other waits in ts->keep for a later tick. */
+ * its lease); any other waits in ts->keep for a later round. */
 static void settle_results(sq_worker *w, tick_state *ts, int kind)
 {
 	wbatch *b = &ts->b[kind];
+	w->results_out -= (int)b->n;
 	for (size_t i = 0; i < b->n; i++) {
 		sq_task *k = b->tasks[i];
 		sq_status st = b->out[i];
+		k->inflight = 0;
 		if (st == SQ_OK) {
 			result_counted(w, ts, kind, i);
 			task_free(k);
@@ -1258,10 +1369,11 @@ static void settle_results(sq_worker *w, tick_state *ts, int kind)
 
 /* The answer to the start of a buffered job (not one that began on a free
  * slot: that one is answered like a heartbeat): it runs, is lost, is
- * dropped, or goes back to the buffer for a later tick. */
+ * dropped, or goes back to the buffer for a later round. */
 static void start_written(sq_worker *w, tick_state *ts, sq_task *k, sq_status st)
 {
 	wtype *wt = &w->types[k->type];
+	wt->starts_out--;
 	if (st == SQ_OK) {
 		lease_set(k, ts->now, wt->conf->execution_timeout_ms);
 		run_task(w, k, ts->at, exec_hb(wt, ts->now));
@@ -1278,8 +1390,21 @@ static void start_written(sq_worker *w, tick_state *ts, sq_task *k, sq_status st
 		task_free(k);
 	} else {
 		retry_later(w, ts, k, st);
-		sq_startq_unpop(&wt->buffer, k); /* not taken: a later tick tries again */
+		sq_startq_unpop(&wt->buffer, k); /* not taken: a later round tries again */
 	}
+}
+
+/* The answer to a running job's heartbeat, or to the start of one that
+ * began on a free slot; a job that ended lost while it was out is let go
+ * now (take_finished left it). Returns 1 if its partition was found moved. */
+static int running_answered(sq_worker *w, tick_state *ts, sq_task *k, sq_status st)
+{
+	k->inflight = 0;
+	if (k->orphan) {
+		task_free(k);
+		return 0;
+	}
+	return running_written(w, k, st, ts->now);
 }
 
 /* Phase 6: the answers to the heartbeats and starts. The starts are taken
@@ -1289,14 +1414,16 @@ static void settle_running(sq_worker *w, tick_state *ts)
 {
 	wbatch *hb = &ts->b[WB_HEARTBEAT], *sb = &ts->b[WB_START];
 	for (size_t i = 0; i < hb->n; i++)
-		ts->moved |= running_written(w, hb->tasks[i], hb->out[i], ts->now);
+		ts->moved |= running_answered(w, ts, hb->tasks[i], hb->out[i]);
 	ts->at = sq_mono_s();
 	for (size_t i = sb->n; i-- > 0;) {
 		sq_task *k = sb->tasks[i];
-		if (k->unstarted) /* running already: answered like a heartbeat */
-			ts->moved |= running_written(w, k, sb->out[i], ts->now);
-		else
+		if (k->unstarted) { /* running already: answered like a heartbeat */
+			ts->moved |= running_answered(w, ts, k, sb->out[i]);
+		} else {
+			k->inflight = 0;
 			start_written(w, ts, k, sb->out[i]);
+		}
 	}
 }
 
@@ -1338,14 +1465,19 @@ static int adopt_job(sq_worker *w, tick_state *ts, sq_job *job)
 }
 
 /* Phase 7: the claim's jobs: running ones go to free slots at once, the
- * rest wait in the buffer. */
+ * rest wait in the buffer. What the claim asked for is no longer held
+ * for it. */
 static void adopt_claimed(sq_worker *w, tick_state *ts)
 {
+	int others = 0;
 	w->claims++;
 	w->rtt_ms = w->have_rtt ? (1 - EWMA) * w->rtt_ms + EWMA * ts->rtt_ms : ts->rtt_ms;
 	w->have_rtt = 1;
-	for (int t = 0; t < w->ntypes; t++)
+	for (int t = 0; t < w->ntypes; t++) {
+		w->reserved[t] -= ts->reqs[t].limit;
+		w->reserved_start[t] -= ts->reqs[t].start;
 		w->types[t].had_work = 0;
+	}
 	for (size_t i = 0; i < ts->nj; i++) {
 		if (adopt_job(w, ts, &ts->jobs[i]))
 			sq_job_clear(&ts->jobs[i]);
@@ -1354,85 +1486,168 @@ static void adopt_claimed(sq_worker *w, tick_state *ts)
 	}
 	free(ts->jobs);
 	ts->jobs = NULL;
-	/* a type with no work: its free slots are not waiting for anything */
-	for (int t = 0; t < w->ntypes; t++)
+	for (int s = 0; s < w->c->nshards; s++)
+		others |= w->rounds[s].busy && w->rounds[s].asking && s != ts->shard;
+	/* a type with no work: its free slots are not waiting for anything
+	 * (while no other shard's claim is out, which may bring some) */
+	for (int t = 0; !others && t < w->ntypes; t++)
 		if (!w->types[t].had_work && !w->types[t].buffer.n && !w->types[t].handed)
 			w->types[t].nfreed = 0;
 }
 
-/* Phase 8: when the next claim goes out, after this tick's claim. */
+/* Phase 8: when the shard's next claim goes out, after this one. */
 static void poll_backoff(sq_worker *w, const tick_state *ts)
 {
-	double now = ts->now;
-	int full_answer = ts->cst == SQ_OK && (int)ts->nj >= ts->asking;
+	double now = ts->at;
+	int s = ts->shard;
+	int full_answer = ts->cst == SQ_OK && ts->pk && (int)ts->nj >= ts->asking;
+	int failed = ts->cst != SQ_OK || !ts->pk || ts->claim_lost;
 	if (ts->woke_only) {
-		/* a full answer: more may be there, on any shard; else the
-		 * polls keep their schedule. A claim that failed, or that a
-		 * failed write aborted, lost its wake-up (the woken shard's
-		 * connection had died unseen, say): a poll after RETRY_S
-		 * instead, backing off from there as after any failed claim */
+		/* a full answer: more may be there; else the polls keep their
+		 * schedule. A claim that failed, or that a failed write
+		 * aborted, lost its wake-up (the shard's connection had died
+		 * unseen, say): a poll after RETRY_S instead, backing off from
+		 * there as after any failed claim */
 		if (full_answer) {
-			w->poll_delay_ms = 0;
-			w->next_claim_at = now;
-		} else if ((ts->cst != SQ_OK || ts->claim_lost) &&
-			   now + RETRY_S < w->next_claim_at) {
-			w->poll_delay_ms = RETRY_S * 1000;
-			w->next_claim_at = now + RETRY_S;
+			w->poll_delay_ms[s] = 0;
+			w->next_claim_at[s] = now;
+		} else if (failed && now + RETRY_S < w->next_claim_at[s]) {
+			w->poll_delay_ms[s] = RETRY_S * 1000;
+			w->next_claim_at[s] = now + RETRY_S;
 		}
-	} else if (ts->cst != SQ_OK || ts->nj == 0) {
-		w->poll_delay_ms = w->poll_delay_ms
-					   ? fmin(w->poll_delay_ms * 2, (double)w->opts.poll_max_ms)
-					   : (double)w->opts.poll_min_ms;
-		w->next_claim_at = now + w->poll_delay_ms / 1000.0;
+	} else if (failed || ts->nj == 0) {
+		w->poll_delay_ms[s] = w->poll_delay_ms[s] ? fmin(w->poll_delay_ms[s] * 2,
+								 (double)w->opts.poll_max_ms)
+							  : (double)w->opts.poll_min_ms;
+		w->next_claim_at[s] = now + w->poll_delay_ms[s] / 1000.0;
 	} else {
-		w->poll_delay_ms = 0;
+		w->poll_delay_ms[s] = 0;
 		/* a full answer: more may be there; a partial one: drained */
-		w->next_claim_at = full_answer ? now : now + (double)w->opts.poll_min_ms / 1000.0;
+		w->next_claim_at[s] =
+			full_answer ? now : now + (double)w->opts.poll_min_ms / 1000.0;
 	}
 }
 
-/*
- * One tick of database work, in one pipeline per shard: completions,
- * failures, heartbeats and starts of buffered jobs for free slots in one
- * transaction, the claim in a second. A write that a shard cannot take now
- * (its partition moving, or moved: the map is reloaded) waits for a later
- * tick on its own; a transaction a shard refuses is isolated, so the
- * others' writes still commit. Nothing here waits on a move.
- */
-static void tick(sq_worker *w, double now, int claiming)
+static void round_free(tick_state *ts)
 {
-	tick_state ts;
-	size_t want[WB_N];
-	ts.now = now;
-	ts.moved = 0;
-	if (!tick_count(w, &ts, claiming, want))
-		return;
-	int ok = 1;
-	for (int k = 0; k < WB_N && ok; k++)
-		ok = !wbatch_alloc(&ts.b[k], want[k]);
-	if (ok) {
-		tick_gather(w, &ts);
-		tick_send(w, &ts);
-		tick_blame(w, &ts);
-		settle_results(w, &ts, WB_COMPLETE);
-		settle_results(w, &ts, WB_FAIL);
-		w->pending = ts.keep;
-		settle_running(w, &ts);
-		/* "moved": the partition is on another shard now; the next
-		 * tick sends there */
-		if (ts.moved && sq_client_refresh_map(w->c, NULL) != SQ_OK)
-			w->c->map_checked_at = 0;
-		if (ts.asking) {
-			adopt_claimed(w, &ts);
-			poll_backoff(w, &ts);
-		} else {
-			sq_jobs_free(ts.jobs, ts.nj);
-		}
-		if (w->opts.on_tick)
-			w->opts.on_tick(&ts.tk, w->opts.tick_arg);
-	}
 	for (int k = 0; k < WB_N; k++)
-		wbatch_free(&ts.b[k]);
+		wbatch_free(&ts->b[k]);
+	memset(ts->b, 0, sizeof(ts->b));
+}
+
+/* The round's answer (or its failure): phases 3 to 8, then the shard may
+ * begin its next round. A write that the shard cannot take now (its
+ * partition moving, or moved: the map is reloaded) waits for a later round
+ * on its own; a transaction the shard refuses is isolated. */
+static void round_end(sq_worker *w, tick_state *ts)
+{
+	double t1 = sq_mono_s();
+	ts->rtt_ms = (t1 - ts->t0) * 1000.0;
+	ts->tk.send_us = (int64_t)(ts->t0 * 1e6);
+	ts->tk.recv_us = (int64_t)(t1 * 1e6);
+	ts->moved = 0;
+	ts->keep = NULL;
+	tick_blame(w, ts);
+	settle_results(w, ts, WB_COMPLETE);
+	settle_results(w, ts, WB_FAIL);
+	for (sq_task *k = ts->keep, *next; k; k = next) {
+		next = k->next;
+		k->next = w->pending;
+		w->pending = k;
+	}
+	settle_running(w, ts);
+	/* "moved": the partition is on another shard now; the next round
+	 * sends there */
+	if (ts->moved && sq_client_refresh_map(w->c, NULL) != SQ_OK)
+		w->c->map_checked_at = 0;
+	if (ts->pk) {
+		adopt_claimed(w, ts);
+		poll_backoff(w, ts);
+	} else {
+		sq_jobs_free(ts->jobs, ts->nj);
+		if (ts->asking) /* the claim could not be pushed */
+			poll_backoff(w, ts);
+	}
+	ts->busy = 0;
+	w->inflight--;
+	round_free(ts);
+	if (w->opts.on_tick)
+		w->opts.on_tick(&ts->tk, w->opts.tick_arg);
+}
+
+static void on_answered(sq_pgconn *pc, const sq_error *err, void *arg)
+{
+	tick_state *ts = arg;
+	(void)pc;
+	ts->sent = err->code;
+	if (err->code != SQ_OK)
+		note_error(ts->w, err);
+	round_end(ts->w, ts);
+}
+
+/* Shard s's next round, when it has anything to do: phases 1 and 2. */
+static void round_begin(sq_worker *w, int s, double now, int claiming)
+{
+	tick_state *ts = &w->rounds[s];
+	size_t want[WB_N];
+	int ok = 1;
+	ts->now = now;
+	if (!tick_count(w, ts, claiming, want))
+		return;
+	for (int k = 0; k < WB_N && ok; k++)
+		ok = !wbatch_alloc(&ts->b[k], want[k]);
+	if (!ok) {
+		round_free(ts);
+		return;
+	}
+	tick_gather(w, ts);
+	tick_send(w, ts);
+}
+
+/* Every shard that is free begins its round: one pipeline per shard, each
+ * answered on its own (see docs/worker.md). The map is looked at first,
+ * so that every write of this pass goes where one map says. */
+static void rounds_begin(sq_worker *w, double now, int claiming)
+{
+	if (w->hold)
+		return;
+	sq_client_check_map(w->c);
+	for (int s = 0; s < w->c->nshards; s++)
+		if (shard_free(w, s))
+			round_begin(w, s, now, claiming);
+}
+
+/* The worker stops with rounds out: each is given up (its connection
+ * dropped), and settled as a failed round would be. */
+static void rounds_abandon(sq_worker *w)
+{
+	for (int s = 0; w->rounds && s < w->c->nshards; s++)
+		if (w->rounds[s].busy)
+			sq_pgconn_abandon(&w->c->shards[s]);
+}
+
+/* Steps that use every shard's connection at once (the schedule's pass;
+ * at shutdown, the release of the buffered jobs) wait until no round is
+ * out; meanwhile none begins (w->hold). */
+static void quiet_steps(sq_worker *w, double now)
+{
+	int held = 0;
+	for (int t = 0; t < w->ntypes; t++)
+		held += w->types[t].buffer.n + w->types[t].handed;
+	/* a claim out when the stop came may have buffered more since */
+	int release = w->stopping && (!w->released || held);
+	int sched = !w->stopping && sq_sched_due(w->sched, now);
+	w->hold = release || sched;
+	if (!w->hold || w->inflight)
+		return;
+	if (release) {
+		release_buffered(w);
+		w->released = 1;
+	}
+	sq_error se;
+	if (sched && sq_sched_tick(w->sched, w->c, &se) != SQ_OK)
+		note_error(w, &se);
+	w->hold = 0;
 }
 
 static void snapshot(sq_worker *w)
@@ -1471,34 +1686,38 @@ void sq_worker_get_stats(sq_worker *w, sq_worker_stats *out)
 	pthread_mutex_unlock(&w->stats_mu);
 }
 
+/* When the loop must look again: the next claim of a shard that may begin
+ * a round, a write due on one (a shard whose round is out answers on its
+ * own: its answer wakes the loop), a lease's end, the grace's, a report. */
 static double next_wake(sq_worker *w, double now)
 {
 	double at = now + 1.0;
+	int nshards = w->c->nshards;
 	if (!w->stopping) {
 		sq_claim_req reqs[SQ_WORKER_MAX_TYPES];
 		int none[SQ_WORKER_MAX_TYPES] = {0};
-		if (claim_limits(w, reqs, none) > 0) {
-			if (w->wake_pending)
-				at = now;
-			else if (w->next_claim_at < at)
-				at = w->next_claim_at;
-		}
+		for (int s = 0; s < nshards && claim_limits(w, reqs, none) > 0; s++)
+			if (shard_free(w, s)) {
+				double due = w->woke[s] ? now : w->next_claim_at[s];
+				at = due < at ? due : at;
+			}
 	}
 	for (sq_task *k = w->running; k; k = k->run_next)
 		if (!k->lost) {
 			double by = atomic_load(&k->stop_by);
-			at = k->hb_due < at ? k->hb_due : at;
+			if (!k->inflight && k->hb_due < at && shard_free(w, task_shard(w, k)))
+				at = k->hb_due;
 			at = by < at ? by : at;
 		}
 	/* results not yet written, and starts for free slots that wait (a
 	 * moving partition, a failed write): when each may be sent again */
 	for (sq_task *k = w->pending; k; k = k->next)
-		if (k->retry_at < at)
+		if (!k->inflight && k->retry_at < at && shard_free(w, task_shard(w, k)))
 			at = k->retry_at;
 	for (int t = 0; !w->stopping && t < w->ntypes; t++)
 		if (w->types[t].running < w->types[t].conc)
 			for (sq_task *k = w->types[t].buffer.head; k; k = k->next)
-				if (k->retry_at < at)
+				if (k->retry_at < at && shard_free(w, task_shard(w, k)))
 					at = k->retry_at;
 	if (w->stopping && w->grace_deadline < at)
 		at = w->grace_deadline;
@@ -1534,17 +1753,11 @@ sq_status sq_worker_run(sq_worker *w, sq_error *err)
 			w->grace_deadline = now + (double)w->opts.grace_ms / 1000.0;
 		}
 		take_finished(w);
-		if (w->stopping && !w->released) {
-			release_buffered(w);
-			w->released = 1;
-		}
 		start_fresh(w, now);
 		check_leases(w, now);
 		relisten(w, now);
-		sq_error se;
-		if (!w->stopping && sq_sched_tick(w->sched, w->c, &se) != SQ_OK)
-			note_error(w, &se);
-		tick(w, now, !w->stopping);
+		quiet_steps(w, now);
+		rounds_begin(w, now, !w->stopping);
 		take_finished(w);
 		start_fresh(w, sq_mono_s());
 		snapshot(w);
@@ -1553,7 +1766,7 @@ sq_status sq_worker_run(sq_worker *w, sq_error *err)
 			if (w->opts.report)
 				w->opts.report(&w->snap, w->opts.report_arg);
 		}
-		if (w->stopping && !w->running && !w->pending)
+		if (w->stopping && w->released && !w->running && !w->pending && !w->inflight)
 			break;
 		if (w->stopping && now >= w->grace_deadline)
 			break;
@@ -1574,6 +1787,8 @@ sq_status sq_worker_run(sq_worker *w, sq_error *err)
 			event_base_loop(w->base, EVLOOP_NONBLOCK);
 		}
 	}
+	rounds_abandon(w);
+	take_finished(w);
 	snapshot(w);
 	if (w->running || w->pending) {
 		int left = 0;
@@ -1630,6 +1845,7 @@ void sq_worker_destroy(sq_worker *w)
 	if (w->base)
 		event_base_free(w->base);
 	sq_sched_free(w->sched);
+	free(w->rounds);
 	sq_client_close(w->c);
 	if (w->wake[0] >= 0)
 		close(w->wake[0]);
