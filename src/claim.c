@@ -592,20 +592,22 @@ void sq_claim_share(sq_client *c, const sq_claim_req *reqs, size_t nreqs,
 {
 	for (size_t k = 0; k < nreqs; k++) {
 		const sq_type_conf *t = sq_config_type(c->cfg, reqs[k].type);
-		double w[SQ_MAX_SHARDS] = {0};
-		int32_t part[SQ_MAX_SHARDS], st[SQ_MAX_SHARDS];
-		for (int i = 0; t && i < c->nshards; i++)
-			w[i] = among[i] || i == s ? fmax(c->yield[i * c->cfg->ntypes +
-								  (int)(t - c->cfg->types)],
-							 0.02)
-						  : 0;
+		double sum = 0, mine = 0;
 		out[k] = reqs[k];
 		if (!t)
 			continue; /* the claim names it as unknown */
-		share(reqs[k].limit, w, c->nshards, c->rotate, part);
-		share_start(reqs[k].start, part, c->nshards, c->rotate, st);
-		out[k].limit = part[s];
-		out[k].start = st[s];
+		for (int i = 0; i < c->nshards; i++)
+			if (among[i] || i == s) {
+				double y = fmax(
+					c->yield[i * c->cfg->ntypes + (int)(t - c->cfg->types)],
+					0.02);
+				sum += y;
+				mine = i == s ? y : mine;
+			}
+		out[k].limit = (int32_t)ceil(reqs[k].limit * mine / sum);
+		out[k].start = (int32_t)ceil(reqs[k].start * mine / sum);
+		if (out[k].start > out[k].limit)
+			out[k].start = out[k].limit;
 	}
 }
 

@@ -17,10 +17,10 @@ typedef struct sq_claim_pending sq_claim_pending;
 sq_claim_pending *sq_claim_push(sq_client *c, const char *worker, const sq_claim_req *reqs,
 				size_t nreqs, const unsigned char *only, sq_error *err);
 /* Shard s's part of each request when the shards marked in `among` (and s)
- * share it, by their recent yield as one claim over them would: out[k] is
- * reqs[k] with the limit and start that fall to s. For a loop that claims
- * on each shard on its own (a worker's), s's claim then being pushed with
- * only s marked. */
+ * share it in proportion to their recent yield, rounded up (a shard is
+ * never left out by rounding): out[k] is reqs[k] with the limit and start
+ * that fall to s. For a loop that claims on each shard on its own (a
+ * worker's), s's claim then being pushed with only s marked. */
 void sq_claim_share(sq_client *c, const sq_claim_req *reqs, size_t nreqs,
 		    const unsigned char *among, int s, sq_claim_req *out);
 /* Before collect: shard s's claim is not read, as if it had not been

@@ -1019,6 +1019,7 @@ typedef struct tick_state {
 	sq_claim_req reqs[SQ_WORKER_MAX_TYPES];
 	int woke_only; /* the claim answers a NOTIFY, not the shard's poll */
 	int asking;    /* jobs the claim asks for; 0: no claim this round */
+	int holding;   /* what it asks for is held for it (w->reserved) */
 	sq_fenced_pending *p[WB_N];
 	sq_claim_pending *pk;
 	int wend;            /* the shard's statements before its claim */
@@ -1074,6 +1075,31 @@ static int claim_due(const sq_worker *w, int s, double now)
 	return now >= w->next_claim_at[s] || w->woke[s];
 }
 
+/* What ts's claim asked for is no longer held for it. */
+static void unhold(sq_worker *w, tick_state *ts)
+{
+	for (int t = 0; ts->holding && t < w->ntypes; t++) {
+		w->reserved[t] -= ts->reqs[t].limit;
+		w->reserved_start[t] -= ts->reqs[t].start;
+	}
+	ts->holding = 0;
+}
+
+/* A claim out for longer than LATE_RTTS claim round trips (at least
+ * LATE_MIN_S) is late (its shard slow, vacuuming, or not answering): what
+ * it asked for is no longer held for it, so that it holds no other shard's
+ * claims back. Should it still answer, a job it claimed straight to
+ * running for which no slot is free waits in the pool's queue. */
+#define LATE_RTTS  4.0
+#define LATE_MIN_S 0.05
+static void unhold_late(sq_worker *w, double now)
+{
+	double late = fmax(LATE_MIN_S, LATE_RTTS * w->rtt_ms / 1000.0);
+	for (int s = 0; s < w->c->nshards; s++)
+		if (w->rounds[s].holding && now - w->rounds[s].t0 > late)
+			unhold(w, &w->rounds[s]);
+}
+
 /* What shard s's claim asks for (ts->reqs; the total returned): its part
  * of what the worker can take, shared by recent yield with the other
  * shards that claim now or have a claim out (each at least one job while
@@ -1085,10 +1111,11 @@ static int round_claim_limits(sq_worker *w, tick_state *ts)
 	sq_claim_req net[SQ_WORKER_MAX_TYPES], gross[SQ_WORKER_MAX_TYPES];
 	unsigned char among[SQ_MAX_SHARDS];
 	int total = 0;
+	unhold_late(w, ts->now);
 	if (claim_limits(w, net, ts->promoting) <= 0)
 		return 0;
 	for (int s = 0; s < c->nshards; s++)
-		among[s] = w->rounds[s].busy ? w->rounds[s].asking > 0
+		among[s] = w->rounds[s].busy ? w->rounds[s].holding
 					     : shard_free(w, s) && claim_due(w, s, ts->now);
 	for (int t = 0; t < w->ntypes; t++) {
 		gross[t] = net[t];
@@ -1124,7 +1151,7 @@ static int tick_count(sq_worker *w, tick_state *ts, int claiming, size_t want[WB
 			want[k->unstarted ? WB_START : WB_HEARTBEAT]++;
 	for (int t = 0; claiming && t < w->ntypes; t++) {
 		wtype *wt = &w->types[t];
-		int f = wt->conc - wt->running - wt->starts_out - w->reserved_start[t];
+		int f = wt->conc - wt->running - wt->starts_out;
 		int ready = f > 0 ? sq_startq_ready(&wt->buffer, now, on_round_shard, ts) : 0;
 		ts->promoting[t] = f > 0 ? (f < ready ? f : ready) : 0;
 		want[WB_START] += (size_t)ts->promoting[t];
@@ -1211,7 +1238,8 @@ static void tick_send(sq_worker *w, tick_state *ts)
 		w->woke[s] = 0;
 		if (!ts->pk)
 			note_error(w, &err);
-		for (int t = 0; ts->pk && t < w->ntypes; t++) {
+		ts->holding = ts->pk != NULL;
+		for (int t = 0; ts->holding && t < w->ntypes; t++) {
 			w->reserved[t] += ts->reqs[t].limit;
 			w->reserved_start[t] += ts->reqs[t].start;
 		}
@@ -1473,11 +1501,9 @@ static void adopt_claimed(sq_worker *w, tick_state *ts)
 	w->claims++;
 	w->rtt_ms = w->have_rtt ? (1 - EWMA) * w->rtt_ms + EWMA * ts->rtt_ms : ts->rtt_ms;
 	w->have_rtt = 1;
-	for (int t = 0; t < w->ntypes; t++) {
-		w->reserved[t] -= ts->reqs[t].limit;
-		w->reserved_start[t] -= ts->reqs[t].start;
+	unhold(w, ts);
+	for (int t = 0; t < w->ntypes; t++)
 		w->types[t].had_work = 0;
-	}
 	for (size_t i = 0; i < ts->nj; i++) {
 		if (adopt_job(w, ts, &ts->jobs[i]))
 			sq_job_clear(&ts->jobs[i]);
@@ -1696,6 +1722,11 @@ static double next_wake(sq_worker *w, double now)
 	if (!w->stopping) {
 		sq_claim_req reqs[SQ_WORKER_MAX_TYPES];
 		int none[SQ_WORKER_MAX_TYPES] = {0};
+		double late = fmax(LATE_MIN_S, LATE_RTTS * w->rtt_ms / 1000.0);
+		unhold_late(w, now);
+		for (int s = 0; s < nshards; s++) /* what a late claim holds frees */
+			if (w->rounds[s].holding && w->rounds[s].t0 + late < at)
+				at = w->rounds[s].t0 + late;
 		for (int s = 0; s < nshards && claim_limits(w, reqs, none) > 0; s++)
 			if (shard_free(w, s)) {
 				double due = w->woke[s] ? now : w->next_claim_at[s];
@@ -1715,7 +1746,7 @@ static double next_wake(sq_worker *w, double now)
 		if (!k->inflight && k->retry_at < at && shard_free(w, task_shard(w, k)))
 			at = k->retry_at;
 	for (int t = 0; !w->stopping && t < w->ntypes; t++)
-		if (w->types[t].running < w->types[t].conc)
+		if (w->types[t].running + w->types[t].starts_out < w->types[t].conc)
 			for (sq_task *k = w->types[t].buffer.head; k; k = k->next)
 				if (k->retry_at < at && shard_free(w, task_shard(w, k)))
 					at = k->retry_at;

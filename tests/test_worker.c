@@ -1514,6 +1514,140 @@ START_TEST(a_shard_that_stops_answering_holds_no_heartbeat_up)
 }
 END_TEST
 
+/* Rounds each shard's answer ended, from the worker's on_tick hook. */
+static atomic_int rounds_ended[SQ_MAX_SHARDS];
+
+static void count_round(const sq_worker_tick *tk, void *arg)
+{
+	(void)arg;
+	atomic_fetch_add(&rounds_ended[tk->shard], 1);
+}
+
+/* The other shards' rounds, summed (all but s2). */
+static int rounds_off_s2(void)
+{
+	int n = 0;
+	for (int s = 0; s < SQ_MAX_SHARDS; s++)
+		n += s == 1 ? 0 : atomic_load(&rounds_ended[s]);
+	return n;
+}
+
+/*
+ * A shard whose answers are held delays no other shard's jobs: s2 is
+ * reached through a proxy that freezes while the worker polls it every
+ * 50 ms, so that s2's round (its claim) is out and stays out; the answer
+ * timeout and the leases are an hour, so the worker waits 450 s for that
+ * answer (an eighth of the lease) before it gives the connection up. Jobs enqueued on the
+ * other shards meanwhile are claimed and completed by those shards' own
+ * rounds. Asserted: each of them completed once, on its first run, while
+ * s2's round was still out (no round of s2 ended from the freeze until
+ * the last of them was done); a loop that waited for every shard's
+ * answer before the next claim stalls here, which the test reports. Once
+ * s2 answers again, a job enqueued there is run too.
+ */
+START_TEST(a_held_shard_delays_no_other_shards_jobs)
+{
+	enum { N = 40 };
+	sq_error err;
+	testdb_proxy px;
+	setup_with("sqt_work_held", "[type h]\nhistory = true\nstarting_timeout = 1h\n"
+				    "execution_timeout = 1h\n");
+	testdb_proxy_start(&px, t.ports[1]);
+	char *direct = testdb_ini(&t, NULL, "\n[connection]\nanswer_timeout = 1h\n");
+	char *ini = testdb_ini_via(direct, t.ports[1], px.port);
+	free(direct);
+	sq_config *cfg;
+	OKE(sq_config_parse(ini, "held.ini", &cfg, &err));
+	free(ini);
+
+	static double run_s = 0.01;
+	sq_worker_opts o;
+	sq_worker *w;
+	pthread_t th;
+	sq_worker_opts_init(&o);
+	o.worker_id = "wHeld";
+	o.poll_min_ms = o.poll_max_ms = 50;
+	o.on_tick = count_round;
+	OKE(sq_worker_create(cfg, &o, &w, &err));
+	OKE(sq_worker_add(w, "h", 8, run_10s, &run_s, &err));
+	test_worker_thread(&th, w);
+
+	/* s2's answers held: its round out for good once the others have
+	 * had 20 rounds since (each polls every 50 ms) */
+	testdb_proxy_freeze(&px, 1);
+	int s2_at = atomic_load(&rounds_ended[1]), others_at = rounds_off_s2();
+	double since = test_now_s();
+	while (rounds_off_s2() - others_at < 20 || atomic_load(&rounds_ended[1]) != s2_at) {
+		if (atomic_load(&rounds_ended[1]) != s2_at) { /* one was still answered */
+			s2_at = atomic_load(&rounds_ended[1]);
+			others_at = rounds_off_s2();
+		}
+		ck_assert_msg(test_now_s() - since < testdb_stall_s(),
+			      "the other shards' rounds did not go on with s2 frozen for %.0fs "
+			      "(%d rounds of theirs since the freeze, %d of s2's)",
+			      testdb_stall_s(), rounds_off_s2() - others_at,
+			      atomic_load(&rounds_ended[1]));
+		usleep(20000);
+	}
+	s2_at = atomic_load(&rounds_ended[1]);
+
+	int others = enqueue_off_s2(t.client, "held", N, 0, NULL);
+	const char *done_sql = "SELECT count(*) FROM shardq.jobs_history WHERE status = "
+			       "'completed' AND task = 'h'";
+	long long done = 0, last = -1;
+	double started = test_now_s();
+	since = started;
+	sq_worker_stats st;
+	while ((done = testdb_sum(&t, done_sql)) < others) {
+		if (done != last) {
+			last = done;
+			since = test_now_s();
+		}
+		sq_worker_get_stats(w, &st);
+		ck_assert_msg(test_now_s() - since < testdb_stall_s(),
+			      "%lld of %d jobs on the other shards completed while s2's answer "
+			      "was held, and none for %.0fs: their claims wait for s2's round "
+			      "(the worker's last error: %s)",
+			      done, others, testdb_stall_s(), st.last_error);
+		usleep(20000);
+	}
+	printf("%d jobs off s2 completed in %.2fs with s2's round held; %d rounds of the "
+	       "other shards meanwhile\n",
+	       others, test_now_s() - started, rounds_off_s2() - others_at);
+	ck_assert_msg(atomic_load(&rounds_ended[1]) == s2_at,
+		      "a round of s2 ended while its answers were held (%d, was %d): the jobs "
+		      "above may have waited for it",
+		      atomic_load(&rounds_ended[1]), s2_at);
+	sq_worker_get_stats(w, &st);
+	ck_assert_msg(st.types[0].lost == 0, "%llu writes answered lost",
+		      (unsigned long long)st.types[0].lost);
+	ck_assert_int_eq(testdb_sum(&t,
+				    "SELECT count(DISTINCT id) FROM shardq.jobs_history "
+				    "WHERE status = 'completed' AND task = 'h' AND attempt = 1"),
+			 others);
+
+	/* s2 answers again: its held round ends, and a job there is run */
+	testdb_proxy_freeze(&px, 0);
+	enqueue_on_s2("heldback");
+	since = test_now_s();
+	while (testdb_scalar(&t, 1, done_sql) < 1) {
+		sq_worker_get_stats(w, &st);
+		ck_assert_msg(test_now_s() - since < testdb_stall_s(),
+			      "s2 answers again, but its job was not run within %.0fs; the "
+			      "worker's last error: %s",
+			      testdb_stall_s(), st.last_error);
+		usleep(20000);
+	}
+	sq_worker_stop(w, 0);
+	pthread_join(th, NULL);
+	sq_worker_destroy(w);
+	h_jobs_ran_once();
+	testdb_proxy_stop(&px);
+	sq_config_free(cfg);
+	cleanup();
+}
+END_TEST
+
 /*
  * A LISTEN connection that dies unseen: the connections through a proxy in
  * front of s2 lose their shard side, while their worker side stays open
@@ -1930,6 +2064,7 @@ int main(void)
 	ADD_CASE(s, a_slow_name_lookup_holds_no_relisten_up, 3600);
 	ADD_CASE(s, a_shard_that_vanishes_holds_no_relisten_up, 3600);
 	ADD_CASE(s, a_shard_that_stops_answering_holds_no_heartbeat_up, 3600);
+	ADD_CASE(s, a_held_shard_delays_no_other_shards_jobs, 3600);
 	ADD_CASE(s, a_listen_connection_that_died_unseen_is_made_again, 3600);
 	ADD_CASE(s, a_claim_that_fails_after_a_wake_up_is_made_again, 3600);
 	ADD_CASE(s, a_host_name_whose_first_address_is_gone_is_reached_at_the_next, 3600);
