@@ -62,6 +62,8 @@ sq_job_result bench_handler(const sq_job *job, void *arg, char *errbuf, size_t e
 	(void)errbuf;
 	(void)errlen;
 	job_started(a->t, job->params, job->shard, a->type_idx);
+	if (job->attempt > 1)
+		atomic_fetch_add_explicit(&a->t->reruns, 1, memory_order_relaxed);
 	job_execute(a->type, job->id);
 	atomic_fetch_add_explicit(&a->t->handled, 1, memory_order_relaxed);
 	return SQ_RESULT_DONE;

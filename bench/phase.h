@@ -29,6 +29,9 @@ int env_find_servers(bench_env *env, char *err, size_t errlen);
 
 /* Writes the shardq config the bench uses for the scenario into out. */
 int phase_shardq_config(const scenario *sc, char *out, size_t outlen);
+/* The same with the last shard's weight (< 0: none written; a [rebalance]
+ * run starts it at 0). */
+int phase_shardq_config_weight(const scenario *sc, double last_weight, char *out, size_t outlen);
 
 /* Runs shardq: fresh cluster, `backlog` jobs preloaded, worker processes,
  * producers, until the step's jobs are done. Fills ph (ph->ok). */

@@ -9,6 +9,7 @@
 #include "phase.h"
 #include "preload.h"
 #include "producer.h"
+#include "rebalance.h"
 #include "workerproc.h"
 
 #include <stdio.h>
@@ -19,6 +20,11 @@
 #include <unistd.h>
 
 int phase_shardq_config(const scenario *sc, char *out, size_t outlen)
+{
+	return phase_shardq_config_weight(sc, sc->rebalance ? 0 : -1, out, outlen);
+}
+
+int phase_shardq_config_weight(const scenario *sc, double last_weight, char *out, size_t outlen)
 {
 	size_t k = 0;
 #define ADD(...)                                                     \
@@ -32,9 +38,13 @@ int phase_shardq_config(const scenario *sc, char *out, size_t outlen)
 	ADD("[cluster]\npartitions = %u\nnotify = %s\n\n", sc->partitions,
 	    sc->notify ? "true" : "false");
 	ADD("[connection]\napplication_name = shardq-bench\nstatement_timeout = 120s\n\n");
-	for (int s = 0; s < sc->nshards; s++)
-		ADD("[shard s%d]\ndsn = host=%s port=%d dbname=%s user=postgres\n\n", s + 1,
+	for (int s = 0; s < sc->nshards; s++) {
+		ADD("[shard s%d]\ndsn = host=%s port=%d dbname=%s user=postgres\n", s + 1,
 		    sc->host[s], sc->port[s], sc->database);
+		if (s == sc->nshards - 1 && last_weight >= 0)
+			ADD("weight = %g\n", last_weight);
+		ADD("\n");
+	}
 	for (int i = 0; i < sc->ntypes; i++)
 		ADD("[type %s]\n\n", sc->types[i].name);
 #undef ADD
@@ -82,6 +92,7 @@ static void fill(phase *ph, tally *t, int64_t t0, int nshards)
 	ph->completed = atomic_load(&t->completed);
 	ph->lost = atomic_load(&t->lost);
 	ph->handled = atomic_load(&t->handled);
+	ph->reruns = atomic_load(&t->reruns);
 	ph->enq_s = window_s(atomic_load(&t->first_enq), atomic_load(&t->last_enq));
 	ph->claim_s = window_s(atomic_load(&t->first_claim), atomic_load(&t->last_claim));
 	ph->complete_s = window_s(atomic_load(&t->first_complete), atomic_load(&t->last_complete));
@@ -129,7 +140,7 @@ static void account(bench_env *env, phase *ph, uint64_t expect_enq, int64_t back
 		PQfinish(c);
 		per_shard += ph->per_shard[s];
 	}
-	uint64_t total = (uint64_t)backlog + ph->enqueued;
+	uint64_t total = (uint64_t)backlog + (uint64_t)ph->live + ph->enqueued;
 	const char *why = NULL;
 	if (expect_enq && ph->enqueued != expect_enq)
 		why = "not every job was enqueued";
@@ -203,6 +214,27 @@ static int setup_cluster(bench_env *env, sq_config **cfg, sq_client **c, char *e
 	return 0;
 }
 
+/* A [rebalance] run: its windows, and the live jobs that wait on the
+ * shards it starts with. */
+static int preload_rebalance(bench_env *env, sq_client *c, phase *ph, char *err, size_t errlen)
+{
+	const scenario *sc = env->sc;
+	if (!(ph->rb = calloc(1, sizeof(*ph->rb))) || rb_result_init(ph->rb)) {
+		snprintf(err, errlen, "out of memory");
+		return -1;
+	}
+	if (sc->rb_live <= 0)
+		return 0;
+	if (!env->quiet)
+		fprintf(stderr,
+			"shardq  preloading %lld live jobs (keyed, of a type no worker runs)...\n",
+			(long long)sc->rb_live);
+	if (preload_live(sc, c, sc->rb_live, &ph->preload_s, &ph->vacuum_s, err, errlen))
+		return -1;
+	ph->live = sc->rb_live;
+	return 0;
+}
+
 void phase_shardq(bench_env *env, int64_t backlog, phase *ph)
 {
 	const scenario *sc = env->sc;
@@ -213,7 +245,9 @@ void phase_shardq(bench_env *env, int64_t backlog, phase *ph)
 	int nprocs = 0;
 	producer_set ps;
 	monitor mon;
-	int mon_on = 0, prod_on = 0;
+	int mon_on = 0, prod_on = 0, rb_on = 0;
+	rb_driver rb;
+	static char rb_in[TALLY_CONFIG_MAX], rb_out[TALLY_CONFIG_MAX];
 	char err[1024] = "";
 	bench_daemon dm;
 	double d0 = -1;
@@ -245,6 +279,8 @@ void phase_shardq(bench_env *env, int64_t backlog, phase *ph)
 		goto fail;
 	}
 	if (setup_cluster(env, &cfg, &c, err, sizeof(err)))
+		goto fail;
+	if (sc->rebalance && preload_rebalance(env, c, ph, err, sizeof(err)))
 		goto fail;
 	if (backlog > 0) {
 		if (!env->quiet)
@@ -300,10 +336,17 @@ void phase_shardq(bench_env *env, int64_t backlog, phase *ph)
 			    sc->duration_ms ? t0 + sc->duration_ms * 1000 : 0, err, sizeof(err)))
 		goto fail;
 	prod_on = 1;
+	if (sc->rebalance && (phase_shardq_config_weight(sc, 1, rb_in, sizeof(rb_in)) ||
+			      phase_shardq_config_weight(sc, 0, rb_out, sizeof(rb_out)) ||
+			      rb_start(&rb, sc, rb_in, rb_out, t, t0, ph->rb, err, sizeof(err))))
+		goto fail;
+	rb_on = sc->rebalance;
 	uint64_t last_done = 0;
 	int64_t last_progress = t0;
 	for (;;) {
 		uint64_t target = 0;
+		if (rb_on && rb_finished(&rb) && producers_running(&ps))
+			producers_stop(&ps); /* the last steady window is over */
 		if (!sc->producers)
 			target = sc->jobs ? (uint64_t)sc->jobs : (uint64_t)backlog;
 		else if (sc->jobs && !sc->duration_ms)
@@ -363,6 +406,14 @@ void phase_shardq(bench_env *env, int64_t backlog, phase *ph)
 		goto fail;
 	}
 	prod_on = 0;
+	if (rb_on) {
+		rb_join(&rb, 0);
+		rb_on = 0;
+		if (!ph->rb->ok) {
+			snprintf(err, sizeof(err), "%s", ph->rb->error);
+			goto fail;
+		}
+	}
 	if (workerproc_stop(t, pids, nprocs, 120, err, sizeof(err))) {
 		nprocs = 0;
 		goto fail;
@@ -397,6 +448,8 @@ void phase_shardq(bench_env *env, int64_t backlog, phase *ph)
 fail:
 	ph->ok = 0;
 	snprintf(ph->error, sizeof(ph->error), "%s", err);
+	if (rb_on)
+		rb_join(&rb, 1);
 	if (prod_on) {
 		char e2[256];
 		producers_stop(&ps);

@@ -26,6 +26,7 @@ typedef struct loader {
 	int shard;
 	int64_t first, n; /* job numbers first .. first+n-1 */
 	int vacuum;       /* 0: COPY; 1: VACUUM ANALYZE */
+	int live;         /* keyed jobs of type PRELOAD_PARKED (preload_live) */
 	int64_t rows;
 	int failed;
 	char err[1024];
@@ -53,7 +54,10 @@ static void copy_rows(loader *l, PGconn *pc)
 		l->failed = 1;
 		return;
 	}
-	r = PQexec(pc, "COPY shardq.jobs (id, partition, task, params, max_attempts) FROM STDIN");
+	r = PQexec(pc, l->live ? "COPY shardq.jobs (id, partition, task, params, max_attempts, "
+				 "active_uid) FROM STDIN"
+			       : "COPY shardq.jobs (id, partition, task, params, max_attempts) "
+				 "FROM STDIN");
 	if (PQresultStatus(r) != PGRES_COPY_IN) {
 		snprintf(l->err, sizeof(l->err), "shard %d: cannot start COPY: %s", l->shard + 1,
 			 PQerrorMessage(pc));
@@ -65,13 +69,20 @@ static void copy_rows(loader *l, PGconn *pc)
 	PQclear(r);
 	for (int64_t j = 0; j < l->n; j++) {
 		int64_t u = l->first + j;
-		uint32_t part = (uint32_t)(XXH3_64bits(&u, sizeof(u)) & mask);
+		char key[32] = "";
+		int klen = l->live ? snprintf(key, sizeof(key), "live-%lld", (long long)j) : 0;
+		uint32_t part = l->live ? sq_partition_of_key(key, (size_t)klen, sc->partitions)
+					: (uint32_t)(XXH3_64bits(&u, sizeof(u)) & mask);
 		if (l->map[part] != l->shard)
 			continue;
 		int64_t id = (int64_t)(((uint64_t)u << 16) | part);
 		used += (size_t)snprintf(
-			buf + used, 512, "%lld\t%u\t%s\t{\"b\":1}\t%d\n", (long long)id, part,
-			sc->types[scenario_type_of(sc, (uint64_t)j)].name, MAX_ATTEMPTS);
+			buf + used, 512, "%lld\t%u\t%s\t{\"b\":1}\t%d", (long long)id, part,
+			l->live ? PRELOAD_PARKED
+				: sc->types[scenario_type_of(sc, (uint64_t)j)].name,
+			MAX_ATTEMPTS);
+		used += (size_t)(l->live ? snprintf(buf + used, 512, "\t%s\n", key)
+					 : snprintf(buf + used, 512, "\n"));
 		l->rows++;
 		if (used >= COPY_CHUNK) {
 			if (put(pc, buf, used, l))
@@ -143,7 +154,7 @@ static int take_numbers(const scenario *sc, int64_t n, int64_t *first, char *err
 }
 
 static int run_loaders(const scenario *sc, const int *map, int64_t first, int64_t n, int vacuum,
-		       char *err, size_t errlen)
+		       int live, char *err, size_t errlen)
 {
 	loader *ls = calloc((size_t)sc->nshards, sizeof(*ls));
 	pthread_t *th = calloc((size_t)sc->nshards, sizeof(*th));
@@ -155,7 +166,7 @@ static int run_loaders(const scenario *sc, const int *map, int64_t first, int64_
 		return -1;
 	}
 	for (int s = 0; s < sc->nshards; s++) {
-		ls[s] = (loader){sc, map, s, first, n, vacuum, 0, 0, ""};
+		ls[s] = (loader){sc, map, s, first, n, vacuum, live, 0, 0, ""};
 		if (pthread_create(&th[s], NULL, loader_main, &ls[s])) {
 			snprintf(err, errlen, "cannot start a preload thread");
 			rc = -1;
@@ -175,8 +186,8 @@ static int run_loaders(const scenario *sc, const int *map, int64_t first, int64_
 	return rc;
 }
 
-int preload_jobs(const scenario *sc, sq_client *c, int64_t n, double *copy_s, double *vacuum_s,
-		 char *err, size_t errlen)
+static int preload(const scenario *sc, sq_client *c, int64_t n, int live, double *copy_s,
+		   double *vacuum_s, char *err, size_t errlen)
 {
 	int64_t first, t0, t1;
 	*copy_s = *vacuum_s = 0;
@@ -193,12 +204,24 @@ int preload_jobs(const scenario *sc, sq_client *c, int64_t n, double *copy_s, do
 	for (uint32_t p = 0; p < sc->partitions; p++)
 		map[p] = sq_client_shard_of_partition(c, p);
 	t0 = mono_us();
-	int rc = run_loaders(sc, map, first, n, 0, err, errlen);
+	int rc = run_loaders(sc, map, first, n, 0, live, err, errlen);
 	t1 = mono_us();
 	*copy_s = (double)(t1 - t0) / 1e6;
 	if (!rc)
-		rc = run_loaders(sc, map, first, n, 1, err, errlen);
+		rc = run_loaders(sc, map, first, n, 1, live, err, errlen);
 	*vacuum_s = (double)(mono_us() - t1) / 1e6;
 	free(map);
 	return rc;
+}
+
+int preload_jobs(const scenario *sc, sq_client *c, int64_t n, double *copy_s, double *vacuum_s,
+		 char *err, size_t errlen)
+{
+	return preload(sc, c, n, 0, copy_s, vacuum_s, err, errlen);
+}
+
+int preload_live(const scenario *sc, sq_client *c, int64_t n, double *copy_s, double *vacuum_s,
+		 char *err, size_t errlen)
+{
+	return preload(sc, c, n, 1, copy_s, vacuum_s, err, errlen);
 }

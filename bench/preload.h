@@ -16,5 +16,14 @@
  */
 int preload_jobs(const scenario *sc, sq_client *c, int64_t n, double *copy_s, double *vacuum_s,
 		 char *err, size_t errlen);
+/* The same for n live jobs that wait: ready, keyed ("live-N", partition
+ * from the key as sq_enqueue places it), of type PRELOAD_PARKED, which no
+ * worker of the bench runs: they stay while they move with their
+ * partitions. (Not scheduled ahead: a claim that finds fewer ready jobs
+ * than it asks for reads past every job of its type scheduled later,
+ * which would be measured instead; see docs/benchmarks.md.) */
+#define PRELOAD_PARKED "parked"
+int preload_live(const scenario *sc, sq_client *c, int64_t n, double *copy_s, double *vacuum_s,
+		 char *err, size_t errlen);
 
 #endif

@@ -223,6 +223,35 @@ int report_figures(const step *st, int extra, report_fig *out, int max)
 	return n < max ? n : max;
 }
 
+/* A [rebalance] run's windows: completions/s and pickup p99 in each, and
+ * the moves of the two rebalances. */
+static void rebalance_table(FILE *f, const phase *q)
+{
+	const rb_result *rb = q->rb;
+	fprintf(f,
+		"\n  rebalance: the last shard added (weight 1), then drained (weight 0), %lld "
+		"live jobs waiting; re-runs (attempt 2 or later): %llu\n",
+		(long long)q->live, (unsigned long long)q->reruns);
+	fprintf(f, "  %-9s %7s %7s %14s %10s %10s %6s %8s %10s %11s %11s %6s\n", "window", "from s",
+		"to s", "completions/s", "p50 ms", "p99 ms", "sets", "parts", "rows", "stall max",
+		"stall mean", ">100ms");
+	for (int w = 0; w < RB_NWIN; w++) {
+		const rb_window *x = &rb->w[w];
+		double len = x->t1 - x->t0;
+		if (x->t1 <= 0)
+			continue;
+		fprintf(f, "  %-9s %7.1f %7.1f %14.0f %10.1f %10.1f", rb_window_names[w], x->t0,
+			x->t1, len > 0 ? (double)x->done / len : 0, pct_ms(x->e2s, 50),
+			pct_ms(x->e2s, 99));
+		if (w == RB_ADDING || w == RB_DRAINING)
+			fprintf(f, " %6d %8lld %10lld %11.1f %11.1f %6d\n", x->moves,
+				(long long)x->parts, (long long)x->rows, x->stall_max_ms,
+				x->moves ? x->stall_sum_ms / x->moves : 0, x->stalls_over_100ms);
+		else
+			fprintf(f, "\n");
+	}
+}
+
 static void step_table(FILE *f, const run_result *r, const step *st)
 {
 	const scenario *sc = r->sc;
@@ -289,10 +318,9 @@ static void step_table(FILE *f, const run_result *r, const step *st)
 				q->slot_idle >= 0 ? 1 - q->slot_idle : 0);
 		else
 			fprintf(f,
-				"\n  shardq worker ticks (one pipeline per shard: writes, then the "
-				"claim): %llu with a claim, %.1f jobs started and %.1f completed "
-				"per "
-				"tick; idle slot share %.3f\n",
+				"\n  shardq worker rounds (one pipeline to one shard: writes, then "
+				"the claim): %llu with a claim, %.1f jobs started and %.1f "
+				"completed per round; idle slot share %.3f\n",
 				(unsigned long long)q->claims,
 				q->claims ? (double)q->started / (double)q->claims : 0,
 				q->claims ? (double)q->completed / (double)q->claims : 0,
@@ -348,6 +376,8 @@ static void step_table(FILE *f, const run_result *r, const step *st)
 				"%.0f "
 				"(last / first %.2f)\n",
 				qr[0], qr[1], qr[2], qr[3], qr[0] > 0 ? qr[3] / qr[0] : 0);
+		if (q->rb)
+			rebalance_table(f, q);
 		if (st->ph[PH_C].ran && st->ph[PH_C].e2e_rate > 0 && q->e2e_rate > 0)
 			fprintf(f, "  shardq end-to-end is %.2f of the raw limit (c)\n",
 				q->e2e_rate / st->ph[PH_C].e2e_rate);
@@ -444,6 +474,26 @@ static json_t *pcts(const hist *h)
 	json_object_set_new(o, "mean", num(h && hist_count(h) ? hist_mean(h) / 1000.0 : -1));
 	json_object_set_new(o, "count", json_integer((json_int_t)(h ? hist_count(h) : 0)));
 	return o;
+}
+
+static json_t *rebalance_json(const phase *ph)
+{
+	json_t *a = json_array();
+	for (int w = 0; w < RB_NWIN; w++) {
+		const rb_window *x = &ph->rb->w[w];
+		double len = x->t1 - x->t0;
+		json_array_append_new(
+			a, json_pack("{s:s,s:f,s:f,s:f,s:o,s:o,s:i,s:I,s:I,s:f,s:f,s:i}", "window",
+				     rb_window_names[w], "from_s", x->t0, "to_s", x->t1,
+				     "completions_per_s", len > 0 ? (double)x->done / len : 0.0,
+				     "e2s_p50_ms", num(pct_ms(x->e2s, 50)), "e2s_p99_ms",
+				     num(pct_ms(x->e2s, 99)), "sets", x->moves, "partitions",
+				     (json_int_t)x->parts, "rows", (json_int_t)x->rows,
+				     "stall_max_ms", x->stall_max_ms, "stall_mean_ms",
+				     x->moves ? x->stall_sum_ms / x->moves : 0.0,
+				     "stalls_over_100ms", x->stalls_over_100ms));
+	}
+	return json_pack("{s:I,s:o}", "live", (json_int_t)ph->live, "windows", a);
 }
 
 static json_t *phase_json(const phase *ph, const phase *base)
@@ -605,6 +655,9 @@ static json_t *phase_json(const phase *ph, const phase *base)
 						     num(s->e2s_p99_ms)));
 	}
 	json_object_set_new(o, "series", ser);
+	json_object_set_new(o, "reruns", json_integer((json_int_t)ph->reruns));
+	if (ph->rb)
+		json_object_set_new(o, "rebalance", rebalance_json(ph));
 	return o;
 }
 

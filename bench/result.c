@@ -1,4 +1,5 @@
-/* result.c - allocation of a phase's histograms and time series. */
+/* result.c - allocation of a phase's histograms and time series, and of a
+ * [rebalance] run's windows. */
 #include "result.h"
 
 #include <stdlib.h>
@@ -30,6 +31,11 @@ void phase_free(phase *p)
 	free(p->complete_rtt);
 	free(p->e2s_warm);
 	free(p->series);
+	if (p->rb) {
+		rb_result_free(p->rb);
+		free(p->rb);
+		p->rb = NULL;
+	}
 	p->e2s = p->claim_rtt = p->enq_rtt = p->start_rtt = p->complete_rtt = p->e2s_warm = NULL;
 	p->series = NULL;
 	p->nseries = p->capseries = 0;
@@ -46,4 +52,23 @@ void phase_add_sample(phase *p, const sample *s)
 		p->capseries = cap;
 	}
 	p->series[p->nseries++] = *s;
+}
+
+const char *const rb_window_names[RB_NWIN] = {"before", "adding", "between", "draining", "after"};
+
+int rb_result_init(rb_result *r)
+{
+	memset(r, 0, sizeof(*r));
+	for (int i = 0; i < RB_NWIN; i++)
+		if (!(r->w[i].e2s = calloc(1, sizeof(hist))))
+			return -1;
+	return 0;
+}
+
+void rb_result_free(rb_result *r)
+{
+	for (int i = 0; r && i < RB_NWIN; i++) {
+		free(r->w[i].e2s);
+		r->w[i].e2s = NULL;
+	}
 }

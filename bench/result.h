@@ -42,6 +42,32 @@ typedef struct daemon_stats {
 	double sum_claim_s, sum_complete_s, sum_enqueue_s;
 } daemon_stats;
 
+/* A [rebalance] run (bench/rebalance.c): its stretches, plain running or
+ * one rebalance under way. */
+enum { RB_BEFORE, RB_ADDING, RB_BETWEEN, RB_DRAINING, RB_AFTER, RB_NWIN };
+
+typedef struct rb_window {
+	double t0, t1; /* seconds since the phase began */
+	uint64_t done; /* completions within it */
+	hist *e2s;     /* enqueue-to-start of the jobs started within it */
+	int moves;     /* sets moved (the two rebalance windows) */
+	int64_t parts; /* partitions moved */
+	int64_t rows;  /* rows copied */
+	double stall_max_ms, stall_sum_ms;
+	int stalls_over_100ms;
+} rb_window;
+
+typedef struct rb_result {
+	int ok;
+	char error[512];
+	rb_window w[RB_NWIN];
+} rb_result;
+
+extern const char *const rb_window_names[RB_NWIN];
+/* Allocates the windows' histograms; 0 or -1. */
+int rb_result_init(rb_result *r);
+void rb_result_free(rb_result *r);
+
 typedef struct phase {
 	char key[16];    /* "shardq", "a", "b", "c" */
 	char title[160]; /* what ran */
@@ -70,6 +96,9 @@ typedef struct phase {
 	daemon_stats daemon;
 	sample *series;
 	size_t nseries, capseries;
+	uint64_t reruns;      /* handler runs of a job's attempt 2 or later */
+	int64_t live;         /* [rebalance] live jobs that waited throughout */
+	struct rb_result *rb; /* a [rebalance] run's windows; NULL: none */
 	stmt_stat stmts[PHASE_MAX_STMTS];
 	int nstmts;
 } phase;

@@ -329,6 +329,29 @@ static int parse_via(const char *s)
 	return !strcmp(s, "library") ? 0 : !strcmp(s, "http") ? 1 : -1;
 }
 
+/* [rebalance] */
+static void on_rebalance_key(ctx *x, const char *sec, const char *key, const char *v)
+{
+	scenario *sc = x->sc;
+	int64_t n;
+	sc->rebalance = 1;
+	if (!strcmp(key, "live")) {
+		if (int_in(x, sec, key, v, 0, 100000000, &n))
+			sc->rb_live = n;
+	} else if (!strcmp(key, "steady")) {
+		int64_t us = parse_us(v);
+		if (us < 1000000 || us > 3600000000LL)
+			bad(x, sec, key, "'%s' is not a duration in 1s..1h", v);
+		else
+			sc->rb_steady_ms = us / 1000;
+	} else if (!strcmp(key, "set_size")) {
+		if (int_in(x, sec, key, v, 1, 65536, &n))
+			sc->rb_set_size = (int)n;
+	} else {
+		bad(x, sec, key, "unknown key (known: live, steady, set_size)");
+	}
+}
+
 static int on_key(void *user, const char *sec, const char *key, const char *v)
 {
 	ctx *x = user;
@@ -337,8 +360,14 @@ static int on_key(void *user, const char *sec, const char *key, const char *v)
 	int b;
 	if (!strncmp(sec, "type ", 5))
 		return on_type_key(x, sec, sec + 5, key, v);
+	if (!strcmp(sec, "rebalance"))
+		sc->rebalance = 1;
 	if (!key)
 		return 1;
+	if (!strcmp(sec, "rebalance")) {
+		on_rebalance_key(x, sec, key, v);
+		return 1;
+	}
 	if (!strcmp(sec, "scenario")) {
 		if (!strcmp(key, "name"))
 			snprintf(sc->name, sizeof(sc->name), "%s", v);
@@ -511,7 +540,7 @@ static int on_key(void *user, const char *sec, const char *key, const char *v)
 	} else {
 		bad(x, sec, NULL,
 		    "unknown section (known: scenario, shards, producers, workers, daemon, type "
-		    "NAME, run, baselines)");
+		    "NAME, run, baselines, rebalance)");
 	}
 	return 1;
 }
@@ -556,6 +585,31 @@ static void defaults(scenario *sc)
 	sc->base_claim = 100;
 	sc->raw_batch = 1000;
 	sc->raw_conns = 4;
+	sc->rb_steady_ms = 10000;
+	sc->rb_set_size = 256;
+}
+
+/* A [rebalance] run: its length is the moves', on a shard to add. */
+static void check_rebalance(ctx *x)
+{
+	scenario *sc = x->sc;
+	if (sc->jobs || sc->duration_ms)
+		bad(x, "run", sc->jobs ? "jobs" : "duration",
+		    "a [rebalance] run lasts as long as its moves and steady periods take; "
+		    "leave jobs and duration out");
+	if (sc->nshards < 2)
+		bad(x, "shards", "hosts",
+		    "a [rebalance] run needs two shards at least (the last one is added and "
+		    "drained)");
+	if (!sc->producers)
+		bad(x, "producers", "count", "a [rebalance] run needs producers");
+	if (sc->nsteps > 1 || sc->backlog[0] || sc->nrates > 1)
+		bad(x, "run", "backlog",
+		    "a [rebalance] run has one step and no ready backlog ([rebalance] live "
+		    "gives it jobs that wait)");
+	if (sc->workers_http || sc->producers_http)
+		bad(x, "rebalance", NULL, "a [rebalance] run drives library workers and producers");
+	sc->run_a = sc->run_b = sc->run_c = 0;
 }
 
 /* Checks that need the whole file. */
@@ -565,7 +619,9 @@ static void check(ctx *x)
 	x->line = 0;
 	if (x->seen_jobs && x->seen_duration)
 		bad(x, "run", NULL, "give jobs or duration, not both");
-	if (!sc->jobs && !sc->duration_ms) {
+	if (sc->rebalance)
+		check_rebalance(x);
+	else if (!sc->jobs && !sc->duration_ms) {
 		int any_backlog = 0;
 		for (int i = 0; i < sc->nsteps; i++)
 			any_backlog |= sc->backlog[i] > 0;

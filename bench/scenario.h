@@ -73,6 +73,17 @@ typedef struct scenario {
 	int64_t stall_ms;              /* ... and one with no completion this long */
 	int sample_ms;                 /* time series resolution */
 	int run_a, run_b, run_c;       /* which baselines run */
+	/* [rebalance]: the last shard of `hosts` starts with weight 0 (no
+	 * partitions); while producers and workers run, it is rebalanced in
+	 * (weight 1), then drained out again (weight 0), with rb_steady_ms of
+	 * plain running before, between and after; rb_live keyed jobs of a
+	 * type no worker runs wait in the queue and move with their
+	 * partitions. The run lasts as long as that takes ([run] jobs and
+	 * duration are not given); no baseline runs. */
+	int rebalance;
+	int64_t rb_live;
+	int64_t rb_steady_ms;
+	int rb_set_size;
 	/* [baselines] */
 	int base_workers;   /* connections claiming in (a) and (b) */
 	int base_producers; /* connections enqueueing in (a) and (b) */

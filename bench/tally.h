@@ -41,6 +41,7 @@ typedef struct tally {
 	_Atomic uint64_t started, starts;
 	_Atomic uint64_t completed, completes, lost;
 	_Atomic uint64_t handled, handled_backlog, retried;
+	_Atomic uint64_t reruns; /* handler runs of a job's attempt 2 or later */
 	/* monotonic microseconds; 0 = not yet */
 	_Atomic int64_t first_enq, last_enq, first_claim, last_claim, first_start, last_start,
 		first_complete, last_complete;

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -154,6 +155,7 @@ pid_t workerproc_spawn(int fd, int idx, char *err, size_t errlen)
 	self[n] = '\0';
 	snprintf(fds, sizeof(fds), "%d", fd);
 	snprintf(idxs, sizeof(idxs), "%d", idx);
+	pid_t parent = getpid();
 	pid_t pid = fork();
 	if (pid < 0) {
 		snprintf(err, errlen, "cannot start worker process %d: %s", idx, strerror(errno));
@@ -161,6 +163,12 @@ pid_t workerproc_spawn(int fd, int idx, char *err, size_t errlen)
 	}
 	if (pid == 0) {
 		char *argv[] = {self, "--worker-process", fds, idxs, NULL};
+		/* a bench killed outright takes its workers with it: left running,
+		 * they would claim the next run's jobs from a database of the
+		 * same name and make its counts wrong */
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (getppid() != parent)
+			_exit(127);
 		int fl = fcntl(fd, F_GETFD);
 		if (fl >= 0)
 			fcntl(fd, F_SETFD, fl & ~FD_CLOEXEC);
