@@ -1629,15 +1629,7 @@ START_TEST(a_held_shard_delays_no_other_shards_jobs)
 	/* s2 answers again: its held round ends, and a job there is run */
 	testdb_proxy_freeze(&px, 0);
 	enqueue_on_s2("heldback");
-	since = test_now_s();
-	while (testdb_scalar(&t, 1, done_sql) < 1) {
-		sq_worker_get_stats(w, &st);
-		ck_assert_msg(test_now_s() - since < testdb_stall_s(),
-			      "s2 answers again, but its job was not run within %.0fs; the "
-			      "worker's last error: %s",
-			      testdb_stall_s(), st.last_error);
-		usleep(20000);
-	}
+	await_s2_job(w, "enqueued once s2 answered again");
 	sq_worker_stop(w, 0);
 	pthread_join(th, NULL);
 	sq_worker_destroy(w);
