@@ -85,6 +85,18 @@ SELECT pg_advisory_xact_lock(1397837139, q.k) FROM (
 -- claim_limited; `t` holds (task, lim, lease_ms, start) and $4 is the
 -- worker.
 --
+-- The ready jobs are taken priority by priority, highest first: a
+-- recursive step finds the next priority that has ready jobs (one descent
+-- of jobs_ready each; there are few priorities), and within it come first
+-- the jobs whose order key is past (jobs_ready up to now: a range that
+-- ends at the first job not yet due), then the due jobs whose tolerance
+-- runs past now (jobs_tolerant, which skips a job not yet due on the index
+-- tuple). So a claim never reads the jobs scheduled for later, however
+-- many there are: one ordered scan of jobs_ready with a filter on
+-- schedule_time read every one of them whenever the type had fewer due
+-- jobs than the claim asked for. Every job due now is in one arm: its
+-- order key is at least its schedule (the tolerance is positive).
+--
 -- A picked row is in a partition owned here. Normally every partition is:
 -- the first NOT EXISTS is one probe of the empty index
 -- partition_state_not_owned for the whole statement (an InitPlan), and the
@@ -123,21 +135,46 @@ picked AS (
          WHERE hashtext(j.task) = hashtext(t.task) AND j.task = t.task
            AND j.status IN ('starting', 'running')
            AND j.expected_status_change_time < now()
-           AND (NOT EXISTS (SELECT 1 FROM shardq.partition_state ps0 WHERE ps0.state <> 'owned')
-                OR NOT EXISTS (SELECT 1 FROM shardq.partition_state ps
-                                WHERE ps.partition = j.partition AND ps.state <> 'owned'))
+           AND {{claim_owned}}
          ORDER BY j.expected_status_change_time
          LIMIT t.lim FOR UPDATE SKIP LOCKED) e
       UNION ALL
       SELECT r.id FROM (
-        SELECT j.id FROM shardq.jobs j
-         WHERE hashtext(j.task) = hashtext(t.task) AND j.task = t.task
-           AND j.status = 'ready' AND j.schedule_time <= now()
-           AND (NOT EXISTS (SELECT 1 FROM shardq.partition_state ps0 WHERE ps0.state <> 'owned')
-                OR NOT EXISTS (SELECT 1 FROM shardq.partition_state ps
-                                WHERE ps.partition = j.partition AND ps.state <> 'owned'))
-         ORDER BY j.priority DESC, COALESCE(j.delay_tolerance_time, j.schedule_time), j.id
-         LIMIT t.lim FOR UPDATE SKIP LOCKED) r
+        WITH RECURSIVE pr(p) AS (
+          (SELECT j.priority FROM shardq.jobs j
+            WHERE hashtext(j.task) = hashtext(t.task) AND j.task = t.task
+              AND j.status = 'ready'
+            ORDER BY j.priority DESC LIMIT 1)
+          UNION ALL
+          SELECT (SELECT j.priority FROM shardq.jobs j
+                   WHERE hashtext(j.task) = hashtext(t.task) AND j.task = t.task
+                     AND j.status = 'ready'
+                     AND j.priority < pr.p
+                   ORDER BY j.priority DESC LIMIT 1)
+            FROM pr WHERE pr.p IS NOT NULL
+        )
+        SELECT a.id FROM pr CROSS JOIN LATERAL (
+          SELECT d.id FROM (
+            SELECT j.id FROM shardq.jobs j
+             WHERE hashtext(j.task) = hashtext(t.task) AND j.task = t.task
+               AND j.status = 'ready' AND j.priority = pr.p
+               AND COALESCE(j.delay_tolerance_time, j.schedule_time) <= now()
+               AND j.schedule_time <= now()
+               AND {{claim_owned}}
+             ORDER BY COALESCE(j.delay_tolerance_time, j.schedule_time), j.id
+             LIMIT t.lim FOR UPDATE SKIP LOCKED) d
+          UNION ALL
+          SELECT l.id FROM (
+            SELECT j.id FROM shardq.jobs j
+             WHERE hashtext(j.task) = hashtext(t.task) AND j.task = t.task
+               AND j.status = 'ready' AND j.priority = pr.p
+               AND j.delay_tolerance_time IS NOT NULL AND j.delay_tolerance_time > now()
+               AND j.schedule_time <= now()
+               AND {{claim_owned}}
+             ORDER BY j.delay_tolerance_time, j.id
+             LIMIT t.lim FOR UPDATE SKIP LOCKED) l
+        ) a WHERE pr.p IS NOT NULL
+      ) r
     ) u LIMIT t.lim
   ) c
 ), upd_run AS (
@@ -163,6 +200,12 @@ picked AS (
 ), upd AS (
   SELECT * FROM upd_run UNION ALL SELECT * FROM upd_start
 )
+
+-- name: claim_owned
+-- Fragment: the picked row j is in a partition owned here (see claim_body).
+(NOT EXISTS (SELECT 1 FROM shardq.partition_state ps0 WHERE ps0.state <> 'owned')
+ OR NOT EXISTS (SELECT 1 FROM shardq.partition_state ps
+                 WHERE ps.partition = j.partition AND ps.state <> 'owned'))
 
 -- name: claim_update_set
 -- Fragment: what both of the claim's updates set besides the status (the
