@@ -201,14 +201,16 @@ sq_status sq_shard_conn_init(sq_pgconn *pc, const sq_config *cfg, int shard, con
 	return st;
 }
 
-sq_status sq_client_refresh_map(sq_client *c, sq_error *err)
+/* The meta schema from which the map's rows carry the version that last
+ * moved them (sql/meta/004_map_change_versions.sql). */
+#define META_MAP_VERSIONS 4
+
+/* Reads the cluster row: checks its partition count, and says whether the
+ * map may be read incrementally (*since: the rows moved after the version
+ * c has; -1: all of them). */
+static sq_status read_map_head(sq_client *c, int64_t *since, sq_error *err)
 {
-	c->map_checked_at = sq_mono_s();
-	c->map_refreshes++;
-	PGresult *r = sq_pgconn_exec(
-		&c->meta, "SELECT partitions, map_version, cluster_id FROM shardq_meta.cluster", 0,
-		NULL, err);
-	uint32_t parts;
+	PGresult *r = sq_pgconn_exec(&c->meta, sq_sql_map_head, 0, NULL, err);
 	if (!r)
 		return err ? err->code : SQ_EDB;
 	if (PQntuples(r) != 1) {
@@ -216,7 +218,7 @@ sq_status sq_client_refresh_map(sq_client *c, sq_error *err)
 		return sq_err(err, SQ_ESTATE,
 			      "the cluster is not initialised; run 'shardq init' first");
 	}
-	parts = (uint32_t)atol(PQgetvalue(r, 0, 0));
+	uint32_t parts = (uint32_t)atol(PQgetvalue(r, 0, 0));
 	if (parts != c->cfg->partitions) {
 		sq_err(err, SQ_ESTATE,
 		       "the cluster was initialised with %u partitions but the config says %u; "
@@ -225,38 +227,80 @@ sq_status sq_client_refresh_map(sq_client *c, sq_error *err)
 		PQclear(r);
 		return SQ_ESTATE;
 	}
-	c->map_version = atoll(PQgetvalue(r, 0, 1));
+	int64_t version = atoll(PQgetvalue(r, 0, 1));
+	const char *cluster = PQgetvalue(r, 0, 2);
+	/* a map read before, of this cluster, that the new one follows (a meta
+	 * database restored from a backup may go back). At the same version
+	 * there is nothing new to read: the caller heard of a move that its
+	 * map does not show (a shard answered "moved"), so all of it is read,
+	 * as before meta schema 4. */
+	int follows = c->map_version > 0 && version > c->map_version && c->cluster_id &&
+		      strcmp(c->cluster_id, cluster) == 0 &&
+		      atoi(PQgetvalue(r, 0, 3)) >= META_MAP_VERSIONS;
+	*since = follows ? c->map_version : -1;
+	c->map_version = version;
 	free(c->cluster_id);
-	c->cluster_id = strdup(PQgetvalue(r, 0, 2));
+	c->cluster_id = strdup(cluster);
 	PQclear(r);
+	return SQ_OK;
+}
 
-	r = sq_pgconn_exec(&c->meta, sq_sql_partition_map, 0, NULL, err);
-	if (!r)
-		return err ? err->code : SQ_EDB;
-	if ((uint32_t)PQntuples(r) != parts) {
-		sq_err(err, SQ_ESTATE,
-		       "the partition map has %d entries, expected %u; re-run 'shardq init'",
-		       PQntuples(r), parts);
-		PQclear(r);
-		return SQ_ESTATE;
-	}
+/* Applies rows (partition, shard id) of the map to c->map. */
+static sq_status apply_map_rows(sq_client *c, PGresult *r, sq_error *err)
+{
 	for (int i = 0; i < PQntuples(r); i++) {
 		const char *sid = PQgetvalue(r, i, 1);
 		int s = sq_config_shard_index(c->cfg, sid);
-		if (s < 0) {
-			sq_err(err, SQ_ECONFIG,
-			       "the partition map places partitions on shard '%s', which is not in "
-			       "the "
-			       "config; add a [shard %s] section with its dsn",
-			       sid, sid);
-			PQclear(r);
-			return SQ_ECONFIG;
-		}
-		c->map[atoi(PQgetvalue(r, i, 0))] = s;
+		uint32_t p = (uint32_t)atol(PQgetvalue(r, i, 0));
+		if (s < 0)
+			return sq_err(err, SQ_ECONFIG,
+				      "the partition map places partitions on shard '%s', which is "
+				      "not in the config; add a [shard %s] section with its dsn",
+				      sid, sid);
+		if (p >= c->partitions)
+			return sq_err(err, SQ_ESTATE,
+				      "the partition map has partition %u, beyond the %u of the "
+				      "cluster; re-run 'shardq init'",
+				      p, c->partitions);
+		c->map[p] = s;
 	}
+	return SQ_OK;
+}
+
+/* Reads the map from the meta database: all of it the first time (or after
+ * the meta database went back), then only the partitions moved since the
+ * version c has (c->map_rows_read counts the rows read). */
+sq_status sq_client_refresh_map(sq_client *c, sq_error *err)
+{
+	int64_t since;
+	char since_s[24];
+	const char *v[1] = {since_s};
+	c->map_checked_at = sq_mono_s();
+	c->map_refreshes++;
+	sq_status st = read_map_head(c, &since, err);
+	if (st != SQ_OK)
+		return st;
+	snprintf(since_s, sizeof(since_s), "%lld", (long long)since);
+	PGresult *r = since >= 0 ? sq_pgconn_exec(&c->meta, sq_sql_partition_map_since, 1, v, err)
+				 : sq_pgconn_exec(&c->meta, sq_sql_partition_map, 0, NULL, err);
+	if (!r) {
+		c->map_version = 0; /* read it all next time */
+		return err ? err->code : SQ_EDB;
+	}
+	c->map_rows_read += (uint64_t)PQntuples(r);
+	if (since < 0 && (uint32_t)PQntuples(r) != c->partitions)
+		st = sq_err(err, SQ_ESTATE,
+			    "the partition map has %d entries, expected %u; re-run 'shardq init'",
+			    PQntuples(r), c->partitions);
+	else
+		st = apply_map_rows(c, r, err);
 	PQclear(r);
+	if (st != SQ_OK) {
+		c->map_version = 0;
+		return st;
+	}
 	memset(c->map_parts, 0, sizeof(int) * (size_t)c->nshards);
-	for (uint32_t p = 0; p < parts; p++)
+	for (uint32_t p = 0; p < c->partitions; p++)
 		c->map_parts[c->map[p]]++;
 	return SQ_OK;
 }

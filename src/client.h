@@ -60,6 +60,7 @@ struct sq_client {
 				* sent; 0: none in flight */
 	double map_listen_at;  /* no new map_listen before this (one failed) */
 	uint64_t map_refreshes;
+	uint64_t map_rows_read; /* rows of the map read from the meta database */
 };
 
 /*

@@ -267,6 +267,25 @@ static void check_ownership(void)
 	free(owner);
 }
 
+/* c's map, once refreshed, is the meta database's, partition by partition. */
+static void check_client_map(sq_client *c)
+{
+	sq_error err;
+	OKE(sq_client_refresh_map(c, &err));
+	PGconn *m = testdb_pg(&t, 0);
+	PGresult *r = PQexec(m, "SELECT partition, shard_id FROM shardq_meta.partition_map");
+	ck_assert_int_eq(PQntuples(r), (int)t.partitions);
+	for (int i = 0; i < PQntuples(r); i++) {
+		int p = atoi(PQgetvalue(r, i, 0));
+		ck_assert_msg(c->map[p] == atoi(PQgetvalue(r, i, 1) + 1) - 1,
+			      "partition %d: the meta map says %s, a client that followed the "
+			      "moves says s%d",
+			      p, PQgetvalue(r, i, 1), c->map[p] + 1);
+	}
+	PQclear(r);
+	PQfinish(m);
+}
+
 /* Every acknowledged enqueue exists exactly once across the shards (live or
  * completed); it ran once, never on two workers at a time. */
 static void check_jobs(void)
@@ -372,9 +391,18 @@ START_TEST(add_fifth_shard_under_load)
 	sq_move_opts_init(&o);
 	o.set_size = 64;
 	double t0 = test_now_s();
+	uint64_t rows0 = t.client->map_rows_read;
 	OKE(sq_rebalance(c5, &o, &err));
 	printf("add a fifth shard: %lld partitions moved under load in %.2fs\n",
 	       (long long)plan->moving, test_now_s() - t0);
+	/* a client that was open throughout follows the map by reading only
+	 * the partitions each set moved, however often it looked (it read
+	 * all 1,024 rows every time before meta schema 4) */
+	check_client_map(t.client);
+	ck_assert_msg(t.client->map_rows_read - rows0 == (uint64_t)plan->moving,
+		      "the client read %llu rows of the map to follow %lld partitions moved",
+		      (unsigned long long)(t.client->map_rows_read - rows0),
+		      (long long)plan->moving);
 	/* they ran throughout their partitions' moves */
 	ck_assert_int_eq(longs_running(), 6);
 	load_wait_acked(100); /* the load goes on after the moves */

@@ -30,6 +30,18 @@ SELECT set_config('plan_cache_mode', 'auto', true)
 -- The whole map, from the meta database, in partition order.
 SELECT m.partition, m.shard_id FROM shardq_meta.partition_map m ORDER BY m.partition
 
+-- name: partition_map_since
+-- The partitions the map moved after version $1 (meta schema 4), as
+-- partition_map. Index: partition_map_version.
+SELECT m.partition, m.shard_id FROM shardq_meta.partition_map m WHERE m.version > $1::bigint
+
+-- name: map_head
+-- The cluster row and the meta schema's version (the map's rows carry
+-- versions from version 4 on).
+SELECT c.partitions, c.map_version, c.cluster_id,
+       (SELECT coalesce(max(v.version), 0) FROM shardq_meta.schema_version v)
+  FROM shardq_meta.cluster c
+
 -- name: shard_schema_version
 -- The shard's schema version (0: none applied).
 SELECT coalesce(max(version), 0) FROM shardq.schema_version
