@@ -272,7 +272,7 @@ static sq_status apply_map_rows(sq_client *c, PGresult *r, sq_error *err)
  * version c has (c->map_rows_read counts the rows read). */
 sq_status sq_client_refresh_map(sq_client *c, sq_error *err)
 {
-	int64_t since;
+	int64_t since = -1;
 	char since_s[24];
 	const char *v[1] = {since_s};
 	c->map_checked_at = sq_mono_s();
