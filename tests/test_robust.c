@@ -926,7 +926,7 @@ static void *mover_main(void *arg)
 #endif
 
 /* A mover that stalls while it holds the exclusive gate (here: held at a
- * failpoint sleep in its drain) holds the shard's writers no longer than
+ * failpoint sleep in its freeze) holds the shard's writers no longer than
  * the connection's idle_in_transaction_session_timeout. */
 START_TEST(stalled_mover_releases_the_gate)
 {
@@ -943,17 +943,17 @@ START_TEST(stalled_mover_releases_the_gate)
 	OKE(sq_config_parse(text, "robust", &m.cfg, &err));
 	while (sq_client_shard_of_partition(t.client, m.part) != 0)
 		m.part++;
-	snprintf(env, sizeof(env), "during_drain:%d", SLEEP_MS);
+	snprintf(env, sizeof(env), "during_freeze:%d", SLEEP_MS);
 	setenv("SHARDQ_FAILPOINT_SLEEP", env, 1);
 	double t0 = test_now_s();
 	pthread_create(&th, NULL, mover_main, &m);
-	/* the mover holds the gate exclusive in its drain (the freeze, recorded
-	 * before, held it only for a moment); the meta schema is on shard 0 */
+	/* the mover holds the gate exclusive in its freeze, before the freeze
+	 * is recorded; the meta schema is on shard 0 */
 	while (testdb_scalar(&t, 0,
 			     "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND "
 			     "(classid::bigint, objid::bigint) = (" SQ_GATE_KEY ") AND "
 			     "mode = 'ExclusiveLock' AND granted AND EXISTS (SELECT 1 FROM "
-			     "shardq_meta.moves WHERE step = 'frozen')") < 1) {
+			     "shardq_meta.moves WHERE step = 'prepared')") < 1) {
 		if (atomic_load(&m.done))
 			break;
 		usleep(10000);
