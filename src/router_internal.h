@@ -46,7 +46,6 @@ typedef struct sq_daemon_conf {
 	int64_t claim_wait_max_ms;
 	int64_t claim_poll_ms;
 	int64_t claim_window_ms; /* news (a claim, a NOTIFY) to the tick it asks for */
-	int claimers;            /* claim threads, each its own connections and ticks */
 	int enqueue_in_flight;   /* enqueue requests under way at once (sq_enqueuer lanes) */
 	int max_connections;
 	char *worker_id; /* NULL: shardqd-HOST-PID */

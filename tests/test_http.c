@@ -988,11 +988,11 @@ START_TEST(many_long_polls_few_connections)
 			      "shard %d: %lld connections with %d clients, %lld "
 			      "without; now:\n%s",
 			      s, during[s], N, base[s], conns);
-		/* threads (2) + the claimers (2, [daemon] claimers' default) +
-		 * the enqueue lanes (4, [daemon] enqueue_in_flight's default),
-		 * each a shard connection (and, on the meta shard, a meta one
-		 * and its map listener), plus a LISTEN per claimer */
-		ck_assert_msg(during[s] <= (2 + 2 + 4) * 3 + 2, "shard %d: %lld connections", s,
+		/* threads (2) + the claimer + the enqueue lanes (4, [daemon]
+		 * enqueue_in_flight's default), each a shard connection (and, on
+		 * the meta shard, a meta one and its map listener), plus one
+		 * LISTEN */
+		ck_assert_msg(during[s] <= (2 + 1 + 4) * 3 + 1, "shard %d: %lld connections", s,
 			      during[s]);
 	}
 	long long stmts0 = metric("shardqd_claim_statements_total");
@@ -2055,13 +2055,13 @@ START_TEST(a_shard_that_stops_answering_holds_no_request_up)
 END_TEST
 
 /* A shard whose host is gone without a trace when shardqd starts: the
- * request threads' clients and the claimers' connect to it at once, so the
+ * request threads' clients and the claimer's connect to it at once, so the
  * start waits for it once (connect_timeout), not once per client; the
  * start does not wait for its LISTEN connection; the daemon then serves
  * the other shard. */
 START_TEST(a_shard_that_does_not_answer_holds_the_start_up_once)
 {
-	enum { N = 40, CLIENTS = 8 }; /* 2 request threads, 2 claimers and 4 enqueue lanes */
+	enum { N = 40, CLIENTS = 7 }; /* 2 request threads, the claimer and 4 enqueue lanes */
 	testdb_open(&t, "sq_http_start_hole", 2, 64, types_ini);
 	testdb_hole h;
 	testdb_hole_start(&h, 64);
@@ -2073,13 +2073,14 @@ START_TEST(a_shard_that_does_not_answer_holds_the_start_up_once)
 		ck_assert_msg(waitpid(D.pid, &st, WNOHANG) != D.pid,
 			      "shardqd exited while starting; its output:\n%s",
 			      test_file_text(D.out));
-		ck_assert_msg(test_now_s() - since < STALL_S,
-			      "after %.0fs, s2's host holds %d of shardqd's connects unanswered, "
-			      "%d wanted at once (2 request threads, 2 claimers, 4 enqueue lanes): "
-			      "its clients "
-			      "are opened one after another, each waiting connect_timeout (10 "
-			      "min). Its output:\n%s",
-			      STALL_S, atomic_load(&h.n), CLIENTS, test_file_text(D.out));
+		ck_assert_msg(
+			test_now_s() - since < STALL_S,
+			"after %.0fs, s2's host holds %d of shardqd's connects unanswered, "
+			"%d wanted at once (2 request threads, the claimer, 4 enqueue lanes): "
+			"its clients "
+			"are opened one after another, each waiting connect_timeout (10 "
+			"min). Its output:\n%s",
+			STALL_S, atomic_load(&h.n), CLIENTS, test_file_text(D.out));
 		usleep(20000);
 	}
 	printf("start with s2 gone: %d connects to it held at once\n", atomic_load(&h.n));
@@ -2259,7 +2260,7 @@ START_TEST(the_schedules_go_on_beside_a_shard_that_does_not_answer)
 END_TEST
 
 /*
- * The claimers' LISTEN connections to s2 die unseen: the proxy in front of
+ * The claimer's LISTEN connection to s2 dies unseen: the proxy in front of
  * s2 drops the shard side of the connections it holds, while the daemon's
  * side stays open and silent (a NAT that forgot them; no reset reaches
  * the daemon). With claim_poll at 10 s (its longest), s2's NOTIFYs are then all
@@ -2279,9 +2280,8 @@ START_TEST(a_listen_connection_that_died_unseen_is_made_again)
 	test_daemon_start(&D, ini_path, "shardqd.out");
 	const char *listening = "SELECT count(*) FROM pg_stat_activity WHERE datname = "
 				"current_database() AND application_name = 'sqd-listen'";
-	/* s2's LISTEN backends, one per claim thread ([daemon] claimers, 2):
-	 * there, gone with the cut, there again */
-	const long long want[3] = {2, 0, 2};
+	/* s2's LISTEN backend: there, gone with the cut, there again */
+	const long long want[3] = {1, 0, 1};
 	const char *what[3] = {"after the start", "after the cut", "again after the cut"};
 	for (int k = 0; k < 3; k++) {
 		if (k == 1)

@@ -1,14 +1,7 @@
-/* claimer.c - claim coalescing: every claim waiting in a claim thread
- * goes into one sq_claim per tick (one statement per shard, all shards at
- * once), and the jobs are dealt back to the clients in their order of
- * arrival, none beyond what it asked for (docs/http.md).
- *
- * [daemon] claimers threads (2 by default) each hold their own claims,
- * connections and LISTEN connections. A claim submitted wakes them all,
- * and the first that is not waiting for its shards takes it (with every
- * other claim that arrived): with one thread, a claim that arrived while
- * a tick waited for its slowest shard waited for that tick, and then for
- * its own; the daemon claimed at most one tick's round trip at a time.
+/* claimer.c - claim coalescing: every claim waiting in the daemon goes into
+ * one sq_claim per tick (one statement per shard, all shards at once), and
+ * the jobs are dealt back to the clients in their order of arrival, none
+ * beyond what it asked for (docs/http.md).
  *
  * A tick runs claim_window after claims arrived or a shard sent NOTIFY
  * shardq_jobs (an enqueue), and every claim_poll while claims wait; the
@@ -30,12 +23,8 @@
 #include <string.h>
 #include <unistd.h>
 
-struct sqd_claimer {
+typedef struct claimer {
 	sqd *d;
-	sq_client *c; /* its own connection per shard */
-	pthread_t th;
-	int wake[2];           /* a pipe: new claims or stop */
-	int started;           /* th runs */
 	sqd_task *head, *tail; /* waiting claims, in order of arrival */
 	int n;
 	sq_listener **listen; /* per shard */
@@ -45,23 +34,15 @@ struct sqd_claimer {
 	int *pf_shard;
 	int npf;
 	double last_log;
-};
-typedef struct sqd_claimer claimer;
+} claimer;
 
-/* The claimer whose thread this is (set as its thread begins): each
- * function below works on its own thread's claims, listeners and
- * connections. */
-static _Thread_local claimer *C;
+static claimer C;
 
-/* Wakes every claim thread: the first that is not waiting for its shards
- * takes what arrived. */
 void sqd_claimer_wake(sqd *d)
 {
 	char b = 1;
-	for (int i = 0; i < d->nclaimers; i++) {
-		ssize_t r = write(d->claimers[i].wake[1], &b, 1);
-		(void)r;
-	}
+	ssize_t r = write(d->wake[1], &b, 1);
+	(void)r;
 }
 
 void sqd_claimer_submit(sqd *d, sqd_task *t)
@@ -84,10 +65,10 @@ void sqd_claimer_submit(sqd *d, sqd_task *t)
 static void listen_open(int s, double wait_s)
 {
 	sq_error e;
-	sq_listener *l = C->listen[s];
+	sq_listener *l = C.listen[s];
 	if (sq_listener_connect_within(l, "shardq_jobs", wait_s, &e) != SQ_OK &&
 	    !sq_listener_connecting(l))
-		C->listen_retry[s] = sq_mono_s() + 5;
+		C.listen_retry[s] = sq_mono_s() + 5;
 }
 
 /* Answers a claim: its jobs, or [] */
@@ -120,10 +101,10 @@ static void unlink_task(sqd_task *prev, sqd_task *t)
 	if (prev)
 		prev->next = t->next;
 	else
-		C->head = t->next;
-	if (C->tail == t)
-		C->tail = prev;
-	C->n--;
+		C.head = t->next;
+	if (C.tail == t)
+		C.tail = prev;
+	C.n--;
 	t->next = NULL;
 }
 
@@ -132,7 +113,7 @@ static void unlink_task(sqd_task *prev, sqd_task *t)
 static void drop_gone(sqd *d)
 {
 	sqd_task *prev = NULL, *next;
-	for (sqd_task *t = C->head; t; t = next) {
+	for (sqd_task *t = C.head; t; t = next) {
 		next = t->next;
 		if (atomic_load(&t->gone)) {
 			unlink_task(prev, t);
@@ -189,7 +170,7 @@ static void merge_claims(merged *m)
 {
 	m->n = 0;
 	for (int pass = 0; pass < 2; pass++)
-		for (sqd_task *t = C->head; t; t = t->next) {
+		for (sqd_task *t = C.head; t; t = t->next) {
 			sqd_claim *cl = t->claim;
 			if (cl->skipped != !pass)
 				continue;
@@ -197,7 +178,7 @@ static void merge_claims(merged *m)
 			if (cl->fits)
 				add_claim(m, cl);
 		}
-	for (sqd_task *t = C->head; t; t = t->next) {
+	for (sqd_task *t = C.head; t; t = t->next) {
 		t->claim->skipped = !t->claim->fits;
 		t->claim->untried &= !t->claim->fits;
 	}
@@ -209,7 +190,7 @@ static void merge_claims(merged *m)
 static sqd_task *taker_of(const sq_job *j, int *slot)
 {
 	int want_start = j->status == SQ_RUNNING;
-	for (sqd_task *t = C->head; t; t = t->next) {
+	for (sqd_task *t = C.head; t; t = t->next) {
 		sqd_claim *cl = t->claim;
 		if (atomic_load(&t->gone) || cl->start != want_start)
 			continue;
@@ -270,7 +251,7 @@ static void answer_dealt(sqd *d, sq_status st, const sq_error *err)
 {
 	double now = sq_mono_s();
 	sqd_task *prev = NULL, *next;
-	for (sqd_task *t = C->head; t; t = next) {
+	for (sqd_task *t = C.head; t; t = next) {
 		next = t->next;
 		if (t->claim->njobs) {
 			unlink_task(prev, t);
@@ -301,9 +282,9 @@ static void tick(sqd *d, sq_client *c)
 	if (st != SQ_OK) {
 		atomic_fetch_add(&d->m.claim_errors, 1);
 		double now = sq_mono_s();
-		if (now - C->last_log > 5) { /* one line per 5 s while a shard fails */
+		if (now - C.last_log > 5) { /* one line per 5 s while a shard fails */
 			sqd_log("claim: %s", err.msg);
-			C->last_log = now;
+			C.last_log = now;
 		}
 	}
 	deal(d, c, jobs, njobs);
@@ -325,12 +306,12 @@ static int take_arrivals(sqd *d)
 		sqd_task *next = arrived->next;
 		arrived->next = NULL;
 		arrived->claim->untried = 1;
-		if (C->tail)
-			C->tail->next = arrived;
+		if (C.tail)
+			C.tail->next = arrived;
 		else
-			C->head = arrived;
-		C->tail = arrived;
-		C->n++;
+			C.head = arrived;
+		C.tail = arrived;
+		C.n++;
 		arrived = next;
 	}
 	return fresh;
@@ -339,8 +320,8 @@ static int take_arrivals(sqd *d)
 /* Stopping: every waiting claim is answered with what it has (nothing). */
 static void answer_all(sqd *d)
 {
-	while (C->head) {
-		sqd_task *t = C->head;
+	while (C.head) {
+		sqd_task *t = C.head;
 		unlink_task(NULL, t);
 		answer(d, t);
 	}
@@ -353,7 +334,7 @@ static void answer_all(sqd *d)
 static double expire_waits(sqd *d, double now, double until)
 {
 	sqd_task *prev = NULL, *next;
-	for (sqd_task *t = C->head; t; t = next) {
+	for (sqd_task *t = C.head; t; t = next) {
 		next = t->next;
 		int waits = t->claim->skipped || t->claim->untried;
 		if ((now >= t->claim->deadline && !waits) || atomic_load(&t->gone)) {
@@ -370,9 +351,9 @@ static double expire_waits(sqd *d, double now, double until)
 
 static void poll_add(int fd, int shard)
 {
-	C->pf[C->npf].fd = fd;
-	C->pf[C->npf].events = POLLIN;
-	C->pf_shard[C->npf++] = shard;
+	C.pf[C.npf].fd = fd;
+	C.pf[C.npf].events = POLLIN;
+	C.pf_shard[C.npf++] = shard;
 }
 
 /* Shard s's LISTEN connection for this pass: probed, made again once the
@@ -382,20 +363,20 @@ static void poll_add(int fd, int shard)
  * *probe_at is lowered to when it must be probed. */
 static int tend_listener(sq_client *c, int s, double now, double *probe_at)
 {
-	sq_listener *l = C->listen[s];
+	sq_listener *l = C.listen[s];
 	char why[256];
 	double next_at;
 	if (sq_listener_check(l, now, sq_client_answer_wait_of(c), &next_at, why, sizeof(why)) <
 	    0) {
 		/* it died unseen: made again once s answers */
 		sq_listener_drop(l);
-		C->listen_retry[s] = now + 1;
+		C.listen_retry[s] = now + 1;
 		sqd_log("claimer: %s", why);
 	}
 	if (next_at < *probe_at)
 		*probe_at = next_at;
 	if (sq_listener_socket(l) < 0 &&
-	    (sq_listener_connecting(l) || (now >= C->listen_retry[s] && sq_client_shard_up(c, s))))
+	    (sq_listener_connecting(l) || (now >= C.listen_retry[s] && sq_client_shard_up(c, s))))
 		listen_open(s, SQ_LOOP_CONNECT_WAIT_S);
 	if (sq_listener_socket(l) >= 0)
 		poll_add(sq_listener_socket(l), s);
@@ -408,7 +389,7 @@ static int tend_listener(sq_client *c, int s, double now, double *probe_at)
 static int poll_timeout(double now, double wake, double probe_at, int going)
 {
 	int timeout;
-	if (C->head) {
+	if (C.head) {
 		double ms = (wake - now) * 1000;
 		timeout = ms < 0 ? 0 : ms > 60000 ? 60000 : (int)ms + 1;
 	} else {
@@ -431,12 +412,12 @@ static int read_listener(int s)
 {
 	int listening;
 	char why[256];
-	int n = sq_listener_read(C->listen[s], &listening, why, sizeof(why));
+	int n = sq_listener_read(C.listen[s], &listening, why, sizeof(why));
 	if (n < 0) {
-		sq_listener_drop(C->listen[s]);
+		sq_listener_drop(C.listen[s]);
 		/* a LISTEN the server refused: logged, and not tried again at
 		 * once */
-		C->listen_retry[s] = sq_mono_s() + (n == -2 ? 5 : 1);
+		C.listen_retry[s] = sq_mono_s() + (n == -2 ? 5 : 1);
 		if (n == -2)
 			sqd_log("claimer: %s", why);
 		return 0;
@@ -448,26 +429,26 @@ static int read_listener(int s)
  * a shard said there is work to claim. */
 static int wait_for_news(sqd *d, sq_client *c, double now, double wake)
 {
-	C->npf = 0;
-	poll_add(C->wake[0], -1);
+	C.npf = 0;
+	poll_add(d->wake[0], -1);
 	int going = 0;
 	double probe_at = INFINITY;
 	for (int s = 0; s < sq_config_shard_count(d->cfg); s++)
 		going += tend_listener(c, s, now, &probe_at);
 	going += sq_client_advance_connects(c);
-	int r = poll(C->pf, (nfds_t)C->npf, poll_timeout(now, wake, probe_at, going > 0));
+	int r = poll(C.pf, (nfds_t)C.npf, poll_timeout(now, wake, probe_at, going > 0));
 	if (r < 0 && errno != EINTR)
 		sqd_log("claimer: poll: %s", strerror(errno));
 	int notified = 0;
-	for (int i = 0; r > 0 && i < C->npf; i++) {
-		if (!(C->pf[i].revents & (POLLIN | POLLERR | POLLHUP)))
+	for (int i = 0; r > 0 && i < C.npf; i++) {
+		if (!(C.pf[i].revents & (POLLIN | POLLERR | POLLHUP)))
 			continue;
-		if (C->pf_shard[i] >= 0) {
-			notified |= read_listener(C->pf_shard[i]);
+		if (C.pf_shard[i] >= 0) {
+			notified |= read_listener(C.pf_shard[i]);
 			continue;
 		}
 		char buf[256];
-		while (read(C->wake[0], buf, sizeof(buf)) > 0) {
+		while (read(d->wake[0], buf, sizeof(buf)) > 0) {
 		}
 	}
 	return notified;
@@ -475,9 +456,8 @@ static int wait_for_news(sqd *d, sq_client *c, double now, double wake)
 
 static void *claimer_main(void *arg)
 {
-	C = arg;
-	sqd *d = C->d;
-	sq_client *c = C->c;
+	sqd *d = arg;
+	sq_client *c = d->claim_client;
 	const sq_daemon_conf *dc = sq_config_daemon(d->cfg);
 	double window = (double)dc->claim_window_ms / 1000.0;
 	double next_poll = 0, asked = INFINITY; /* asked: the tick news asked for */
@@ -490,7 +470,7 @@ static void *claimer_main(void *arg)
 		if (stopping == 2)
 			break;
 		double now = sq_mono_s();
-		if (C->head && (now >= asked || now >= next_poll)) {
+		if (C.head && (now >= asked || now >= next_poll)) {
 			tick(d, c);
 			now = sq_mono_s();
 			next_poll = now + (double)dc->claim_poll_ms / 1000.0;
@@ -500,86 +480,49 @@ static void *claimer_main(void *arg)
 		if (wait_for_news(d, c, now, wake) && asked == INFINITY)
 			asked = sq_mono_s() + window;
 	}
+	for (int s = 0; s < sq_config_shard_count(d->cfg); s++)
+		sq_listener_destroy(C.listen[s]);
+	free(C.listen);
+	free(C.listen_retry);
+	free(C.pf);
+	free(C.pf_shard);
 	return NULL;
 }
 
-/* Claimer k's wake pipe, LISTEN connections (made now for the shards
- * whose connection is up; the others once they are back) and thread. */
-static int claimer_start(sqd *d, claimer *k, sq_client *c, sq_error *err)
+int sqd_claimer_start(sqd *d, sq_error *err)
 {
-	k->d = d;
-	k->c = c;
-	k->wake[0] = k->wake[1] = -1;
-	if (pipe(k->wake)) {
+	C.d = d;
+	if (pipe(d->wake)) {
 		snprintf(err->msg, sizeof(err->msg), "pipe: %s", strerror(errno));
 		return -1;
 	}
-	for (int i = 0; i < 2; i++) {
-		fcntl(k->wake[i], F_SETFL, O_NONBLOCK);
-		fcntl(k->wake[i], F_SETFD, FD_CLOEXEC);
-	}
-	/* a claimer serves many waiting workers: a shard that does not
+	fcntl(d->wake[0], F_SETFL, O_NONBLOCK);
+	fcntl(d->wake[1], F_SETFL, O_NONBLOCK);
+	fcntl(d->wake[0], F_SETFD, FD_CLOEXEC);
+	fcntl(d->wake[1], F_SETFD, FD_CLOEXEC);
+	/* the claimer serves every waiting worker: a shard that does not
 	 * answer must not hold the others' claims up for connect_timeout */
-	sq_client_connect_wait(c, SQ_LOOP_CONNECT_WAIT_S);
+	sq_client_connect_wait(d->claim_client, SQ_LOOP_CONNECT_WAIT_S);
+	/* a shard down at the start is listened to once it is back (the loop) */
 	int ns = sq_config_shard_count(d->cfg);
-	k->listen = calloc((size_t)ns, sizeof(*k->listen));
-	k->listen_retry = calloc((size_t)ns, sizeof(*k->listen_retry));
-	k->pf = calloc((size_t)ns + 1, sizeof(*k->pf));
-	k->pf_shard = calloc((size_t)ns + 1, sizeof(*k->pf_shard));
-	if (!k->listen || !k->listen_retry || !k->pf || !k->pf_shard) {
+	C.listen = calloc((size_t)ns, sizeof(*C.listen));
+	C.listen_retry = calloc((size_t)ns, sizeof(*C.listen_retry));
+	C.pf = calloc((size_t)ns + 1, sizeof(*C.pf));
+	C.pf_shard = calloc((size_t)ns + 1, sizeof(*C.pf_shard));
+	if (!C.listen || !C.listen_retry || !C.pf || !C.pf_shard) {
 		snprintf(err->msg, sizeof(err->msg), "out of memory");
 		return -1;
 	}
-	C = k; /* listen_open works on C */
 	for (int s = 0; s < ns; s++) {
-		if (!(k->listen[s] = sq_listener_create(d->cfg, s, err)))
+		if (!(C.listen[s] = sq_listener_create(d->cfg, s, err)))
 			return -1;
 		/* a shard whose connection is up answers within connect_timeout */
-		if (sq_client_shard_up(c, s))
+		if (sq_client_shard_up(d->claim_client, s))
 			listen_open(s, sq_config_connect_timeout_s(d->cfg));
 	}
-	C = NULL;
-	if (pthread_create(&k->th, NULL, claimer_main, k)) {
-		snprintf(err->msg, sizeof(err->msg), "cannot start a claim thread");
+	if (pthread_create(&d->claimer, NULL, claimer_main, d)) {
+		snprintf(err->msg, sizeof(err->msg), "cannot start the claim thread");
 		return -1;
 	}
-	k->started = 1;
 	return 0;
-}
-
-int sqd_claimer_start(sqd *d, sq_client **clients, int n, sq_error *err)
-{
-	if (!(d->claimers = calloc((size_t)n, sizeof(*d->claimers)))) {
-		snprintf(err->msg, sizeof(err->msg), "out of memory");
-		return -1;
-	}
-	for (int i = 0; i < n; i++) {
-		d->claimers[i].wake[0] = d->claimers[i].wake[1] = -1;
-		d->nclaimers = i + 1;
-		if (claimer_start(d, &d->claimers[i], clients[i], err))
-			return -1;
-	}
-	return 0;
-}
-
-void sqd_claimer_stop(sqd *d)
-{
-	sqd_claimer_wake(d);
-	for (int i = 0; i < d->nclaimers; i++) {
-		claimer *k = &d->claimers[i];
-		if (k->started)
-			pthread_join(k->th, NULL);
-		for (int s = 0; k->listen && s < sq_config_shard_count(d->cfg); s++)
-			sq_listener_destroy(k->listen[s]);
-		free(k->listen);
-		free(k->listen_retry);
-		free(k->pf);
-		free(k->pf_shard);
-		for (int j = 0; j < 2; j++)
-			if (k->wake[j] >= 0)
-				close(k->wake[j]);
-	}
-	free(d->claimers);
-	d->claimers = NULL;
-	d->nclaimers = 0;
 }

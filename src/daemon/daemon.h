@@ -3,9 +3,8 @@
  * Threads: the main thread runs libevent's HTTP server (parsing, auth,
  * replies, connection limits); `threads` request threads each hold one
  * sq_client (one connection per shard) and run enqueue, results, reads;
- * `claimers` claim threads each hold their own sq_client and LISTEN
- * connections; each takes the claims that arrive while it is free and
- * merges the claims it holds into one sq_claim (one statement per shard)
+ * one claimer thread holds its own sq_client and LISTEN connections and
+ * merges every waiting claim into one sq_claim (one statement per shard)
  * per tick. Finished tasks go back to the main thread, which replies.
  *
  * Layers: each file calls only the files below it, never one above or
@@ -164,13 +163,12 @@ typedef struct sqd {
 	pthread_mutex_t done_mu;
 	sqd_task *done_head, *done_tail;
 	struct event *done_ev;
-	/* the claimers ([daemon] claimers threads; claimer.c): the claims
-	 * submitted wait here until one of them takes them */
-	struct sqd_claimer *claimers;
-	int nclaimers;
+	/* the claimer */
+	pthread_t claimer;
+	int wake[2]; /* a pipe: new claims or stop */
 	pthread_mutex_t claim_mu;
 	sqd_task *claim_head, *claim_tail;
-	sq_client **claim_clients; /* one per claimer */
+	sq_client *claim_client;
 	/* the enqueue lanes: a request thread hands an enqueue's batch over and
 	 * goes on; the lane's callback hands the task back (api.c) */
 	sq_enqueuer *enq;
@@ -213,12 +211,8 @@ void sqd_run_results(sqd *d, sq_client *c, sqd_task **tasks, size_t ntasks);
 int sqd_claim_parse(sqd *d, sqd_task *t);
 
 /* claimer.c */
-/* Starts n claim threads, claimer i on clients[i] (opened by the caller,
- * closed by it after sqd_claimer_stop). */
-int sqd_claimer_start(sqd *d, sq_client **clients, int n, sq_error *err);
-/* Wakes the claim threads, waits for them to end (d->stopping set), and
- * frees what they held. */
-void sqd_claimer_stop(sqd *d);
+/* Starts the claim thread on d->claim_client (opened by the caller). */
+int sqd_claimer_start(sqd *d, sq_error *err);
 void sqd_claimer_submit(sqd *d, sqd_task *t);
 void sqd_claimer_wake(sqd *d);
 

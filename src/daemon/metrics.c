@@ -139,8 +139,8 @@ void sqd_metrics_write(sqd *d, sq_buf *b)
 	      atomic_load(&m->queue_len));
 	gauge(b, "shardqd_shard_connections",
 	      "Connections the daemon holds per shard: one per request thread and per "
-	      "enqueue lane, and each claim thread's and its LISTEN connection.",
-	      d->nthreads + d->nlanes + 2 * d->nclaimers);
+	      "enqueue lane, the claimer's and its LISTEN connection.",
+	      d->nthreads + d->nlanes + 2);
 }
 
 void sqd_rates_sample(sqd *d)

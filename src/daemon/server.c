@@ -926,8 +926,7 @@ static void *open_lanes(void *arg)
 static int open_clients(sqd *d, sq_client **sched_client, sq_error *err)
 {
 	int sched = sq_config_runs_schedules(d->cfg);
-	int nclaim = sq_config_daemon(d->cfg)->claimers;
-	int n = d->nthreads + nclaim + sched;
+	int n = d->nthreads + 1 + sched;
 	opener *o = calloc((size_t)n, sizeof(*o));
 	if (!o) {
 		snprintf(err->msg, sizeof(err->msg), "out of memory");
@@ -973,18 +972,7 @@ static int open_clients(sqd *d, sq_client **sched_client, sq_error *err)
 		 * requests meanwhile */
 		sq_client_connect_wait(d->clients[i], SQD_REQUEST_CONNECT_WAIT_S);
 	}
-	d->claim_clients = calloc((size_t)nclaim, sizeof(*d->claim_clients));
-	if (!d->claim_clients) {
-		snprintf(err->msg, sizeof(err->msg), "out of memory");
-		for (int i = 0; i < n; i++)
-			sq_client_close(o[i].c);
-		sq_enqueuer_close(d->enq);
-		d->enq = NULL;
-		free(o);
-		return -1;
-	}
-	for (int i = 0; i < nclaim; i++)
-		d->claim_clients[i] = o[d->nthreads + i].c;
+	d->claim_client = o[d->nthreads].c;
 	/* the claimer serves every waiting worker: a shard that answers
 	 * nothing holds its claims up for an eighth of the shortest lease at
 	 * most, and so the workers' starts, heartbeats and results on a
@@ -993,10 +981,9 @@ static int open_clients(sqd *d, sq_client **sched_client, sq_error *err)
 	 * read may rightly take longer (docs/http.md, "A shard that stops
 	 * answering") */
 	d->results_wait_s = sq_client_answer_wait_of(d->clients[0]);
-	for (int i = 0; i < nclaim; i++)
-		sq_client_answer_wait_for_leases(d->claim_clients[i]);
+	sq_client_answer_wait_for_leases(d->claim_client);
 	d->results_wait_s = sq_config_lease_answer_wait(d->cfg, d->results_wait_s);
-	*sched_client = sched ? o[d->nthreads + nclaim].c : NULL;
+	*sched_client = sched ? o[d->nthreads + 1].c : NULL;
 	free(o);
 	char down[sizeof(err->msg)];
 	if (sq_client_down_shards(d->clients[0], down, sizeof(down)) > 0)
@@ -1106,7 +1093,7 @@ static int start_threads(sqd *d, sq_sched_thread **sched)
 		fprintf(stderr, "shardqd: cannot start the scheduler's thread\n");
 		return -1;
 	}
-	if (sqd_claimer_start(d, d->claim_clients, sq_config_daemon(d->cfg)->claimers, &err) != 0) {
+	if (sqd_claimer_start(d, &err) != 0) {
 		fprintf(stderr, "shardqd: %s\n", err.msg);
 		return -1;
 	}
@@ -1230,7 +1217,8 @@ static void stop_all(sqd *d, sq_sched_thread *sched)
 	pthread_mutex_unlock(&d->work.mu);
 	for (int i = 0; i < d->nthreads; i++)
 		pthread_join(d->threads[i], NULL);
-	sqd_claimer_stop(d);
+	sqd_claimer_wake(d);
+	pthread_join(d->claimer, NULL);
 	sq_sched_thread_stop(sched);
 	while (S.conns)
 		conn_unlink(S.conns);
@@ -1238,9 +1226,7 @@ static void stop_all(sqd *d, sq_sched_thread *sched)
 	free(S.by_fd);
 	for (int i = 0; i < d->nthreads; i++)
 		sq_client_close(d->clients[i]);
-	for (int i = 0; d->claim_clients && i < sq_config_daemon(d->cfg)->claimers; i++)
-		sq_client_close(d->claim_clients[i]);
-	free(d->claim_clients);
+	sq_client_close(d->claim_client);
 	sq_enqueuer_close(d->enq);
 	event_free(d->done_ev);
 	event_free(S.sweep_ev);
@@ -1251,6 +1237,8 @@ static void stop_all(sqd *d, sq_sched_thread *sched)
 	free(d->threads);
 	free(d->clients);
 	free(S.tokens);
+	close(d->wake[0]);
+	close(d->wake[1]);
 	sq_config_free(d->cfg);
 }
 
