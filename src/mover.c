@@ -494,16 +494,17 @@ static sq_status gate_exclusive(sq_client *c, move *m, const char *who, const sq
  * write stall, bounded by lock_timeout and measured. */
 static sq_status freeze(sq_client *c, move *m, const sq_move_opts *o, sq_error *err)
 {
-	char ids[24], who[96];
-	const char *v[2] = {m->lit, ids};
+	char ids[24], who[96], count[24];
+	const char *v[3] = {m->lit, ids, count};
 	snprintf(ids, sizeof(ids), "%lld", (long long)m->id);
+	snprintf(count, sizeof(count), "%zu", m->n);
 	snprintf(who, sizeof(who), "shard %s (source)", sid(c, m->from));
 	for (;;) {
 		double t0, held;
 		PGresult *r;
 		if (gate_exclusive(c, m, who, o, "freeze", &t0, &held, err))
 			return err->code;
-		r = run(m->src, who, sq_sql_move_freeze_owned, 2, v, err);
+		r = run(m->src, who, sq_sql_move_freeze, 3, v, err);
 		if (!r)
 			return err->code;
 		size_t ok = (size_t)atoll(PQgetvalue(r, 0, 0));
@@ -514,8 +515,6 @@ static sq_status freeze(sq_client *c, move *m, const sq_move_opts *o, sq_error *
 				      "%s does not own all %zu partitions of move %lld", who, m->n,
 				      (long long)m->id);
 		}
-		if (run_ok(m->src, who, sq_sql_move_freeze, 2, v, err))
-			return err->code;
 		/* tests: a mover that stalls with the gate held */
 		sq_failpoint("during_freeze");
 		if (run_ok(m->src, who, "COMMIT", 0, NULL, err))

@@ -93,19 +93,24 @@ ON CONFLICT (partition) DO UPDATE SET state = 'importing', move_id = $2,
 -- shared) and holds new ones until the transaction ends.
 SELECT pg_advisory_xact_lock(1397837137, 1)
 
--- name: move_freeze_owned
--- On the source, under the exclusive gate: how many of the partitions it
--- owns, or froze for this move already. $1 int[] partitions, $2 bigint
--- move id.
-SELECT count(*) FILTER (WHERE state = 'owned' OR (state = 'moving_out' AND move_id = $2::bigint))
-  FROM shardq.partition_state WHERE partition = ANY($1::int[])
-
 -- name: move_freeze
--- The source marks the partitions moving_out (writers hear "moving").
--- $1 int[] partitions, $2 bigint move id.
-UPDATE shardq.partition_state SET state = 'moving_out', move_id = $2,
-       epoch = epoch + 1, updated_at = now()
- WHERE partition = ANY($1::int[]) AND state = 'owned'
+-- On the source, under the exclusive gate: the partitions are marked
+-- moving_out (writers hear "moving") if it owns every one of them, or
+-- froze them for this move already (a resumed move); else nothing is
+-- changed. One statement, so that the writers held behind the gate wait
+-- for one round trip less. Returns how many it owns or froze for this
+-- move. $1 int[] partitions, $2 bigint move id, $3 int their count.
+WITH chk AS (
+  SELECT count(*) FILTER (WHERE state = 'owned' OR (state = 'moving_out' AND move_id = $2::bigint)) AS ok
+    FROM shardq.partition_state WHERE partition = ANY($1::int[])
+), upd AS (
+  UPDATE shardq.partition_state SET state = 'moving_out', move_id = $2,
+         epoch = epoch + 1, updated_at = now()
+   WHERE partition = ANY($1::int[]) AND state = 'owned'
+     AND (SELECT chk.ok FROM chk) = $3::int
+  RETURNING 1
+)
+SELECT (SELECT chk.ok FROM chk), (SELECT count(*) FROM upd)
 
 -- name: move_copied_before
 -- On the destination: how many of the partitions this move owns already
