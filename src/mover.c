@@ -457,8 +457,8 @@ static sq_status gate_exclusive(sq_client *c, move *m, const char *who, const sq
 	int64_t idle = o->lock_timeout_ms > 1000 ? o->lock_timeout_ms : 1000;
 	if (c->cfg->idle_in_tx_timeout_ms > 0 && c->cfg->idle_in_tx_timeout_ms < idle)
 		idle = c->cfg->idle_in_tx_timeout_ms;
-	int64_t wait = o->lock_timeout_ms < GATE_FIRST_WAIT_MS ? o->lock_timeout_ms
-							       : GATE_FIRST_WAIT_MS;
+	int64_t wait =
+		o->lock_timeout_ms < GATE_FIRST_WAIT_MS ? o->lock_timeout_ms : GATE_FIRST_WAIT_MS;
 	*held_ms = 0;
 	for (int full = 1;;) {
 		snprintf(lt, sizeof(lt),
