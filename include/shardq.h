@@ -198,7 +198,9 @@ SQ_MUST_CHECK sq_status sq_init(sq_client *c, int *created, sq_error *err);
 /* Partition map: shard index (config order) per partition, and version. */
 int sq_client_shard_of_partition(const sq_client *c, uint32_t partition);
 int64_t sq_client_map_version(const sq_client *c);
-/* Reloads the map from the meta database. */
+/* Reloads the map from the meta database: the partitions moved since the
+ * version c has, or all of it when the version has not moved (the caller
+ * takes its map to be wrong) or on the first load. */
 SQ_MUST_CHECK sq_status sq_client_refresh_map(sq_client *c, sq_error *err);
 
 /* ---- enqueue ---------------------------------------------------------- */

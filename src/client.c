@@ -207,8 +207,9 @@ sq_status sq_shard_conn_init(sq_pgconn *pc, const sq_config *cfg, int shard, con
 
 /* Reads the cluster row: checks its partition count, and says whether the
  * map may be read incrementally (*since: the rows moved after the version
- * c has; -1: all of them). */
-static sq_status read_map_head(sq_client *c, int64_t *since, sq_error *err)
+ * c has; -1: all of them). whole_if_same: at the version c has, read all
+ * of it (see below). */
+static sq_status read_map_head(sq_client *c, int whole_if_same, int64_t *since, sq_error *err)
 {
 	PGresult *r = sq_pgconn_exec(&c->meta, sq_sql_map_head, 0, NULL, err);
 	if (!r)
@@ -231,11 +232,11 @@ static sq_status read_map_head(sq_client *c, int64_t *since, sq_error *err)
 	const char *cluster = PQgetvalue(r, 0, 2);
 	/* a map read before, of this cluster, that the new one follows (a meta
 	 * database restored from a backup may go back). At the same version
-	 * there is nothing new to read: the caller heard of a move that its
-	 * map does not show (a shard answered "moved"), so all of it is read,
-	 * as before meta schema 4. */
-	int follows = c->map_version > 0 && version > c->map_version && c->cluster_id &&
-		      strcmp(c->cluster_id, cluster) == 0 &&
+	 * there is nothing new to read: a caller that heard of a move its map
+	 * does not show (a shard answered "moved") reads all of it, as before
+	 * meta schema 4; one that waits for a move to end reads nothing. */
+	int follows = c->map_version > 0 && version >= c->map_version + whole_if_same &&
+		      c->cluster_id && strcmp(c->cluster_id, cluster) == 0 &&
 		      atoi(PQgetvalue(r, 0, 3)) >= META_MAP_VERSIONS;
 	*since = follows ? c->map_version : -1;
 	c->map_version = version;
@@ -270,14 +271,14 @@ static sq_status apply_map_rows(sq_client *c, PGresult *r, sq_error *err)
 /* Reads the map from the meta database: all of it the first time (or after
  * the meta database went back), then only the partitions moved since the
  * version c has (c->map_rows_read counts the rows read). */
-sq_status sq_client_refresh_map(sq_client *c, sq_error *err)
+static sq_status refresh_map(sq_client *c, int whole_if_same, sq_error *err)
 {
 	int64_t since = -1;
 	char since_s[24];
 	const char *v[1] = {since_s};
 	c->map_checked_at = sq_mono_s();
 	c->map_refreshes++;
-	sq_status st = read_map_head(c, &since, err);
+	sq_status st = read_map_head(c, whole_if_same, &since, err);
 	if (st != SQ_OK)
 		return st;
 	snprintf(since_s, sizeof(since_s), "%lld", (long long)since);
@@ -303,6 +304,11 @@ sq_status sq_client_refresh_map(sq_client *c, sq_error *err)
 	for (uint32_t p = 0; p < c->partitions; p++)
 		c->map_parts[c->map[p]]++;
 	return SQ_OK;
+}
+
+sq_status sq_client_refresh_map(sq_client *c, sq_error *err)
+{
+	return refresh_map(c, 1, err);
 }
 
 /* Every shard's schema must be one this build speaks (SQ_SHARD_SCHEMA_MIN
@@ -693,7 +699,7 @@ void sq_client_check_map(sq_client *c)
 			}
 		}
 	}
-	if (changed && sq_client_refresh_map(c, NULL) != SQ_OK)
+	if (changed && refresh_map(c, 0, NULL) != SQ_OK)
 		c->map_checked_at = 0; /* try again next time */
 }
 
@@ -713,7 +719,10 @@ sq_status sq_client_wait_moved(sq_client *c, int moved, int *tries, double *dead
 		usleep((useconds_t)(ms > 200 ? 200 : ms) * 1000);
 	}
 	(*tries)++;
-	if (sq_client_refresh_map(c, NULL) != SQ_OK)
+	/* "moving": the map is right until the move switches it, so only what
+	 * moved since is read (nothing, mostly); "moved" at the version it has
+	 * is a map that is wrong: all of it is read */
+	if (refresh_map(c, moved, NULL) != SQ_OK)
 		c->map_checked_at = 0;
 	return SQ_OK;
 }

@@ -771,6 +771,7 @@ static sq_status copy_and_own(sq_client *c, move *m, sq_error *err)
 				(long long)m->id, (long long)copied, (long long)want);
 		}
 		if (run_ok(m->dst, dw, sq_sql_move_own, 2, v, err) ||
+		    run_ok(m->dst, dw, sq_sql_move_notify_jobs, 0, NULL, err) ||
 		    run_ok(m->dst, dw, "COMMIT", 0, NULL, err))
 			return err->code;
 		m->rows = copied;

@@ -1,6 +1,7 @@
 /* support.c - the helpers the suites share (support.h). */
 #define _GNU_SOURCE
 #include "support.h"
+#include "client.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -225,6 +226,7 @@ static void *producer_main(void *arg)
 		p->sent += n;
 		usleep(p->pause_us);
 	}
+	p->map_rows_read = c->map_rows_read;
 	sq_client_close(c);
 	free(keys);
 	free(retry);

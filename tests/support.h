@@ -127,6 +127,7 @@ typedef struct test_producer {
 	int64_t *acked;
 	size_t nacked, cap;
 	long sent, retried, unknown, failed_calls;
+	uint64_t map_rows_read; /* its client's, once it stopped */
 	char last_error[256];
 } test_producer;
 

@@ -395,6 +395,8 @@ START_TEST(add_fifth_shard_under_load)
 	OKE(sq_rebalance(c5, &o, &err));
 	printf("add a fifth shard: %lld partitions moved under load in %.2fs\n",
 	       (long long)plan->moving, test_now_s() - t0);
+	/* they ran throughout their partitions' moves */
+	ck_assert_int_eq(longs_running(), 6);
 	/* a client that was open throughout follows the map by reading only
 	 * the partitions each set moved, however often it looked (it read
 	 * all 1,024 rows every time before meta schema 4) */
@@ -403,10 +405,16 @@ START_TEST(add_fifth_shard_under_load)
 		      "the client read %llu rows of the map to follow %lld partitions moved",
 		      (unsigned long long)(t.client->map_rows_read - rows0),
 		      (long long)plan->moving);
-	/* they ran throughout their partitions' moves */
-	ck_assert_int_eq(longs_running(), 6);
 	load_wait_acked(100); /* the load goes on after the moves */
 	load_stop();
+	/* the producers, which enqueued into the moving partitions, read the
+	 * map once whole and then each moved partition once: waiting for a
+	 * freeze to end read nothing (it read all of it on every retry) */
+	for (int i = 0; i < L.nprod; i++)
+		ck_assert_msg(L.prod[i].map_rows_read <= t.partitions + (uint64_t)plan->moving,
+			      "producer %d read %llu rows of the map; %u partitions, %lld moved", i,
+			      (unsigned long long)L.prod[i].map_rows_read, t.partitions,
+			      (long long)plan->moving);
 	check_ownership();
 	check_jobs();
 	/* exactly the planned partitions are on s5 now */

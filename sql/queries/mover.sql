@@ -169,6 +169,14 @@ COPY (SELECT id, partition, task, status, priority, schedule_time, delay_toleran
 UPDATE shardq.partition_state SET state = 'owned', epoch = epoch + 1, updated_at = now()
  WHERE partition = ANY($1::int[]) AND move_id = $2
 
+-- name: move_notify_jobs
+-- On the destination, in the copy's transaction: wakes the workers that
+-- LISTEN there once it commits, so that the set's ready jobs, which no
+-- claim could take since the freeze, are claimed at once, not at each
+-- worker's next poll of a shard it may have found empty. A payload with no
+-- type list wakes every listener (src/listener.c, wake_is_ours).
+SELECT pg_notify('shardq_jobs', 'moved-in')
+
 -- name: move_switch_map
 -- The meta map follows. $1 int[] partitions, $2 text the destination.
 UPDATE shardq_meta.partition_map SET shard_id = $2 WHERE partition = ANY($1::int[])
