@@ -246,7 +246,8 @@ static sq_status read_map_head(sq_client *c, int whole_if_same, int64_t *since, 
 	return SQ_OK;
 }
 
-/* Applies rows (partition, shard id) of the map to c->map. */
+/* Applies rows (partition, shard id[, the version that moved it]) of the
+ * map to c->map. */
 static sq_status apply_map_rows(sq_client *c, PGresult *r, sq_error *err)
 {
 	for (int i = 0; i < PQntuples(r); i++) {
@@ -264,6 +265,10 @@ static sq_status apply_map_rows(sq_client *c, PGresult *r, sq_error *err)
 				      "cluster; re-run 'shardq init'",
 				      p, c->partitions);
 		c->map[p] = s;
+		/* rows moved after the version read a moment before: the map
+		 * is at theirs (partition_map_since) */
+		if (PQnfields(r) > 2 && atoll(PQgetvalue(r, i, 2)) > c->map_version)
+			c->map_version = atoll(PQgetvalue(r, i, 2));
 	}
 	return SQ_OK;
 }

@@ -448,7 +448,9 @@ static sq_status prepare(sq_client *c, move *m, sq_error *err)
 static sq_status gate_exclusive(sq_client *c, move *m, const char *who, const sq_move_opts *o,
 				const char *step, double *t0, double *held_ms, sq_error *err)
 {
-	char lt[160];
+	char lt[160], full_wait[24];
+	const char *fv[1] = {full_wait};
+	snprintf(full_wait, sizeof(full_wait), "%lld", (long long)o->lock_timeout_ms);
 	/* the gate is never held idle longer than the lock timeout (at least
 	 * 1 s, at most the configured idle timeout): the mover runs a few quick
 	 * statements under it, and every writer of the shard queues behind it,
@@ -468,7 +470,7 @@ static sq_status gate_exclusive(sq_client *c, move *m, const char *who, const sq
 		if (run_ok(m->src, who, lt, 0, NULL, err))
 			return err->code;
 		*t0 = sq_mono_s() * 1000.0;
-		if (!run_ok(m->src, who, sq_sql_move_gate_exclusive, 0, NULL, err))
+		if (!run_ok(m->src, who, sq_sql_move_gate_exclusive, 1, fv, err))
 			return SQ_OK;
 		double held = sq_mono_s() * 1000.0 - *t0;
 		*held_ms = held > *held_ms ? held : *held_ms;

@@ -32,8 +32,11 @@ SELECT m.partition, m.shard_id FROM shardq_meta.partition_map m ORDER BY m.parti
 
 -- name: partition_map_since
 -- The partitions the map moved after version $1 (meta schema 4), as
--- partition_map. Index: partition_map_version.
-SELECT m.partition, m.shard_id FROM shardq_meta.partition_map m WHERE m.version > $1::bigint
+-- partition_map, with the version that moved each: the versions commit in
+-- order (the trigger locks the cluster row), so every version up to the
+-- highest one here is in this answer. Index: partition_map_version.
+SELECT m.partition, m.shard_id, m.version FROM shardq_meta.partition_map m
+ WHERE m.version > $1::bigint
 
 -- name: map_head
 -- The cluster row and the meta schema's version (the map's rows carry

@@ -90,8 +90,12 @@ ON CONFLICT (partition) DO UPDATE SET state = 'importing', move_id = $2,
 -- name: move_gate_exclusive
 -- The partition gate (1397837137, 1; SQ_GATE_KEY in src/schema.h),
 -- exclusive: waits for every write in flight on the shard (they hold it
--- shared) and holds new ones until the transaction ends.
-SELECT pg_advisory_xact_lock(1397837137, 1)
+-- shared) and holds new ones until the transaction ends. Once it is held,
+-- the rest of the transaction waits for a lock at most $1 (ms): the
+-- gate's own try may wait much less (src/mover.c, gate_exclusive), and the
+-- freeze's update may wait a moment for a lock on partition_state (an
+-- autovacuum truncating it). The target list is evaluated in order.
+SELECT pg_advisory_xact_lock(1397837137, 1), set_config('lock_timeout', $1, true)
 
 -- name: move_freeze
 -- On the source, under the exclusive gate: the partitions are marked
