@@ -926,7 +926,7 @@ static long claim_buffers(sq_pgconn *pc, int lim)
  * now included. */
 START_TEST(a_claim_reads_no_job_scheduled_for_later)
 {
-	enum { LATER = 12000, TOLERANT_LATER = 4000, DUE = 10 };
+	enum { LATER = 6000, TOLERANT_LATER = 2000, DUE = 10 };
 	sq_job *cl;
 	sq_client *w = testdb_client(&tp);
 	enqueue_p_at(LATER, 0, 3600000, 0);
