@@ -501,31 +501,27 @@ static sq_status freeze(sq_client *c, move *m, const sq_move_opts *o, sq_error *
 	snprintf(ids, sizeof(ids), "%lld", (long long)m->id);
 	snprintf(count, sizeof(count), "%zu", m->n);
 	snprintf(who, sizeof(who), "shard %s (source)", sid(c, m->from));
-	for (;;) {
-		double t0, held;
-		PGresult *r;
-		if (gate_exclusive(c, m, who, o, "freeze", &t0, &held, err))
-			return err->code;
-		r = run(m->src, who, sq_sql_move_freeze, 3, v, err);
-		if (!r)
-			return err->code;
-		size_t ok = (size_t)atoll(PQgetvalue(r, 0, 0));
-		PQclear(r);
-		if (ok != m->n) {
-			run_ok(m->src, who, "ROLLBACK", 0, NULL, err);
-			return sq_err(err, SQ_ESTATE,
-				      "%s does not own all %zu partitions of move %lld", who, m->n,
-				      (long long)m->id);
-		}
-		/* tests: a mover that stalls with the gate held */
-		sq_failpoint("during_freeze");
-		if (run_ok(m->src, who, "COMMIT", 0, NULL, err))
-			return err->code;
-		/* the longest the writers were held at once */
-		m->stall_ms = sq_mono_s() * 1000.0 - t0;
-		m->stall_ms = held > m->stall_ms ? held : m->stall_ms;
-		break;
+	double t0, held;
+	PGresult *r;
+	if (gate_exclusive(c, m, who, o, "freeze", &t0, &held, err))
+		return err->code;
+	r = run(m->src, who, sq_sql_move_freeze, 3, v, err);
+	if (!r)
+		return err->code;
+	size_t ok = (size_t)atoll(PQgetvalue(r, 0, 0));
+	PQclear(r);
+	if (ok != m->n) {
+		run_ok(m->src, who, "ROLLBACK", 0, NULL, err);
+		return sq_err(err, SQ_ESTATE, "%s does not own all %zu partitions of move %lld",
+			      who, m->n, (long long)m->id);
 	}
+	/* tests: a mover that stalls with the gate held */
+	sq_failpoint("during_freeze");
+	if (run_ok(m->src, who, "COMMIT", 0, NULL, err))
+		return err->code;
+	/* the longest the writers were held at once */
+	m->stall_ms = sq_mono_s() * 1000.0 - t0;
+	m->stall_ms = held > m->stall_ms ? held : m->stall_ms;
 	char extra[64];
 	snprintf(extra, sizeof(extra), "%.3f", m->stall_ms);
 	if (record(m, "frozen", sq_sql_move_record_frozen, extra, err))
