@@ -526,6 +526,7 @@ void sq_client_close(sq_client *c)
 	free(c->shards);
 	free(c->map);
 	free(c->map_parts);
+	free(c->held);
 	free(c->yield);
 	free(c->cluster_id);
 	free(c->ta.names);
@@ -708,7 +709,8 @@ void sq_client_check_map(sq_client *c)
 		c->map_checked_at = 0; /* try again next time */
 }
 
-sq_status sq_client_wait_moved(sq_client *c, int moved, int *tries, double *deadline, sq_error *err)
+sq_status sq_client_moving_delay(sq_client *c, int *tries, double *deadline, double *delay,
+				 sq_error *err)
 {
 	double now = sq_mono_s();
 	if (*deadline == 0)
@@ -718,12 +720,23 @@ sq_status sq_client_wait_moved(sq_client *c, int moved, int *tries, double *dead
 			      "a partition is still being moved after %.0fs; is a mover stuck? "
 			      "see shardq moves",
 			      (double)c->cfg->moving_wait_ms / 1000.0);
-	if (!moved) {
-		/* a move's freeze-to-switch takes milliseconds to seconds */
-		int ms = 5 << (*tries < 5 ? *tries : 5);
-		usleep((useconds_t)(ms > 200 ? 200 : ms) * 1000);
-	}
+	/* a move's freeze-to-switch takes milliseconds to seconds; the switch
+	 * is heard on LISTEN shardq_map, so a wait of a few tens of ms finds
+	 * it soon after, most often without asking a shard (enqueue.c) */
+	int ms = 5 << (*tries < 4 ? *tries : 4);
+	*delay = (ms > 50 ? 50 : ms) / 1000.0;
 	(*tries)++;
+	return SQ_OK;
+}
+
+sq_status sq_client_wait_moved(sq_client *c, int moved, int *tries, double *deadline, sq_error *err)
+{
+	double delay = 0;
+	sq_status st = sq_client_moving_delay(c, tries, deadline, &delay, err);
+	if (st != SQ_OK)
+		return st;
+	if (!moved)
+		usleep((useconds_t)(delay * 1e6));
 	/* "moving": the map is right until the move switches it, so only what
 	 * moved since is read (nothing, mostly); "moved" at the version it has
 	 * is a map that is wrong: all of it is read */

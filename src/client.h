@@ -61,7 +61,19 @@ struct sq_client {
 	double map_listen_at;  /* no new map_listen before this (one failed) */
 	uint64_t map_refreshes;
 	uint64_t map_rows_read; /* rows of the map read from the meta database */
+	/* partitions a shard answered "moving" for (enqueue.c): their jobs
+	 * wait without being sent, a batch's others go at once. Believed while
+	 * the map keeps held_version, for SQ_HELD_S after held_at. */
+	unsigned char *held; /* bitmap over the partitions; NULL until needed */
+	size_t nheld;
+	int64_t held_version;
+	double held_at;
 };
+
+/* How long a client believes a shard's "moving" before it asks again: a
+ * move's freeze ends with the map's switch (which a client hears at once
+ * on LISTEN shardq_map), or, when the move is aborted, without one. */
+#define SQ_HELD_S 0.25
 
 /*
  * A plain connection (blocking, outside the pipelines): the mover's, the
@@ -148,6 +160,12 @@ int sq_client_down_shards(const sq_client *c, char *out, size_t len);
  */
 sq_status sq_client_wait_moved(sq_client *c, int moved, int *tries, double *deadline,
 			       sq_error *err);
+
+/* How long to wait after a "moving" answer before trying again, counting
+ * the try as sq_client_wait_moved does (SQ_EMOVING once the deadline has
+ * passed), for a caller that waits and reads the map on its own. */
+sq_status sq_client_moving_delay(sq_client *c, int *tries, double *deadline, double *delay,
+				 sq_error *err);
 
 /* Sends every shard's queued pipeline and waits; only connection failures
  * are returned: each shard's results are for the caller to check. */

@@ -6,6 +6,7 @@
  * whether it was written. */
 #include "buf.h"
 #include "client.h"
+#include "clock.h"
 #include "enqueue.h"
 #include "error.h"
 #include "json.h"
@@ -15,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <xxhash.h>
 
 /* The statements' text, their parameters, and why each is shaped as it
@@ -412,13 +414,62 @@ static void settle_lost_part(sq_client *c, int s, shard_batch *b, const sq_job_s
 	free(found);
 }
 
+/* Whether partition p's jobs are held back: a shard said it is moving,
+ * at the map version the client still has, less than SQ_HELD_S ago. */
+static int held_has(const sq_client *c, uint32_t p)
+{
+	return c->nheld && (c->held[p / 8] & (1u << (p % 8)));
+}
+
+/* Forgets the held partitions once the map has moved on or the belief has
+ * aged: the next pass asks their shards again. */
+static void held_expire(sq_client *c)
+{
+	if (c->nheld &&
+	    (c->held_version != c->map_version || sq_mono_s() - c->held_at >= SQ_HELD_S)) {
+		memset(c->held, 0, c->partitions / 8 + 1);
+		c->nheld = 0;
+	}
+}
+
+/* Holds the partitions a "moving" answer names: its DETAIL is "moving: P1,
+ * P2,..." from a shard of schema 10 (sql/shard/010_moving_list.sql); an
+ * older shard's names one partition, bare, and holds nothing here. The
+ * number of partitions newly held. */
+static size_t held_add(sq_client *c, const char *detail)
+{
+	static const char tag[] = "moving: ";
+	size_t added = 0;
+	if (!detail || strncmp(detail, tag, sizeof(tag) - 1))
+		return 0;
+	if (!c->held && !(c->held = calloc(c->partitions / 8 + 1, 1)))
+		return 0;
+	for (const char *p = detail + sizeof(tag) - 1; *p;) {
+		char *end;
+		unsigned long v = strtoul(p, &end, 10);
+		if (end == p)
+			break;
+		if (v < c->partitions && !(c->held[v / 8] & (1u << (v % 8)))) {
+			if (!c->nheld) {
+				c->held_version = c->map_version;
+				c->held_at = sq_mono_s();
+			}
+			c->held[v / 8] |= (unsigned char)(1u << (v % 8));
+			c->nheld++;
+			added++;
+		}
+		p = *end == ',' ? end + 1 : end;
+	}
+	return added;
+}
+
 /* Sends every shard's batch at once. A shard that answers "moving" or
  * "moved" wrote nothing (its pipeline is one transaction): its rows keep
  * id -1, to be routed again; *moved says which answer came (2: moved,
  * 1: moving, 0: none). Other errors are returned; a shard whose connection
  * broke after its part was sent is asked what committed (settle_lost_part). */
 static sq_status send_all(sq_client *c, shard_batch *sb, const sq_job_spec *jobs,
-			  sq_enqueue_result *res, int *moved, sq_error *err)
+			  sq_enqueue_result *res, int *moved, size_t *held, sq_error *err)
 {
 	sq_status st;
 	uint64_t *sent = calloc((size_t)c->nshards, sizeof(uint64_t));
@@ -461,6 +512,9 @@ static sq_status send_all(sq_client *c, shard_batch *sb, const sq_job_spec *jobs
 		if (st == SQ_EMOVED || st == SQ_EMOVING) {
 			if (*moved < (st == SQ_EMOVED ? 2 : 1))
 				*moved = st == SQ_EMOVED ? 2 : 1;
+			/* results: gate, then the check that said so */
+			if (st == SQ_EMOVING)
+				*held += held_add(c, sq_pgconn_result_detail(pc, 1));
 			continue;
 		}
 		if (st != SQ_OK) {
@@ -661,7 +715,7 @@ static sq_status batch_make(sq_client *c, batch *bt, const sq_job_spec *jobs, si
 	if (!bt->sb || !bt->ks)
 		return sq_err(err, SQ_ENOMEM, "out of memory");
 	for (size_t i = 0; i < n; i++) {
-		if (res[i].id != -1 || alias[i] != i)
+		if (res[i].id != -1 || alias[i] != i || held_has(c, parts[i]))
 			continue;
 		if ((st = batch_add(c, bt, jobs, n, i, first, parts[i], res, alias, err)))
 			return st;
@@ -682,52 +736,130 @@ static sq_status batch_make(sq_client *c, batch *bt, const sq_job_spec *jobs, si
 	return SQ_OK;
 }
 
-/* After a pass: whether rows are left to send. A duplicate that finished
- * between the insert and its lookup left id 0: it is sent again, and
- * counted. */
-static int rows_left(sq_enqueue_result *res, const size_t *alias, size_t n, int *dup_tries)
+/* After a pass: how many rows are left to send, and how many of those are
+ * not held (*sendable). A duplicate that finished between the insert and
+ * its lookup left id 0: it is sent again, and counted. */
+static size_t rows_left(const sq_client *c, sq_enqueue_result *res, const size_t *alias, size_t n,
+			const uint32_t *parts, int *dup_tries, size_t *sendable)
 {
-	int again = 0;
+	size_t left = 0;
+	*sendable = 0;
 	for (size_t i = 0; i < n; i++) {
-		if (alias[i] == i && res[i].id == 0) {
+		if (alias[i] != i)
+			continue;
+		if (res[i].id == 0) {
 			res[i].id = -1;
 			(*dup_tries)++;
 		}
-		again |= res[i].id == -1 && alias[i] == i;
+		if (res[i].id == -1) {
+			left++;
+			*sendable += !held_has(c, parts[i]);
+		}
 	}
-	return again;
+	return left;
 }
 
-/* Sends the rows in passes until each is answered. Rows with id -1 are to
- * send. A shard answering "moving" or "moved" leaves its rows at -1: they
- * are routed again by the refreshed map. A duplicate that finished between
- * our insert and its lookup is sent again too (rare, bounded). */
-static sq_status send_passes(sq_client *c, const sq_job_spec *jobs, size_t n, int64_t first,
-			     const uint32_t *parts, sq_enqueue_result *res, size_t *alias,
-			     sq_error *err)
+/* One batch's enqueue under way: sq_enqueue_checked sends it in passes,
+ * and waits between them while its only unwritten jobs are those of
+ * partitions being moved. */
+typedef struct enq_run {
+	const sq_job_spec *jobs;
+	size_t n;
+	sq_enqueue_result *res;
+	int64_t first;   /* the id block's first id */
+	uint32_t *parts; /* each job's partition */
+	size_t *alias;   /* a key's later copy under policy ignore: its first's index */
+	int dup_tries, move_tries;
+	double deadline; /* the moving wait's end, monotonic s (0: none yet) */
+} enq_run;
+
+/* Takes the batch's ids and routes it; every result starts "not written".
+ * On an error, enq_end is still called. */
+static sq_status enq_begin(sq_client *c, enq_run *r, const sq_job_spec *jobs, size_t n,
+			   sq_enqueue_result *res, sq_error *err)
 {
-	int dup_tries = 0, move_tries = 0;
-	double deadline = 0;
 	sq_status st;
-	sq_client_check_map(c);
+	memset(r, 0, sizeof(*r));
+	r->jobs = jobs;
+	r->n = n;
+	r->res = res;
+	for (size_t i = 0; i < n; i++) {
+		res[i].id = -1;
+		res[i].outcome = SQ_ENQ_NOT_WRITTEN;
+		res[i].shard = -1;
+	}
+	if ((st = sq_client_take_ids(c, n, &r->first, err)))
+		return st;
+	if (!(r->alias = malloc(n * sizeof(size_t))))
+		return sq_err(err, SQ_ENOMEM, "out of memory");
+	for (size_t i = 0; i < n; i++)
+		r->alias[i] = i;
+	if (!(r->parts = malloc(n * sizeof(uint32_t))))
+		return sq_err(err, SQ_ENOMEM, "out of memory");
+	route(c, jobs, n, r->first, r->parts);
+	return SQ_OK;
+}
+
+/* Sends the rows in passes until each is answered, or until only rows of
+ * partitions a shard said are moving are left (*waiting). A shard that
+ * answers "moving" names its moving partitions: the pass after it sends
+ * the shard's other rows at once, and only those partitions' rows wait.
+ * One answering "moved" leaves its rows to be routed again by the
+ * refreshed map. A duplicate that finished between our insert and its
+ * lookup is sent again too (rare, bounded). */
+static sq_status enq_send(sq_client *c, enq_run *r, int *waiting, sq_error *err)
+{
+	sq_status st;
+	*waiting = 0;
+	sq_client_check_map(c); /* a move may have switched: LISTEN says so */
+	held_expire(c);
 	for (;;) {
 		int moved = 0;
+		size_t newly_held = 0, sendable;
 		batch bt = {NULL, NULL, 0};
-		st = batch_make(c, &bt, jobs, n, first, parts, res, alias, err);
+		st = batch_make(c, &bt, r->jobs, r->n, r->first, r->parts, r->res, r->alias, err);
 		if (st == SQ_OK && bt.pending)
-			st = send_all(c, bt.sb, jobs, res, &moved, err);
+			st = send_all(c, bt.sb, r->jobs, r->res, &moved, &newly_held, err);
 		batch_free(c, &bt);
 		sq_client_reset(c);
-		if (st != SQ_OK || !rows_left(res, alias, n, &dup_tries))
+		if (st != SQ_OK)
 			return st;
-		if (dup_tries > 3 * (int)n)
+		if (!rows_left(c, r->res, r->alias, r->n, r->parts, &r->dup_tries, &sendable))
+			return SQ_OK;
+		if (r->dup_tries > 3 * (int)r->n)
 			return sq_err(err, SQ_EDB,
 				      "some jobs could not be placed (a duplicate kept finishing "
 				      "concurrently); enqueue them again");
-		if (moved &&
-		    (st = sq_client_wait_moved(c, moved == 2, &move_tries, &deadline, err)))
-			return st;
+		if (moved == 2) {
+			if ((st = sq_client_wait_moved(c, 1, &r->move_tries, &r->deadline, err)))
+				return st;
+			held_expire(c);
+			continue;
+		}
+		/* nothing left but held rows, or "moving" that named no partition
+		 * (a shard of schema 9 or older): wait for the move */
+		if (!sendable || (moved == 1 && !newly_held)) {
+			*waiting = 1;
+			return SQ_OK;
+		}
 	}
+}
+
+/* How long to wait before the next enq_send, in seconds; SQ_EMOVING once
+ * the batch has waited moving_wait. */
+static sq_status enq_delay(sq_client *c, enq_run *r, double *delay, sq_error *err)
+{
+	return sq_client_moving_delay(c, &r->move_tries, &r->deadline, delay, err);
+}
+
+/* Settles the results of a key's later copies, and frees the run. */
+static void enq_end(enq_run *r)
+{
+	if (r->alias)
+		settle_aliases(r->res, r->alias, r->n);
+	free(r->alias);
+	free(r->parts);
+	memset(r, 0, sizeof(*r));
 }
 
 sq_status sq_enqueue(sq_client *c, const sq_job_spec *jobs, size_t n, sq_enqueue_result *res,
@@ -744,30 +876,14 @@ sq_status sq_enqueue(sq_client *c, const sq_job_spec *jobs, size_t n, sq_enqueue
 sq_status sq_enqueue_checked(sq_client *c, const sq_job_spec *jobs, size_t n,
 			     sq_enqueue_result *res, sq_error *err)
 {
-	sq_status st;
-	int64_t first;
-	size_t *alias;
-	uint32_t *parts;
-
-	if ((st = sq_client_take_ids(c, n, &first, err)))
-		return st;
-	alias = malloc(n * sizeof(size_t));
-	parts = malloc(n * sizeof(uint32_t));
-	if (!alias || !parts) {
-		free(alias);
-		free(parts);
-		return sq_err(err, SQ_ENOMEM, "out of memory");
-	}
-	route(c, jobs, n, first, parts);
-	for (size_t i = 0; i < n; i++) {
-		res[i].id = -1, alias[i] = i;
-		res[i].outcome = SQ_ENQ_NOT_WRITTEN;
-		res[i].shard = -1;
-	}
-	st = send_passes(c, jobs, n, first, parts, res, alias, err);
-	settle_aliases(res, alias, n);
-	free(alias);
-	free(parts);
+	enq_run r;
+	int waiting = 0;
+	double delay;
+	sq_status st = enq_begin(c, &r, jobs, n, res, err);
+	while (st == SQ_OK && (st = enq_send(c, &r, &waiting, err)) == SQ_OK && waiting &&
+	       (st = enq_delay(c, &r, &delay, err)) == SQ_OK)
+		usleep((useconds_t)(delay * 1e6));
+	enq_end(&r);
 	return st;
 }
 

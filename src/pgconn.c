@@ -1370,6 +1370,13 @@ sq_status sq_pgconn_range_error(sq_pgconn *pc, int from, int to, sq_error *err)
 	return SQ_OK;
 }
 
+const char *sq_pgconn_result_detail(sq_pgconn *pc, int i)
+{
+	if (i < 0 || i >= pc->nres || PQresultStatus(pc->res[i]) != PGRES_FATAL_ERROR)
+		return NULL;
+	return PQresultErrorField(pc->res[i], PG_DIAG_MESSAGE_DETAIL);
+}
+
 const char *sq_pgconn_range_sqlstate(sq_pgconn *pc, int from, int to)
 {
 	for (int i = from; i < to && i < pc->nres; i++)

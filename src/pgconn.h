@@ -218,6 +218,10 @@ sq_status sq_pgconn_range_error(sq_pgconn *pc, int from, int to, sq_error *err);
  * because the connection failed). */
 const char *sq_pgconn_range_sqlstate(sq_pgconn *pc, int from, int to);
 
+/* The DETAIL of statement q[i]'s error, or NULL (it succeeded, failed
+ * without one, or has no result). */
+const char *sq_pgconn_result_detail(sq_pgconn *pc, int i);
+
 /* Runs one simple statement synchronously (outside any pipeline run), for
  * init and admin work. Returns the result (caller PQclear()s) or NULL with
  * err set. */

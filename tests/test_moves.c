@@ -717,6 +717,113 @@ START_TEST(same_key_before_during_after_move)
 }
 END_TEST
 
+/* Keys of type m: `n` whose partition is `part` (want 1) or another
+ * partition of shard `shard` (want 0), named PREFIX0, PREFIX1, ... */
+static void keys_on(const sq_client *c, char (*out)[16], int n, const char *prefix, uint32_t part,
+		    int shard, int want)
+{
+	for (int i = 0, got = 0; got < n; i++) {
+		char key[16];
+		snprintf(key, sizeof(key), "%s%d", prefix, i);
+		uint32_t p = sq_partition_of_key(key, strlen(key), 64);
+		if ((p == part) == want && sq_client_shard_of_partition(c, p) == shard)
+			snprintf(out[got++], 16, "%s", key);
+	}
+}
+
+typedef struct held_call {
+	sq_job_spec js[21];
+	sq_enqueue_result res[21];
+	sq_status st;
+} held_call;
+
+static void enqueue_held_call(void *arg)
+{
+	held_call *h = arg;
+	sq_error err;
+	sq_client *c = testdb_client(&t);
+	h->st = sq_enqueue(c, h->js, 21, h->res, &err);
+	sq_client_close(c);
+}
+
+static long long part_state(int shard, uint32_t part, const char *state)
+{
+	char sql[160];
+	snprintf(sql, sizeof(sql),
+		 "SELECT count(*) FROM shardq.partition_state WHERE partition = %u AND state = "
+		 "'%s'",
+		 part, state);
+	return testdb_scalar(&t, shard, sql);
+}
+
+/* A partition frozen for a move holds only its own jobs: a batch's other
+ * jobs on the same shard are written while it is frozen, and the call
+ * returns once the move has put the held one on its new shard. */
+START_TEST(a_frozen_partition_holds_only_its_own_jobs)
+{
+	char frozen[1][16], other[20][16], args[1536];
+	testdb_open(&t, "sqt_moves_held", 2, 64, types);
+	write_ini();
+	uint32_t part = sq_partition_of_key("h0", 2, 64);
+	int from = sq_client_shard_of_partition(t.client, part), to = 1 - from;
+	keys_on(t.client, frozen, 1, "h", part, from, 1);
+	keys_on(t.client, other, 20, "o", part, from, 0);
+	/* a mover held right after it froze the partition */
+	snprintf(args, sizeof(args), "%s exec %s -c %s move --partitions %u --to s%d",
+		 testdb_failpoint_hold("after_freeze"), getenv("SHARDQ_CLI"), ini_path, part,
+		 to + 1);
+	pid_t pid = fork();
+	if (pid == 0) {
+		execl("/bin/sh", "sh", "-c", args, (char *)NULL);
+		_exit(127);
+	}
+	testdb_failpoint_await("the mover");
+	ck_assert_int_eq(part_state(from, part, "moving_out"), 1);
+
+	/* sq_enqueue: one job of the frozen partition and 20 others there */
+	held_call h;
+	memset(&h, 0, sizeof(h));
+	for (int i = 0; i < 21; i++) {
+		h.js[i].type = "m";
+		h.js[i].key = i ? other[i - 1] : frozen[0];
+	}
+	testdb_call call;
+	testdb_call_start(&call, enqueue_held_call, &h);
+	double since = test_now_s();
+	while (testdb_scalar(&t, from, "SELECT count(*) FROM shardq.jobs") < 20) {
+		ck_assert_msg(test_now_s() - since < testdb_stall_s(),
+			      "the 20 jobs of owned partitions were not written in %.0fs while one "
+			      "partition of their shard was frozen",
+			      testdb_stall_s());
+		usleep(5000);
+	}
+	ck_assert_msg(!atomic_load(&call.done), "sq_enqueue returned before its frozen job");
+	ck_assert_int_eq(testdb_scalar(&t, from, "SELECT count(*) FROM shardq.jobs"), 20);
+
+	printf("while partition %u was frozen: 20 of 21 jobs of a batch were written\n", part);
+
+	/* the move goes on: the held jobs are written on the destination */
+	testdb_failpoint_go();
+	int status;
+	waitpid(pid, &status, 0);
+	ck_assert_int_eq(WEXITSTATUS(status), 0);
+	testdb_call_wait(&call, "sq_enqueue of the held job");
+	ck_assert_int_eq(h.st, SQ_OK);
+	for (int i = 0; i < 21; i++)
+		ck_assert_int_eq(h.res[i].outcome, SQ_ENQ_INSERTED);
+	char sql[200];
+	snprintf(sql, sizeof(sql),
+		 "SELECT count(*) FROM shardq.jobs WHERE partition = %u AND active_uid = '%s'",
+		 part, frozen[0]);
+	ck_assert_int_eq(testdb_scalar(&t, to, sql), 1);
+	ck_assert_int_eq(testdb_sum(&t, "SELECT count(DISTINCT active_uid) FROM shardq.jobs"), 21);
+	ck_assert_int_eq(testdb_sum(&t, "SELECT count(*) FROM shardq.jobs"), 21);
+	check_ownership();
+	testdb_tmpdir_remove();
+	testdb_close(&t);
+}
+END_TEST
+
 /* Only one driver per move: an abort (or a second mover) while a mover is
  * still working on the move is refused. The mover is held in the copy
  * (for far longer than the test needs), then killed; the move is resumed
@@ -936,6 +1043,7 @@ int main(void)
 	Suite *s = suite_create("moves");
 	ADD_CASE(s, stale_router_still_routes, 3600);
 	ADD_CASE(s, same_key_before_during_after_move, 3600);
+	ADD_CASE(s, a_frozen_partition_holds_only_its_own_jobs, 3600);
 	ADD_CASE(s, abort_refused_while_mover_runs, 3600);
 	ADD_CASE(s, a_move_whose_destination_stops_answering_in_its_copy_resumes, 3600);
 	ADD_CASE(s, a_move_whose_destination_stops_answering_before_its_copy_resumes, 3600);
