@@ -24,6 +24,12 @@
 /* The statements of every step, and why each is shaped as it is:
  * sql/queries/mover.sql. */
 
+/* A job's id and row version (its xmin) on the source. */
+typedef struct rowver {
+	int64_t id;
+	uint32_t xmin;
+} rowver;
+
 typedef struct move {
 	int64_t id;
 	int from, to; /* config indices */
@@ -35,6 +41,11 @@ typedef struct move {
 	double stall_ms;
 	double t0;
 	PGconn *meta, *src, *dst;
+	/* the pre-copy (this process's, not recorded): the source's rows it
+	 * copied, by id, and its transaction on the destination as an xmin */
+	rowver *pre;
+	size_t npre;
+	char pre_xid[24];
 } move;
 
 void sq_move_opts_init(sq_move_opts *o)
@@ -223,6 +234,7 @@ static void move_close(move *m)
 		PQfinish(m->dst);
 	free(m->parts);
 	free(m->lit);
+	free(m->pre);
 	memset(m, 0, sizeof(*m));
 }
 
@@ -566,17 +578,18 @@ static sq_status copy_abandon(move *m, const char *dw, const char *why, sq_statu
 	return st;
 }
 
-/* move_copy_out with the partitions' literal in place of $1 (COPY takes
- * no parameters; the list is our own integers, so it is safe inline);
- * NULL when out of memory. */
-static char *copy_out_sql(const move *m)
+/* A COPY of the source (move_copy_out, or move_copy_out_ids) with the
+ * partitions' literal in place of $1 and ids' in place of $2 (COPY takes
+ * no parameters; the lists are our own integers, so they are safe
+ * inline); NULL when out of memory. */
+static char *copy_out_sql(const move *m, const char *from, const char *ids)
 {
 	sq_buf q;
-	const char *at, *from = sq_sql_move_copy_out;
+	const char *at;
 	sq_buf_init(&q);
-	while ((at = strstr(from, "$1"))) {
+	while ((at = strchr(from, '$')) && (at[1] == '1' || at[1] == '2')) {
 		sq_buf_append(&q, from, (size_t)(at - from));
-		sq_buf_printf(&q, "'%s'", m->lit);
+		sq_buf_printf(&q, "'%s'", at[1] == '1' ? m->lit : ids);
 		from = at + 2;
 	}
 	sq_buf_puts(&q, from);
@@ -590,7 +603,8 @@ static char *copy_out_sql(const move *m)
 /* Starts both ends of the copy: the destination's COPY FROM STDIN, then
  * the source's COPY TO STDOUT. On failure the destination's transaction
  * is rolled back. */
-static sq_status copy_open(move *m, const char *sw, const char *dw, int *failed, sq_error *err)
+static sq_status copy_open(move *m, const char *sw, const char *dw, const char *out_sql,
+			   const char *ids, int *failed, sq_error *err)
 {
 	PGresult *r = PQexec(m->dst, sq_sql_move_copy_in);
 	if (PQresultStatus(r) != PGRES_COPY_IN) {
@@ -601,7 +615,7 @@ static sq_status copy_open(move *m, const char *sw, const char *dw, int *failed,
 		return SQ_EDB;
 	}
 	PQclear(r);
-	char *sql = copy_out_sql(m);
+	char *sql = copy_out_sql(m, out_sql, ids);
 	r = sql ? PQexec(m->src, sql) : NULL;
 	free(sql);
 	if (PQresultStatus(r) != PGRES_COPY_OUT) {
@@ -678,10 +692,11 @@ static sq_status copy_close(move *m, const char *dw, int *failed, int64_t *copie
  * fired), so that a destination that stops answering later is not taken
  * for the source. *failed: the side of the first call that failed
  * (failed_first). */
-static sq_status stream(sq_client *c, move *m, const char *sw, const char *dw, sq_watch *ws,
-			int *lost_src, int *failed, int64_t *copied, sq_error *err)
+static sq_status stream(sq_client *c, move *m, const char *sw, const char *dw, const char *out_sql,
+			const char *ids, sq_watch *ws, int *lost_src, int *failed, int64_t *copied,
+			sq_error *err)
 {
-	sq_status st = copy_open(m, sw, dw, failed, err);
+	sq_status st = copy_open(m, sw, dw, out_sql, ids, failed, err);
 	if (st != SQ_OK)
 		return st;
 	int put_ok = copy_rows(m, failed);
@@ -699,15 +714,298 @@ static sq_status stream(sq_client *c, move *m, const char *sw, const char *dw, s
 	return copy_close(m, dw, failed, copied, err);
 }
 
-/* Step 4: in one destination transaction, copy the rows (COPY binary from
- * source to destination), check the count, mark the partitions owned. Its
- * commit is the point of no return. Starting and running jobs keep their
- * attempt, worker and lease, so their worker's next write succeeds there. */
+/* The stream under the watches of both connections: a side that stops
+ * answering ends it with a clear error. The destination's transaction is
+ * rolled back on failure. */
+static sq_status stream_watched(sq_client *c, move *m, const char *sw, const char *dw,
+				const char *out_sql, const char *ids, int64_t *copied,
+				sq_error *err)
+{
+	sq_watch ws, wd;
+	int lost_src = 0, failed = -1;
+	sq_watch_arm(&ws, m->src, wait_of(m->src), NULL);
+	sq_watch_arm(&wd, m->dst, wait_of(m->dst), NULL);
+	sq_status st = stream(c, m, sw, dw, out_sql, ids, &ws, &lost_src, &failed, copied, err);
+	if (ws.armed)
+		lost_src = sq_watch_disarm(&ws);
+	int lost_dst = sq_watch_disarm(&wd);
+	if (lost_src && lost_dst) /* both ran out: the side that failed first */
+		lost_src = failed == 0;
+	if (lost_src || lost_dst)
+		return unanswered(lost_src ? m->src : m->dst, lost_src ? sw : dw, err);
+	return st;
+}
+
+/* Opens the destination's transaction of a copy, with the partitions it
+ * imports for this move locked, and checks that they are all there. */
+static sq_status import_begin(sq_client *c, move *m, const char *dw, sq_error *err)
+{
+	char ids[24];
+	const char *v[2] = {m->lit, ids};
+	snprintf(ids, sizeof(ids), "%lld", (long long)m->id);
+	if (run_ok(m->dst, dw, "BEGIN", 0, NULL, err) || bulk_timeout(c, m->dst, dw, 1, 1, err))
+		return err->code;
+	PGresult *r = run(m->dst, dw, sq_sql_move_copy_importing, 2, v, err);
+	if (!r)
+		return err->code;
+	size_t importing = (size_t)atoll(PQgetvalue(r, 0, 0));
+	PQclear(r);
+	if (importing != m->n) {
+		run_ok(m->dst, dw, "ROLLBACK", 0, NULL, err);
+		return sq_err(err, SQ_ESTATE, "%s is not importing these partitions for move %lld",
+			      dw, (long long)m->id);
+	}
+	return SQ_OK;
+}
+
+static int i64_cmp(const void *a, const void *b)
+{
+	int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+	return (x > y) - (x < y);
+}
+
+static int rowver_cmp(const void *a, const void *b)
+{
+	int64_t x = ((const rowver *)a)->id, y = ((const rowver *)b)->id;
+	return (x > y) - (x < y);
+}
+
+/* The partitions' jobs on the source as (id, version), by id: *n of them
+ * (NULL with err set on failure; NULL and 0 when there are none). */
+static rowver *read_versions(move *m, const char *sw, size_t *n, sq_error *err)
+{
+	const char *v[1] = {m->lit};
+	PGresult *r = run(m->src, sw, sq_sql_move_row_versions, 1, v, err);
+	*n = 0;
+	if (!r)
+		return NULL;
+	size_t rows = (size_t)PQntuples(r);
+	rowver *out = malloc((rows ? rows : 1) * sizeof(*out));
+	if (!out) {
+		PQclear(r);
+		sq_err(err, SQ_ENOMEM, "out of memory");
+		return NULL;
+	}
+	for (size_t i = 0; i < rows; i++) {
+		out[i].id = atoll(PQgetvalue(r, (int)i, 0));
+		out[i].xmin = (uint32_t)strtoul(PQgetvalue(r, (int)i, 1), NULL, 10);
+	}
+	PQclear(r);
+	qsort(out, rows, sizeof(*out), rowver_cmp);
+	*n = rows;
+	return out;
+}
+
+/* Step 1b, under no freeze: the partitions' rows as the source has them
+ * now (one snapshot: their versions and the copy), into the destination,
+ * where they are invisible (the partitions are importing). The copy under
+ * the freeze then takes only what was written since (catch_up), so the
+ * partitions stay frozen for that, not for the whole copy. What this
+ * copied is kept in m, not recorded: a mover that resumes the move copies
+ * everything under the freeze, as before this step existed. */
+static sq_status precopy(sq_client *c, move *m, sq_error *err)
+{
+	char sw[96], dw[96];
+	const char *v[1] = {m->lit};
+	int64_t copied = 0;
+	PGresult *r;
+	snprintf(sw, sizeof(sw), "shard %s (source)", sid(c, m->from));
+	snprintf(dw, sizeof(dw), "shard %s (destination)", sid(c, m->to));
+	if (run_ok(m->src, sw, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", 0, NULL, err) ||
+	    bulk_timeout(c, m->src, sw, 1, 1, err))
+		return err->code;
+	free(m->pre);
+	if (!(m->pre = read_versions(m, sw, &m->npre, err)))
+		return err->code;
+	/* what a mover that died before its freeze left there goes first */
+	if (import_begin(c, m, dw, err) || run_ok(m->dst, dw, sq_sql_move_delete_jobs, 1, v, err))
+		return err->code;
+	if (!(r = run(m->dst, dw, sq_sql_move_precopy_xid, 0, NULL, err)))
+		return err->code;
+	snprintf(m->pre_xid, sizeof(m->pre_xid), "%s", PQgetvalue(r, 0, 0));
+	PQclear(r);
+	if (stream_watched(c, m, sw, dw, sq_sql_move_copy_out, NULL, &copied, err))
+		return err->code;
+	if ((size_t)copied != m->npre) {
+		run_ok(m->dst, dw, "ROLLBACK", 0, NULL, err);
+		return sq_err(err, SQ_EDB, "move %lld: the pre-copy took %lld rows of %zu",
+			      (long long)m->id, (long long)copied, m->npre);
+	}
+	if (run_ok(m->dst, dw, "COMMIT", 0, NULL, err) ||
+	    run_ok(m->src, sw, "COMMIT", 0, NULL, err))
+		return err->code;
+	sq_failpoint("after_precopy");
+	return SQ_OK;
+}
+
+/* ids as an int8[] literal (malloc'd), or NULL when out of memory. */
+static char *ids_literal(const int64_t *ids, size_t n)
+{
+	sq_buf b;
+	sq_buf_init(&b);
+	sq_arr_open(&b);
+	for (size_t i = 0; i < n; i++)
+		sq_arr_i64(&b, ids[i]);
+	sq_arr_close(&b);
+	if (b.oom) {
+		sq_buf_free(&b);
+		return NULL;
+	}
+	return sq_buf_steal(&b);
+}
+
+/* The ids of the pre-copied rows that the source no longer has as they
+ * were: gone, or written since (another version). Both lists by id. */
+static int64_t *changed_since(const rowver *pre, size_t npre, const rowver *cur, size_t ncur,
+			      size_t *n)
+{
+	int64_t *out = malloc((npre ? npre : 1) * sizeof(*out));
+	size_t k = 0, j = 0;
+	if (!out)
+		return NULL;
+	for (size_t i = 0; i < npre; i++) {
+		while (j < ncur && cur[j].id < pre[i].id)
+			j++;
+		if (j == ncur || cur[j].id != pre[i].id || cur[j].xmin != pre[i].xmin)
+			out[k++] = pre[i].id;
+	}
+	*n = k;
+	return out;
+}
+
+/* The ids of cur that the destination does not hold (have, by id). */
+static int64_t *missing_from(const rowver *cur, size_t ncur, PGresult *have, size_t *n)
+{
+	size_t nh = (size_t)PQntuples(have), k = 0, j = 0;
+	int64_t *h = malloc((nh ? nh : 1) * sizeof(*h)), *out = malloc((ncur ? ncur : 1) * 8);
+	if (!h || !out) {
+		free(h);
+		free(out);
+		return NULL;
+	}
+	for (size_t i = 0; i < nh; i++)
+		h[i] = atoll(PQgetvalue(have, (int)i, 0));
+	qsort(h, nh, sizeof(*h), i64_cmp);
+	for (size_t i = 0; i < ncur; i++) {
+		while (j < nh && h[j] < cur[i].id)
+			j++;
+		if (j == nh || h[j] != cur[i].id)
+			out[k++] = cur[i].id;
+	}
+	free(h);
+	*n = k;
+	return out;
+}
+
+/* Runs statement sql on the destination with the partitions and an int8[]
+ * of ids (or the text arg) as $2. */
+static sq_status dst_run2(move *m, const char *dw, const char *sql, const char *arg, sq_error *err)
+{
+	const char *v[2] = {m->lit, arg};
+	return run_ok(m->dst, dw, sql, 2, v, err);
+}
+
+/* The copy under the freeze after a pre-copy: in the destination's open
+ * transaction, drops the rows written since on either side and copies
+ * what the source has that the destination then lacks. *rows: the
+ * partitions' jobs, as the source holds them. */
+static sq_status catch_up(sq_client *c, move *m, const char *sw, const char *dw, int64_t *rows,
+			  sq_error *err)
+{
+	size_t ncur = 0, nstale = 0, nneed = 0;
+	int64_t copied = 0, *stale = NULL, *need = NULL;
+	char *stale_lit = NULL, *need_lit = NULL;
+	PGresult *have = NULL;
+	sq_status st;
+	const char *v[1] = {m->lit};
+	rowver *cur = NULL;
+	if ((st = import_begin(c, m, dw, err)))
+		return st;
+	sq_failpoint("before_copy");
+	if (!(cur = read_versions(m, sw, &ncur, err))) {
+		st = err->code;
+		goto out;
+	}
+	st = SQ_ENOMEM;
+	if (!(stale = changed_since(m->pre, m->npre, cur, ncur, &nstale)) ||
+	    !(stale_lit = ids_literal(stale, nstale)))
+		goto oom;
+	if ((st = dst_run2(m, dw, sq_sql_move_delete_ids, stale_lit, err)) ||
+	    (st = dst_run2(m, dw, sq_sql_move_delete_not_precopied, m->pre_xid, err)))
+		goto out;
+	if (!(have = run(m->dst, dw, sq_sql_move_ids_held, 1, v, err))) {
+		st = err->code;
+		goto out;
+	}
+	if (!(need = missing_from(cur, ncur, have, &nneed)) ||
+	    !(need_lit = ids_literal(need, nneed)))
+		goto oom;
+	if (nneed &&
+	    (st = stream_watched(c, m, sw, dw, sq_sql_move_copy_out_ids, need_lit, &copied, err)))
+		goto out;
+	st = SQ_OK;
+	if ((size_t)copied != nneed || (size_t)PQntuples(have) + nneed != ncur) {
+		run_ok(m->dst, dw, "ROLLBACK", 0, NULL, err);
+		st = sq_err(err, SQ_EDB,
+			    "move %lld: the destination holds %d rows and took %lld of %zu, but "
+			    "the source holds %zu; nothing was committed, run the move again",
+			    (long long)m->id, PQntuples(have), (long long)copied, nneed, ncur);
+	}
+	*rows = (int64_t)ncur;
+	goto out;
+oom:
+	st = sq_err(err, SQ_ENOMEM, "out of memory");
+	run_ok(m->dst, dw, "ROLLBACK", 0, NULL, err);
+out:
+	PQclear(have);
+	free(cur);
+	free(stale);
+	free(stale_lit);
+	free(need);
+	free(need_lit);
+	return st;
+}
+
+/* The copy under the freeze without a pre-copy (a resumed move): in the
+ * destination's open transaction, every row of the partitions. *rows: the
+ * partitions' jobs, as the source holds them. */
+static sq_status copy_all(sq_client *c, move *m, const char *sw, const char *dw, int64_t *rows,
+			  sq_error *err)
+{
+	const char *v[1] = {m->lit};
+	int64_t copied = 0;
+	PGresult *r = run(m->src, sw, sq_sql_move_count_jobs, 1, v, err);
+	if (!r)
+		return err->code;
+	int64_t want = atoll(PQgetvalue(r, 0, 0));
+	PQclear(r);
+	if (import_begin(c, m, dw, err) || run_ok(m->dst, dw, sq_sql_move_delete_jobs, 1, v, err))
+		return err->code;
+	sq_failpoint("before_copy");
+	if (stream_watched(c, m, sw, dw, sq_sql_move_copy_out, NULL, &copied, err))
+		return err->code;
+	if (copied != want) {
+		run_ok(m->dst, dw, "ROLLBACK", 0, NULL, err);
+		return sq_err(err, SQ_EDB,
+			      "move %lld: copied %lld rows but the source holds %lld; nothing "
+			      "was committed, run the move again",
+			      (long long)m->id, (long long)copied, (long long)want);
+	}
+	*rows = copied;
+	return SQ_OK;
+}
+
+/* Step 4: in one destination transaction, bring the partitions' rows to
+ * what the source holds under the freeze (only what changed since the
+ * pre-copy, or all of them), and mark the partitions owned. Its commit is
+ * the point of no return. Starting and running jobs keep their attempt,
+ * worker and lease, so their worker's next write succeeds there. */
 static sq_status copy_and_own(sq_client *c, move *m, sq_error *err)
 {
 	char ids[24], sw[96], dw[96];
 	const char *v[2] = {m->lit, ids};
 	PGresult *r;
+	int64_t rows = 0;
 	snprintf(ids, sizeof(ids), "%lld", (long long)m->id);
 	snprintf(sw, sizeof(sw), "shard %s (source)", sid(c, m->from));
 	snprintf(dw, sizeof(dw), "shard %s (destination)", sid(c, m->to));
@@ -719,60 +1017,15 @@ static sq_status copy_and_own(sq_client *c, move *m, sq_error *err)
 	int done = (size_t)atoll(PQgetvalue(r, 0, 0)) == m->n;
 	PQclear(r);
 	if (!done) {
-		if (bulk_timeout(c, m->src, sw, 0, 1, err))
+		if (bulk_timeout(c, m->src, sw, 0, 1, err) ||
+		    (m->pre ? catch_up(c, m, sw, dw, &rows, err)
+			    : copy_all(c, m, sw, dw, &rows, err)))
 			return err->code;
-		r = run(m->src, sw, sq_sql_move_count_jobs, 1, v, err);
-		if (!r)
-			return err->code;
-		int64_t want = atoll(PQgetvalue(r, 0, 0));
-		PQclear(r);
-		if (run_ok(m->dst, dw, "BEGIN", 0, NULL, err) ||
-		    bulk_timeout(c, m->dst, dw, 1, 1, err))
-			return err->code;
-		r = run(m->dst, dw, sq_sql_move_copy_importing, 2, v, err);
-		if (!r)
-			return err->code;
-		size_t importing = (size_t)atoll(PQgetvalue(r, 0, 0));
-		PQclear(r);
-		if (importing != m->n) {
-			run_ok(m->dst, dw, "ROLLBACK", 0, NULL, err);
-			return sq_err(err, SQ_ESTATE,
-				      "%s is not importing these partitions for move %lld", dw,
-				      (long long)m->id);
-		}
-		if (run_ok(m->dst, dw, sq_sql_move_delete_jobs, 1, v, err))
-			return err->code;
-		/* stream source -> destination; a side that stops answering ends it
-		 * (the statements ran under move_statement_timeout) */
-		sq_watch ws, wd;
-		int64_t copied = 0;
-		sq_failpoint("before_copy");
-		sq_watch_arm(&ws, m->src, wait_of(m->src), NULL);
-		sq_watch_arm(&wd, m->dst, wait_of(m->dst), NULL);
-		int lost_src = 0, failed = -1;
-		sq_status st = stream(c, m, sw, dw, &ws, &lost_src, &failed, &copied, err);
-		if (ws.armed)
-			lost_src = sq_watch_disarm(&ws);
-		int lost_dst = sq_watch_disarm(&wd);
-		if (lost_src && lost_dst) /* both ran out: the side that failed first */
-			lost_src = failed == 0;
-		if (lost_src || lost_dst)
-			return unanswered(lost_src ? m->src : m->dst, lost_src ? sw : dw, err);
-		if (st != SQ_OK)
-			return st;
-		if (copied != want) {
-			run_ok(m->dst, dw, "ROLLBACK", 0, NULL, err);
-			return sq_err(
-				err, SQ_EDB,
-				"move %lld: copied %lld rows but the source holds %lld; nothing "
-				"was committed, run the move again",
-				(long long)m->id, (long long)copied, (long long)want);
-		}
 		if (run_ok(m->dst, dw, sq_sql_move_own, 2, v, err) ||
 		    run_ok(m->dst, dw, sq_sql_move_notify_jobs, 0, NULL, err) ||
 		    run_ok(m->dst, dw, "COMMIT", 0, NULL, err))
 			return err->code;
-		m->rows = copied;
+		m->rows = rows;
 	} else if (m->rows < 0) {
 		r = run(m->dst, dw, sq_sql_move_count_jobs, 1, v, err);
 		if (!r)
@@ -912,7 +1165,10 @@ static sq_status drive(sq_client *c, move *m, const sq_move_opts *o, int set, in
 	for (int i = at + 1; i < 7 && st == SQ_OK; i++) {
 		switch (i) {
 		case 1: st = prepare(c, m, err); break;
-		case 2: st = freeze(c, m, o, err); break;
+		case 2: /* the pre-copy is not a step: a resumed move makes its own */
+			if ((st = precopy(c, m, err)) == SQ_OK)
+				st = freeze(c, m, o, err);
+			break;
 		case 3: st = drain(c, m, o, err); break;
 		case 4: st = copy_and_own(c, m, err); break;
 		case 5: st = switch_map(c, m, err); break;

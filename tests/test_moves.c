@@ -824,6 +824,130 @@ START_TEST(a_frozen_partition_holds_only_its_own_jobs)
 }
 END_TEST
 
+/* The rows of partitions `lit` on shard s as "id:status:attempt:priority"
+ * by id (malloc'd). */
+static char *rows_of(int s, const char *lit)
+{
+	char sql[400];
+	snprintf(sql, sizeof(sql),
+		 "SELECT coalesce(string_agg(id || ':' || status || ':' || attempt || ':' || "
+		 "priority, ',' ORDER BY id), '') FROM shardq.jobs WHERE partition = ANY('%s')",
+		 lit);
+	PGconn *pg = testdb_pg(&t, s);
+	PGresult *r = PQexec(pg, sql);
+	ck_assert_msg(PQresultStatus(r) == PGRES_TUPLES_OK, "%s", PQerrorMessage(pg));
+	char *out = strdup(PQgetvalue(r, 0, 0));
+	PQclear(r);
+	PQfinish(pg);
+	return out;
+}
+
+/* A move copies its partitions' rows before it freezes them, and under the
+ * freeze catches up with what was written meanwhile, on the source (jobs
+ * enqueued, claimed, completed) and on the destination (a row changed
+ * there): the destination ends with exactly the source's rows. */
+START_TEST(a_move_copies_before_its_freeze_and_catches_up)
+{
+	char lit[64], cmd[1536], key[16];
+	uint32_t parts[4];
+	int np = 0;
+	testdb_open(&t, "sqt_moves_catch", 2, 64, types);
+	write_ini();
+	for (uint32_t p = 0; p < 64 && np < 4; p++)
+		if (sq_client_shard_of_partition(t.client, p) == 0)
+			parts[np++] = p;
+	ck_assert_int_eq(np, 4);
+	snprintf(lit, sizeof(lit), "{%u,%u,%u,%u}", parts[0], parts[1], parts[2], parts[3]);
+	/* 120 jobs in the four partitions, 30 of them claimed */
+	for (int i = 0, made = 0; made < 120; i++) {
+		snprintf(key, sizeof(key), "c%d", i);
+		uint32_t p = sq_partition_of_key(key, strlen(key), 64);
+		if (p == parts[0] || p == parts[1] || p == parts[2] || p == parts[3]) {
+			enqueue_one(t.client, "m", key, NULL, NULL);
+			made++;
+		}
+	}
+	sq_job *claimed;
+	size_t nclaimed = claim_type(t.client, "w1", "m", 30, &claimed);
+	ck_assert_int_eq(nclaimed, 30);
+
+	snprintf(cmd, sizeof(cmd), "%s exec %s -c %s move --partitions %u,%u,%u,%u --to s2",
+		 testdb_failpoint_hold("after_precopy"), getenv("SHARDQ_CLI"), ini_path, parts[0],
+		 parts[1], parts[2], parts[3]);
+	pid_t pid = fork();
+	if (pid == 0) {
+		execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+		_exit(127);
+	}
+	testdb_failpoint_await("the mover");
+	/* copied, not frozen: the source still takes writes */
+	char sql[200];
+	snprintf(sql, sizeof(sql), "SELECT count(*) FROM shardq.jobs WHERE partition = ANY('%s')",
+		 lit);
+	ck_assert_int_eq(testdb_scalar(&t, 1, sql), 120);
+	snprintf(sql, sizeof(sql),
+		 "SELECT count(*) FROM shardq.partition_state WHERE partition = ANY('%s') AND "
+		 "state = 'owned'",
+		 lit);
+	ck_assert_int_eq(testdb_scalar(&t, 0, sql), 4);
+
+	/* meanwhile: 10 completed, 20 more claimed, 30 enqueued; and a row
+	 * the source leaves alone (the last ready one: claims take the first)
+	 * changed on the destination, which the move must not keep */
+	sq_job_ref refs[10];
+	sq_status out[10];
+	sq_error err;
+	for (int i = 0; i < 10; i++)
+		refs[i] = (sq_job_ref){claimed[i].id, claimed[i].attempt};
+	OKE(sq_complete(t.client, "w1", refs, 10, out, &err));
+	for (int i = 0; i < 10; i++)
+		ck_assert_int_eq(out[i], SQ_OK);
+	sq_job *more;
+	ck_assert_int_eq(claim_type(t.client, "w2", "m", 20, &more), 20);
+	for (int i = 0, k = 0; k < 30; i++) {
+		snprintf(key, sizeof(key), "n%d", i);
+		uint32_t p = sq_partition_of_key(key, strlen(key), 64);
+		if (p == parts[0] || p == parts[1] || p == parts[2] || p == parts[3]) {
+			enqueue_one(t.client, "m", key, NULL, NULL);
+			k++;
+		}
+	}
+	snprintf(sql, sizeof(sql),
+		 "UPDATE shardq.jobs SET priority = 99 WHERE id = (SELECT max(id) FROM "
+		 "shardq.jobs WHERE partition = ANY('%s') AND status = 'ready')",
+		 lit);
+	PGconn *pg = testdb_pg(&t, 1);
+	PGresult *r = PQexec(pg, sql);
+	ck_assert_msg(PQresultStatus(r) == PGRES_COMMAND_OK && !strcmp(PQcmdTuples(r), "1"), "%s",
+		      PQerrorMessage(pg));
+	PQclear(r);
+	PQfinish(pg);
+	char *want = rows_of(0, lit);
+
+	testdb_failpoint_go();
+	int status;
+	waitpid(pid, &status, 0);
+	ck_assert_int_eq(WEXITSTATUS(status), 0);
+	char *got = rows_of(1, lit), *left = rows_of(0, lit);
+	ck_assert_msg(!strcmp(got, want), "the destination holds\n%s\nbut the source held\n%s", got,
+		      want);
+	ck_assert_str_eq(left, "");
+	ck_assert_int_eq(testdb_sum(&t, "SELECT count(*) FROM shardq.jobs"), 140);
+	ck_assert_int_eq(testdb_sum(&t, "SELECT count(*) FROM shardq.jobs WHERE status = "
+					"'starting'"),
+			 40);
+	ck_assert_int_eq(testdb_sum(&t, "SELECT count(*) FROM shardq.jobs WHERE priority = 99"), 0);
+	check_ownership();
+	free(want);
+	free(got);
+	free(left);
+	sq_jobs_free(claimed, nclaimed);
+	sq_jobs_free(more, 20);
+	testdb_tmpdir_remove();
+	testdb_close(&t);
+}
+END_TEST
+
 /* Only one driver per move: an abort (or a second mover) while a mover is
  * still working on the move is refused. The mover is held in the copy
  * (for far longer than the test needs), then killed; the move is resumed
@@ -1044,6 +1168,7 @@ int main(void)
 	ADD_CASE(s, stale_router_still_routes, 3600);
 	ADD_CASE(s, same_key_before_during_after_move, 3600);
 	ADD_CASE(s, a_frozen_partition_holds_only_its_own_jobs, 3600);
+	ADD_CASE(s, a_move_copies_before_its_freeze_and_catches_up, 3600);
 	ADD_CASE(s, abort_refused_while_mover_runs, 3600);
 	ADD_CASE(s, a_move_whose_destination_stops_answering_in_its_copy_resumes, 3600);
 	ADD_CASE(s, a_move_whose_destination_stops_answering_before_its_copy_resumes, 3600);

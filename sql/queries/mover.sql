@@ -167,6 +167,62 @@ COPY (SELECT id, partition, task, status, priority, schedule_time, delay_toleran
      FROM shardq.jobs WHERE partition = ANY($1::int[])
       AND status IN ('starting', 'running')) pj) TO STDOUT (FORMAT binary)
 
+-- name: move_row_versions
+-- The partitions' jobs as (id, version): the version is the row's xmin,
+-- which every write to the row changes (an UPDATE makes a new row version
+-- in the writer's transaction). On the source, read at the pre-copy's
+-- snapshot and again under the freeze: the rows whose version differs are
+-- the ones written meanwhile. $1 int[] partitions.
+-- Indexes: jobs_partition and jobs_lease.
+SELECT id, xmin::text FROM shardq.jobs WHERE partition = ANY($1::int[])
+   AND status <> 'starting' AND status <> 'running'
+UNION ALL
+SELECT id, xmin::text FROM shardq.jobs WHERE partition = ANY($1::int[])
+   AND status IN ('starting', 'running')
+
+-- name: move_copy_out_ids
+-- The source's end of the catch-up copy: only the jobs written since the
+-- pre-copy. As move_copy_out, the C code puts the partitions' literal in
+-- place of $1 and the ids' (int8[], its own integers) in place of $2.
+-- Index: jobs_pkey.
+COPY (SELECT id, partition, task, status, priority, schedule_time, delay_tolerance_time,
+        expected_status_change_time, attempt, max_attempts, worker, active_uid,
+        dedup_policy, params, rerun_params, last_error, created_at, updated_at, attempt_base
+   FROM shardq.jobs WHERE id = ANY($2::bigint[]) AND partition = ANY($1::int[]))
+  TO STDOUT (FORMAT binary)
+
+-- name: move_precopy_xid
+-- On the destination, in the pre-copy's transaction: its xid as an xmin
+-- reads (32 bits), the version of every row it wrote.
+SELECT (pg_current_xact_id()::text::bigint % 4294967296)::text
+
+-- name: move_delete_ids
+-- On the destination, in the copy's transaction: the pre-copied rows that
+-- changed on the source since ($2, their ids). $1 int[] partitions.
+-- Index: jobs_pkey.
+DELETE FROM shardq.jobs WHERE id = ANY($2::bigint[]) AND partition = ANY($1::int[])
+
+-- name: move_delete_not_precopied
+-- On the destination, in the copy's transaction: any row of the partitions
+-- that is not the version the pre-copy wrote ($2: its xid as an xmin), so
+-- that nothing written there since stays. $1 int[] partitions.
+-- Indexes: jobs_partition and jobs_lease.
+DELETE FROM shardq.jobs WHERE ctid = ANY(ARRAY(
+  SELECT j.ctid FROM shardq.jobs j WHERE j.partition = ANY($1::int[])
+     AND j.status <> 'starting' AND j.status <> 'running' AND j.xmin::text <> $2
+  UNION ALL
+  SELECT j.ctid FROM shardq.jobs j WHERE j.partition = ANY($1::int[])
+     AND j.status IN ('starting', 'running') AND j.xmin::text <> $2))
+
+-- name: move_ids_held
+-- On the destination: the ids of the partitions' jobs it holds.
+-- $1 int[] partitions. Indexes: jobs_partition and jobs_lease.
+SELECT id FROM shardq.jobs WHERE partition = ANY($1::int[])
+   AND status <> 'starting' AND status <> 'running'
+UNION ALL
+SELECT id FROM shardq.jobs WHERE partition = ANY($1::int[])
+   AND status IN ('starting', 'running')
+
 -- name: move_own
 -- The destination owns the partitions; its commit is the move's point of
 -- no return. $1 int[] partitions, $2 bigint move id.
