@@ -698,9 +698,11 @@ void sq_worker_destroy(sq_worker *w);
 
 /*
  * A move carries a set of partitions from one shard to another, online:
- * prepare (destination marks them importing), freeze (source marks them
- * moving_out under the exclusive gate), drain, copy and take ownership (one
- * destination transaction: the point of no return), switch (the meta map,
+ * prepare (destination marks them importing, then takes a copy of their
+ * rows while nothing is frozen), freeze (source marks them moving_out
+ * under the exclusive gate), drain, copy and take ownership (one
+ * destination transaction that catches up with what was written since the
+ * pre-copy: the point of no return), switch (the meta map,
  * new version, NOTIFY), clean up (source marks them gone, deletes, vacuums).
  * Every step is recorded in shardq_meta.moves and is idempotent: running a
  * move again resumes it where it stopped.
