@@ -321,10 +321,11 @@ START_TEST(soak_kills_restarts_and_a_killed_mover)
 			shards("restart", 0);
 			fig.restarts++;
 		} else if (k == 6) {
-			/* a move held in its copy (for far longer than the test) */
+			/* a move held in its copy under the freeze, before the
+			 * catch-up (for far longer than the test) */
 			char cmd[2048];
 			snprintf(cmd, sizeof(cmd),
-				 "SHARDQ_FAILPOINT_SLEEP=mid_copy:600000 exec %s -c %s move "
+				 "SHARDQ_FAILPOINT_SLEEP=before_copy:600000 exec %s -c %s move "
 				 "--count 8 --from s1 --to s2 > %s 2>&1",
 				 getenv("SHARDQ_CLI"), ini, in_dir("mover.out"));
 			mover = test_spawn(cmd, TEST_SPAWN_PDEATH);
