@@ -364,6 +364,7 @@ void phase_shardq(bench_env *env, int64_t backlog, phase *ph)
 			goto fail;
 		}
 		if (producers_failed(&ps)) {
+			producers_stop(&ps); /* the others, before waiting for them */
 			producers_join(&ps, err, sizeof(err));
 			prod_on = 0;
 			goto fail;

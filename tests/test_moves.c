@@ -756,6 +756,68 @@ static long long part_state(int shard, uint32_t part, const char *state)
 	return testdb_scalar(&t, shard, sql);
 }
 
+/* The error and DETAIL of shardq.check_owned(parts) on shard s ("" for
+ * none), as "SQLSTATE|DETAIL" (malloc'd). */
+static char *check_owned_says(int s, const char *parts)
+{
+	char sql[160];
+	snprintf(sql, sizeof(sql), "SELECT shardq.check_owned('%s')", parts);
+	PGconn *pg = testdb_pg(&t, s);
+	PGresult *r = PQexec(pg, sql);
+	const char *st = PQresultErrorField(r, PG_DIAG_SQLSTATE);
+	const char *dt = PQresultErrorField(r, PG_DIAG_MESSAGE_DETAIL);
+	char out[256];
+	snprintf(out, sizeof(out), "%s|%s", st ? st : "", dt ? dt : "");
+	PQclear(r);
+	PQfinish(pg);
+	return strdup(out);
+}
+
+/* A shard's refusal names every moving partition of a write (SQM01,
+ * "moving: P,..."), and says "moved" (SQM02) when one is gone, whatever
+ * else is moving: the client holds only the named partitions' jobs. */
+START_TEST(a_refused_write_names_its_moving_partitions)
+{
+	testdb_open(&t, "sqt_moves_names", 2, 64, types);
+	uint32_t p[4];
+	int np = 0;
+	for (uint32_t i = 0; i < 64 && np < 4; i++)
+		if (sq_client_shard_of_partition(t.client, i) == 0)
+			p[np++] = i;
+	char sql[200];
+	snprintf(sql, sizeof(sql),
+		 "UPDATE shardq.partition_state SET state = (CASE partition WHEN %u THEN "
+		 "'moving_out' WHEN %u THEN 'importing' ELSE 'gone' END)::shardq.part_state "
+		 "WHERE partition IN (%u, %u, %u)",
+		 p[0], p[1], p[0], p[1], p[2]);
+	PGconn *pg = testdb_pg(&t, 0);
+	PGresult *r = PQexec(pg, sql);
+	ck_assert_msg(PQresultStatus(r) == PGRES_COMMAND_OK && !strcmp(PQcmdTuples(r), "3"), "%s",
+		      PQerrorMessage(pg));
+	PQclear(r);
+	PQfinish(pg);
+	char want[4][64], parts4[4][64];
+	/* moving and owned: the moving ones, in order */
+	snprintf(parts4[0], 64, "{%u,%u,%u}", p[3], p[0], p[1]);
+	snprintf(want[0], 64, "SQM01|moving: %u,%u", p[0], p[1]);
+	/* owned only */
+	snprintf(parts4[1], 64, "{%u}", p[3]);
+	snprintf(want[1], 64, "|");
+	/* gone wins over moving, and over owned */
+	snprintf(parts4[2], 64, "{%u,%u}", p[0], p[2]);
+	snprintf(want[2], 64, "SQM02|%u", p[2]);
+	snprintf(parts4[3], 64, "{%u,%u}", p[3], p[2]);
+	snprintf(want[3], 64, "SQM02|%u", p[2]);
+	for (int k = 0; k < 4; k++) {
+		char *got = check_owned_says(0, parts4[k]);
+		ck_assert_msg(!strcmp(got, want[k]), "check_owned('%s') said %s, not %s", parts4[k],
+			      got, want[k]);
+		free(got);
+	}
+	testdb_close(&t);
+}
+END_TEST
+
 /* A partition frozen for a move holds only its own jobs: a batch's other
  * jobs on the same shard are written while it is frozen, and the call
  * returns once the move has put the held one on its new shard. */
@@ -1167,6 +1229,7 @@ int main(void)
 	Suite *s = suite_create("moves");
 	ADD_CASE(s, stale_router_still_routes, 3600);
 	ADD_CASE(s, same_key_before_during_after_move, 3600);
+	ADD_CASE(s, a_refused_write_names_its_moving_partitions, 3600);
 	ADD_CASE(s, a_frozen_partition_holds_only_its_own_jobs, 3600);
 	ADD_CASE(s, a_move_copies_before_its_freeze_and_catches_up, 3600);
 	ADD_CASE(s, abort_refused_while_mover_runs, 3600);

@@ -8,39 +8,33 @@
 -- among those given. A client of an older release ignores the DETAIL, and
 -- a client of this one reads no list from an older shard (its DETAIL is a
 -- bare number): it then holds the shard's part as before. The message and
--- the SQLSTATEs are unchanged, and so is the cost of the check when every
--- partition is owned.
+-- the SQLSTATEs are unchanged. The check is one statement (one snapshot)
+-- over the batch's partitions, as before.
 CREATE OR REPLACE FUNCTION shardq.check_owned(parts integer[]) RETURNS void
 LANGUAGE plpgsql AS $fn$
 DECLARE
-    bad    integer;
-    st     shardq.part_state;
+    gone   integer;
+    first  integer;
     moving text;
 BEGIN
-    SELECT p, ps.state INTO bad, st
+    -- one statement, so one snapshot: a mover that marks the partitions
+    -- gone meanwhile cannot leave a "moving" without its list
+    SELECT min(p) FILTER (WHERE ps.state IS NULL OR ps.state = 'gone'),
+           min(p) FILTER (WHERE ps.state IN ('moving_out', 'importing')),
+           string_agg(p::text, ',' ORDER BY p)
+               FILTER (WHERE ps.state IN ('moving_out', 'importing'))
+      INTO gone, first, moving
       FROM unnest(parts) AS p
-      LEFT JOIN shardq.partition_state ps ON ps.partition = p
-     WHERE ps.state IS DISTINCT FROM 'owned'
-     LIMIT 1;
-    IF NOT FOUND THEN
-        RETURN;
-    END IF;
+      LEFT JOIN shardq.partition_state ps ON ps.partition = p;
     -- a partition that is gone or unknown here wins: the map is wrong, and
     -- the client reads it again before it sends anything more
-    SELECT p INTO bad
-      FROM unnest(parts) AS p
-      LEFT JOIN shardq.partition_state ps ON ps.partition = p
-     WHERE ps.state IS NULL OR ps.state NOT IN ('owned', 'moving_out', 'importing')
-     LIMIT 1;
-    IF FOUND THEN
-        RAISE EXCEPTION 'partition % is not owned by this shard', bad
-            USING ERRCODE = 'SQM02', DETAIL = bad::text;
+    IF gone IS NOT NULL THEN
+        RAISE EXCEPTION 'partition % is not owned by this shard', gone
+            USING ERRCODE = 'SQM02', DETAIL = gone::text;
     END IF;
-    SELECT min(p), 'moving: ' || string_agg(p::text, ',' ORDER BY p) INTO bad, moving
-      FROM unnest(parts) AS p
-      JOIN shardq.partition_state ps ON ps.partition = p
-     WHERE ps.state IN ('moving_out', 'importing');
-    RAISE EXCEPTION 'partition % is moving', bad
-        USING ERRCODE = 'SQM01', DETAIL = moving;
+    IF first IS NOT NULL THEN
+        RAISE EXCEPTION 'partition % is moving', first
+            USING ERRCODE = 'SQM01', DETAIL = 'moving: ' || moving;
+    END IF;
 END
 $fn$;
