@@ -877,7 +877,8 @@ static int64_t *changed_since(const rowver *pre, size_t npre, const rowver *cur,
 static int64_t *missing_from(const rowver *cur, size_t ncur, PGresult *have, size_t *n)
 {
 	size_t nh = (size_t)PQntuples(have), k = 0, j = 0;
-	int64_t *h = malloc((nh ? nh : 1) * sizeof(*h)), *out = malloc((ncur ? ncur : 1) * 8);
+	int64_t *h = malloc((nh ? nh : 1) * sizeof(*h));
+	int64_t *out = malloc((ncur ? ncur : 1) * sizeof(*out));
 	if (!h || !out) {
 		free(h);
 		free(out);

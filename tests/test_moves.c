@@ -756,6 +756,17 @@ static long long part_state(int shard, uint32_t part, const char *state)
 	return testdb_scalar(&t, shard, sql);
 }
 
+/* Runs statement sql on shard s; it must change exactly `rows` rows. */
+static void exec_rows(int s, const char *sql, const char *rows)
+{
+	PGconn *pg = testdb_pg(&t, s);
+	PGresult *r = PQexec(pg, sql);
+	ck_assert_msg(PQresultStatus(r) == PGRES_COMMAND_OK && !strcmp(PQcmdTuples(r), rows),
+		      "%s: %s (%s rows)", sql, PQerrorMessage(pg), PQcmdTuples(r));
+	PQclear(r);
+	PQfinish(pg);
+}
+
 /* The error and DETAIL of shardq.check_owned(parts) on shard s ("" for
  * none), as "SQLSTATE|DETAIL" (malloc'd). */
 static char *check_owned_says(int s, const char *parts)
@@ -790,12 +801,7 @@ START_TEST(a_refused_write_names_its_moving_partitions)
 		 "'moving_out' WHEN %u THEN 'importing' ELSE 'gone' END)::shardq.part_state "
 		 "WHERE partition IN (%u, %u, %u)",
 		 p[0], p[1], p[0], p[1], p[2]);
-	PGconn *pg = testdb_pg(&t, 0);
-	PGresult *r = PQexec(pg, sql);
-	ck_assert_msg(PQresultStatus(r) == PGRES_COMMAND_OK && !strcmp(PQcmdTuples(r), "3"), "%s",
-		      PQerrorMessage(pg));
-	PQclear(r);
-	PQfinish(pg);
+	exec_rows(0, sql, "3");
 	char want[4][64], parts4[4][64];
 	/* moving and owned: the moving ones, in order */
 	snprintf(parts4[0], 64, "{%u,%u,%u}", p[3], p[0], p[1]);
@@ -978,12 +984,7 @@ START_TEST(a_move_copies_before_its_freeze_and_catches_up)
 		 "UPDATE shardq.jobs SET priority = 99 WHERE id = (SELECT max(id) FROM "
 		 "shardq.jobs WHERE partition = ANY('%s') AND status = 'ready')",
 		 lit);
-	PGconn *pg = testdb_pg(&t, 1);
-	PGresult *r = PQexec(pg, sql);
-	ck_assert_msg(PQresultStatus(r) == PGRES_COMMAND_OK && !strcmp(PQcmdTuples(r), "1"), "%s",
-		      PQerrorMessage(pg));
-	PQclear(r);
-	PQfinish(pg);
+	exec_rows(1, sql, "1");
 	char *want = rows_of(0, lit);
 
 	testdb_failpoint_go();
