@@ -493,16 +493,17 @@ static void write_ini(void)
  * abort is allowed. Load runs throughout. */
 START_TEST(killed_mover_resumes_or_aborts)
 {
-	static const char *points[] = {"after_prepare", "after_freeze",      "during_drain",
-				       "mid_copy",      "after_copy_commit", "after_switch",
-				       "mid_cleanup"};
+	static const char *points[] = {"after_prepare", "after_freeze", "during_drain",
+				       "mid_copy",      "before_copy",  "after_copy_commit",
+				       "after_switch",  "mid_cleanup"};
 	char args[256], env[128];
 	testdb_open(&t, "sqt_moves_kill", 4, 256, types);
 	write_ini();
 	load_start(1, 1);
 	for (int round = 0; round < 2; round++) {
-		for (int i = 0; i < 7; i++) {
-			int abortable = i < 4;
+		for (int i = 0; i < 8; i++) {
+			/* mid_copy is in the pre-copy, before_copy under the freeze */
+			int abortable = i < 5;
 			if (round == 1 && !abortable)
 				continue;
 			/* alternate the direction so every shard gives and takes */
@@ -1042,13 +1043,15 @@ START_TEST(abort_refused_while_mover_runs)
 	if (pid == 0) {
 		char cmd[1024], out[600];
 		snprintf(cmd, sizeof(cmd),
-			 "SHARDQ_FAILPOINT_SLEEP=mid_copy:600000 exec %s -c %s move --count 8 "
+			 "SHARDQ_FAILPOINT_SLEEP=before_copy:600000 exec %s -c %s move --count 8 "
 			 "--from s1 --to s2 > %s 2>&1",
 			 getenv("SHARDQ_CLI"), ini_path,
 			 testdb_path(out, sizeof(out), "mover.out"));
 		execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
 		_exit(127);
 	}
+	/* before_copy is under the freeze, past the pre-copy: the move is at
+	 * its drained step there (mid_copy comes first in the pre-copy) */
 	double end = test_now_s() + testdb_stall_s();
 	while (testdb_scalar(&t, 0,
 			     "SELECT count(*) FROM shardq_meta.moves WHERE step = 'drained'") ==
@@ -1056,6 +1059,11 @@ START_TEST(abort_refused_while_mover_runs)
 	       test_now_s() < end)
 		usleep(10000);
 	ck_assert_msg(waitpid(pid, NULL, WNOHANG) == 0, "the mover exited early");
+	ck_assert_msg(
+		testdb_scalar(&t, 0,
+			      "SELECT count(*) FROM shardq_meta.moves WHERE step = 'drained'") == 1,
+		"the mover did not reach its drained step within %.0fs (see mover.out)",
+		testdb_stall_s());
 	char args[64];
 	snprintf(args, sizeof(args), "moves --abort %lld", (long long)last_move());
 	int rc = cli(NULL, args);
