@@ -89,7 +89,9 @@ static sq_job_result handler(const sq_job *job, void *arg, char *e, size_t elen)
 	return SQ_RESULT_DONE;
 }
 
-static void load_start(int nprod, int nwork)
+/* nprod producers and nwork workers of `slots` slots for type m (each
+ * such slot runs some 180 jobs/s of 2-9 ms) */
+static void load_start(int nprod, int nwork, int slots)
 {
 	memset(&L, 0, sizeof(L));
 	pthread_mutex_init(&L.mu, NULL);
@@ -105,7 +107,7 @@ static void load_start(int nprod, int nwork)
 		o.poll_max_ms = 100;
 		L.worker_no[i] = i;
 		OKE(sq_worker_create(t.cfg, &o, &L.w[i], &err));
-		OKE(sq_worker_add(L.w[i], "m", 4, handler, &L.worker_no[i], &err));
+		OKE(sq_worker_add(L.w[i], "m", slots, handler, &L.worker_no[i], &err));
 		OKE(sq_worker_add(L.w[i], "long", 4, handler, &L.worker_no[i], &err));
 		test_worker_thread(&L.work[i], L.w[i]);
 	}
@@ -380,7 +382,7 @@ START_TEST(add_fifth_shard_under_load)
 	for (unsigned p = 0; p < 1024; p++)
 		if (plan->from[p] != plan->to[p])
 			ck_assert_int_eq(plan->to[p], 4);
-	load_start(2, 2);
+	load_start(2, 2, 4);
 	/* jobs that will be running while their partition moves */
 	enqueue_long_on_moving(plan, 4, 6, longs);
 	double end = test_now_s() + testdb_stall_s();
@@ -443,7 +445,7 @@ START_TEST(drain_a_shard_under_load)
 	sq_error err;
 	testdb_open(&t, "sqt_moves_drain", 4, 512, types);
 	sq_client *c = client_with(w, &cfg);
-	load_start(2, 2);
+	load_start(2, 2, 4);
 	load_wait_acked(200); /* the moves start under load */
 	sq_move_opts o;
 	sq_move_opts_init(&o);
@@ -499,7 +501,8 @@ START_TEST(killed_mover_resumes_or_aborts)
 	char args[256], env[128];
 	testdb_open(&t, "sqt_moves_kill", 4, 256, types);
 	write_ini();
-	load_start(1, 1);
+	/* writes during every step; a light load, as the steps are many */
+	load_start(1, 1, 1);
 	for (int round = 0; round < 2; round++) {
 		for (int i = 0; i < 8; i++) {
 			/* mid_copy is in the pre-copy, before_copy under the freeze */
