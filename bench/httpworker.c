@@ -30,8 +30,9 @@ typedef struct hclient {
 	pthread_t th;
 	_Atomic int state; /* 0 connecting, 1 connected, -1 failed */
 	double busy_s, total_s;
-	uint64_t claims, retries, lost;
-	double claim_s; /* sum of claim round trips that brought jobs */
+	uint64_t claims, lost;
+	_Atomic uint64_t retries; /* by the claimer and the completer of a pipelined client */
+	double claim_s;           /* sum of claim round trips that brought jobs */
 	char err[512];
 } hclient;
 
@@ -226,115 +227,314 @@ static int complete(hclient *cl, hconn *c, hjob *jobs, int n, hbuf *b)
 	return 0;
 }
 
-static void *client_main(void *arg)
+/* The claim request of client cl: every type at its claim batch, started
+ * by the claim (as the library's tick does). */
+static int claim_body(hclient *cl, hbuf *claim)
 {
-	hclient *cl = arg;
-	tally *t = cl->t;
-	const scenario *sc = &t->sc;
-	hconn c;
-	hbuf claim = {0}, done = {0};
-	hjob *jobs = NULL;
-	int cap = 0;
+	const scenario *sc = &cl->t->sc;
+	hbuf_printf(claim, "{\"worker\":\"bench-%d-%d\",\"types\":[", cl->proc, cl->idx);
+	for (int i = 0; i < sc->ntypes; i++)
+		hbuf_printf(claim, "%s{\"type\":\"%s\",\"limit\":%d}", i ? "," : "",
+			    sc->types[i].name, sc->types[i].claim_batch);
+	if (hbuf_printf(claim, "],\"wait_ms\":%lld,\"start\":true}", (long long)sc->wait_ms)) {
+		snprintf(cl->err, sizeof(cl->err), "out of memory");
+		return -1;
+	}
+	return 0;
+}
+
+/* Opens connection c (initialised) with one request, before the phase
+ * starts. */
+static int connect_early(hclient *cl, hconn *c)
+{
 	char *body;
 	size_t len;
-	hconn_init(&c, t->http_port);
-	hbuf_printf(&claim, "{\"worker\":\"bench-%d-%d\",\"types\":[", cl->proc, cl->idx);
-	for (int i = 0; i < sc->ntypes; i++)
-		hbuf_printf(&claim, "%s{\"type\":\"%s\",\"limit\":%d}", i ? "," : "",
-			    sc->types[i].name, sc->types[i].claim_batch);
-	if (hbuf_printf(&claim, "],\"wait_ms\":%lld,\"start\":true}", (long long)sc->wait_ms)) {
-		snprintf(cl->err, sizeof(cl->err), "out of memory");
-		goto fail;
+	int st = hconn_request(c, "GET", "/healthz", cl->t->http_token, NULL, 0, &body, &len,
+			       cl->err, sizeof(cl->err));
+	if (st != 200 && st > 0)
+		snprintf(cl->err, sizeof(cl->err), "GET /healthz: status %d", st);
+	return st == 200 ? 0 : -1;
+}
+
+/* One POST /v1/claim into *jobs (pointing into the reply, or into a copy
+ * of it in *copy when copy is not NULL: the batch then outlives the
+ * connection's next request). The count of jobs, 0 after a 503 (a shard
+ * or a move: tried again shortly) or a long poll that ran out, -1 on
+ * failure (cl->err). */
+static int claim_jobs(hclient *cl, hconn *c, const hbuf *claim, hjob **jobs, int *cap, char **copy)
+{
+	tally *t = cl->t;
+	char *body;
+	size_t len;
+	int64_t t0 = mono_us();
+	int st = hconn_request(c, "POST", "/v1/claim", t->http_token, claim->p, claim->len, &body,
+			       &len, cl->err, sizeof(cl->err));
+	int64_t t1 = mono_us();
+	if (st < 0)
+		return -1;
+	if (st == 503) {
+		cl->retries++;
+		sleep_ms(100);
+		return 0;
 	}
-	/* one request to open the connection before the phase starts */
-	int st = hconn_request(&c, "GET", "/healthz", t->http_token, NULL, 0, &body, &len, cl->err,
-			       sizeof(cl->err));
-	if (st != 200) {
-		if (st > 0)
-			snprintf(cl->err, sizeof(cl->err), "GET /healthz: status %d", st);
-		goto fail;
+	if (copy && st == 200) {
+		free(*copy);
+		if (!(*copy = malloc(len + 1))) {
+			snprintf(cl->err, sizeof(cl->err), "out of memory");
+			return -1;
+		}
+		memcpy(*copy, body, len);
+		(*copy)[len] = '\0';
+		body = *copy;
 	}
-	atomic_store(&cl->state, 1);
-	while (atomic_load(&t->go) == 0)
-		sleep_ms(1);
-	double start = now_s();
-	while (atomic_load(&t->go) == 1) {
-		int64_t t0 = mono_us();
-		st = hconn_request(&c, "POST", "/v1/claim", t->http_token, claim.p, claim.len,
-				   &body, &len, cl->err, sizeof(cl->err));
-		int64_t t1 = mono_us();
-		if (st < 0)
-			goto fail;
-		if (st == 503) { /* a shard or a move: Retry-After, in short */
-			cl->retries++;
-			sleep_ms(100);
-			continue;
-		}
-		int n = st == 200 ? parse_claim(sc, body, &jobs, &cap) : -1;
-		if (n < 0) {
-			snprintf(cl->err, sizeof(cl->err), "POST /v1/claim: status %d: %.300s", st,
-				 body);
-			goto fail;
-		}
-		count(&t->claims, 1);
-		cl->claims++;
-		if (!n) {
-			count(&t->claims_empty, 1);
-			continue;
-		}
-		/* only claims that brought jobs are timed: an empty one is a long
-		 * poll that ran out */
-		cl->claim_s += (double)(t1 - t0) / 1e6;
-		hist_record(&t->claim_rtt, (uint64_t)(t1 - t0));
-		count(&t->claimed, (uint64_t)n);
-		tally_first(&t->first_claim, t0);
-		tally_last(&t->last_claim, t1);
-		/* start: true: the claim started them (as the library's tick does) */
-		hist_record(&t->start_rtt, (uint64_t)(t1 - t0));
-		count(&t->starts, 1);
-		count(&t->started, (uint64_t)n);
-		tally_first(&t->first_start, t0);
-		tally_last(&t->last_start, t1);
-		double b0 = now_s();
-		for (int i = 0; i < n; i++) {
-			hjob *j = &jobs[i];
-			char keep = 0;
-			if (j->params) {
-				keep = j->params[j->plen];
-				j->params[j->plen] = '\0';
-			}
-			job_started(t, j->params, j->shard, j->type_idx);
-			if (j->params)
-				j->params[j->plen] = keep;
-			job_execute(&sc->types[j->type_idx], j->id);
-			count(&t->handled, 1);
-		}
-		cl->busy_s += now_s() - b0;
-		/* the reply buffer holds the workers' strings: complete before
-		 * the next request reuses it */
-		if (complete(cl, &c, jobs, n, &done))
-			goto fail;
+	int n = st == 200 ? parse_claim(&t->sc, body, jobs, cap) : -1;
+	if (n < 0) {
+		snprintf(cl->err, sizeof(cl->err), "POST /v1/claim: status %d: %.300s", st, body);
+		return -1;
 	}
-	cl->total_s = now_s() - start;
-	hconn_close(&c);
-	hbuf_free(&claim);
-	hbuf_free(&done);
-	free(jobs);
-	return NULL;
-fail:
+	count(&t->claims, 1);
+	cl->claims++;
+	if (!n) {
+		count(&t->claims_empty, 1);
+		return 0;
+	}
+	/* only claims that brought jobs are timed: an empty one is a long poll
+	 * that ran out */
+	cl->claim_s += (double)(t1 - t0) / 1e6;
+	hist_record(&t->claim_rtt, (uint64_t)(t1 - t0));
+	count(&t->claimed, (uint64_t)n);
+	tally_first(&t->first_claim, t0);
+	tally_last(&t->last_claim, t1);
+	/* start: true: the claim started them */
+	hist_record(&t->start_rtt, (uint64_t)(t1 - t0));
+	count(&t->starts, 1);
+	count(&t->started, (uint64_t)n);
+	tally_first(&t->first_start, t0);
+	tally_last(&t->last_start, t1);
+	return n;
+}
+
+/* Runs jobs[0..n) one after another, as the client's one slot. */
+static void run_jobs(hclient *cl, hjob *jobs, int n)
+{
+	tally *t = cl->t;
+	double b0 = now_s();
+	for (int i = 0; i < n; i++) {
+		hjob *j = &jobs[i];
+		char keep = 0;
+		if (j->params) {
+			keep = j->params[j->plen];
+			j->params[j->plen] = '\0';
+		}
+		job_started(t, j->params, j->shard, j->type_idx);
+		if (j->params)
+			j->params[j->plen] = keep;
+		job_execute(&t->sc.types[j->type_idx], j->id);
+		count(&t->handled, 1);
+	}
+	cl->busy_s += now_s() - b0;
+}
+
+/* A client that fails during the run ends its process, and the bench
+ * says why; before it, the process sees its state. */
+static void client_failed(hclient *cl)
+{
 	if (atomic_load(&cl->state) == 1) {
-		/* during the run: the process ends, and the bench says why */
-		proc_report *pr = &t->procs[cl->proc];
+		proc_report *pr = &cl->t->procs[cl->proc];
 		snprintf(pr->error, sizeof(pr->error), "worker %d client %d: %s", cl->proc, cl->idx,
 			 cl->err);
 		atomic_store(&pr->state, -1);
 		_exit(1);
 	}
 	atomic_store(&cl->state, -1);
-	hconn_close(&c);
-	hbuf_free(&claim);
+}
+
+/* The plain client: claim, run the jobs, complete them, on one
+ * connection, one request after another. */
+static void client_plain(hclient *cl, hconn *c, const hbuf *claim)
+{
+	hbuf done = {0};
+	hjob *jobs = NULL;
+	int cap = 0;
+	double start = now_s();
+	while (atomic_load(&cl->t->go) == 1) {
+		int n = claim_jobs(cl, c, claim, &jobs, &cap, NULL);
+		if (n < 0)
+			goto fail;
+		run_jobs(cl, jobs, n);
+		/* the reply buffer holds the workers' strings: complete before the
+		 * next request reuses it */
+		if (n && complete(cl, c, jobs, n, &done))
+			goto fail;
+	}
+	cl->total_s = now_s() - start;
 	hbuf_free(&done);
 	free(jobs);
+	return;
+fail:
+	client_failed(cl);
+	hbuf_free(&done);
+	free(jobs);
+}
+
+/* ---- the pipelined client ----------------------------------------------
+ * Three threads and two connections: the claimer claims the next batch
+ * while the runner runs one, and the completer completes run batches, as
+ * the library's runtime keeps a buffer and completes in the background. */
+
+typedef struct hbatch {
+	struct hbatch *next;
+	char *body; /* the claim reply the jobs point into */
+	hjob *jobs;
+	int n, cap;
+} hbatch;
+
+typedef struct hpipe {
+	hclient *cl;
+	const hbuf *claim;
+	hconn claims, completes;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	hbatch *ready;     /* claimed, not yet run: at most one */
+	hbatch *done;      /* run, not yet completed (a stack) */
+	int claimer_ended; /* nothing more will be ready */
+	int runner_ended;  /* nothing more will be done */
+	char err[512];
+} hpipe;
+
+static void batch_free(hbatch *b)
+{
+	if (b) {
+		free(b->body);
+		free(b->jobs);
+		free(b);
+	}
+}
+
+static void *claimer_main(void *arg)
+{
+	hpipe *p = arg;
+	hbatch *b = NULL;
+	while (atomic_load(&p->cl->t->go) == 1) {
+		if (!b && !(b = calloc(1, sizeof(*b)))) {
+			snprintf(p->cl->err, sizeof(p->cl->err), "out of memory");
+			client_failed(p->cl);
+		}
+		b->n = claim_jobs(p->cl, &p->claims, p->claim, &b->jobs, &b->cap, &b->body);
+		if (b->n < 0)
+			client_failed(p->cl);
+		if (!b->n)
+			continue;
+		pthread_mutex_lock(&p->mu);
+		while (p->ready)
+			pthread_cond_wait(&p->cv, &p->mu);
+		p->ready = b;
+		pthread_cond_broadcast(&p->cv);
+		pthread_mutex_unlock(&p->mu);
+		b = NULL;
+	}
+	batch_free(b);
+	pthread_mutex_lock(&p->mu);
+	p->claimer_ended = 1;
+	pthread_cond_broadcast(&p->cv);
+	pthread_mutex_unlock(&p->mu);
+	return NULL;
+}
+
+static void *completer_main(void *arg)
+{
+	hpipe *p = arg;
+	hbuf buf = {0};
+	for (;;) {
+		pthread_mutex_lock(&p->mu);
+		while (!p->done && !p->runner_ended)
+			pthread_cond_wait(&p->cv, &p->mu);
+		hbatch *list = p->done;
+		p->done = NULL;
+		int last = p->runner_ended;
+		pthread_mutex_unlock(&p->mu);
+		for (hbatch *b = list, *next; b; b = next) {
+			next = b->next;
+			if (complete(p->cl, &p->completes, b->jobs, b->n, &buf))
+				client_failed(p->cl);
+			batch_free(b);
+		}
+		if (last && !list)
+			break;
+	}
+	hbuf_free(&buf);
+	return NULL;
+}
+
+/* The runner: takes each claimed batch, runs it, hands it on, until the
+ * claimer has ended and nothing is left (what it claimed at the end runs
+ * too, so no job is left claimed). */
+static void client_pipelined(hclient *cl, hconn *c, const hbuf *claim)
+{
+	hpipe p = {.cl = cl, .claim = claim, .claims = *c};
+	pthread_t claimer, completer;
+	pthread_mutex_init(&p.mu, NULL);
+	pthread_cond_init(&p.cv, NULL);
+	hconn_init(&p.completes, cl->t->http_port);
+	if (connect_early(cl, &p.completes)) {
+		client_failed(cl);
+		hconn_close(&p.completes);
+		return;
+	}
+	double start = now_s();
+	pthread_create(&claimer, NULL, claimer_main, &p);
+	pthread_create(&completer, NULL, completer_main, &p);
+	for (;;) {
+		pthread_mutex_lock(&p.mu);
+		while (!p.ready && !p.claimer_ended)
+			pthread_cond_wait(&p.cv, &p.mu);
+		hbatch *b = p.ready;
+		p.ready = NULL;
+		pthread_cond_broadcast(&p.cv);
+		pthread_mutex_unlock(&p.mu);
+		if (!b)
+			break;
+		run_jobs(cl, b->jobs, b->n);
+		pthread_mutex_lock(&p.mu);
+		b->next = p.done;
+		p.done = b;
+		pthread_cond_broadcast(&p.cv);
+		pthread_mutex_unlock(&p.mu);
+	}
+	pthread_mutex_lock(&p.mu);
+	p.runner_ended = 1;
+	pthread_cond_broadcast(&p.cv);
+	pthread_mutex_unlock(&p.mu);
+	pthread_join(claimer, NULL);
+	pthread_join(completer, NULL);
+	cl->total_s = now_s() - start;
+	*c = p.claims;
+	hconn_close(&p.completes);
+	pthread_cond_destroy(&p.cv);
+	pthread_mutex_destroy(&p.mu);
+}
+
+static void *client_main(void *arg)
+{
+	hclient *cl = arg;
+	hconn c;
+	hbuf claim = {0};
+	hconn_init(&c, cl->t->http_port);
+	if (claim_body(cl, &claim) || connect_early(cl, &c)) {
+		client_failed(cl);
+		hconn_close(&c);
+		hbuf_free(&claim);
+		return NULL;
+	}
+	atomic_store(&cl->state, 1);
+	while (atomic_load(&cl->t->go) == 0)
+		sleep_ms(1);
+	if (cl->t->sc.pipeline)
+		client_pipelined(cl, &c, &claim);
+	else
+		client_plain(cl, &c, &claim);
+	hconn_close(&c);
+	hbuf_free(&claim);
 	return NULL;
 }
 

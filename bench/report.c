@@ -310,12 +310,15 @@ static void step_table(FILE *f, const run_result *r, const step *st)
 			fprintf(f,
 				"\n  shardq HTTP clients: %llu claims (%llu empty: long polls that "
 				"ran out), %.1f jobs per claim that brought jobs; busy share of "
-				"the clients %.3f (each runs its jobs one after another)\n",
+				"the clients %.3f (%s)\n",
 				(unsigned long long)q->claims, (unsigned long long)q->claims_empty,
 				q->claims > q->claims_empty
 					? (double)q->claimed / (double)(q->claims - q->claims_empty)
 					: 0,
-				q->slot_idle >= 0 ? 1 - q->slot_idle : 0);
+				q->slot_idle >= 0 ? 1 - q->slot_idle : 0,
+				sc->pipeline ? "each runs its jobs one after another while it "
+					       "claims the next ones and completes the last ones"
+					     : "each runs its jobs one after another");
 		else
 			fprintf(f,
 				"\n  shardq worker rounds (one pipeline to one shard: writes, then "
@@ -418,9 +421,9 @@ void report_table(FILE *f, const run_result *r)
 	if (sc->workers_http)
 		fprintf(f,
 			" %d HTTP workers (keep-alive clients of shardqd, %d request threads, "
-			"wait_ms %lld) in %d processes;",
+			"wait_ms %lld%s) in %d processes;",
 			sc->clients, sc->daemon_threads, (long long)sc->wait_ms,
-			scenario_worker_procs(sc));
+			sc->pipeline ? ", pipelined" : "", scenario_worker_procs(sc));
 	else
 		fprintf(f, " %d worker processes;", sc->processes);
 	if (sc->rate > 0)

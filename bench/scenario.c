@@ -455,10 +455,15 @@ static int on_key(void *user, const char *sec, const char *key, const char *v)
 				bad(x, sec, key, "'%s' is not a duration in 0..20s", v);
 			else
 				sc->wait_ms = us / 1000;
+		} else if (!strcmp(key, "pipeline")) {
+			if ((b = parse_bool(v)) < 0)
+				bad(x, sec, key, "'%s' is not true or false", v);
+			else
+				sc->pipeline = b;
 		} else
 			bad(x, sec, key,
 			    "unknown key (known: processes, min_prefetch, listen, poll, via, "
-			    "clients, wait)");
+			    "clients, wait, pipeline)");
 	} else if (!strcmp(sec, "daemon")) {
 		if (!strcmp(key, "threads")) {
 			if (int_in(x, sec, key, v, 1, 256, &n))

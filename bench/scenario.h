@@ -55,6 +55,8 @@ typedef struct scenario {
 	int workers_http; /* `via = http`: HTTP clients of shardqd, not sq_worker */
 	int clients;      /* HTTP clients over all worker processes */
 	int64_t wait_ms;  /* a client's claim wait_ms */
+	int pipeline;     /* a client claims its next jobs and completes its last
+			   * ones on connections of their own while it runs */
 	/* [daemon] (shardqd, when workers or producers go through HTTP) */
 	int daemon_threads;
 	int64_t daemon_claim_poll_ms;
