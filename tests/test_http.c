@@ -2397,6 +2397,67 @@ START_TEST(a_long_poll_is_answered_when_its_job_is_enqueued)
 }
 END_TEST
 
+/* A tick that claims fewer jobs than its waiting claims asked for deals
+ * them in turn: four long polls of up to 10 jobs each, then 4 jobs
+ * enqueued at once, and every poll is answered with one of them. Dealt to
+ * the first to arrive, one poll would get all four (or two, if two ticks
+ * took them) and the others would wait on. */
+START_TEST(a_tick_with_fewer_jobs_than_asked_answers_every_waiting_claim)
+{
+	enum { N = 4 };
+	start_all("sq_http_turns", "claim_poll = 10s\nclaim_window = 20ms\n");
+	long long ticks0 = metric("shardqd_claim_statements_total");
+	int fd[N];
+	struct timeval tv = {(time_t)(STALL_S + 30), 0};
+	for (int i = 0; i < N; i++) {
+		char body[160];
+		fd[i] = hc_connect(D.port);
+		setsockopt(fd[i], SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+		snprintf(body, sizeof(body),
+			 "{\"worker\":\"w%d\",\"types\":[{\"type\":\"a\",\"limit\":10}],"
+			 "\"wait_ms\":20000}",
+			 i);
+		ck_assert_int_eq(hc_send(fd[i], "POST", "/v1/claim", tok_worker, body), 0);
+	}
+	/* all four waiting, after a tick that found nothing */
+	double since = test_now_s();
+	while (metric("shardqd_claims_waiting") != N ||
+	       metric("shardqd_claim_statements_total") == ticks0) {
+		ck_assert_msg(test_now_s() - since < STALL_S,
+			      "the claims did not all wait after a tick in %.0fs (waiting %lld); "
+			      "the daemon's output:\n%s",
+			      STALL_S, metric("shardqd_claims_waiting"), slurp_tail(D.out));
+		usleep(20000);
+	}
+	int64_t ids[N];
+	enqueue("a", N, "turn", ids);
+	int64_t got[N];
+	for (int i = 0; i < N; i++) {
+		hresp r;
+		ck_assert_msg(hc_recv(fd[i], &r) == 0, "no answer to long poll %d in %.0fs: %s", i,
+			      STALL_S + 30, slurp_tail(D.out));
+		close(fd[i]);
+		EXPECT(r, 200, NULL);
+		json_t *j = js(&r);
+		json_t *jobs = json_object_get(j, "jobs");
+		ck_assert_msg(json_array_size(jobs) == 1,
+			      "long poll %d got %zu jobs, not one of the four: %s", i,
+			      json_array_size(jobs), r.body);
+		got[i] = json_integer_value(json_object_get(json_array_get(jobs, 0), "id"));
+		json_decref(j);
+		free(r.body);
+	}
+	/* the four jobs enqueued, each to one poll */
+	for (int i = 0; i < N; i++) {
+		int n = 0;
+		for (int k = 0; k < N; k++)
+			n += got[k] == ids[i];
+		ck_assert_msg(n == 1, "job %lld went to %d polls", (long long)ids[i], n);
+	}
+	stop_all();
+}
+END_TEST
+
 /* An enqueue that waits on its shard (here a lock held on the jobs table)
  * is handed to the enqueue lanes: with one request thread, another
  * request is still answered meanwhile; the enqueue is answered, written,
@@ -2480,6 +2541,7 @@ int main(void)
 	ADD_CASE(s, the_schedules_go_on_beside_a_shard_that_does_not_answer, 3600);
 	ADD_CASE(s, a_listen_connection_that_died_unseen_is_made_again, 3600);
 	ADD_CASE(s, a_long_poll_is_answered_when_its_job_is_enqueued, 3600);
+	ADD_CASE(s, a_tick_with_fewer_jobs_than_asked_answers_every_waiting_claim, 3600);
 	ADD_CASE(s, a_waiting_enqueue_holds_no_request_thread, 3600);
 	return run_suite(s);
 }

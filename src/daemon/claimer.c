@@ -1,7 +1,7 @@
 /* claimer.c - claim coalescing: every claim waiting in the daemon goes into
  * one sq_claim per tick (one statement per shard, all shards at once), and
- * the jobs are dealt back to the clients in their order of arrival, none
- * beyond what it asked for (docs/http.md).
+ * the jobs are dealt back to the waiting clients in turn, none beyond what
+ * it asked for (docs/http.md).
  *
  * A tick runs claim_window after claims arrived or a shard sent NOTIFY
  * shardq_jobs (an enqueue), and every claim_poll while claims wait; the
@@ -184,23 +184,38 @@ static void merge_claims(merged *m)
 	}
 }
 
-/* The first waiting claim, in order of arrival, that can take job j: one
- * of its type with room, that asked to start if j is running and not if
- * it is starting; NULL if none. *slot: the claim's entry of j's type. */
-static sqd_task *taker_of(const sq_job *j, int *slot)
+/* Whether waiting claim t can take job j: one of j's type with room,
+ * that asked to start if j is running and not if it is starting. *slot:
+ * the claim's entry of j's type. */
+static int can_take(sqd_task *t, const sq_job *j, int *slot)
 {
-	int want_start = j->status == SQ_RUNNING;
-	for (sqd_task *t = C.head; t; t = t->next) {
-		sqd_claim *cl = t->claim;
-		if (atomic_load(&t->gone) || cl->start != want_start)
-			continue;
-		for (int k = 0; k < cl->ntypes; k++)
-			if (!strcmp(cl->types[k].type, j->type) &&
-			    cl->types[k].got < cl->types[k].limit) {
-				*slot = k;
-				return t;
-			}
-	}
+	sqd_claim *cl = t->claim;
+	if (atomic_load(&t->gone) || cl->start != (j->status == SQ_RUNNING))
+		return 0;
+	for (int k = 0; k < cl->ntypes; k++)
+		if (!strcmp(cl->types[k].type, j->type) && cl->types[k].got < cl->types[k].limit) {
+			*slot = k;
+			return 1;
+		}
+	return 0;
+}
+
+/* The waiting claim that takes job j: the claims take turns, from the one
+ * after `last` (the claim that took the previous job; NULL: from the first
+ * to arrive), so that a tick with fewer jobs than asked for answers as
+ * many clients as it can at once, each with part of its limit, instead of
+ * filling the first to arrive while the others wait for later ticks. NULL
+ * if none can take it. */
+static sqd_task *taker_of(const sq_job *j, sqd_task *last, int *slot)
+{
+	if (!C.head)
+		return NULL;
+	sqd_task *from = last && last->next ? last->next : C.head, *t = from;
+	do {
+		if (can_take(t, j, slot))
+			return t;
+		t = t->next ? t->next : C.head;
+	} while (t != from);
 	return NULL;
 }
 
@@ -218,16 +233,17 @@ static void release_extra(sqd *d, sq_client *c, const sq_job_ref *extra, size_t 
 	free(out);
 }
 
-/* Deals the jobs out in the claim's order to the claims in order of
- * arrival (taker_of), and releases those none could take. */
+/* Deals the jobs out in the claim's order to the waiting claims in turn
+ * (taker_of), and releases those none could take. */
 static void deal(sqd *d, sq_client *c, const sq_job *jobs, size_t njobs)
 {
 	sq_job_ref *extra = njobs ? calloc(njobs, sizeof(*extra)) : NULL;
 	size_t nextra = 0;
+	sqd_task *last = NULL;
 	for (size_t i = 0; i < njobs; i++) {
 		const sq_job *j = &jobs[i];
 		int slot = -1;
-		sqd_task *to = taker_of(j, &slot);
+		sqd_task *to = taker_of(j, last, &slot);
 		if (!to) {
 			if (extra)
 				extra[nextra++] = (sq_job_ref){j->id, j->attempt};
@@ -239,6 +255,7 @@ static void deal(sqd *d, sq_client *c, const sq_job *jobs, size_t njobs)
 			sq_buf_putc(&cl->jobs, ',');
 		sqd_put_job(&cl->jobs, d->cfg, j);
 		sqd_task_add_ref(to, j->id, j->attempt);
+		last = to;
 	}
 	if (nextra)
 		release_extra(d, c, extra, nextra);
