@@ -399,7 +399,6 @@ typedef struct hpipe {
 	hbatch *done;      /* run, not yet completed (a stack) */
 	int claimer_ended; /* nothing more will be ready */
 	int runner_ended;  /* nothing more will be done */
-	char err[512];
 } hpipe;
 
 static void batch_free(hbatch *b)

@@ -1055,18 +1055,20 @@ START_TEST(abort_refused_while_mover_runs)
 	}
 	/* before_copy is under the freeze, past the pre-copy: the move is at
 	 * its drained step there (mid_copy comes first in the pre-copy) */
+	static const char drained[] =
+		"SELECT count(*) FROM shardq_meta.moves WHERE step = 'drained'";
 	double end = test_now_s() + testdb_stall_s();
-	while (testdb_scalar(&t, 0,
-			     "SELECT count(*) FROM shardq_meta.moves WHERE step = 'drained'") ==
-		       0 &&
-	       test_now_s() < end)
+	while (testdb_scalar(&t, 0, drained) == 0) {
+		ck_assert_msg(waitpid(pid, NULL, WNOHANG) == 0,
+			      "the mover exited before its drained step (see mover.out)");
+		ck_assert_msg(test_now_s() < end,
+			      "the mover did not reach its drained step within %.0fs (see "
+			      "mover.out)",
+			      testdb_stall_s());
 		usleep(10000);
+	}
+	ck_assert_int_eq(testdb_scalar(&t, 0, drained), 1);
 	ck_assert_msg(waitpid(pid, NULL, WNOHANG) == 0, "the mover exited early");
-	ck_assert_msg(
-		testdb_scalar(&t, 0,
-			      "SELECT count(*) FROM shardq_meta.moves WHERE step = 'drained'") == 1,
-		"the mover did not reach its drained step within %.0fs (see mover.out)",
-		testdb_stall_s());
 	char args[64];
 	snprintf(args, sizeof(args), "moves --abort %lld", (long long)last_move());
 	int rc = cli(NULL, args);
