@@ -776,6 +776,71 @@ void sq_plan_free(sq_plan *p);
  * o->progress after each step. */
 SQ_MUST_CHECK sq_status sq_rebalance(sq_client *c, const sq_move_opts *o, sq_error *err);
 
+/* ---- consistency check (`shardq check`) ---------------------------------- */
+
+/*
+ * sq_check reads the meta database and every shard and checks the
+ * cluster's own invariants (docs/operations.md, "Checking the cluster"):
+ *   "reach"      every shard answers;
+ *   "identity"   each shard is the one the config names, of this cluster,
+ *                with the cluster's partition count;
+ *   "schema"     the meta database and every shard are at this build's
+ *                schema version;
+ *   "ownership"  every partition is owned by exactly one shard, unless an
+ *                unfinished move explains it;
+ *   "map"        the map names that shard;
+ *   "markers"    no partition is importing, moving out or gone but for an
+ *                unfinished move, and no move lock outlives its move;
+ *   "stray"      no job sits in a partition its shard does not own;
+ *   "keys"       no two live jobs share a (type, key) across shards;
+ *   "ids"        the meta id sequence is past every job id on the shards.
+ * With o->repair it also makes the repairs that are provably safe, and
+ * only those: the map made to name the sole owner; a freeze that no open
+ * move explains undone where no other shard owns the partition; a marker
+ * (and its rows) that a finished move left on its source, or an aborted
+ * one on its destination, forgotten; stale move locks dropped; stray jobs
+ * deleted where their owner holds the same id; the id sequence raised.
+ * Each finding is passed to o->report as it is made; findings about many
+ * partitions come one per partition. Jobs tables are read by index only.
+ * Returns SQ_OK when the check ran (findings or not; *out counts them),
+ * an error when it could not (the meta database does not answer).
+ */
+typedef struct sq_check_finding {
+	const char *check; /* "reach", "identity", ..., as above */
+	const char *shard; /* the shard concerned, or "" */
+	int64_t partition; /* the partition concerned, or -1 */
+	char what[512];    /* what is wrong */
+	char todo[512];    /* what to do about it */
+	int repaired;      /* o->repair made it good */
+} sq_check_finding;
+
+typedef void (*sq_check_report)(const sq_check_finding *f, void *arg);
+/* Called as each step goes: its name, and done of total units. */
+typedef void (*sq_check_progress)(const char *step, int64_t done, int64_t total, void *arg);
+
+typedef struct sq_check_opts {
+	int repair;          /* make the provably safe repairs (0) */
+	int64_t stray_limit; /* stray jobs read per shard, at most (100000) */
+	sq_check_report report;
+	sq_check_progress progress;
+	void *arg; /* passed to both callbacks */
+} sq_check_opts;
+
+typedef struct sq_check_summary {
+	int64_t findings; /* every finding reported */
+	int64_t repaired; /* of which repaired */
+	int64_t partitions_checked;
+	int64_t stray_jobs; /* jobs found in partitions their shard does not own */
+} sq_check_summary;
+
+/* Fills *o with the defaults above. Thread-safe: it writes *o only. */
+void sq_check_opts_init(sq_check_opts *o);
+/* c: a client opened with SQ_OPEN_FOR_INIT | SQ_OPEN_ALLOW_DOWN, so that
+ * a shard at another schema version, or down, is a finding and not a
+ * failure to open. o may be NULL (the defaults: no report, no repair). */
+SQ_MUST_CHECK sq_status sq_check(sq_client *c, const sq_check_opts *o, sq_check_summary *out,
+				 sq_error *err);
+
 /* ---- history retention -------------------------------------------------- */
 
 /*

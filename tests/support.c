@@ -428,6 +428,15 @@ int test_cli(const char *env, char *out, size_t outlen, const char *fmt, ...)
 	return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
 }
 
+void test_check_cluster(testdb *t)
+{
+	char ini[600], out[8192];
+	testdb_path(ini, sizeof(ini), "check.ini");
+	test_write_bytes(ini, t->ini, strlen(t->ini));
+	int rc = test_cli(NULL, out, sizeof(out), "-c %s check", ini);
+	ck_assert_msg(rc == 0, "shardq check exited %d:\n%s", rc, out);
+}
+
 int test_cli_argv(const char *const *args, const char *in, size_t inlen, char **out, char **err)
 {
 	const char *cli = getenv("SHARDQ_CLI");

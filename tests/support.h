@@ -193,6 +193,9 @@ pid_t test_spawn_worker(const test_worker_cmd *w);
 int test_cli(const char *env, char *out, size_t outlen, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
 #define testdb_run_cli(out, outlen, ...) test_cli(NULL, out, outlen, __VA_ARGS__)
+/* `shardq check` on t's cluster (its config written to the test's
+ * directory) must find nothing: every soak and move case ends with it. */
+void test_check_cluster(testdb *t);
 /* The CLI with argv (args[0] is the first argument after the program) and
  * stdin from in[0..inlen), SHARDQ_CONFIG unset; returns its exit code, its
  * stdout and stderr in *out and *err (free them). */

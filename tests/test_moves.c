@@ -434,6 +434,7 @@ START_TEST(add_fifth_shard_under_load)
 	sq_client_close(c5);
 	sq_config_free(cfg5);
 	load_free();
+	test_check_cluster(&t);
 	testdb_close(&t);
 }
 END_TEST
@@ -464,6 +465,7 @@ START_TEST(drain_a_shard_under_load)
 	sq_client_close(c);
 	sq_config_free(cfg);
 	load_free();
+	test_check_cluster(&t);
 	testdb_close(&t);
 }
 END_TEST
@@ -566,6 +568,7 @@ START_TEST(killed_mover_resumes_or_aborts)
 	check_jobs();
 	testdb_tmpdir_remove();
 	load_free();
+	test_check_cluster(&t);
 	testdb_close(&t);
 }
 END_TEST
@@ -645,6 +648,7 @@ START_TEST(stale_router_still_routes)
 	ck_assert_int_eq(testdb_scalar(&t, to, sql), 1);
 	ck_assert_int_eq(testdb_scalar(&t, from, sql), 0);
 	sq_client_close(x);
+	test_check_cluster(&t);
 	testdb_close(&t);
 }
 END_TEST
@@ -717,6 +721,7 @@ START_TEST(same_key_before_during_after_move)
 	ck_assert_int_eq(testdb_scalar(&t, to, sql), 1);
 	sq_client_close(b.c);
 	testdb_tmpdir_remove();
+	test_check_cluster(&t);
 	testdb_close(&t);
 }
 END_TEST
@@ -824,6 +829,8 @@ START_TEST(a_refused_write_names_its_moving_partitions)
 			      got, want[k]);
 		free(got);
 	}
+	/* no shardq check: the markers above are made up, and it would
+	 * rightly find them */
 	testdb_close(&t);
 }
 END_TEST
@@ -892,6 +899,7 @@ START_TEST(a_frozen_partition_holds_only_its_own_jobs)
 	ck_assert_int_eq(testdb_sum(&t, "SELECT count(*) FROM shardq.jobs"), 21);
 	check_ownership();
 	testdb_tmpdir_remove();
+	test_check_cluster(&t);
 	testdb_close(&t);
 }
 END_TEST
@@ -1011,6 +1019,7 @@ START_TEST(a_move_copies_before_its_freeze_and_catches_up)
 	sq_jobs_free(claimed, nclaimed);
 	sq_jobs_free(more, 20);
 	testdb_tmpdir_remove();
+	test_check_cluster(&t);
 	testdb_close(&t);
 }
 END_TEST
@@ -1115,6 +1124,7 @@ START_TEST(abort_refused_while_mover_runs)
 	ck_assert_msg(rc == 0 && strstr(cli_out, "is done; nothing to do"),
 		      "resume of a finished move exited %d:\n%s", rc, cli_out);
 	testdb_tmpdir_remove();
+	test_check_cluster(&t);
 	testdb_close(&t);
 }
 END_TEST
@@ -1206,6 +1216,7 @@ static void frozen_in_move(const char *db, int nshards, int from, int to, int fr
 	resume_to_done(50);
 	ck_assert_int_eq(testdb_sum(&t, "SELECT count(DISTINCT active_uid) FROM shardq.jobs"), 50);
 	testdb_tmpdir_remove();
+	test_check_cluster(&t);
 	testdb_close(&t);
 }
 

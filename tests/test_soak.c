@@ -441,6 +441,7 @@ START_TEST(soak_kills_restarts_and_a_killed_mover)
 	free(done);
 	test_producer_free(&prod[0]);
 	test_producer_free(&prod[1]);
+	test_check_cluster(&t);
 	testdb_close(&t);
 	testdb_tmpdir_remove();
 }

@@ -90,6 +90,7 @@ int cmd_move(cli *x, int argc, char **argv);
 int cmd_rebalance(cli *x, int argc, char **argv);
 int cmd_moves(cli *x, int argc, char **argv);
 int cmd_maintain(cli *x, int argc, char **argv);
+int cmd_check(cli *x, int argc, char **argv);
 int cmd_schedules(cli *x, int argc, char **argv);
 
 #endif

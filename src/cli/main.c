@@ -27,6 +27,8 @@ static const struct {
 	{"move", cmd_move, "move partitions to another shard, online"},
 	{"rebalance", cmd_rebalance, "move partitions to match the config's shards and weights"},
 	{"moves", cmd_moves, "list moves; resume or abort one"},
+	{"check", cmd_check,
+	 "check the cluster's invariants; --repair mends what is provably safe"},
 	{"maintain", cmd_maintain, "drop expired history partitions; create the days ahead"},
 	{"schedules", cmd_schedules, "list the periodic jobs ([schedule]); --run-once runs a pass"},
 	{"demo", cmd_demo, "enqueue, claim, start and complete N jobs; print the rates"},
