@@ -506,6 +506,22 @@ typedef struct sq_stats_row {
 	                        estimate (above the cap), not a count */
 } sq_stats_row;
 
+/* What holds vacuum back on a shard, and how vacuum keeps up with its jobs
+ * table (sq_stats_fast; -1 where unknown). A transaction left open, on any
+ * database of the shard's server, keeps every dead row of the queue's
+ * table from being vacuumed: the table and its indexes grow while it
+ * stays (docs/operations.md, "A transaction left open"). The sessions of
+ * other users are seen only with the pg_read_all_stats role (pg_monitor). */
+typedef struct sq_shard_health {
+	double oldest_xact_s;     /* the oldest open transaction of a client session, s */
+	int64_t xmin_age;         /* the xmin horizon's age, in transactions: the oldest xmin
+	                             of a session, a prepared transaction or a slot */
+	int64_t jobs_dead_rows;   /* shardq.jobs: dead rows (pg_stat_user_tables) */
+	int64_t jobs_live_rows;   /* shardq.jobs: live rows, as vacuum counted them */
+	int64_t jobs_autovacuums; /* autovacuum runs on shardq.jobs since the stats reset */
+	double jobs_vacuum_age_s; /* since shardq.jobs was last vacuumed, auto or not */
+} sq_shard_health;
+
 typedef struct sq_stats {
 	size_t nrows;
 	sq_stats_row *rows;
@@ -513,8 +529,9 @@ typedef struct sq_stats {
 	int64_t *partitions_owned;  /* per shard */
 	int64_t *partitions_moving; /* per shard: not owned and not gone */
 	int64_t map_version;
-	char **shard_error; /* sq_stats_fast: per shard, NULL or why it could not
+	char **shard_error;      /* sq_stats_fast: per shard, NULL or why it could not
 	                       be read (its rows are missing) */
+	sq_shard_health *health; /* sq_stats_fast: per shard (NULL for sq_stats_get) */
 } sq_stats;
 
 /* Counts every job (a scan of each shard's tables): exact, for tools. */

@@ -27,6 +27,28 @@ static const sq_stmt stmt_parts = {
 			  "       count(*) FILTER (WHERE state IN ('importing', 'moving_out'))"
 			  "  FROM shardq.partition_state"};
 
+/* What holds vacuum back on the shard's server (sessions of every
+ * database: a table's horizon counts them all but the other databases'
+ * long transactions only for shared catalogs, and an operator's open
+ * transaction is what this is for), and the jobs table's vacuum figures.
+ * No table of the queue is read. */
+static const sq_stmt stmt_health = {
+	"sq_stats_health",
+	"SELECT coalesce((SELECT extract(epoch FROM now() - min(a.xact_start)) FROM "
+	"pg_stat_activity a"
+	"                  WHERE a.backend_type = 'client backend' AND a.pid <> pg_backend_pid()), "
+	"0),"
+	"  greatest(coalesce((SELECT max(age(a.backend_xmin)) FROM pg_stat_activity a"
+	"                      WHERE a.pid <> pg_backend_pid()), 0),"
+	"           coalesce((SELECT max(age(p.transaction)) FROM pg_prepared_xacts p), 0),"
+	"           coalesce((SELECT max(greatest(age(r.xmin), age(r.catalog_xmin)))"
+	"                       FROM pg_replication_slots r), 0)),"
+	"  coalesce(t.n_dead_tup, -1), coalesce(t.n_live_tup, -1), coalesce(t.autovacuum_count, "
+	"-1),"
+	"  coalesce(extract(epoch FROM now() - greatest(t.last_autovacuum, t.last_vacuum)), -1)"
+	"  FROM (SELECT 1) one LEFT JOIN pg_stat_user_tables t"
+	"    ON t.relid = 'shardq.jobs'::regclass"};
+
 /* Per configured type, index-driven: ready counted up to $2, then the
  * planner's estimate (shardq.ready_estimate); starting, running and
  * expired leases from jobs_lease; the age of the next due job in claim
@@ -97,7 +119,10 @@ static sq_stats *stats_new(sq_client *c, int with_errors)
 	st->partitions_moving = calloc((size_t)c->nshards, sizeof(int64_t));
 	if (with_errors)
 		st->shard_error = calloc((size_t)c->nshards, sizeof(char *));
-	if (!st->partitions_owned || !st->partitions_moving || (with_errors && !st->shard_error)) {
+	if (with_errors)
+		st->health = calloc((size_t)c->nshards, sizeof(sq_shard_health));
+	if (!st->partitions_owned || !st->partitions_moving ||
+	    (with_errors && (!st->shard_error || !st->health))) {
 		sq_stats_free(st);
 		return NULL;
 	}
@@ -150,6 +175,16 @@ sq_status sq_stats_get(sq_client *c, sq_stats **out, sq_error *err)
 	return SQ_OK;
 }
 
+static void read_health(sq_shard_health *h, PGresult *r)
+{
+	h->oldest_xact_s = atof(PQgetvalue(r, 0, 0));
+	h->xmin_age = atoll(PQgetvalue(r, 0, 1));
+	h->jobs_dead_rows = atoll(PQgetvalue(r, 0, 2));
+	h->jobs_live_rows = atoll(PQgetvalue(r, 0, 3));
+	h->jobs_autovacuums = atoll(PQgetvalue(r, 0, 4));
+	h->jobs_vacuum_age_s = atof(PQgetvalue(r, 0, 5));
+}
+
 sq_status sq_stats_fast(sq_client *c, int64_t ready_cap, sq_stats **out, sq_error *err)
 {
 	size_t cap = 0;
@@ -171,6 +206,7 @@ sq_status sq_stats_fast(sq_client *c, int64_t ready_cap, sq_stats **out, sq_erro
 	for (int s = 0; s < c->nshards; s++) {
 		sq_pgconn_push(&c->shards[s], &stmt_stats_fast, 2, vals);
 		sq_pgconn_push(&c->shards[s], &stmt_parts, 0, NULL);
+		sq_pgconn_push(&c->shards[s], &stmt_health, 0, NULL);
 	}
 	sq_error run_err;
 	sq_status run = sq_client_run(c, &run_err);
@@ -178,7 +214,7 @@ sq_status sq_stats_fast(sq_client *c, int64_t ready_cap, sq_stats **out, sq_erro
 	for (int s = 0; s < c->nshards; s++) {
 		sq_pgconn *pc = &c->shards[s];
 		sq_error e;
-		if (pc->failed || pc->nres < 2) {
+		if (pc->failed || pc->nres < 3) {
 			st->shard_error[s] = strdup(run != SQ_OK ? run_err.msg : "no answer");
 			continue;
 		}
@@ -206,6 +242,7 @@ sq_status sq_stats_fast(sq_client *c, int64_t ready_cap, sq_stats **out, sq_erro
 		r = pc->res[1];
 		st->partitions_owned[s] = atoll(PQgetvalue(r, 0, 0));
 		st->partitions_moving[s] = atoll(PQgetvalue(r, 0, 1));
+		read_health(&st->health[s], pc->res[2]);
 	}
 	sq_client_reset(c);
 	sq_buf_free(&types);
@@ -236,6 +273,7 @@ void sq_stats_free(sq_stats *s)
 	free(s->rows);
 	free(s->partitions_owned);
 	free(s->partitions_moving);
+	free(s->health);
 	free(s);
 }
 

@@ -159,6 +159,14 @@ static void print_stats_json(const cli *x, const sq_stats *st)
 			printf("\"error\":%s,", b.data ? b.data : "null");
 			sq_buf_free(&b);
 		}
+		if (st->health && !(st->shard_error && st->shard_error[s])) {
+			const sq_shard_health *h = &st->health[s];
+			printf("\"oldest_transaction_s\":%.3f,\"xmin_age\":%" PRId64
+			       ",\"jobs_live_rows\":%" PRId64 ",\"jobs_dead_rows\":%" PRId64
+			       ",\"jobs_autovacuums\":%" PRId64 ",\"jobs_vacuum_age_s\":%.3f,",
+			       h->oldest_xact_s, h->xmin_age, h->jobs_live_rows, h->jobs_dead_rows,
+			       h->jobs_autovacuums, h->jobs_vacuum_age_s);
+		}
 		print_types_json(st, s);
 		printf("}");
 	}
@@ -201,6 +209,18 @@ static void print_partitions(const cli *x, const sq_stats *st, int exact)
 		}
 		printf(" %s=%" PRId64 "%s", sq_config_shard_id(x->cfg, s), st->partitions_owned[s],
 		       st->partitions_moving[s] ? " (moving)" : "");
+	}
+	for (int s = 0; st->health && s < st->nshards; s++) {
+		const sq_shard_health *h = &st->health[s];
+		if (st->shard_error[s])
+			continue;
+		printf("\n%s: oldest transaction %.0fs, xmin horizon %" PRId64
+		       " transactions old; jobs table %" PRId64 " live / %" PRId64
+		       " dead rows, %" PRId64 " autovacuums",
+		       sq_config_shard_id(x->cfg, s), h->oldest_xact_s, h->xmin_age,
+		       h->jobs_live_rows, h->jobs_dead_rows, h->jobs_autovacuums);
+		if (h->jobs_vacuum_age_s >= 0)
+			printf(", last vacuum %.0fs ago", h->jobs_vacuum_age_s);
 	}
 	if (exact)
 		printf("\nDONE(h) counts completed jobs kept in history (types with "
