@@ -10,6 +10,7 @@
 #include "support.h"
 
 #include <inttypes.h>
+#include <stdarg.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -1165,6 +1166,175 @@ START_TEST(failpoints_only_where_built_in)
 }
 END_TEST
 
+/* ---- a shard whose disk fills ------------------------------------------------ */
+
+static pthread_mutex_t ran_mu = PTHREAD_MUTEX_INITIALIZER;
+static int64_t *ran_ids;
+static size_t ran_n, ran_cap;
+
+static sq_job_result log_handler(const sq_job *job, void *arg, char *e, size_t elen)
+{
+	(void)arg;
+	(void)e;
+	(void)elen;
+	pthread_mutex_lock(&ran_mu);
+	if (ran_n == ran_cap) {
+		ran_cap = ran_cap ? ran_cap * 2 : 4096;
+		ran_ids = realloc(ran_ids, ran_cap * sizeof(int64_t));
+	}
+	ran_ids[ran_n++] = job->id;
+	pthread_mutex_unlock(&ran_mu);
+	return SQ_RESULT_DONE;
+}
+
+static long long s1_jobs_left(void *arg)
+{
+	(void)arg;
+	return testdb_scalar(&t, 0, "SELECT count(*) FROM shardq.jobs");
+}
+
+/* Runs a shell line as root; its exit code. */
+static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int sh(const char *fmt, ...)
+{
+	char cmd[1024];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(cmd, sizeof(cmd), fmt, ap);
+	va_end(ap);
+	int rc = system(cmd);
+	return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+/* Enqueues n keyed jobs of type q (keys prefix-i from *next on), with 1 KB
+ * of params each; the ids acknowledged go to acked. Returns the call's
+ * status, its message in err. */
+static sq_status enqueue_padded(const char *prefix, int n, int *next, int64_t *acked,
+				size_t *nacked, sq_error *err)
+{
+	sq_job_spec js[200];
+	sq_enqueue_result rs[200];
+	char keys[200][32], params[1100];
+	snprintf(params, sizeof(params), "{\"pad\":\"%01000d\"}", 0);
+	for (int i = 0; i < n; i++) {
+		snprintf(keys[i], sizeof(keys[i]), "%s-%d", prefix, (*next)++);
+		memset(&js[i], 0, sizeof(js[i]));
+		js[i].type = "q";
+		js[i].key = keys[i];
+		js[i].params = params;
+	}
+	sq_status st = sq_enqueue(t.client, js, (size_t)n, rs, err);
+	for (int i = 0; i < n; i++)
+		if (rs[i].outcome == SQ_ENQ_INSERTED)
+			acked[(*nacked)++] = rs[i].id;
+	return st;
+}
+
+/* s2's jobs table and its indexes in a tablespace on a 2 MB tmpfs that
+ * fills: enqueues routed to s2 fail with an error that names the shard and
+ * the cause, s1 takes its own jobs and the worker claims them, the worker
+ * does not spin on s2, and once the tmpfs grows the same worker and
+ * client go on without a restart: every acknowledged job runs once. */
+START_TEST(a_shard_whose_disk_fills_fails_its_writes_and_resumes)
+{
+	enum { MAX = 200000 };
+	char dir[] = "/tmp/sqt-full-XXXXXX", sql[512];
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	ck_assert_msg(
+		sh("mount -t tmpfs -o size=2m tmpfs %s", dir) == 0,
+		"cannot mount a tmpfs on %s: this test needs root (scripts/test runs as root)",
+		dir);
+	ck_assert_int_eq(sh("mkdir %s/ts && chown postgres %s/ts && chmod 755 %s", dir, dir, dir),
+			 0);
+	snprintf(sql, sizeof(sql), "CREATE TABLESPACE sqt_full_%d LOCATION '%s/ts'", (int)getpid(),
+		 dir);
+	shard_exec(1, sql);
+	snprintf(sql, sizeof(sql),
+		 "DO $$DECLARE i name; BEGIN "
+		 "ALTER TABLE shardq.jobs SET TABLESPACE sqt_full_%d; "
+		 "FOR i IN SELECT indexname FROM pg_indexes WHERE schemaname = 'shardq' AND "
+		 "tablename = 'jobs' LOOP EXECUTE format('ALTER INDEX shardq.%%I SET "
+		 "TABLESPACE sqt_full_%d', i); END LOOP; END$$",
+		 (int)getpid(), (int)getpid());
+	shard_exec(1, sql);
+
+	/* fill it: s2's part of a batch fails, s1's is written */
+	int64_t *acked = malloc(MAX * sizeof(int64_t));
+	size_t nacked = 0;
+	int next = 0;
+	sq_error err;
+	sq_status st = SQ_OK;
+	while (st == SQ_OK && next < MAX - 200)
+		st = enqueue_padded("fill", 200, &next, acked, &nacked, &err);
+	ck_assert_msg(st != SQ_OK, "%d jobs went in and s2's 2 MB never filled", next);
+	ck_assert_msg(strstr(err.msg, "s2") && strstr(err.msg, "No space left on device"),
+		      "the error does not name the shard and the cause: %s", err.msg);
+	printf("disk full: after %zu jobs: %s\n", nacked, err.msg);
+	/* s1 takes its own jobs */
+	char keys[50][32];
+	keys_on_shard(0, "s1only", 50, keys);
+	for (int i = 0; i < 50; i++)
+		acked[nacked++] = enq("q", keys[i]);
+
+	/* a worker: s1 drains, s2 answers every claim with the error */
+	tworker tw;
+	tworker_create(&tw, "wfull", 1);
+	tworker_add(&tw, "q", 8, log_handler, NULL);
+	shown = &tw;
+	tworker_start(&tw);
+	long long left;
+	ck_assert_msg(wait_progress(s1_jobs_left, NULL, &left),
+		      "s1 still holds %lld jobs beside the full s2", left);
+	sq_worker_stats ws;
+	wait_last_error(&tw, "No space left on device", "the worker never met the full disk", &ws);
+	/* no spin: over 3 s, a few tries a second at most */
+	uint64_t e0 = ws.db_errors, c0 = ws.claims;
+	double t0 = test_now_s();
+	while (test_now_s() - t0 < 3)
+		usleep(100000);
+	sq_worker_get_stats(tw.w, &ws);
+	double rate = (double)(ws.db_errors - e0) / (test_now_s() - t0);
+	printf("disk full: the worker met %.1f errors/s on s2 (%llu claims meanwhile)\n", rate,
+	       (unsigned long long)(ws.claims - c0));
+	ck_assert_msg(rate < 20, "the worker spins on the full shard: %.1f errors/s", rate);
+
+	/* space comes back: the same worker and client go on */
+	ck_assert_int_eq(sh("mount -o remount,size=256m %s", dir), 0);
+	for (int k = 0; k < 5; k++) {
+		st = enqueue_padded("after", 200, &next, acked, &nacked, &err);
+		ck_assert_msg(st == SQ_OK, "an enqueue after space came back: %s", err.msg);
+	}
+	wait_sum("SELECT count(*) FROM shardq.jobs", 0, "every job once space came back",
+		 show_worker);
+	wait_done(&tw, "q", nacked, &ws);
+	tworker_stop(&tw);
+	sq_worker_destroy(tw.w);
+	shown = NULL;
+	qsort(ran_ids, ran_n, sizeof(int64_t), test_cmp_i64);
+	for (size_t i = 1; i < ran_n; i++)
+		ck_assert_msg(ran_ids[i] != ran_ids[i - 1], "job %lld ran twice",
+			      (long long)ran_ids[i]);
+	for (size_t i = 0; i < nacked; i++)
+		ck_assert_msg(bsearch(&acked[i], ran_ids, ran_n, sizeof(int64_t), test_cmp_i64),
+			      "acknowledged job %lld never ran", (long long)acked[i]);
+	printf("disk full: %zu acknowledged jobs ran once each\n", nacked);
+	/* the tablespace goes, then the tmpfs */
+	snprintf(sql, sizeof(sql),
+		 "DO $$DECLARE i name; BEGIN ALTER TABLE shardq.jobs SET TABLESPACE pg_default; "
+		 "FOR i IN SELECT indexname FROM pg_indexes WHERE schemaname = 'shardq' AND "
+		 "tablename = 'jobs' LOOP EXECUTE format('ALTER INDEX shardq.%%I SET "
+		 "TABLESPACE pg_default', i); END LOOP; END$$");
+	shard_exec(1, sql);
+	snprintf(sql, sizeof(sql), "DROP TABLESPACE sqt_full_%d", (int)getpid());
+	shard_exec(1, sql);
+	sh("umount %s && rmdir %s", dir, dir);
+	free(acked);
+	free(ran_ids);
+	ran_ids = NULL;
+	ran_n = ran_cap = 0;
+}
+END_TEST
+
 static Suite *suite(void)
 {
 	Suite *s = suite_create("robust");
@@ -1186,6 +1356,7 @@ static Suite *suite(void)
 	ADD_TEST(tc, stalled_mover_releases_the_gate);
 	ADD_TEST(tc, a_frozen_meta_database_holds_no_enqueue_up);
 	ADD_TEST(tc, a_cut_map_listen_connection_is_made_again);
+	ADD_TEST(tc, a_shard_whose_disk_fills_fails_its_writes_and_resumes);
 	ADD_TEST(tc, failpoints_only_where_built_in);
 	suite_add_tcase(s, tc);
 	return s;
