@@ -2490,6 +2490,14 @@ START_TEST(a_transaction_left_open_is_seen_and_claims_go_on)
 	ck_assert_msg(wait_progress(dead_rows_left, NULL, &left),
 		      "s1's dead rows stayed at %lld after the transaction ended and a VACUUM",
 		      left);
+	/* the meta database's answer is a series too: 1, and 0 while its
+	 * schema cannot be read (renamed away for a moment) */
+	ck_assert_int_eq(metric("shardq_meta_up"), 1);
+	PQclear(PQexec(vac, "ALTER SCHEMA shardq_meta RENAME TO shardq_meta_away"));
+	long long down = metric("shardq_meta_up");
+	PQclear(PQexec(vac, "ALTER SCHEMA shardq_meta_away RENAME TO shardq_meta"));
+	ck_assert_int_eq(down, 0);
+	ck_assert_int_eq(metric("shardq_meta_up"), 1);
 	PQfinish(idle);
 	PQfinish(vac);
 	stop_all();

@@ -1335,6 +1335,123 @@ START_TEST(a_shard_whose_disk_fills_fails_its_writes_and_resumes)
 }
 END_TEST
 
+/*
+ * The meta database goes away (a proxy in front of it closes what it holds
+ * and leaves new connections unanswered) for longer than a producer's
+ * block of 65,536 job ids lasts. Asserted: a worker on the same config
+ * claims and completes throughout from its cached map; the producer goes
+ * on enqueuing while its block lasts, then gets a clear error that names
+ * the meta database, within its connect timeout (no hang); once the meta
+ * database is back, the same producer and worker go on, and every
+ * acknowledged job runs once.
+ */
+START_TEST(the_meta_database_down_longer_than_an_id_block)
+{
+	enum { BATCH = 1000, MAX = 140000 };
+	sq_error err;
+	sq_client *c;
+	sq_config *cfg;
+	testdb_proxy meta;
+	testdb_proxy_start(&meta, t.ports[0]);
+	char extra[512];
+	snprintf(extra, sizeof(extra),
+		 "meta_dsn = host=127.0.0.1 port=%d dbname=%s user=postgres\n"
+		 "\n[connection]\nmap_poll = 200ms\nconnect_timeout = 2s\nanswer_timeout = 5s\n",
+		 meta.port, t.db);
+	char *ini = testdb_ini(&t, NULL, extra);
+	OKE(sq_config_parse(ini, "meta-down", &cfg, &err));
+	free(ini);
+	OKE(sq_client_open(cfg, 0, &c, &err));
+	tworker tw;
+	tworker_create_cfg(&tw, cfg, "wmeta", 1);
+	tworker_add(&tw, "q", 16, log_handler, NULL);
+	shown = &tw;
+	tworker_start(&tw);
+	int64_t *acked = malloc(MAX * sizeof(int64_t));
+	size_t nacked = 0;
+	sq_job_spec js[BATCH];
+	sq_enqueue_result rs[BATCH];
+	char keys[BATCH][32];
+	int next = 0;
+	/* one batch with the meta database up: the producer holds a block */
+	for (int round = 0; round < 2; round++) {
+		if (round == 1) {
+			testdb_proxy_hole(&meta, 1);
+			printf("meta down: after %zu jobs\n", nacked);
+		}
+		sq_status st = SQ_OK;
+		double t0 = 0;
+		while (st == SQ_OK && nacked + BATCH < MAX) {
+			for (int i = 0; i < BATCH; i++) {
+				snprintf(keys[i], sizeof(keys[i]), "md-%d", next++);
+				memset(&js[i], 0, sizeof(js[i]));
+				js[i].type = "q";
+				js[i].key = keys[i];
+			}
+			t0 = test_now_s();
+			st = sq_enqueue(c, js, BATCH, rs, &err);
+			for (int i = 0; i < BATCH; i++)
+				if (rs[i].outcome == SQ_ENQ_INSERTED)
+					acked[nacked++] = rs[i].id;
+			if (round == 0)
+				break;
+		}
+		if (round == 1) {
+			double took = test_now_s() - t0;
+			ck_assert_msg(st != SQ_OK, "%zu jobs enqueued with the meta database down",
+				      nacked);
+			ck_assert_msg(st == SQ_ECONN && strstr(err.msg, "meta"),
+				      "the error does not say the meta database is out of reach "
+				      "(%s): %s",
+				      sq_status_name(st), err.msg);
+			ck_assert_msg(took < 30, "the failing enqueue took %.1fs", took);
+			printf("meta down: the producer wrote %zu jobs, then in %.1fs: %s\n",
+			       nacked, took, err.msg);
+			ck_assert_uint_gt(nacked, 65536 - BATCH);
+		}
+	}
+	/* the worker went on from its cached map while the meta database was down */
+	sq_worker_stats ws;
+	wait_done(&tw, "q", nacked, &ws);
+	testdb_proxy_hole(&meta, 0);
+	/* back: the same producer takes a new block */
+	for (int i = 0; i < BATCH; i++) {
+		snprintf(keys[i], sizeof(keys[i]), "md-after-%d", i);
+		memset(&js[i], 0, sizeof(js[i]));
+		js[i].type = "q";
+		js[i].key = keys[i];
+	}
+	double since = test_now_s();
+	sq_status st;
+	while ((st = sq_enqueue(c, js, BATCH, rs, &err)) != SQ_OK) {
+		ck_assert_msg(test_now_s() - since < testdb_stall_s(),
+			      "no enqueue once the meta database was back: %s", err.msg);
+		usleep(200000);
+	}
+	for (int i = 0; i < BATCH; i++)
+		acked[nacked++] = rs[i].id;
+	wait_done(&tw, "q", nacked, &ws);
+	tworker_stop(&tw);
+	sq_worker_destroy(tw.w);
+	shown = NULL;
+	qsort(ran_ids, ran_n, sizeof(int64_t), test_cmp_i64);
+	for (size_t i = 1; i < ran_n; i++)
+		ck_assert_msg(ran_ids[i] != ran_ids[i - 1], "job %lld ran twice",
+			      (long long)ran_ids[i]);
+	for (size_t i = 0; i < nacked; i++)
+		ck_assert_msg(bsearch(&acked[i], ran_ids, ran_n, sizeof(int64_t), test_cmp_i64),
+			      "acknowledged job %lld never ran", (long long)acked[i]);
+	printf("meta down: %zu acknowledged jobs ran once each\n", nacked);
+	free(acked);
+	free(ran_ids);
+	ran_ids = NULL;
+	ran_n = ran_cap = 0;
+	sq_client_close(c);
+	sq_config_free(cfg);
+	testdb_proxy_stop(&meta);
+}
+END_TEST
+
 static Suite *suite(void)
 {
 	Suite *s = suite_create("robust");
@@ -1357,6 +1474,7 @@ static Suite *suite(void)
 	ADD_TEST(tc, a_frozen_meta_database_holds_no_enqueue_up);
 	ADD_TEST(tc, a_cut_map_listen_connection_is_made_again);
 	ADD_TEST(tc, a_shard_whose_disk_fills_fails_its_writes_and_resumes);
+	ADD_TEST(tc, the_meta_database_down_longer_than_an_id_block);
 	ADD_TEST(tc, failpoints_only_where_built_in);
 	suite_add_tcase(s, tc);
 	return s;

@@ -296,7 +296,14 @@ void sqd_metrics_write_shards(sqd *d, sq_client *c, sq_buf *b)
 	/* moves: how many are unfinished, and the longest write stall of those */
 	sq_move_info *mv = NULL;
 	size_t nmv = 0;
-	if (sq_moves_list(c, 0, &mv, &nmv, &err) == SQ_OK) {
+	int meta_up = sq_moves_list(c, 0, &mv, &nmv, &err) == SQ_OK;
+	sq_buf_printf(b,
+		      "# HELP shardq_meta_up Whether the meta database answered this scrape (when "
+		      "it does not, workers and shardqd go on from their cached map, and producers "
+		      "while their block of job ids lasts).\n"
+		      "# TYPE shardq_meta_up gauge\nshardq_meta_up %d\n",
+		      meta_up);
+	if (meta_up) {
 		double stall = 0;
 		for (size_t i = 0; i < nmv; i++)
 			if (mv[i].stall_ms > stall)
