@@ -15,7 +15,14 @@
 #include <string.h>
 
 /* A shard's marker for a partition: none, or partition_state's state. */
-enum { M_NONE = 0, M_OWNED = 'o', M_IMPORTING = 'i', M_MOVING = 'm', M_GONE = 'g' };
+enum {
+	M_NONE = 0,
+	M_OWNED = 'o',
+	M_IMPORTING = 'i',
+	M_MOVING = 'm',
+	M_GONE = 'g',
+	M_ADOPTED = 'a'
+};
 
 /* An unfinished move, from shard index `from` to `to` (-1: a shard the
  * config does not name). */
@@ -68,6 +75,7 @@ static const char *state_name(char m)
 	case M_IMPORTING: return "importing";
 	case M_MOVING: return "moving_out";
 	case M_GONE: return "gone";
+	case M_ADOPTED: return "adopted";
 	default: return "unknown";
 	}
 }
@@ -295,6 +303,8 @@ static char marker_code(const char *state)
 		return M_IMPORTING;
 	if (!strcmp(state, "moving_out"))
 		return M_MOVING;
+	if (!strcmp(state, "adopted"))
+		return M_ADOPTED;
 	return M_GONE;
 }
 

@@ -202,7 +202,8 @@ static sq_status fenced_collect(sq_client *c, shard_rows *rows, sq_status *out, 
 		for (int row = 0; row < PQntuples(rep); row++) {
 			uint32_t p = (uint32_t)atol(PQgetvalue(rep, row, 0));
 			const char *st = PQgetvalue(rep, row, 1);
-			sq_status why = !strcmp(st, "moving_out") || !strcmp(st, "importing")
+			sq_status why = !strcmp(st, "moving_out") || !strcmp(st, "importing") ||
+							!strcmp(st, "adopted")
 						? SQ_EMOVING
 						: SQ_EMOVED;
 			for (size_t k = 0; k < r->n; k++)

@@ -1042,6 +1042,18 @@ static sq_status copy_and_own(sq_client *c, move *m, sq_error *err)
 	return SQ_OK;
 }
 
+/* Once the map has switched: the destination owns what it adopted at the
+ * copy's commit (at the switch, and again at the cleanup, for a mover that
+ * died between the two). */
+static sq_status take_adopted(sq_client *c, move *m, sq_error *err)
+{
+	char ids[24], dw[96];
+	const char *v[2] = {m->lit, ids};
+	snprintf(ids, sizeof(ids), "%lld", (long long)m->id);
+	snprintf(dw, sizeof(dw), "shard %s (destination)", sid(c, m->to));
+	return run_ok(m->dst, dw, sq_sql_move_take_adopted, 2, v, err);
+}
+
 /* Step 5: the meta map follows, with a new version and a NOTIFY. */
 static sq_status switch_map(sq_client *c, move *m, sq_error *err)
 {
@@ -1066,7 +1078,7 @@ static sq_status switch_map(sq_client *c, move *m, sq_error *err)
 		return err->code;
 	snprintf(m->step, sizeof(m->step), "switched");
 	sq_failpoint("after_switch");
-	return SQ_OK;
+	return take_adopted(c, m, err);
 }
 
 /* Step 6: the source marks the partitions gone (writers now hear "moved")
@@ -1079,7 +1091,7 @@ static sq_status cleanup(sq_client *c, move *m, const sq_move_opts *o, sq_error 
 	snprintf(ids, sizeof(ids), "%lld", (long long)m->id);
 	snprintf(batch, sizeof(batch), "%d", o->delete_batch > 0 ? o->delete_batch : 10000);
 	snprintf(who, sizeof(who), "shard %s (source)", sid(c, m->from));
-	if (run_ok(m->src, who, sq_sql_move_gone, 2, v, err))
+	if (take_adopted(c, m, err) || run_ok(m->src, who, sq_sql_move_gone, 2, v, err))
 		return err->code;
 	/* rows are deleted only where the source shows the partitions gone for
 	 * this very move: never rows of partitions it still owns */

@@ -23,9 +23,10 @@ static const sq_stmt stmt_stats = {
 		    "task, status"};
 
 static const sq_stmt stmt_parts = {
-	"sq_stats_parts", "SELECT count(*) FILTER (WHERE state = 'owned'),"
-			  "       count(*) FILTER (WHERE state IN ('importing', 'moving_out'))"
-			  "  FROM shardq.partition_state"};
+	"sq_stats_parts",
+	"SELECT count(*) FILTER (WHERE state = 'owned'),"
+	"       count(*) FILTER (WHERE state::text IN ('importing', 'moving_out', 'adopted'))"
+	"  FROM shardq.partition_state"};
 
 /* What holds vacuum back on the shard's server (sessions of every
  * database: a table's horizon counts them all but the other databases'

@@ -573,6 +573,61 @@ START_TEST(killed_mover_resumes_or_aborts)
 }
 END_TEST
 
+/* A mover that dies and is resumed (or its move aborted) only after the
+ * moving jobs' leases would have run out costs no job a second run (issue
+ * 43, item 7). Here m's starting lease is 2 s; the mover is killed under
+ * its freeze, after its copy's commit, and under its freeze again (then
+ * aborted), and each time left dead for three leases while the load runs:
+ * the jobs claimed in the moving partitions wait for the move with their
+ * starts and completions, and then finish, each in one run. */
+START_TEST(a_mover_that_dies_costs_no_second_run)
+{
+	static const char *points[] = {"after_freeze", "after_copy_commit", "before_copy"};
+	char args[512], env[128];
+	testdb_open(&t, "sqt_moves_rerun", 2, 64,
+		    "[type m]\nhistory = true\nstarting_timeout = 2s\nexecution_timeout = 4s\n"
+		    "[type long]\nhistory = true\n");
+	write_ini();
+	load_start(1, 1, 4);
+	for (int i = 0; i < 3; i++) {
+		int from = i % 2, to = 1 - from, k = 0, n = 0;
+		sq_error err;
+		OKE(sq_client_refresh_map(t.client, &err));
+		k = snprintf(args, sizeof(args), "move --partitions ");
+		for (uint32_t p = 0; p < 64 && n < 12; p++)
+			if (sq_client_shard_of_partition(t.client, p) == from)
+				k += snprintf(args + k, sizeof(args) - (size_t)k, "%s%u",
+					      n++ ? "," : "", p);
+		snprintf(args + k, sizeof(args) - (size_t)k, " --to s%d", to + 1);
+		load_wait_acked(300); /* jobs in flight everywhere */
+		snprintf(env, sizeof(env), "SHARDQ_FAILPOINT=%s", points[i]);
+		int rc = cli(env, args);
+		ck_assert_msg(rc == 99, "%s: the mover exited %d, not at the failpoint:\n%s",
+			      points[i], rc, cli_out);
+		/* dead for three starting leases, the load going on */
+		double dead = test_now_s();
+		while (test_now_s() - dead < 6)
+			usleep(100000);
+		snprintf(args, sizeof(args), i == 2 ? "moves --abort %lld" : "moves --resume %lld",
+			 (long long)last_move());
+		rc = cli(NULL, args);
+		ck_assert_msg(rc == 0, "%s: %s exited %d:\n%s", points[i], args, rc, cli_out);
+		load_wait_acked(300);
+	}
+	load_stop();
+	check_ownership();
+	check_jobs();
+	long long again =
+		testdb_sum(&t, "SELECT count(*) FROM shardq.jobs_history WHERE attempt > 1");
+	printf("a dead mover: %zu jobs, %lld finished at attempt 2 or later\n", L.acked.n, again);
+	ck_assert_msg(again == 0, "%lld jobs ran again after a mover died", again);
+	load_free();
+	testdb_tmpdir_remove();
+	test_check_cluster(&t);
+	testdb_close(&t);
+}
+END_TEST
+
 /* A router that missed the NOTIFY (its map is stale) still routes right:
  * the old shard answers "moved", the router refreshes and resends. */
 START_TEST(stale_router_still_routes)
@@ -1265,5 +1320,6 @@ int main(void)
 	ADD_CASE(s, add_fifth_shard_under_load, 3600);
 	ADD_CASE(s, drain_a_shard_under_load, 3600);
 	ADD_CASE(s, killed_mover_resumes_or_aborts, 3600);
+	ADD_CASE(s, a_mover_that_dies_costs_no_second_run, 3600);
 	return run_suite(s);
 }

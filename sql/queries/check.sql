@@ -104,7 +104,7 @@ SELECT j.task, j.active_uid, j.id
 DELETE FROM shardq.jobs j WHERE j.id = ANY($1::bigint[])
    AND coalesce((SELECT ps.state::text FROM shardq.partition_state ps
                   WHERE ps.partition = j.partition), 'none')
-       NOT IN ('owned', 'moving_out', 'importing')
+       NOT IN ('owned', 'moving_out', 'importing', 'adopted')
 
 -- name: check_shard_unfreeze
 -- A partition frozen by a move no longer recorded as open, and owned by no

@@ -67,7 +67,7 @@ RETURNING partition
 -- name: move_prepare_owned
 -- On the destination, its rows of the partitions locked: how many it
 -- already owns (or is moving out). $1 int[] partitions.
-SELECT count(*) FILTER (WHERE state IN ('owned', 'moving_out'))
+SELECT count(*) FILTER (WHERE state::text IN ('owned', 'moving_out', 'adopted'))
   FROM (SELECT state FROM shardq.partition_state
          WHERE partition = ANY($1::int[]) FOR UPDATE) x
 
@@ -117,11 +117,11 @@ WITH chk AS (
 SELECT (SELECT chk.ok FROM chk), (SELECT count(*) FROM upd)
 
 -- name: move_copied_before
--- On the destination: how many of the partitions this move owns already
--- (a mover killed after the copy's commit, before recording it).
--- $1 int[] partitions, $2 bigint move id.
+-- On the destination: how many of the partitions this move has adopted (or
+-- owns) already (a mover killed after the copy's commit, before recording
+-- it). $1 int[] partitions, $2 bigint move id.
 SELECT count(*) FROM shardq.partition_state WHERE partition = ANY($1::int[])
-   AND state = 'owned' AND move_id = $2::bigint
+   AND state::text IN ('adopted', 'owned') AND move_id = $2::bigint
 
 -- name: move_count_jobs
 -- How many jobs the partitions hold. $1 int[] partitions.
@@ -224,10 +224,31 @@ SELECT id FROM shardq.jobs WHERE partition = ANY($1::int[])
    AND status IN ('starting', 'running')
 
 -- name: move_own
--- The destination owns the partitions; its commit is the move's point of
--- no return. $1 int[] partitions, $2 bigint move id.
-UPDATE shardq.partition_state SET state = 'owned', epoch = epoch + 1, updated_at = now()
+-- The destination adopts the partitions; its commit is the move's point
+-- of no return. They are owned once the map has switched to it
+-- (move_take_adopted): until then every client routes their writes to the
+-- source, which refuses them, so a job claimed here meanwhile could not
+-- finish, and its lease would run out here while it waited (shard schema
+-- 11). $1 int[] partitions, $2 bigint move id.
+UPDATE shardq.partition_state SET state = 'adopted', epoch = epoch + 1, updated_at = now()
  WHERE partition = ANY($1::int[]) AND move_id = $2
+
+-- name: move_take_adopted
+-- On the destination, once the map has switched to it: the move's adopted
+-- partitions are owned (claims take their jobs from now on), and the jobs
+-- in flight there get 10 s of lease at least: their workers' writes waited
+-- on the source's freeze, and reach this shard once the client has heard
+-- of the switch (NOTIFY, or its map poll, 1 s) and sent them again (every
+-- 0.5 s at most, docs/worker.md). A second run changes nothing.
+-- $1 int[] partitions, $2 bigint move id. Index: jobs_lease.
+WITH own AS (
+  UPDATE shardq.partition_state SET state = 'owned', epoch = epoch + 1, updated_at = now()
+   WHERE partition = ANY($1::int[]) AND move_id = $2::bigint AND state::text = 'adopted'
+  RETURNING partition)
+UPDATE shardq.jobs SET expected_status_change_time =
+       greatest(expected_status_change_time, now() + interval '10 seconds')
+ WHERE partition = ANY(ARRAY(SELECT o.partition FROM own o))
+   AND status IN ('starting', 'running')
 
 -- name: move_notify_jobs
 -- On the destination, in the copy's transaction: wakes the workers that
@@ -303,13 +324,13 @@ SELECT count(*), min(move_id) FROM shardq_meta.move_lock WHERE partition = ANY($
 -- How many of the partitions the destination owns or moves out already.
 -- $1 int[] partitions.
 SELECT count(*) FROM shardq.partition_state WHERE partition = ANY($1::int[])
-   AND state IN ('owned', 'moving_out')
+   AND state::text IN ('owned', 'moving_out', 'adopted')
 
 -- name: move_abort_owned
 -- On the destination, the partitions locked: how many this move owns (its
 -- copy committed: it cannot be aborted). $1 int[] partitions, $2 bigint
 -- move id.
-SELECT count(*) FILTER (WHERE state = 'owned' AND move_id = $2::bigint)
+SELECT count(*) FILTER (WHERE state::text IN ('adopted', 'owned') AND move_id = $2::bigint)
   FROM (SELECT state, move_id FROM shardq.partition_state
          WHERE partition = ANY($1::int[]) FOR UPDATE) x
 
@@ -330,10 +351,25 @@ DELETE FROM shardq.partition_state WHERE partition = ANY($1::int[])
    AND state = 'importing' AND move_id = $2
 
 -- name: move_abort_restore
--- The source owns the partitions it froze for this move again.
--- $1 int[] partitions, $2 bigint move id.
-UPDATE shardq.partition_state SET state = 'owned', epoch = epoch + 1, updated_at = now()
- WHERE partition = ANY($1::int[]) AND move_id = $2 AND state = 'moving_out'
+-- The source owns the partitions it froze for this move again, and the
+-- leases of their jobs in flight move on by the time the freeze held
+-- those jobs' writes, 10 s at least (move_take_adopted says why). Once
+-- restored, a second
+-- run changes nothing. $1 int[] partitions, $2 bigint move id.
+WITH frozen AS (
+  SELECT partition, updated_at FROM shardq.partition_state
+   WHERE partition = ANY($1::int[]) AND move_id = $2 AND state = 'moving_out'
+     FOR UPDATE
+), back AS (
+  UPDATE shardq.partition_state ps SET state = 'owned', epoch = ps.epoch + 1,
+         updated_at = now()
+    FROM frozen f WHERE ps.partition = f.partition
+  RETURNING ps.partition, f.updated_at AS frozen_at
+)
+UPDATE shardq.jobs SET expected_status_change_time = greatest(expected_status_change_time
+       + (now() - (SELECT min(b.frozen_at) FROM back b)), now() + interval '10 seconds')
+ WHERE partition = ANY(ARRAY(SELECT b.partition FROM back b))
+   AND status IN ('starting', 'running')
 
 -- name: move_record_aborted
 -- $1 bigint move id.
