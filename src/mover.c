@@ -10,6 +10,7 @@
 #include "error.h"
 #include "failpoint.h"
 #include "hrw.h"
+#include "schema.h"
 #include "sql_queries.h"
 #include "watch.h"
 
@@ -1157,6 +1158,30 @@ static void fill_info(sq_client *c, const move *m, sq_move_info *info)
 }
 
 /* Carries a loaded or planned move from its recorded step to the end. */
+/* Both shards at this build's schema: a move's markers (`adopted`, schema
+ * 11) and statements are this build's, so a shard not yet upgraded would
+ * refuse a step in the middle of the move, with its partitions frozen. */
+static sq_status schemas_current(sq_client *c, int from, int to, sq_error *err)
+{
+	int want = sq_shard_migrations[sq_shard_migration_count - 1].version;
+	int idx[2] = {from, to};
+	for (int k = 0; k < 2; k++) {
+		PGresult *r = sq_pgconn_exec(&c->shards[idx[k]], sq_sql_shard_schema_version, 0,
+					     NULL, err);
+		if (!r)
+			return err->code;
+		int have = atoi(PQgetvalue(r, 0, 0));
+		PQclear(r);
+		if (have < want)
+			return sq_err(err, SQ_ESTATE,
+				      "shard %s has schema version %d and this shardq moves "
+				      "partitions with version %d; run 'shardq init' to upgrade it "
+				      "first",
+				      sid(c, idx[k]), have, want);
+	}
+	return SQ_OK;
+}
+
 static sq_status drive(sq_client *c, move *m, const sq_move_opts *o, int set, int nsets,
 		       sq_move_info *info, sq_error *err)
 {
@@ -1173,7 +1198,7 @@ static sq_status drive(sq_client *c, move *m, const sq_move_opts *o, int set, in
 	if (at < 0)
 		return sq_err(err, SQ_ESTATE, "move %lld has an unknown step '%s'",
 			      (long long)m->id, m->step);
-	if ((st = move_connect(c, m, err)))
+	if ((st = schemas_current(c, m->from, m->to, err)) || (st = move_connect(c, m, err)))
 		return st;
 	for (int i = at + 1; i < 7 && st == SQ_OK; i++) {
 		switch (i) {
@@ -1238,6 +1263,10 @@ static sq_status move_set(sq_client *c, const uint32_t *parts, size_t n, int fro
 		return sq_err(err, SQ_ENOMEM, "out of memory");
 	memcpy(m.parts, parts, n * sizeof(uint32_t));
 	set_lit(&m);
+	if ((st = schemas_current(c, from, to, err))) {
+		move_close(&m);
+		return st;
+	}
 	if (!(m.meta = connect_to(c, "meta", sq_config_meta_dsn(c->cfg), err))) {
 		move_close(&m);
 		return err->code;

@@ -433,6 +433,16 @@ START_TEST(schema_identity_and_reach_are_reported)
 	has("FOUND schema: shard s2 is at schema version");
 	has("FOUND identity: shard s3's database says it is shard 'elsewhere'");
 	lacks("REPAIRED");
+	/* a move to or from a shard behind is refused before anything is
+	 * frozen: this build's markers are unknown there */
+	char args[256];
+	snprintf(args, sizeof(args), "-c %s move --partitions %u --to s2", ini, part_on(0, 0));
+	ck_assert_int_eq(test_cli(NULL, out, sizeof(out), "%s", args), 8);
+	has("run 'shardq init' to upgrade it first");
+	ck_assert_int_eq(scalar(0, "SELECT count(*) FROM shardq.partition_state WHERE state <> "
+				   "'owned'"),
+			 0);
+	ck_assert_int_eq(scalar(0, "SELECT count(*) FROM shardq_meta.moves"), 0);
 	sql(2, "UPDATE shardq.node SET shard_id = 's3'");
 	/* s3 down: its dsn points at a port nobody listens on */
 	char dead[600], port[32], *down = malloc(strlen(t.ini) + 1);
