@@ -1454,7 +1454,9 @@ PGresult *sq_pgconn_exec(sq_pgconn *pc, const char *sql, int nparams, const char
 			PQfinish(pc->conn);
 			pc->conn = NULL;
 			pc->nprepared = 0;
-			answer_lost(pc, err);
+			answer_lost(pc, NULL);
+			/* this one statement's error: whatever err held before */
+			sq_err(err, SQ_ECONN, "%s", pc->fail_msg);
 			return NULL;
 		}
 	} else {

@@ -1,6 +1,7 @@
 /* testdb.c - per-suite databases on the local shards, and small helpers. */
 #define _GNU_SOURCE /* memmem */
 #include "testdb.h"
+#include "client.h"
 #include "support.h"
 
 #include <check.h>
@@ -347,9 +348,14 @@ void testdb_open_w(testdb *t, const char *db, int nshards, unsigned partitions, 
 		ck_abort_msg("test config: %s", err.msg);
 	if (sq_client_open(t->cfg, 1, &t->client, &err) != SQ_OK)
 		ck_abort_msg("open: %s", err.msg);
+	/* the migrations' DDL under any load: no deadline for their answers
+	 * (the server's statement_timeout still bounds each statement) */
+	double wait = sq_client_answer_wait_of(t->client);
+	sq_client_answer_wait(t->client, 0);
 	int created;
 	if (sq_init(t->client, &created, &err) != SQ_OK)
 		ck_abort_msg("init: %s", err.msg);
+	sq_client_answer_wait(t->client, wait);
 	ck_assert_int_eq(created, 1);
 }
 
