@@ -80,14 +80,6 @@ static const char *state_name(char m)
 	}
 }
 
-static int shard_index(const ck *k, const char *id)
-{
-	for (int s = 0; s < k->n; s++)
-		if (!strcmp(k->c->cfg->shards[s].id, id))
-			return s;
-	return -1;
-}
-
 /* Reports one finding: check, shard (-1: none), partition (-1: none),
  * whether it was repaired, what to do, and what is wrong (printf). */
 static void finding(ck *k, const char *check, int s, int64_t p, int repaired, const char *todo,
@@ -197,7 +189,7 @@ static sq_status read_map(ck *k, sq_error *err)
 	for (int i = 0; i < PQntuples(r); i++) {
 		uint32_t p = (uint32_t)atol(PQgetvalue(r, i, 0));
 		if (p < k->P)
-			k->map[p] = shard_index(k, PQgetvalue(r, i, 1));
+			k->map[p] = sq_config_shard_index(k->c->cfg, PQgetvalue(r, i, 1));
 		if (p < k->P && k->map[p] < 0)
 			finding(k, "map", -1, p, 0,
 				"add the shard to the config (its [shard] section), or move the "
@@ -235,8 +227,8 @@ static sq_status read_open_moves(ck *k, sq_error *err)
 			m++;
 		if (m == k->nmoves) {
 			k->moves[m].id = id;
-			k->moves[m].from = shard_index(k, PQgetvalue(r, i, 1));
-			k->moves[m].to = shard_index(k, PQgetvalue(r, i, 2));
+			k->moves[m].from = sq_config_shard_index(k->c->cfg, PQgetvalue(r, i, 1));
+			k->moves[m].to = sq_config_shard_index(k->c->cfg, PQgetvalue(r, i, 2));
 			snprintf(k->moves[m].step, sizeof(k->moves[m].step), "%s",
 				 PQgetvalue(r, i, 3));
 			k->nmoves++;
@@ -490,7 +482,7 @@ static void check_two_owners(ck *k, uint32_t p)
 	sq_buf_free(&who);
 }
 
-static void check_partition(ck *k, uint32_t p, sq_buf *fix_map)
+static void check_partition(ck *k, uint32_t p)
 {
 	int o = sole_owner(k, p);
 	k->owner[p] = o;
@@ -508,27 +500,29 @@ static void check_partition(ck *k, uint32_t p, sq_buf *fix_map)
 	for (int s = 0; s < k->n; s++)
 		if (s != o && *st_at(k, s, p) != M_NONE)
 			check_leftover(k, p, s, o);
-	if (k->map[p] >= 0 && k->map[p] != o)
-		sq_buf_printf(fix_map, "%u %d\n", p, o);
 }
 
 /* ---- repairs of the map --------------------------------------------------- */
 
-/* Points the map at the owners in fix ("partition owner" lines), one meta
+/* Whether the map names another shard than partition p's sole owner, with
+ * no open move to explain it (read after check_partition). */
+static int map_wrong(const ck *k, uint32_t p)
+{
+	return k->held[p] < 0 && k->owner[p] >= 0 && k->map[p] >= 0 && k->map[p] != k->owner[p];
+}
+
+/* Points the map at the owners where it names another shard, one meta
  * transaction per owner with a version bump and NOTIFY each. */
-static void repair_map(ck *k, const char *fix)
+static void repair_map(ck *k)
 {
 	for (int o = 0; o < k->n; o++) {
 		sq_buf lit;
 		int count = 0, done = 0;
-		const char *line = fix;
 		sq_buf_init(&lit);
 		sq_arr_open(&lit);
-		for (unsigned p; line && *line; line = strchr(line, '\n'), line += line != NULL) {
-			int s;
-			if (sscanf(line, "%u %d", &p, &s) == 2 && s == o)
+		for (uint32_t p = 0; p < k->P; p++)
+			if (map_wrong(k, p) && k->owner[p] == o)
 				sq_arr_i64(&lit, p), count++;
-		}
 		sq_arr_close(&lit);
 		if (count && k->o.repair) {
 			const char *v[2] = {lit.data, sname(k, o)};
@@ -540,34 +534,26 @@ static void repair_map(ck *k, const char *fix)
 			sq_error e;
 			done = in_tx(&k->c->meta, 3, sql, np, vals, &e) == SQ_OK;
 		}
-		for (line = fix; count && line && *line;
-		     line = strchr(line, '\n'), line += line != NULL) {
-			unsigned p;
-			int s;
-			if (sscanf(line, "%u %d", &p, &s) == 2 && s == o)
+		for (uint32_t p = 0; count && p < k->P; p++)
+			if (map_wrong(k, p) && k->owner[p] == o)
 				finding(k, "map", o, p, done,
 					done ? "nothing: clients follow the new map version"
 					     : "run the check with --repair: it points the map at "
 					       "the owner",
 					"the map puts partition %u on %s, but %s owns it", p,
 					sname(k, k->map[p]), sname(k, o));
-		}
 		sq_buf_free(&lit);
 	}
 }
 
 static void check_partitions(ck *k)
 {
-	sq_buf fix;
-	sq_buf_init(&fix);
 	for (uint32_t p = 0; p < k->P; p++) {
-		check_partition(k, p, &fix);
+		check_partition(k, p);
 		if ((p & 1023) == 1023 || p + 1 == k->P)
 			progress(k, "partitions", p + 1, k->P);
 	}
-	if (fix.len)
-		repair_map(k, fix.data);
-	sq_buf_free(&fix);
+	repair_map(k);
 	k->sum->partitions_checked = k->P;
 }
 

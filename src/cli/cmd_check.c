@@ -2,8 +2,6 @@
  * its findings as text or JSON lines, a progress bar on a terminal, and an
  * exit code for cron. */
 #include "cli.h"
-#include "buf.h"
-#include "json.h"
 
 #include <getopt.h>
 #include <inttypes.h>
@@ -43,27 +41,18 @@ static void clear_line(out *o)
 	o->line_open = 0;
 }
 
-static void json_str(const char *s)
-{
-	sq_buf b;
-	sq_buf_init(&b);
-	sq_json_put_string(&b, s);
-	fputs(b.data ? b.data : "null", stdout);
-	sq_buf_free(&b);
-}
-
 static void on_finding(const sq_check_finding *f, void *arg)
 {
 	out *o = arg;
 	int64_t *n = count_of(o, f->check);
 	if (o->json) {
 		printf("{\"check\":\"%s\",\"shard\":", f->check);
-		json_str(f->shard);
+		cli_json_str(f->shard);
 		printf(",\"partition\":%" PRId64 ",\"repaired\":%s,\"what\":", f->partition,
 		       f->repaired ? "true" : "false");
-		json_str(f->what);
+		cli_json_str(f->what);
 		printf(",\"todo\":");
-		json_str(f->todo);
+		cli_json_str(f->todo);
 		printf("}\n");
 		return;
 	}

@@ -1,29 +1,18 @@
 /* cmd_maintain.c - `shardq maintain`: one history maintenance pass on every
  * shard (sq_maintain), for cron or a systemd timer. */
 #include "cli.h"
-#include "buf.h"
-#include "json.h"
 
 #include <getopt.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 
-static void json_str(const char *s)
-{
-	sq_buf b;
-	sq_buf_init(&b);
-	sq_json_put_string(&b, s);
-	fputs(b.data ? b.data : "null", stdout);
-	sq_buf_free(&b);
-}
-
 static void json_parts(const char *key, const sq_maintain_part *p, size_t n)
 {
 	printf(",\"%s\":[", key);
 	for (size_t i = 0; i < n; i++) {
 		printf("%s{\"name\":", i ? "," : "");
-		json_str(p[i].name);
+		cli_json_str(p[i].name);
 		printf(",\"rows\":%" PRId64 "}", p[i].rows);
 	}
 	putchar(']');
@@ -36,13 +25,13 @@ static void print_json(const sq_maintain_report *r)
 	for (int s = 0; s < r->nshards; s++) {
 		const sq_maintain_shard *sh = &r->shards[s];
 		printf("%s{\"shard\":", s ? "," : "");
-		json_str(sh->shard);
+		cli_json_str(sh->shard);
 		printf(",\"result\":\"%s\"", sh->skipped  ? "skipped"
 					     : sh->status ? "error"
 							  : "done");
 		if (sh->status) {
 			printf(",\"error\":");
-			json_str(sh->error);
+			cli_json_str(sh->error);
 		}
 		json_parts("created", sh->created, sh->ncreated);
 		json_parts("dropped", sh->dropped, sh->ndropped);

@@ -297,3 +297,12 @@ int64_t cli_now_us(void)
 	clock_gettime(CLOCK_REALTIME, &ts);
 	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
+
+void cli_json_str(const char *s)
+{
+	sq_buf b;
+	sq_buf_init(&b);
+	sq_json_put_string(&b, s);
+	fputs(b.data ? b.data : "null", stdout);
+	sq_buf_free(&b);
+}
