@@ -969,12 +969,22 @@ static void conn_failed(sq_pgconn *pc, sq_error *err, const char *what)
 		*err = e;
 }
 
+/* A Sync was sent after q[0..q_end). */
+static void sync_sent(sq_pgconn *pc, int q_end)
+{
+	pc->sync_entries[pc->syncs] = pc->expect;
+	pc->sync_q[pc->syncs] = q_end;
+	pc->syncs++;
+}
+
 static int send_pipeline(sq_pgconn *pc, sq_error *err)
 {
 	pc->expect = pc->seen = pc->nres = 0;
 	pc->syncs = pc->syncs_seen = 0;
-	pc->pending_null = 0;
+	pc->pending_null = pc->skip_null = 0;
 	pc->ninflight = 0;
+	pc->commit_error[0] = '\0';
+	memset(pc->sync_failed, 0, sizeof(pc->sync_failed));
 	for (int i = 0; i < pc->qn; i++) {
 		const sq_stmt *st = pc->q[i];
 		if (!is_prepared(pc, st)) {
@@ -1001,18 +1011,31 @@ static int send_pipeline(sq_pgconn *pc, sq_error *err)
 				conn_failed(pc, err, "cannot send");
 				return -1;
 			}
-			pc->syncs++;
+			sync_sent(pc, i + 1);
 		}
 	}
 	if (!PQpipelineSync(pc->conn)) {
 		conn_failed(pc, err, "cannot send");
 		return -1;
 	}
-	pc->syncs++;
+	sync_sent(pc, pc->qn);
 	return 0;
 }
 
-/* Reads whatever results are complete. Sets pc->done at the Sync. */
+/* An error at the commit of the transaction that ends at the next Sync. Its
+ * NULL follows; it is not an entry's, so it must not count as one. */
+static void commit_failed(sq_pgconn *pc, const PGresult *r)
+{
+	const char *msg = PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY);
+	pc->sync_failed[pc->syncs_seen] = 1;
+	pc->pending_null = 0;
+	pc->skip_null = 1;
+	if (!pc->commit_error[0])
+		snprintf(pc->commit_error, sizeof(pc->commit_error), "%s",
+			 msg ? msg : PQresultErrorMessage(r));
+}
+
+/* Reads whatever results are complete. Sets pc->done at the last Sync. */
 static void read_results(sq_pgconn *pc, sq_error *err)
 {
 	if (!PQconsumeInput(pc->conn)) {
@@ -1024,7 +1047,9 @@ static void read_results(sq_pgconn *pc, sq_error *err)
 		if (!r) {
 			/* a NULL ends one entry's results; one after a Sync result (if
 			 * libpq gives any) is not an entry's and is skipped */
-			if (pc->pending_null) {
+			if (pc->skip_null) {
+				pc->skip_null = 0;
+			} else if (pc->pending_null) {
 				pc->pending_null = 0;
 				pc->seen++;
 			} else if (pc->seen >= pc->expect) {
@@ -1042,6 +1067,13 @@ static void read_results(sq_pgconn *pc, sq_error *err)
 			continue;
 		}
 		pc->pending_null = 1;
+		if (pc->syncs_seen < pc->syncs && pc->seen >= pc->sync_entries[pc->syncs_seen]) {
+			/* every statement before the Sync has answered: this is
+			 * the commit's own error, and the transaction is undone */
+			commit_failed(pc, r);
+			PQclear(r);
+			continue;
+		}
 		if (pc->seen < pc->expect && pc->keep[pc->seen] >= 0 && pc->nres < SQ_PIPE_MAX &&
 		    pc->nres == pc->keep[pc->seen]) {
 			pc->res[pc->nres++] = r;
@@ -1330,6 +1362,33 @@ sq_status sq_pgconn_result_error(sq_pgconn *pc, sq_error *err)
 	return sq_pgconn_range_error(pc, 0, pc->qn, err);
 }
 
+/* Whether the transactions of q[from..to) ended as their results say: each
+ * one's Sync came, and no error with it. A result read before its commit
+ * is not yet true; a lost connection leaves it in doubt. */
+static sq_status range_committed(sq_pgconn *pc, int from, int to, sq_error *err)
+{
+	int k = 0;
+	while (k < pc->syncs && pc->sync_q[k] <= from)
+		k++;
+	for (; k < pc->syncs && (k == 0 || pc->sync_q[k - 1] < to); k++) {
+		if (k >= pc->syncs_seen) {
+			if (pc->fail_msg[0])
+				return sq_err(err, SQ_EDB, "%s (before its commit was confirmed)",
+					      pc->fail_msg);
+			return sq_err(err, SQ_EDB,
+				      "shard %s (%s): no answer to the commit of statement %s",
+				      pc->shard_id, pc->addr, pc->q[to - 1]->name);
+		}
+		if (pc->sync_failed[k])
+			return sq_err(
+				err, SQ_EDB,
+				"shard %s (%s): the transaction of statement %s failed at its "
+				"commit: %s",
+				pc->shard_id, pc->addr, pc->q[to - 1]->name, pc->commit_error);
+	}
+	return SQ_OK;
+}
+
 sq_status sq_pgconn_range_error(sq_pgconn *pc, int from, int to, sq_error *err)
 {
 	int aborted = 0;
@@ -1367,7 +1426,7 @@ sq_status sq_pgconn_range_error(sq_pgconn *pc, int from, int to, sq_error *err)
 	if (pc->nres < to)
 		return sq_err(err, SQ_EDB, "shard %s (%s): %d of %d results missing", pc->shard_id,
 			      pc->addr, to - pc->nres, to - from);
-	return SQ_OK;
+	return range_committed(pc, from, to, err);
 }
 
 const char *sq_pgconn_result_detail(sq_pgconn *pc, int i)

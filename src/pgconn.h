@@ -91,7 +91,18 @@ typedef struct sq_pgconn {
 	int txn_gated;   /* the pipeline's open transaction takes the gate shared
 			  (sq_client_push_gate) */
 	int syncs, syncs_seen;
+	/* per Sync sent (a transaction's end): the entries (prepares
+	 * included) before it, and the q[] index past its last statement. A
+	 * transaction's statements count only once its Sync has come without
+	 * an error: their results arrive before the commit, and a commit that
+	 * fails (a deferred check) or never happens (the session killed, the
+	 * server crashed while the results were flushed) undoes them. */
+	int sync_entries[SQ_PIPE_MAX + 1];
+	int sync_q[SQ_PIPE_MAX + 1];
+	unsigned char sync_failed[SQ_PIPE_MAX + 1]; /* an error came at its commit */
+	char commit_error[256];                     /* the first such error */
 	int pending_null; /* a result came; the NULL that ends its entry is due */
+	int skip_null;    /* a commit's error came; the NULL after it is due */
 	int seen;         /* entries whose results were read */
 	int done;
 	int failed;         /* connection-level failure during the run */

@@ -683,6 +683,174 @@ START_TEST(lost_claim_answer_comes_back_after_the_starting_lease)
 }
 END_TEST
 
+/* ---- a commit that never came ------------------------------------------- */
+
+/* A deferred trigger on every shard's jobs: at the commit of a transaction
+ * that wrote a job whose params say so, it sleeps ("sleep") or fails
+ * ("fail"); on a claim of such a job ("fail_claim") it fails. The results
+ * of the statements have been sent by then; the commit has not happened. */
+static void commit_trigger(int on)
+{
+	for (int s = 0; s < t.nshards; s++) {
+		PGconn *c = testdb_pg(&t, s);
+		PGresult *r = PQexec(
+			c,
+			on ? "CREATE OR REPLACE FUNCTION public.sqt_at_commit() RETURNS trigger "
+			     "LANGUAGE plpgsql AS $$ BEGIN "
+			     "IF NEW.params->>'at_commit' = 'sleep' THEN PERFORM pg_sleep(3600); "
+			     "END IF; "
+			     "IF NEW.params->>'at_commit' = 'fail' OR (NEW.params->>'at_commit' "
+			     "= 'fail_claim' AND NEW.status <> 'ready') THEN "
+			     "RAISE EXCEPTION 'refused at commit by the test'; END IF; "
+			     "RETURN NULL; END $$; "
+			     "CREATE CONSTRAINT TRIGGER sqt_at_commit AFTER INSERT OR UPDATE ON "
+			     "shardq.jobs DEFERRABLE INITIALLY DEFERRED FOR EACH ROW "
+			     "EXECUTE FUNCTION public.sqt_at_commit()"
+			   : "DROP TRIGGER IF EXISTS sqt_at_commit ON shardq.jobs");
+		ck_assert_msg(PQresultStatus(r) == PGRES_COMMAND_OK, "shard %d: %s", s,
+			      PQerrorMessage(c));
+		PQclear(r);
+		PQfinish(c);
+	}
+}
+
+enum { HELD = 24 };
+typedef struct held_batch {
+	sq_job_spec jobs[HELD];
+	sq_enqueue_result res[HELD];
+	char keys[HELD][16];
+	sq_status st;
+	sq_error err;
+} held_batch;
+
+/* Half of the jobs keyed, half without a key, all with params `how`. */
+static void held_batch_init(held_batch *b, const char *params)
+{
+	memset(b, 0, sizeof(*b));
+	for (int i = 0; i < HELD; i++) {
+		snprintf(b->keys[i], sizeof(b->keys[i]), "held-%d", i);
+		b->jobs[i].type = "q";
+		b->jobs[i].key = i % 2 ? b->keys[i] : NULL;
+		b->jobs[i].params = params;
+	}
+}
+
+static void held_enqueue(void *arg)
+{
+	held_batch *b = arg;
+	b->st = sq_enqueue(t.client, b->jobs, HELD, b->res, &b->err);
+}
+
+/* No job of the batch is acknowledged that is not in the shards: each
+ * result with an id names a row there, and `written` rows are. */
+static void assert_acks_true(const held_batch *b, long long written)
+{
+	ck_assert_int_eq(testdb_sum(&t, "SELECT count(*) FROM shardq.jobs"), written);
+	for (int i = 0; i < HELD; i++) {
+		if (b->res[i].id <= 0)
+			continue;
+		char sql[128];
+		snprintf(sql, sizeof(sql), "SELECT count(*) FROM shardq.jobs WHERE id = %lld",
+			 (long long)b->res[i].id);
+		ck_assert_msg(testdb_sum(&t, sql) == 1,
+			      "job %d (%s) was acknowledged with id %lld (outcome %d) but is in no "
+			      "shard: its transaction never committed",
+			      i, b->jobs[i].key ? b->jobs[i].key : "no key",
+			      (long long)b->res[i].id, (int)b->res[i].outcome);
+	}
+}
+
+/* The sessions sleeping in a commit, on all shards. */
+static long long sleeping_commits(void)
+{
+	return testdb_sum(&t, "SELECT count(*) FROM pg_stat_activity WHERE datname = "
+			      "current_database() AND wait_event = 'PgSleep'");
+}
+
+/* The shards have answered every statement of an enqueue, and its
+ * sessions are killed in their commit (as a server crash does while the
+ * results are flushed): nothing it wrote stays, and nothing is
+ * acknowledged. Found by the soak test, where 3 of 483 acknowledged jobs
+ * were in no shard after an immediate shutdown. */
+START_TEST(an_enqueue_killed_in_its_commit_acknowledges_nothing)
+{
+	held_batch b;
+	testdb_call call;
+	commit_trigger(1);
+	held_batch_init(&b, "{\"at_commit\": \"sleep\"}");
+	testdb_call_start(&call, held_enqueue, &b);
+	/* both shards have a part of the batch, each held in its commit */
+	double since = test_now_s();
+	long long held, last = -1;
+	while ((held = sleeping_commits()) < t.nshards) {
+		if (held != last)
+			since = test_now_s(), last = held;
+		ck_assert_msg(test_now_s() - since < testdb_stall_s(),
+			      "%lld of %d shards hold the enqueue in its commit after %.0fs", held,
+			      t.nshards, testdb_stall_s());
+		usleep(20000);
+	}
+	ck_assert_int_eq(testdb_sum(&t, "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) "
+					"FROM pg_stat_activity WHERE datname = current_database() "
+					"AND wait_event = 'PgSleep'"),
+			 t.nshards);
+	testdb_call_wait(&call, "the enqueue whose sessions were killed");
+	ck_assert_int_ne(b.st, SQ_OK);
+	assert_acks_true(&b, 0);
+	for (int i = 0; i < HELD; i++)
+		ck_assert_msg(b.res[i].outcome == SQ_ENQ_UNKNOWN ||
+				      b.res[i].outcome == SQ_ENQ_NOT_WRITTEN,
+			      "job %d: outcome %d, for a write that never committed", i,
+			      (int)b.res[i].outcome);
+	commit_trigger(0);
+	/* the client goes on: the same batch, sent again, is written */
+	held_batch_init(&b, "{}");
+	held_enqueue(&b);
+	ck_assert_msg(b.st == SQ_OK, "enqueue: %s", b.err.msg);
+	assert_acks_true(&b, HELD);
+}
+END_TEST
+
+/* A commit that fails after the statements answered (a deferred check of
+ * the shard's own): the enqueue says so and acknowledges nothing, and a
+ * claim whose commit fails hands out no job; the connections go on. */
+START_TEST(a_commit_that_fails_is_not_taken_for_its_results)
+{
+	held_batch b;
+	sq_job *js = NULL;
+	size_t n = 0;
+	sq_error err;
+	commit_trigger(1);
+	held_batch_init(&b, "{\"at_commit\": \"fail\"}");
+	held_enqueue(&b);
+	ck_assert_int_eq(b.st, SQ_EDB);
+	ck_assert_msg(strstr(b.err.msg, "refused at commit by the test") != NULL, "error: %s",
+		      b.err.msg);
+	assert_acks_true(&b, 0);
+	for (int i = 0; i < HELD; i++)
+		ck_assert_int_eq(b.res[i].outcome, SQ_ENQ_NOT_WRITTEN);
+
+	held_batch_init(&b, "{\"at_commit\": \"fail_claim\"}");
+	held_enqueue(&b);
+	ck_assert_msg(b.st == SQ_OK, "enqueue: %s", b.err.msg);
+	sq_claim_req rq = {"q", HELD, HELD};
+	sq_client *c = testdb_client(&t);
+	ck_assert_int_ne(sq_claim(c, "wc", &rq, 1, &js, &n, &err), SQ_OK);
+	ck_assert_msg(strstr(err.msg, "refused at commit by the test") != NULL, "error: %s",
+		      err.msg);
+	sq_jobs_free(js, n);
+	ck_assert_uint_eq(n, 0);
+	ck_assert_int_eq(testdb_sum(&t, "SELECT count(*) FROM shardq.jobs WHERE status = 'ready'"),
+			 HELD);
+	commit_trigger(0);
+	js = NULL;
+	OKE(sq_claim(c, "wc", &rq, 1, &js, &n, &err));
+	ck_assert_uint_eq(n, HELD);
+	sq_jobs_free(js, n);
+	sq_client_close(c);
+}
+END_TEST
+
 typedef struct runlog {
 	pthread_mutex_t mu;
 	int64_t ids[64];
@@ -1467,6 +1635,8 @@ static Suite *suite(void)
 	ADD_TEST(tc, frozen_partition_waits_alone);
 	ADD_TEST(tc, a_failing_claim_does_not_hold_back_completions);
 	ADD_TEST(tc, lost_claim_answer_comes_back_after_the_starting_lease);
+	ADD_TEST(tc, an_enqueue_killed_in_its_commit_acknowledges_nothing);
+	ADD_TEST(tc, a_commit_that_fails_is_not_taken_for_its_results);
 	ADD_TEST(tc, long_job_claimed_running_keeps_its_lease);
 	ADD_TEST(tc, long_job_started_from_the_buffer_keeps_its_lease);
 	ADD_TEST(tc, plain_connections_take_the_connection_settings);
