@@ -934,6 +934,11 @@ void sq_maintain_opts_init(sq_maintain_opts *o);
 /* o may be NULL (the defaults of sq_maintain_opts_init). */
 SQ_MUST_CHECK sq_status sq_maintain(sq_client *c, const sq_maintain_opts *o,
 				    sq_maintain_report *out, sq_error *err);
+/* The same on a config alone: it needs no client and no meta database,
+ * so a shard that is down is reported in its entry (status, error) while
+ * every other shard is done; the status is the first shard's failure. */
+SQ_MUST_CHECK sq_status sq_maintain_cfg(const sq_config *cfg, const sq_maintain_opts *o,
+					sq_maintain_report *out, sq_error *err);
 void sq_maintain_report_free(sq_maintain_report *r);
 /* ---- periodic jobs ([schedule NAME], docs/operations.md) ---------------- */
 

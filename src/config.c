@@ -858,6 +858,28 @@ static int valid_token_hash(const char *h)
 	return 1;
 }
 
+/* claim_wait_max not below request_timeout: named at the key the file sets
+ * (claim_wait_max if it does), with both values and which is a default. */
+static void claim_wait_conflict(parse_ctx *x)
+{
+	int cw_line = line_of(x, "claim_wait_max"), rt_line = line_of(x, "request_timeout");
+	double cw = (double)x->cfg->daemon.claim_wait_max_ms / 1000;
+	double rt = (double)x->cfg->daemon.request_timeout_ms / 1000;
+	if (cw_line) {
+		x->line = cw_line;
+		bad(x, "daemon", "claim_wait_max",
+		    "%gs must be below request_timeout (%gs%s), or a long poll would be cut "
+		    "off: lower it, or raise request_timeout",
+		    cw, rt, rt_line ? "" : ", its default");
+	} else {
+		x->line = rt_line;
+		bad(x, "daemon", "request_timeout",
+		    "%gs must be above claim_wait_max (%gs, its default), or a long poll would "
+		    "be cut off: raise it, or set claim_wait_max below it",
+		    rt, cw);
+	}
+}
+
 static void validate_daemon(parse_ctx *x)
 {
 	sq_config *cfg = x->cfg;
@@ -869,11 +891,8 @@ static void validate_daemon(parse_ctx *x)
 		x->line = line_of(x, "listen");
 		bad(x, "daemon", "listen", "'%s' is not HOST:PORT (for example 127.0.0.1:8080)", l);
 	}
-	if (cfg->daemon.claim_wait_max_ms >= cfg->daemon.request_timeout_ms) {
-		x->line = line_of(x, "claim_wait_max");
-		bad(x, "daemon", "claim_wait_max",
-		    "must be below request_timeout, or a long poll would be cut off");
-	}
+	if (cfg->daemon.claim_wait_max_ms >= cfg->daemon.request_timeout_ms)
+		claim_wait_conflict(x);
 	for (int i = 0; i < cfg->ntokens; i++) {
 		sq_token_conf *t = &cfg->tokens[i];
 		char sec[96];

@@ -395,8 +395,9 @@ static void say(sq_maintainer *m, const char *fmt, ...)
 	m->log(line, m->log_arg);
 }
 
-/* One pass on every shard, on the ticker's thread; what it did is logged. */
-static void maintain_pass(void *arg)
+/* One pass on every shard, on the ticker's thread; what it did is logged.
+ * The next comes maintain_interval after its end. */
+static int64_t maintain_pass(void *arg)
 {
 	sq_maintainer *m = arg;
 	sq_error err;
@@ -416,6 +417,7 @@ static void maintain_pass(void *arg)
 			    sh->shard, sh->ncreated, sh->ndropped, (long long)sh->default_rows);
 	}
 	sq_maintain_report_free(&rep);
+	return m->cfg->maintain_interval_ms;
 }
 
 int64_t sq_maintain_first_ms(int64_t interval_ms, uint64_t r)
@@ -450,8 +452,7 @@ sq_maintainer *sq_maintainer_start(const sq_config *cfg, sq_maintainer_log log, 
 	m->log = log;
 	m->log_arg = log_arg;
 	int64_t every = cfg->maintain_interval_ms;
-	m->ticker = sq_ticker_start(maintain_pass, m, sq_maintain_first_ms(every, runner_draw(m)),
-				    every);
+	m->ticker = sq_ticker_start(maintain_pass, m, sq_maintain_first_ms(every, runner_draw(m)));
 	if (!m->ticker) {
 		free(m);
 		return NULL;

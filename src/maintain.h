@@ -18,11 +18,6 @@
  * 64-bit draw r: see SQ_MAINTAIN_FIRST_MS. */
 int64_t sq_maintain_first_ms(int64_t interval_ms, uint64_t r);
 
-/* sq_maintain on a config alone: it opens a connection of its own per
- * shard, one after another, and needs no client. */
-SQ_MUST_CHECK sq_status sq_maintain_cfg(const sq_config *cfg, const sq_maintain_opts *o,
-					sq_maintain_report *out, sq_error *err);
-
 typedef struct sq_maintainer sq_maintainer;
 typedef void (*sq_maintainer_log)(const char *line, void *arg);
 

@@ -17,6 +17,7 @@
 #include <limits.h>
 #include <poll.h>
 #include <pthread.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -349,18 +350,46 @@ sq_sched *sq_sched_new(const sq_config *cfg, const char *who)
 	return s;
 }
 
+/* When the pass after one that ends now is due (monotonic): [scheduler]
+ * interval later, or just past the next slot of a schedule if that comes
+ * first. So a pass follows each slot's start, whatever the interval, and
+ * the passes do not drift across the slots' boundaries: a pass timed off
+ * the last one's end came a little later each time, and an `every = 1s`
+ * lost a slot when two boundaries fell between two passes. */
+static double next_pass_at(const sq_config *cfg)
+{
+	struct timespec ts;
+	double mono = sq_mono_s(), at = mono + (double)cfg->scheduler.interval_ms / 1000.0;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	double wall = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+	for (int i = 0; i < cfg->nschedules; i++) {
+		int64_t next = sq_schedule_next(&cfg->schedules[i], (int64_t)ts.tv_sec);
+		if (next == SQ_CRON_NONE)
+			continue;
+		double slot = mono + ((double)next - wall) + SQ_SCHED_SLOT_MARGIN_S;
+		if (slot < at)
+			at = slot;
+	}
+	return at;
+}
+
 sq_status sq_sched_tick(sq_sched *s, sq_client *c, sq_error *err)
 {
-	double now = sq_mono_s();
-	if (!s || now < s->next_at)
+	if (!s || sq_mono_s() < s->next_at)
 		return SQ_OK;
-	s->next_at = now + (double)s->cfg->scheduler.interval_ms / 1000.0;
-	return run_pass(c, s->who, 0, NULL, s->seen, NULL, err);
+	sq_status st = run_pass(c, s->who, 0, NULL, s->seen, NULL, err);
+	s->next_at = next_pass_at(s->cfg);
+	return st;
 }
 
 int sq_sched_due(const sq_sched *s, double now)
 {
 	return s && now >= s->next_at;
+}
+
+double sq_sched_next_at(const sq_sched *s)
+{
+	return s ? s->next_at : HUGE_VAL;
 }
 
 void sq_sched_free(sq_sched *s)
@@ -454,17 +483,17 @@ static void sched_pass_run(sq_sched_thread *t)
 }
 
 /* One scheduler pass, on the ticker's thread; none once the stop is asked
- * for (in_pass tells sq_sched_thread_stop whether one is under way). */
-static void sched_pass(void *arg)
+ * for (in_pass tells sq_sched_thread_stop whether one is under way). The
+ * wait until the next (next_pass_at). */
+static int64_t sched_pass(void *arg)
 {
 	sq_sched_thread *t = arg;
 	atomic_store(&t->in_pass, 1);
-	if (atomic_load(&t->stop_asked)) {
-		atomic_store(&t->in_pass, 0);
-		return;
-	}
-	sched_pass_run(t);
+	if (!atomic_load(&t->stop_asked))
+		sched_pass_run(t);
 	atomic_store(&t->in_pass, 0);
+	double wait_ms = (next_pass_at(t->cfg) - sq_mono_s()) * 1000;
+	return wait_ms > 0 ? (int64_t)ceil(wait_ms) : 0;
 }
 
 sq_sched_thread *sq_sched_thread_start(const sq_config *cfg, const char *who, sq_client *c,
@@ -482,8 +511,8 @@ sq_sched_thread *sq_sched_thread_start(const sq_config *cfg, const char *who, sq
 	t->on_error = on_error;
 	t->arg = arg;
 	t->sc = sq_sched_new(cfg, t->who);
-	/* the first pass at once, then every [scheduler] interval */
-	t->ticker = sq_ticker_start(sched_pass, t, 0, cfg->scheduler.interval_ms);
+	/* the first pass at once, then as each returns (next_pass_at) */
+	t->ticker = sq_ticker_start(sched_pass, t, 0);
 	if (!t->ticker) {
 		sq_sched_free(t->sc);
 		free(t);

@@ -25,11 +25,18 @@ typedef struct sq_sched sq_sched;
  * there is nothing to schedule ([scheduler] enabled = false, or no
  * [schedule] sections). */
 sq_sched *sq_sched_new(const sq_config *cfg, const char *who);
-/* Runs a pass when [scheduler] interval has passed since the last one
- * (monotonic clock); SQ_OK otherwise. A NULL sched does nothing. */
+/* A pass comes this long after a slot's start, so that the slot is due
+ * by the wall clock when it runs. */
+#define SQ_SCHED_SLOT_MARGIN_S 0.005
+/* Runs a pass when it is due (monotonic clock): [scheduler] interval after
+ * the last one, or as a schedule's next slot begins if that comes first;
+ * SQ_OK otherwise. A NULL sched does nothing. */
 sq_status sq_sched_tick(sq_sched *s, sq_client *c, sq_error *err);
 /* Whether sq_sched_tick would run a pass now (0 for a NULL sched). */
 int sq_sched_due(const sq_sched *s, double now);
+/* When it will (monotonic seconds; HUGE_VAL for a NULL sched): a loop
+ * that runs the passes wakes then. */
+double sq_sched_next_at(const sq_sched *s);
 void sq_sched_free(sq_sched *s);
 
 /* A thread of its own with its own client c (shardqd; opened by the
@@ -38,7 +45,8 @@ void sq_sched_free(sq_sched *s);
  * interval until stopped. A shard or meta database connected again holds
  * a pass up for at most SQ_SCHED_CONNECT_WAIT_S, not connect_timeout: the
  * other schedules' slots are enqueued meanwhile, and a stop waits no
- * longer. on_error is called with each failed pass (on that thread). NULL
+ * longer. Its passes come as sq_sched_tick's do. on_error is called with
+ * each failed pass (on that thread). NULL
  * when there is nothing to schedule or on failure; c is then the
  * caller's still. */
 #define SQ_SCHED_CONNECT_WAIT_S 1.0

@@ -6,9 +6,9 @@
 #include <time.h>
 
 struct sq_ticker {
-	void (*fn)(void *arg);
+	int64_t (*fn)(void *arg);
 	void *arg;
-	int64_t first_ms, interval_ms;
+	int64_t first_ms;
 	pthread_t thread;
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
@@ -35,12 +35,12 @@ static int wait_ms(sq_ticker *t, int64_t ms)
 static void *ticker_main(void *arg)
 {
 	sq_ticker *t = arg;
-	for (int64_t wait = t->first_ms; !wait_ms(t, wait); wait = t->interval_ms)
-		t->fn(t->arg);
+	for (int64_t wait = t->first_ms; !wait_ms(t, wait);)
+		wait = t->fn(t->arg);
 	return NULL;
 }
 
-sq_ticker *sq_ticker_start(void (*fn)(void *arg), void *arg, int64_t first_ms, int64_t interval_ms)
+sq_ticker *sq_ticker_start(int64_t (*fn)(void *arg), void *arg, int64_t first_ms)
 {
 	sq_ticker *t = calloc(1, sizeof(*t));
 	if (!t)
@@ -48,7 +48,6 @@ sq_ticker *sq_ticker_start(void (*fn)(void *arg), void *arg, int64_t first_ms, i
 	t->fn = fn;
 	t->arg = arg;
 	t->first_ms = first_ms;
-	t->interval_ms = interval_ms;
 	pthread_condattr_t ca;
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);

@@ -8,11 +8,11 @@
 
 typedef struct sq_ticker sq_ticker;
 
-/* Starts a thread that calls fn(arg) first after first_ms, then every
- * interval_ms after the end of the previous call (on CLOCK_MONOTONIC, so a
- * change of the wall clock moves nothing). NULL if the thread could not be
- * made. */
-sq_ticker *sq_ticker_start(void (*fn)(void *arg), void *arg, int64_t first_ms, int64_t interval_ms);
+/* Starts a thread that calls fn(arg) first after first_ms, then each time
+ * as many ms after the end of the previous call as that call returned (on
+ * CLOCK_MONOTONIC, so a change of the wall clock moves nothing). NULL if
+ * the thread could not be made. */
+sq_ticker *sq_ticker_start(int64_t (*fn)(void *arg), void *arg, int64_t first_ms);
 /* Stops it: a wait is cut short, a call in progress is waited for; then
  * frees it. NULL does nothing. */
 void sq_ticker_stop(sq_ticker *t);

@@ -1719,7 +1719,8 @@ void sq_worker_get_stats(sq_worker *w, sq_worker_stats *out)
 
 /* When the loop must look again: the next claim of a shard that may begin
  * a round, a write due on one (a shard whose round is out answers on its
- * own: its answer wakes the loop), a lease's end, the grace's, a report. */
+ * own: its answer wakes the loop), a lease's end, the grace's, a report,
+ * the scheduler's pass. */
 static double next_wake(sq_worker *w, double now)
 {
 	double at = now + 1.0;
@@ -1758,6 +1759,8 @@ static double next_wake(sq_worker *w, double now)
 					at = k->retry_at;
 	if (w->stopping && w->grace_deadline < at)
 		at = w->grace_deadline;
+	if (!w->stopping && sq_sched_next_at(w->sched) < at) /* a schedule's slot */
+		at = sq_sched_next_at(w->sched);
 	if (w->opts.report_ms > 0 && w->next_report < at)
 		at = w->next_report;
 	return at;

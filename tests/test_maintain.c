@@ -15,6 +15,8 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <stdarg.h>
 #include <sys/wait.h>
@@ -620,6 +622,49 @@ START_TEST(cli_maintain)
 }
 END_TEST
 
+/* A port nothing listens on (bound, then closed): a connect is refused. */
+static int closed_port(void)
+{
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t len = sizeof(a);
+	ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+	ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+	close(fd);
+	return ntohs(a.sin_port);
+}
+
+/* `shardq maintain` while s2 is down: s1's expired day is dropped and its
+ * days made, s2 is reported with why, and the exit code says a shard
+ * failed (4), for cron. It once opened a full client, which refused to
+ * open with a shard down, and did nothing anywhere. */
+START_TEST(cli_maintain_does_every_shard_it_can_reach)
+{
+	char path[512], out[8192];
+	PGconn *pc = testdb_pg(&t, 0);
+	PGresult *r = PQexec(pc, "SELECT shardq.history_add_day(current_date - 3)");
+	ck_assert_msg(PQresultStatus(r) == PGRES_TUPLES_OK, "%s", PQerrorMessage(pc));
+	PQclear(r);
+	PQfinish(pc);
+	long long before = day_parts(0);
+	ck_assert_int_ge(before, 1);
+	char *ini = testdb_ini_via(t.ini, t.ports[1], closed_port());
+	testdb_path(path, sizeof(path), "down.ini");
+	test_write_bytes(path, ini, strlen(ini));
+	free(ini);
+	ck_assert_int_eq(testdb_run_cli(out, sizeof(out), "-c %s maintain --json", path), 4);
+	ck_assert_msg(strstr(out, "{\"shard\":\"s1\",\"result\":\"done\"") &&
+			      strstr(out, "\"dropped\":[{\"name\":\"jobs_history_p"),
+		      "%s", out);
+	ck_assert_msg(strstr(out, "{\"shard\":\"s2\",\"result\":\"error\",\"error\":") &&
+			      strstr(out, "refused"),
+		      "%s", out);
+	ck_assert_int_eq(has_day(0, wall_s() / DAY_S - 3), 0);
+	ck_assert_int_eq(testdb_run_cli(out, sizeof(out), "-c %s maintain", path), 4);
+	ck_assert_msg(strstr(out, "shard s1: done") && strstr(out, "shard s2: stopped"), "%s", out);
+}
+END_TEST
+
 static void check_retention_config(void);
 
 /* The test clock moves finished_at and expires_at in a failpoint build
@@ -858,6 +903,7 @@ int main(void)
 	CASE(periodic_runners);
 	CASE(migration_keeps_old_history);
 	CASE(cli_maintain);
+	CASE(cli_maintain_does_every_shard_it_can_reach);
 	CASE(config_and_test_clock);
 	CASE(a_stop_does_not_wait_for_a_gone_shards_connect);
 	CASE(a_stop_does_not_wait_for_a_frozen_shards_answer);

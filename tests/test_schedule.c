@@ -23,7 +23,8 @@ static const char *types = "[type tick]\nhistory = true\n"
 			   "[type wk]\nhistory = true\n"
 			   "[type cli]\nhistory = true\n"
 			   "[type frozen]\n"
-			   "[type grace]\n";
+			   "[type grace]\n"
+			   "[type sec]\nhistory = true\n";
 
 static testdb t;
 
@@ -715,6 +716,135 @@ START_TEST(worker_runs_the_schedules)
 }
 END_TEST
 
+/* ---- every = 1s on the real clock, with the default [scheduler] ---------- */
+
+enum { SEC_SLOTS = 20 };
+static atomic_int sec_handled;
+
+static sq_job_result sec_handler(const sq_job *job, void *arg, char *errbuf, size_t errlen)
+{
+	(void)job;
+	(void)arg;
+	(void)errbuf;
+	(void)errlen;
+	atomic_fetch_add(&sec_handled, 1);
+	return SQ_RESULT_DONE;
+}
+
+/* The slots of schedule sec after `after` (unix s) that have a job. */
+static long long sec_slots_after(int64_t after)
+{
+	char sql[300];
+	snprintf(sql, sizeof(sql),
+		 "SELECT count(*) FROM (SELECT active_uid FROM shardq.jobs WHERE task = 'sec' "
+		 "UNION ALL SELECT active_uid FROM shardq.jobs_history WHERE task = 'sec') j "
+		 "WHERE substr(active_uid, 5)::bigint > %lld",
+		 (long long)after);
+	return testdb_sum(&t, sql);
+}
+
+static int64_t sec_after;
+static long long sec_remaining(void *arg)
+{
+	(void)arg;
+	return SEC_SLOTS - sec_slots_after(sec_after);
+}
+
+/* Every slot from the first after `after` to the last has one job, none
+ * missing; returns the last. */
+static int64_t sec_slots_whole(int64_t after, const char *who)
+{
+	char sql[400];
+	snprintf(sql, sizeof(sql),
+		 "SELECT substr(active_uid, 5)::bigint FROM shardq.jobs WHERE task = 'sec' "
+		 "UNION ALL SELECT substr(active_uid, 5)::bigint FROM shardq.jobs_history WHERE "
+		 "task = 'sec'");
+	int64_t lo = INT64_MAX, hi = 0;
+	long long n = 0;
+	char seen[4096] = {0};
+	for (int s = 0; s < t.nshards; s++) {
+		PGconn *c = testdb_pg(&t, s);
+		PGresult *r = PQexec(c, sql);
+		ck_assert_msg(PQresultStatus(r) == PGRES_TUPLES_OK, "%s", PQerrorMessage(c));
+		for (int i = 0; i < PQntuples(r); i++) {
+			int64_t e = strtoll(PQgetvalue(r, i, 0), NULL, 10);
+			if (e <= after)
+				continue;
+			n++;
+			lo = e < lo ? e : lo;
+			hi = e > hi ? e : hi;
+		}
+		PQclear(r);
+		PQfinish(c);
+	}
+	ck_assert_msg(n >= SEC_SLOTS && hi - lo < (int64_t)sizeof(seen), "%s: %lld slots", who, n);
+	char missing[512] = "";
+	for (int s = 0; s < t.nshards; s++) {
+		PGconn *c = testdb_pg(&t, s);
+		PGresult *r = PQexec(c, sql);
+		for (int i = 0; i < PQntuples(r); i++) {
+			int64_t e = strtoll(PQgetvalue(r, i, 0), NULL, 10);
+			if (e > after)
+				seen[e - lo]++;
+		}
+		PQclear(r);
+		PQfinish(c);
+	}
+	for (int64_t e = lo; e <= hi; e++) {
+		ck_assert_msg(seen[e - lo] <= 1, "%s: slot %lld has %d jobs", who, (long long)e,
+			      seen[e - lo]);
+		if (!seen[e - lo] && strlen(missing) < sizeof(missing) - 24)
+			snprintf(missing + strlen(missing), sizeof(missing) - strlen(missing),
+				 " %lld", (long long)(e - lo));
+	}
+	ck_assert_msg(!missing[0],
+		      "%s: of the slots %lld..%lld (%lld with a job), these have none "
+		      "(seconds after the first):%s",
+		      who, (long long)lo, (long long)hi, n, missing);
+	printf("%s: %lld one-second slots, each once, none missing\n", who, n);
+	return hi;
+}
+
+/* `every = 1s` with every default: the [scheduler] interval (1s) and the
+ * worker's poll. The pass rode the worker loop's wake-ups, each a little
+ * later than the last, and a slot was skipped whenever two slots' starts
+ * fell between two passes (4 of 95 on an idle machine); shardqd's
+ * scheduler thread timed each pass off the last one's end alike. Now a
+ * pass follows each slot's start: each slot once, none missing, under the
+ * worker runtime and then under the scheduler thread of shardqd. */
+START_TEST(every_second_with_the_defaults_misses_no_slot)
+{
+	sq_error err;
+	long long left;
+	open_with("[scheduler]\n[schedule sec]\nevery = 1s\ntype = sec\nkey = sec-{epoch}\n");
+	sq_worker_opts o;
+	sq_worker *w;
+	pthread_t th;
+	sq_worker_opts_init(&o);
+	o.worker_id = "sec-w";
+	OKE(sq_worker_create(t.cfg, &o, &w, &err));
+	OKE(sq_worker_add(w, "sec", 4, sec_handler, NULL, &err));
+	test_worker_thread(&th, w);
+	sec_after = 0;
+	int ok = wait_progress(sec_remaining, NULL, &left);
+	sq_worker_stop(w, 0);
+	pthread_join(th, NULL);
+	sq_worker_destroy(w);
+	ck_assert_msg(ok, "the worker's scheduler stalled %lld slots short of %d", left, SEC_SLOTS);
+	int64_t last = sec_slots_whole(0, "the worker runtime");
+
+	/* shardqd's: a thread of its own with a client of its own */
+	sq_client *c = testdb_client(&t);
+	sq_sched_thread *st = sq_sched_thread_start(t.cfg, "sec-d", c, NULL, NULL);
+	ck_assert_ptr_nonnull(st);
+	sec_after = last + 1; /* the slots in between were missed (missed = once) */
+	ok = wait_progress(sec_remaining, NULL, &left);
+	sq_sched_thread_stop(st);
+	ck_assert_msg(ok, "the scheduler thread stalled %lld slots short of %d", left, SEC_SLOTS);
+	sec_slots_whole(last + 1, "the scheduler thread");
+}
+END_TEST
+
 static void stop_sched(void *th)
 {
 	sq_sched_thread_stop(th);
@@ -887,6 +1017,7 @@ int main(void)
 	ADD_TEST(tc, crash_between_claim_and_enqueue_is_taken_over);
 	ADD_TEST(tc, crash_after_enqueue_dedups_on_the_live_job);
 	ADD_TEST(tc, worker_runs_the_schedules);
+	ADD_TEST(tc, every_second_with_the_defaults_misses_no_slot);
 	ADD_TEST(tc, cli_lists_and_runs_once);
 	ADD_TEST(tc, a_stop_does_not_wait_for_a_pass_on_a_frozen_meta);
 	ADD_TEST(tc, a_stop_lets_a_pass_under_way_end);

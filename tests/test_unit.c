@@ -251,6 +251,38 @@ START_TEST(config_every_bad_key_with_line)
 }
 END_TEST
 
+/* claim_wait_max not below request_timeout: the line and key the file set,
+ * and the value it conflicts with, a default named as one. */
+START_TEST(config_claim_wait_conflict_names_the_key_set)
+{
+	sq_config *cfg;
+	sq_error err;
+	const char *base = "[cluster]\npartitions = 64\n[shard s1]\ndsn = host=x\n[daemon]\n";
+	char ini[512];
+	/* only request_timeout set: below the default claim_wait_max (20s) */
+	snprintf(ini, sizeof(ini), "%slisten = 127.0.0.1:1\nrequest_timeout = 10s\n", base);
+	ck_assert_int_eq(sq_config_parse(ini, "d.ini", &cfg, &err), SQ_ECONFIG);
+	ck_assert_msg(strstr(err.msg, "d.ini:7: [daemon] request_timeout: 10s must be above "
+				      "claim_wait_max (20s, its default)") != NULL,
+		      "%s", err.msg);
+	/* only claim_wait_max set: above the default request_timeout (30s) */
+	snprintf(ini, sizeof(ini), "%sclaim_wait_max = 40s\n", base);
+	ck_assert_int_eq(sq_config_parse(ini, "d.ini", &cfg, &err), SQ_ECONFIG);
+	ck_assert_msg(strstr(err.msg, "d.ini:6: [daemon] claim_wait_max: 40s must be below "
+				      "request_timeout (30s, its default)") != NULL,
+		      "%s", err.msg);
+	/* both set */
+	snprintf(ini, sizeof(ini), "%sclaim_wait_max = 5s\nrequest_timeout = 5s\n", base);
+	ck_assert_int_eq(sq_config_parse(ini, "d.ini", &cfg, &err), SQ_ECONFIG);
+	ck_assert_msg(strstr(err.msg, "d.ini:6: [daemon] claim_wait_max: 5s must be below "
+				      "request_timeout (5s)") != NULL,
+		      "%s", err.msg);
+	snprintf(ini, sizeof(ini), "%sclaim_wait_max = 4s\nrequest_timeout = 5s\n", base);
+	ck_assert_int_eq(sq_config_parse(ini, "d.ini", &cfg, &err), SQ_OK);
+	sq_config_free(cfg);
+}
+END_TEST
+
 START_TEST(config_missing_file)
 {
 	sq_config *cfg;
@@ -713,6 +745,7 @@ int main(void)
 	tcase_add_test(tc, hrw_weights_and_minimal_moves);
 	tcase_add_test(tc, config_good);
 	tcase_add_test(tc, config_every_bad_key_with_line);
+	tcase_add_test(tc, config_claim_wait_conflict_names_the_key_set);
 	tcase_add_test(tc, config_missing_file);
 	tcase_add_test(tc, config_no_shard);
 	tcase_add_test(tc, json_validator);

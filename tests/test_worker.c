@@ -629,6 +629,51 @@ START_TEST(exec_contract)
 }
 END_TEST
 
+/* --exec runs its command under /bin/sh -c: one that begins with a reserved
+ * word or an assignment is the shell's, and each runs its job (once refused
+ * as "not found in PATH"). */
+START_TEST(exec_takes_what_the_shell_takes)
+{
+	setup_with("sqt_work_sh", "[type e]\nhistory = true\n");
+	const char *mark = tmp("ran");
+	char cmds[3][600];
+	snprintf(cmds[0], sizeof(cmds[0]), "case $SHARDQ_JOB_ID in *) echo case >> %s;; esac",
+		 mark);
+	snprintf(cmds[1], sizeof(cmds[1]), "if true; then echo if >> %s; fi", mark);
+	snprintf(cmds[2], sizeof(cmds[2]), "MARK=assignment printenv MARK >> %s", mark);
+	for (int i = 0; i < 3; i++) {
+		char key[16], out[600];
+		snprintf(key, sizeof(key), "sh-%d", i);
+		snprintf(out, sizeof(out), "%s", tmp("w.out"));
+		int64_t id = enqueue_one(t.client, "e", key, NULL, NULL);
+		test_worker_cmd w = {ini_path, "wsh", "e:1", cmds[i], "--poll 100ms", out, 1, 0};
+		pid_t pid = test_spawn_worker(&w);
+		double last = test_now_s();
+		sq_job j;
+		sq_error err;
+		for (;;) {
+			memset(&j, 0, sizeof(j));
+			OKE(sq_get_job(t.client, id, &j, &err));
+			int done = j.status == SQ_COMPLETED;
+			sq_job_clear(&j);
+			if (done)
+				break;
+			ck_assert_msg(waitpid(pid, NULL, WNOHANG) == 0,
+				      "the worker of --exec '%s' exited:\n%s", cmds[i],
+				      test_file_text(out));
+			ck_assert_msg(test_now_s() - last < testdb_stall_s(),
+				      "the job of --exec '%s' did not complete in %.0fs:\n%s",
+				      cmds[i], testdb_stall_s(), test_file_text(out));
+			usleep(50000);
+		}
+		kill(pid, SIGTERM);
+		ck_assert_int_eq(test_wait_exit(pid, testdb_stall_s()), 0);
+	}
+	ck_assert_str_eq(test_file_text(mark), "case\nif\nassignment\n");
+	cleanup();
+}
+END_TEST
+
 /* The in-process worker of the NOTIFY test: when each job started. */
 static struct {
 	pthread_mutex_t mu;
@@ -2047,6 +2092,7 @@ int main(void)
 	ADD_CASE(s, fast_jobs_keep_slots_busy, 3600);
 	ADD_CASE(s, expired_lease_result_discarded, 3600);
 	ADD_CASE(s, exec_contract, 3600);
+	ADD_CASE(s, exec_takes_what_the_shell_takes, 3600);
 	ADD_CASE(s, notify_wakes_idle_worker, 3600);
 	ADD_CASE(s, listens_again_after_its_connections_are_cut, 3600);
 	ADD_CASE(s, a_notify_wakes_the_workers_its_batch_needs, 3600);

@@ -251,6 +251,16 @@ static int partitions_of(cli *x, const move_args *a, int from, uint32_t **parts,
 	return 0;
 }
 
+/* A move refused for what its command line named (SQ_EINVAL: partitions
+ * already on --to, a shard not in the config) is a bad command line (2),
+ * as the other checks of its options are. One line, with `then` after the
+ * reason ("" for none). */
+static int move_fail(const sq_error *err, const char *then)
+{
+	fprintf(stderr, "shardq move: %s%s\n", err->msg, then);
+	return err->code == SQ_EINVAL ? EX_USAGE : cli_exit_code(err->code);
+}
+
 /* --dry-run: each set as the move would take it, the same checks with
  * nothing changed; then how many partitions would leave each shard. */
 static int dry_run(cli *x, const move_args *a, const uint32_t *parts, long n)
@@ -260,10 +270,8 @@ static int dry_run(cli *x, const move_args *a, const uint32_t *parts, long n)
 		size_t k = (size_t)(n - i < set ? n - i : set);
 		sq_error err;
 		if (sq_move_check(x->client, parts + i, k, a->to, &err) != SQ_OK) {
-			int rc = cli_fail("move", &err);
-			fprintf(stderr, "shardq move: --dry-run: the move would be refused; "
-					"nothing was changed\n");
-			return rc;
+			return move_fail(&err, " (--dry-run: the move would be refused; nothing "
+					       "was changed)");
 		}
 	}
 	int ns = sq_config_shard_count(x->cfg);
@@ -295,7 +303,7 @@ static int run_moves(cli *x, move_args *a, const uint32_t *parts, long n)
 		if (sq_move(x->client, parts + i, k, a->to, &a->o, &mi, &err) != SQ_OK) {
 			if (pr.tty)
 				fprintf(stderr, "\n");
-			rc = cli_fail("move", &err);
+			rc = move_fail(&err, "");
 			if (mi.move_id && mi.step[0])
 				fprintf(stderr,
 					"shardq move: move %" PRId64 " stopped at step '%s'; run "

@@ -358,8 +358,32 @@ static sq_job_result exec_handler(const sq_job *job, void *arg, char *errbuf, si
 	return run_result(&r, status, errbuf, errlen);
 }
 
+/* Whether the shell itself takes word at the start of a command: a
+ * reserved word (if, case, while, { ...), a builtin, or an assignment
+ * (VAR=1 cmd). What it starts is the shell's to find. */
+static int shell_word(const char *word)
+{
+	static const char *const words[] = {
+		/* reserved words */
+		"if", "then", "else", "elif", "fi", "case", "esac", "for", "while", "until", "do",
+		"done", "in", "!", "{", "}", "function", "select", "time",
+		/* POSIX special and regular builtins */
+		":", ".", "break", "continue", "eval", "exec", "exit", "export", "readonly",
+		"return", "set", "shift", "times", "trap", "unset", "alias", "bg", "cd", "command",
+		"false", "fc", "fg", "getopts", "hash", "jobs", "kill", "pwd", "read", "true",
+		"type", "ulimit", "umask", "unalias", "wait", "echo", "printf", "test", "[", NULL};
+	for (int i = 0; words[i]; i++)
+		if (!strcmp(word, words[i]))
+			return 1;
+	/* NAME=value: an assignment, then (maybe) the command */
+	size_t name =
+		strspn(word, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_0123456789");
+	return name > 0 && word[name] == '=' && !(word[0] >= '0' && word[0] <= '9');
+}
+
 /* The first word of the command must be something we can run; a shell
- * construct (quotes, variables, builtins) is left to the shell. */
+ * construct (quotes, variables, reserved words, builtins, assignments) is
+ * left to the shell. */
 static int check_command(const char *cmd, char *why, size_t len)
 {
 	char word[512];
@@ -372,11 +396,8 @@ static int check_command(const char *cmd, char *why, size_t len)
 		return 0;
 	memcpy(word, cmd, n);
 	word[n] = '\0';
-	static const char *builtins[] = {"exit", "true", "false",  "echo",  "test", "[", "cd",
-					 "exec", "read", "printf", "sleep", "cat",  NULL};
-	for (int i = 0; builtins[i]; i++)
-		if (!strcmp(word, builtins[i]))
-			return 0;
+	if (shell_word(word))
+		return 0;
 	if (strchr(word, '/')) {
 		struct stat sb;
 		if (stat(word, &sb) != 0) {
