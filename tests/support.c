@@ -3,7 +3,11 @@
 #include "support.h"
 #include "client.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -541,4 +545,94 @@ int test_cmp_i64(const void *a, const void *b)
 {
 	int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
 	return x < y ? -1 : x > y;
+}
+
+/* ---- a small HTTP/1.1 client ---------------------------------------------- */
+
+void test_hash_token(const char *token, char *out, size_t len)
+{
+	char cmd[1024];
+	snprintf(cmd, sizeof(cmd), "printf '%%s' '%s' | %s --hash-token", token,
+		 getenv("SHARDQ_DAEMON"));
+	FILE *p = popen(cmd, "r");
+	ck_assert_msg(p != NULL, "popen: %s", strerror(errno));
+	ck_assert_msg(fgets(out, (int)len, p) != NULL, "shardqd --hash-token printed nothing");
+	out[strcspn(out, "\n")] = '\0';
+	ck_assert_int_eq(pclose(p), 0);
+}
+
+int hc_connect(int port)
+{
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in a = {0};
+	a.sin_family = AF_INET;
+	a.sin_port = htons((uint16_t)port);
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	ck_assert_msg(connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0, "connect to :%d: %s",
+		      port, strerror(errno));
+	int one = 1;
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	return fd;
+}
+
+int hc_send_bytes(int fd, const char *p, size_t n)
+{
+	while (n) {
+		ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
+		if (w <= 0)
+			return -1;
+		p += w;
+		n -= (size_t)w;
+	}
+	return 0;
+}
+
+int hc_send(int fd, const char *method, const char *path, const char *token, const char *body)
+{
+	char head[1024];
+	size_t blen = body ? strlen(body) : 0;
+	int n = snprintf(head, sizeof(head),
+			 "%s %s HTTP/1.1\r\nHost: test\r\n%s%s%sContent-Type: application/json\r\n"
+			 "Content-Length: %zu\r\n\r\n",
+			 method, path, token ? "Authorization: Bearer " : "", token ? token : "",
+			 token ? "\r\n" : "", blen);
+	if (hc_send_bytes(fd, head, (size_t)n))
+		return -1;
+	return blen ? hc_send_bytes(fd, body, blen) : 0;
+}
+
+int hc_recv(int fd, hresp *r)
+{
+	size_t cap = 8192, have = 0, body_at = 0; /* body_at: 0 until the head is in */
+	char *buf = malloc(cap);
+	memset(r, 0, sizeof(*r));
+	for (;;) {
+		if (have + 1 >= cap)
+			buf = realloc(buf, cap *= 2);
+		ssize_t n = recv(fd, buf + have, cap - have - 1, 0);
+		if (n <= 0) {
+			int e = n ? errno : 0;
+			free(buf);
+			errno = e;
+			return -1;
+		}
+		have += (size_t)n;
+		buf[have] = '\0';
+		char *eoh;
+		if (!body_at && (eoh = strstr(buf, "\r\n\r\n")) != NULL) {
+			size_t hl = (size_t)(eoh - buf);
+			snprintf(r->head, sizeof(r->head), "%.*s", (int)hl, buf);
+			r->status = atoi(strchr(buf, ' ') + 1);
+			const char *cl = strcasestr(r->head, "\r\nContent-Length:");
+			r->len = cl ? strtoul(cl + 17, NULL, 10) : 0;
+			body_at = hl + 4;
+		}
+		if (body_at && have - body_at >= r->len) {
+			r->body = malloc(r->len + 1);
+			memcpy(r->body, buf + body_at, r->len);
+			r->body[r->len] = '\0';
+			free(buf);
+			return 0;
+		}
+	}
 }

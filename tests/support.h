@@ -219,4 +219,22 @@ void test_daemon_wait(test_daemon *d);
 void test_daemon_start(test_daemon *d, const char *ini_path, const char *name);
 int test_daemon_stop(test_daemon *d, int sig);
 
+/* A small HTTP/1.1 client for shardqd: hc_connect to 127.0.0.1:port (the
+ * test fails if it cannot), hc_send one request (token and body may be
+ * NULL; -1 if the connection broke), hc_recv one response (-1, errno set,
+ * if the connection ended first; r->body malloc'd, NUL-ended). */
+/* The `hash = ...` line of a [token] section for token (shardqd
+ * --hash-token). */
+void test_hash_token(const char *token, char *out, size_t len);
+typedef struct hresp {
+	int status;
+	char head[4096];
+	char *body;
+	size_t len;
+} hresp;
+int hc_connect(int port);
+int hc_send_bytes(int fd, const char *p, size_t n); /* -1 if the connection broke */
+int hc_send(int fd, const char *method, const char *path, const char *token, const char *body);
+int hc_recv(int fd, hresp *r);
+
 #endif

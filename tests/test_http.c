@@ -46,27 +46,15 @@ static char *slurp_tail(const char *path)
 	return at;
 }
 
-static void hash_line(const char *token, char *out, size_t len)
-{
-	char cmd[1024];
-	snprintf(cmd, sizeof(cmd), "printf '%%s' '%s' | %s --hash-token", token,
-		 getenv("SHARDQ_DAEMON"));
-	FILE *p = popen(cmd, "r");
-	ck_assert_msg(p != NULL, "popen: %s", strerror(errno));
-	ck_assert_msg(fgets(out, (int)len, p) != NULL, "shardqd --hash-token printed nothing");
-	out[strcspn(out, "\n")] = '\0';
-	ck_assert_int_eq(pclose(p), 0);
-}
-
 /* The daemon's config: the cluster's, with [daemon], the tokens and
  * application_name = sqd (so its connections can be counted). */
 static void write_ini_via(const char *daemon_keys, const char *extra_tokens,
 			  const char *connection_keys, int s2_via)
 {
 	char hw[160], hp[160], ha[160], conn[256];
-	hash_line(tok_worker, hw, sizeof(hw));
-	hash_line(tok_producer, hp, sizeof(hp));
-	hash_line(tok_admin, ha, sizeof(ha));
+	test_hash_token(tok_worker, hw, sizeof(hw));
+	test_hash_token(tok_producer, hp, sizeof(hp));
+	test_hash_token(tok_admin, ha, sizeof(ha));
 	snprintf(conn, sizeof(conn), "\n[connection]\napplication_name = sqd\n%s",
 		 connection_keys ? connection_keys : "");
 	char *ini = testdb_ini(&t, NULL, conn);
@@ -117,93 +105,6 @@ static void stop_all(void)
 	testdb_close(&t);
 	testdb_tmpdir_remove();
 	free_bodies();
-}
-
-/* ---- a small HTTP/1.1 client ---------------------------------------------- */
-
-typedef struct hresp {
-	int status;
-	char head[4096];
-	char *body;
-	size_t len;
-} hresp;
-
-static int hc_connect(int port)
-{
-	int fd = socket(AF_INET, SOCK_STREAM, 0);
-	struct sockaddr_in a = {0};
-	a.sin_family = AF_INET;
-	a.sin_port = htons((uint16_t)port);
-	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	ck_assert_msg(connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0, "connect to :%d: %s",
-		      port, strerror(errno));
-	int one = 1;
-	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-	return fd;
-}
-
-static int send_all(int fd, const char *p, size_t n)
-{
-	while (n) {
-		ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
-		if (w <= 0)
-			return -1;
-		p += w;
-		n -= (size_t)w;
-	}
-	return 0;
-}
-
-static int hc_send(int fd, const char *method, const char *path, const char *token,
-		   const char *body)
-{
-	char head[1024];
-	size_t blen = body ? strlen(body) : 0;
-	int n = snprintf(head, sizeof(head),
-			 "%s %s HTTP/1.1\r\nHost: test\r\n%s%s%sContent-Type: application/json\r\n"
-			 "Content-Length: %zu\r\n\r\n",
-			 method, path, token ? "Authorization: Bearer " : "", token ? token : "",
-			 token ? "\r\n" : "", blen);
-	if (send_all(fd, head, (size_t)n))
-		return -1;
-	return blen ? send_all(fd, body, blen) : 0;
-}
-
-/* Reads one response; -1 if the connection ended first. */
-static int hc_recv(int fd, hresp *r)
-{
-	size_t cap = 8192, have = 0, body_at = 0; /* body_at: 0 until the head is in */
-	char *buf = malloc(cap);
-	memset(r, 0, sizeof(*r));
-	for (;;) {
-		if (have + 1 >= cap)
-			buf = realloc(buf, cap *= 2);
-		ssize_t n = recv(fd, buf + have, cap - have - 1, 0);
-		if (n <= 0) {
-			int e = n ? errno : 0;
-			free(buf);
-			errno = e;
-			return -1;
-		}
-		have += (size_t)n;
-		buf[have] = '\0';
-		char *eoh;
-		if (!body_at && (eoh = strstr(buf, "\r\n\r\n")) != NULL) {
-			size_t hl = (size_t)(eoh - buf);
-			snprintf(r->head, sizeof(r->head), "%.*s", (int)hl, buf);
-			r->status = atoi(strchr(buf, ' ') + 1);
-			const char *cl = strcasestr(r->head, "\r\nContent-Length:");
-			r->len = cl ? strtoul(cl + 17, NULL, 10) : 0;
-			body_at = hl + 4;
-		}
-		if (body_at && have - body_at >= r->len) {
-			r->body = malloc(r->len + 1);
-			memcpy(r->body, buf + body_at, r->len);
-			r->body[r->len] = '\0';
-			free(buf);
-			return 0;
-		}
-	}
 }
 
 /* The bodies call() returned, freed by stop_all. */
@@ -714,7 +615,7 @@ START_TEST(auth_and_scopes)
 	int fd = hc_connect(D.port);
 	const char *req =
 		"GET /v1/stats HTTP/1.1\r\nHost: x\r\nAuthorization: Basic Zm9vOmJhcg==\r\n\r\n";
-	ck_assert_int_eq(send_all(fd, req, strlen(req)), 0);
+	ck_assert_int_eq(hc_send_bytes(fd, req, strlen(req)), 0);
 	hresp r;
 	ck_assert_int_eq(hc_recv(fd, &r), 0);
 	keep(&r);
@@ -727,8 +628,8 @@ START_TEST(auth_and_scopes)
 
 	/* SIGHUP reloads the tokens: a new one works, a removed one is refused */
 	char hn[160], hw[160];
-	hash_line("new-token-0123456789abcdef", hn, sizeof(hn));
-	hash_line(tok_worker, hw, sizeof(hw));
+	test_hash_token("new-token-0123456789abcdef", hn, sizeof(hn));
+	test_hash_token(tok_worker, hw, sizeof(hw));
 	char *ini = testdb_ini(&t, NULL, "\n[connection]\napplication_name = sqd\n");
 	FILE *f = fopen(ini_path, "w");
 	fprintf(f, "%s\n[daemon]\nlisten = 127.0.0.1:0\n[token n]\n%s\nscopes = admin\n", ini, hn);
@@ -811,7 +712,7 @@ START_TEST(limits_and_slow_clients)
 			 "POST /v1/jobs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"
 			 "Content-Length: 104857600\r\n\r\n",
 			 tok_producer);
-	ck_assert_int_eq(send_all(fd, head, (size_t)n), 0);
+	ck_assert_int_eq(hc_send_bytes(fd, head, (size_t)n), 0);
 	/* send the body while the daemon lets us; it answers 413 and closes
 	 * long before 100 MB */
 	static char chunk[65536];
@@ -852,7 +753,7 @@ START_TEST(limits_and_slow_clients)
 	for (int i = 0; i < 400; i++)
 		sq_buf_printf(&hb, "X-Pad-%d: %0100d\r\n", i, 0);
 	sq_buf_puts(&hb, "\r\n");
-	send_all(fd, hb.data, hb.len);
+	hc_send_bytes(fd, hb.data, hb.len);
 	sq_buf_free(&hb);
 	if (hc_recv(fd, &r) == 0 && (keep(&r), 1))
 		ck_assert_msg(r.status == 413 || r.status == 400, "oversized headers: %d",
@@ -863,9 +764,9 @@ START_TEST(limits_and_slow_clients)
 	fd = hc_connect(D.port);
 	double t0 = test_now_s();
 	int dropped = 0;
-	send_all(fd, "GET /healthz HTTP/1.1\r\n", 23);
+	hc_send_bytes(fd, "GET /healthz HTTP/1.1\r\n", 23);
 	while (test_now_s() - t0 < 2 + STALL_S) {
-		if (send_all(fd, "X-Slow: 1\r\n", 11)) {
+		if (hc_send_bytes(fd, "X-Slow: 1\r\n", 11)) {
 			dropped = 1;
 			break;
 		}
