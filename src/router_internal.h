@@ -148,6 +148,13 @@ typedef void (*sq_maintainer_log)(const char *line, void *arg);
 sq_maintainer *sq_maintainer_start(const sq_config *cfg, sq_maintainer_log log, void *log_arg);
 void sq_maintainer_stop(sq_maintainer *m);
 
+/* The watch on the meta database (metawatch.h): shardqd logs when it stops
+ * answering and when it answers again. */
+typedef struct sq_metawatch sq_metawatch;
+typedef void (*sq_metawatch_log)(const char *line, void *arg);
+sq_metawatch *sq_metawatch_start(const sq_config *cfg, sq_metawatch_log log, void *log_arg);
+void sq_metawatch_stop(sq_metawatch *m);
+
 /* The periodic jobs' scheduler on its own thread and client
  * (schedule.h): a long-running process runs it. */
 typedef struct sq_sched_thread sq_sched_thread;

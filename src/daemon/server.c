@@ -25,7 +25,8 @@
 
 /* ---- small things ------------------------------------------------------- */
 
-static void maint_log(const char *line, void *arg)
+/* A line of the library's threads (maintenance, the meta watch). */
+static void lib_log(const char *line, void *arg)
 {
 	(void)arg;
 	sqd_log("%s", line);
@@ -1257,8 +1258,10 @@ int main(int argc, char **argv)
 	if (init_state(d) || start_threads(d, &sched) || start_http(d))
 		return 1;
 	add_events(d);
-	sq_maintainer *maint = sq_maintainer_start(d->cfg, maint_log, NULL);
+	sq_maintainer *maint = sq_maintainer_start(d->cfg, lib_log, NULL);
+	sq_metawatch *watch = sq_metawatch_start(d->cfg, lib_log, NULL);
 	event_base_dispatch(S.base);
+	sq_metawatch_stop(watch);
 	sq_maintainer_stop(maint);
 	stop_all(d, sched);
 	sqd_log("stopped");
