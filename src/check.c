@@ -246,7 +246,7 @@ static void check_shard_head(ck *k, int s)
 {
 	sq_error e;
 	PGresult *r = shard_exec(k, s, sq_sql_check_shard_head, 0, NULL, &e);
-	int want = sq_shard_migrations[sq_shard_migration_count - 1].version;
+	int want = sq_shard_schema_newest();
 	if (!r) {
 		finding(k, "reach", s, -1, 0,
 			"start it or mend the dsn of its [shard] section; the ownership, map, "

@@ -319,21 +319,27 @@ sq_status sq_client_refresh_map(sq_client *c, sq_error *err)
 /* Every shard's schema must be one this build speaks (SQ_SHARD_SCHEMA_MIN
  * up to its last migration): after an upgrade, `shardq init` applies the
  * new migrations. */
+sq_status sq_client_shard_schema(sq_client *c, int s, int *have, sq_error *err)
+{
+	PGresult *r = sq_pgconn_exec(&c->shards[s], sq_sql_shard_schema_version, 0, NULL, err);
+	if (!r)
+		return err ? err->code : SQ_EDB;
+	*have = atoi(PQgetvalue(r, 0, 0));
+	PQclear(r);
+	return SQ_OK;
+}
+
 static sq_status check_schema(sq_client *c, sq_error *err)
 {
-	int want = sq_shard_migrations[sq_shard_migration_count - 1].version;
+	int want = sq_shard_schema_newest(), have;
 	for (int s = 0; s < c->nshards; s++) {
 		sq_error e;
 		if (!c->shards[s].conn)
 			continue; /* down at open (SQ_OPEN_ALLOW_DOWN): checked by its use */
-		PGresult *r =
-			sq_pgconn_exec(&c->shards[s], sq_sql_shard_schema_version, 0, NULL, &e);
-		if (!r)
+		if (sq_client_shard_schema(c, s, &have, &e))
 			return sq_err(err, SQ_ESTATE,
 				      "shard %s (%s) has no shardq schema; run 'shardq init' first",
 				      c->cfg->shards[s].id, c->shards[s].addr);
-		int have = atoi(PQgetvalue(r, 0, 0));
-		PQclear(r);
 		if (have < SQ_SHARD_SCHEMA_MIN)
 			return sq_err(
 				err, SQ_ESTATE,

@@ -103,6 +103,9 @@ PGconn *sq_connect_plain_stop(const sq_config *cfg, const char *dsn, const char 
 			      const char *role, const atomic_int *stop, char *errbuf,
 			      size_t errlen);
 
+/* Shard s's schema version (shardq.schema_version) into *have. */
+SQ_MUST_CHECK sq_status sq_client_shard_schema(sq_client *c, int s, int *have, sq_error *err);
+
 /* Takes `n` fresh id numbers (not yet shifted/combined with a partition);
  * the first is *first. Fetches blocks from the meta database as needed. */
 SQ_MUST_CHECK sq_status sq_client_take_ids(sq_client *c, size_t n, int64_t *first, sq_error *err);

@@ -1157,21 +1157,15 @@ static void fill_info(sq_client *c, const move *m, sq_move_info *info)
 	info->elapsed_ms = m->t0 ? sq_mono_s() * 1000.0 - m->t0 : 0;
 }
 
-/* Carries a loaded or planned move from its recorded step to the end. */
 /* Both shards at this build's schema: a move's markers (`adopted`, schema
  * 11) and statements are this build's, so a shard not yet upgraded would
  * refuse a step in the middle of the move, with its partitions frozen. */
 static sq_status schemas_current(sq_client *c, int from, int to, sq_error *err)
 {
-	int want = sq_shard_migrations[sq_shard_migration_count - 1].version;
-	int idx[2] = {from, to};
+	int want = sq_shard_schema_newest(), have, idx[2] = {from, to};
 	for (int k = 0; k < 2; k++) {
-		PGresult *r = sq_pgconn_exec(&c->shards[idx[k]], sq_sql_shard_schema_version, 0,
-					     NULL, err);
-		if (!r)
+		if (sq_client_shard_schema(c, idx[k], &have, err))
 			return err->code;
-		int have = atoi(PQgetvalue(r, 0, 0));
-		PQclear(r);
 		if (have < want)
 			return sq_err(err, SQ_ESTATE,
 				      "shard %s has schema version %d and this shardq moves "
@@ -1182,6 +1176,8 @@ static sq_status schemas_current(sq_client *c, int from, int to, sq_error *err)
 	return SQ_OK;
 }
 
+/* Carries a loaded or planned move from its recorded step to the end (its
+ * shards' schemas checked by the caller: schemas_current). */
 static sq_status drive(sq_client *c, move *m, const sq_move_opts *o, int set, int nsets,
 		       sq_move_info *info, sq_error *err)
 {
@@ -1198,7 +1194,7 @@ static sq_status drive(sq_client *c, move *m, const sq_move_opts *o, int set, in
 	if (at < 0)
 		return sq_err(err, SQ_ESTATE, "move %lld has an unknown step '%s'",
 			      (long long)m->id, m->step);
-	if ((st = schemas_current(c, m->from, m->to, err)) || (st = move_connect(c, m, err)))
+	if ((st = move_connect(c, m, err)))
 		return st;
 	for (int i = at + 1; i < 7 && st == SQ_OK; i++) {
 		switch (i) {
@@ -1415,7 +1411,7 @@ sq_status sq_move_resume(sq_client *c, int64_t id, const sq_move_opts *opts, sq_
 		move_close(&m);
 		return SQ_OK;
 	}
-	if (st == SQ_OK)
+	if (st == SQ_OK && (st = schemas_current(c, m.from, m.to, err)) == SQ_OK)
 		st = drive(c, &m, &o, 1, 1, info, err);
 	if (st == SQ_OK)
 		vacuum(c, m.from);

@@ -1368,6 +1368,8 @@ sq_status sq_pgconn_result_error(sq_pgconn *pc, sq_error *err)
 static sq_status range_committed(sq_pgconn *pc, int from, int to, sq_error *err)
 {
 	int k = 0;
+	if (from >= to)
+		return SQ_OK; /* no statement: no transaction to confirm */
 	while (k < pc->syncs && pc->sync_q[k] <= from)
 		k++;
 	for (; k < pc->syncs && (k == 0 || pc->sync_q[k - 1] < to); k++) {

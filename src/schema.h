@@ -33,6 +33,12 @@ struct sq_migration {
 #define SQ_SHARD_SCHEMA_MIN 6
 extern const struct sq_migration sq_shard_migrations[];
 extern const int sq_shard_migration_count;
+/* The newest shard schema: this build's last migration's version (inline:
+ * the migrations are a leaf, schema.c is not). */
+static inline int sq_shard_schema_newest(void)
+{
+	return sq_shard_migrations[sq_shard_migration_count - 1].version;
+}
 extern const struct sq_migration sq_meta_migrations[];
 extern const int sq_meta_migration_count;
 

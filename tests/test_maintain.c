@@ -15,8 +15,6 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <sys/socket.h>
 #include <stdarg.h>
 #include <sys/wait.h>
@@ -622,16 +620,12 @@ START_TEST(cli_maintain)
 }
 END_TEST
 
-/* A port nothing listens on (bound, then closed): a connect is refused. */
+/* A port nothing listens on (a black hole's, closed): a connect is refused. */
 static int closed_port(void)
 {
-	int fd = socket(AF_INET, SOCK_STREAM, 0);
-	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-	socklen_t len = sizeof(a);
-	ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
-	ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
-	close(fd);
-	return ntohs(a.sin_port);
+	int port;
+	close(testdb_black_hole(1, &port));
+	return port;
 }
 
 /* `shardq maintain` while s2 is down: s1's expired day is dropped and its

@@ -1183,6 +1183,23 @@ static long long backends_named(const char *app)
 	return testdb_scalar(&t, 0, sql);
 }
 
+/* A config whose meta database is reached through proxy meta (started
+ * here), with these [connection] keys, and a client of it. */
+static void meta_via_proxy(testdb_proxy *meta, const char *connection_keys, sq_config **cfg,
+			   sq_client **c)
+{
+	sq_error err;
+	char extra[512];
+	testdb_proxy_start(meta, t.ports[0]);
+	snprintf(extra, sizeof(extra),
+		 "meta_dsn = host=127.0.0.1 port=%d dbname=%s user=postgres\n\n[connection]\n%s",
+		 meta->port, t.db, connection_keys);
+	char *ini = testdb_ini(&t, NULL, extra);
+	OKE(sq_config_parse(ini, "meta-via-proxy", cfg, &err));
+	free(ini);
+	OKE(sq_client_open(*cfg, 0, c, &err));
+}
+
 /*
  * The meta database stops answering on connections that stay open (a
  * proxy in front of it freezes). A client asks for the map's version
@@ -1195,20 +1212,10 @@ static long long backends_named(const char *app)
 START_TEST(a_frozen_meta_database_holds_no_enqueue_up)
 {
 	enum { N = 20 };
-	sq_error err;
 	sq_client *c;
 	sq_config *cfg;
 	testdb_proxy meta;
-	testdb_proxy_start(&meta, t.ports[0]);
-	char extra[512];
-	snprintf(extra, sizeof(extra),
-		 "meta_dsn = host=127.0.0.1 port=%d dbname=%s user=postgres\n"
-		 "\n[connection]\nmap_poll = 100ms\nanswer_timeout = 30s\n",
-		 meta.port, t.db);
-	char *ini = testdb_ini(&t, NULL, extra);
-	OKE(sq_config_parse(ini, "frozen-meta", &cfg, &err));
-	free(ini);
-	OKE(sq_client_open(cfg, 0, &c, &err));
+	meta_via_proxy(&meta, "map_poll = 100ms\nanswer_timeout = 30s\n", &cfg, &c);
 	/* the first enqueue takes a block of job ids from the meta database */
 	ck_assert_int_gt(enqueue_one(c, "q", "fm-first", NULL, NULL), 0);
 	testdb_proxy_freeze(&meta, 1);
@@ -1520,16 +1527,8 @@ START_TEST(the_meta_database_down_longer_than_an_id_block)
 	sq_client *c;
 	sq_config *cfg;
 	testdb_proxy meta;
-	testdb_proxy_start(&meta, t.ports[0]);
-	char extra[512];
-	snprintf(extra, sizeof(extra),
-		 "meta_dsn = host=127.0.0.1 port=%d dbname=%s user=postgres\n"
-		 "\n[connection]\nmap_poll = 200ms\nconnect_timeout = 2s\nanswer_timeout = 5s\n",
-		 meta.port, t.db);
-	char *ini = testdb_ini(&t, NULL, extra);
-	OKE(sq_config_parse(ini, "meta-down", &cfg, &err));
-	free(ini);
-	OKE(sq_client_open(cfg, 0, &c, &err));
+	meta_via_proxy(&meta, "map_poll = 200ms\nconnect_timeout = 2s\nanswer_timeout = 5s\n", &cfg,
+		       &c);
 	tworker tw;
 	tworker_create_cfg(&tw, cfg, "wmeta", 1);
 	tworker_add(&tw, "q", 16, log_handler, NULL);

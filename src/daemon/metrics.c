@@ -182,47 +182,45 @@ void sqd_rates_json(sqd *d, sq_buf *b)
 	pthread_mutex_unlock(&r->mu);
 }
 
-/* One gauge (or counter) per shard that answered, from its health. */
-static void health_series(sqd *d, const sq_stats *st, sq_buf *b, const char *name, const char *kind,
-			  const char *help, int which)
-{
-	sq_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, kind);
-	for (int s = 0; s < st->nshards; s++) {
-		const sq_shard_health *h = &st->health[s];
-		double v = which == 0   ? h->oldest_xact_s
-			   : which == 1 ? (double)h->xmin_age
-			   : which == 2 ? (double)h->jobs_dead_rows
-			   : which == 3 ? (double)h->jobs_live_rows
-			   : which == 4 ? (double)h->jobs_autovacuums
-					: h->jobs_vacuum_age_s;
-		if (!st->shard_error[s] && v >= 0)
-			sq_buf_printf(b, "%s{shard=\"%s\"} %.3f\n", name,
-				      sq_config_shard_id(d->cfg, s), v);
-	}
-}
-
 /* What holds vacuum back on each shard, and how vacuum keeps up with the
- * jobs table (docs/operations.md, "A transaction left open"). */
+ * jobs table (docs/operations.md, "A transaction left open"): one gauge (or
+ * counter) per figure, a value per shard that answered and has it. */
 static void write_health(sqd *d, const sq_stats *st, sq_buf *b)
 {
-	health_series(d, st, b, "shardq_oldest_transaction_seconds", "gauge",
-		      "Age of the oldest open transaction of a client session on the shard's "
-		      "server.",
-		      0);
-	health_series(d, st, b, "shardq_xmin_horizon_age", "gauge",
-		      "Age in transactions of the oldest xmin holding back vacuum on the shard's "
-		      "server (sessions, prepared transactions, replication slots).",
-		      1);
-	health_series(d, st, b, "shardq_jobs_dead_rows", "gauge",
-		      "Dead rows of shardq.jobs that vacuum has yet to remove.", 2);
-	health_series(d, st, b, "shardq_jobs_live_rows", "gauge",
-		      "Live rows of shardq.jobs, as PostgreSQL's statistics count them.", 3);
-	health_series(d, st, b, "shardq_jobs_autovacuum_runs_total", "counter",
-		      "Autovacuum runs on shardq.jobs since the shard's statistics were reset.", 4);
-	health_series(d, st, b, "shardq_jobs_vacuum_age_seconds", "gauge",
-		      "Time since shardq.jobs was last vacuumed, by autovacuum or by hand "
-		      "(absent: never).",
-		      5);
+	static const struct {
+		const char *name, *kind, *help;
+	} series[] = {
+		{"shardq_oldest_transaction_seconds", "gauge",
+		 "Age of the oldest open transaction of a client session on the shard's server."},
+		{"shardq_xmin_horizon_age", "gauge",
+		 "Age in transactions of the oldest xmin holding back vacuum on the shard's server "
+		 "(sessions, prepared transactions, replication slots)."},
+		{"shardq_jobs_dead_rows", "gauge",
+		 "Dead rows of shardq.jobs that vacuum has yet to remove."},
+		{"shardq_jobs_live_rows", "gauge",
+		 "Live rows of shardq.jobs, as PostgreSQL's statistics count them."},
+		{"shardq_jobs_autovacuum_runs_total", "counter",
+		 "Autovacuum runs on shardq.jobs since the shard's statistics were reset."},
+		{"shardq_jobs_vacuum_age_seconds", "gauge",
+		 "Time since shardq.jobs was last vacuumed, by autovacuum or by hand (absent: "
+		 "never)."}};
+	for (size_t k = 0; k < sizeof(series) / sizeof(series[0]); k++) {
+		sq_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", series[k].name, series[k].help,
+			      series[k].name, series[k].kind);
+		for (int s = 0; s < st->nshards; s++) {
+			const sq_shard_health *h = &st->health[s];
+			/* in the order of series */
+			double v[] = {h->oldest_xact_s,
+				      (double)h->xmin_age,
+				      (double)h->jobs_dead_rows,
+				      (double)h->jobs_live_rows,
+				      (double)h->jobs_autovacuums,
+				      h->jobs_vacuum_age_s};
+			if (!st->shard_error[s] && v[k] >= 0)
+				sq_buf_printf(b, "%s{shard=\"%s\"} %.3f\n", series[k].name,
+					      sq_config_shard_id(d->cfg, s), v[k]);
+		}
+	}
 }
 
 /* Prometheus label values: the shard ids and type names are [A-Za-z0-9_.:-]
