@@ -316,9 +316,11 @@ sq_status sq_client_refresh_map(sq_client *c, sq_error *err)
 	return refresh_map(c, 1, err);
 }
 
-/* Every shard's schema must be one this build speaks (SQ_SHARD_SCHEMA_MIN
- * up to its last migration): after an upgrade, `shardq init` applies the
- * new migrations. */
+/* Every shard's schema must be one this build speaks: SQ_SHARD_SCHEMA_MIN
+ * up to one past its last migration (SQ_SHARD_SCHEMA_AHEAD: each migration
+ * keeps the previous release working, docs/operations.md "Upgrading", so a
+ * process of this build restarted while the fleet is rolled forward still
+ * starts). After an upgrade, `shardq init` applies the new migrations. */
 sq_status sq_client_shard_schema(sq_client *c, int s, int *have, sq_error *err)
 {
 	PGresult *r = sq_pgconn_exec(&c->shards[s], sq_sql_shard_schema_version, 0, NULL, err);
@@ -346,11 +348,13 @@ static sq_status check_schema(sq_client *c, sq_error *err)
 				"shard %s (%s) has schema version %d and this shardq needs %d "
 				"or newer; run 'shardq init' to upgrade it",
 				c->cfg->shards[s].id, c->shards[s].addr, have, SQ_SHARD_SCHEMA_MIN);
-		if (have > want)
+		if (have > want + SQ_SHARD_SCHEMA_AHEAD)
 			return sq_err(err, SQ_ESTATE,
-				      "shard %s (%s) has schema version %d, newer than this shardq "
-				      "knows (%d); upgrade shardq",
-				      c->cfg->shards[s].id, c->shards[s].addr, have, want);
+				      "shard %s (%s) has schema version %d and this shardq runs on "
+				      "%d to %d; upgrade shardq to a release of schema %d or %d",
+				      c->cfg->shards[s].id, c->shards[s].addr, have,
+				      SQ_SHARD_SCHEMA_MIN, want + SQ_SHARD_SCHEMA_AHEAD, have - 1,
+				      have);
 	}
 	return SQ_OK;
 }

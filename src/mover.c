@@ -1159,7 +1159,8 @@ static void fill_info(sq_client *c, const move *m, sq_move_info *info)
 
 /* Both shards at this build's schema: a move's markers (`adopted`, schema
  * 11) and statements are this build's, so a shard not yet upgraded would
- * refuse a step in the middle of the move, with its partitions frozen. */
+ * refuse a step in the middle of the move, with its partitions frozen, and
+ * one upgraded past it may have markers this build does not set. */
 static sq_status schemas_current(sq_client *c, int from, int to, sq_error *err)
 {
 	int want = sq_shard_schema_newest(), have, idx[2] = {from, to};
@@ -1172,6 +1173,12 @@ static sq_status schemas_current(sq_client *c, int from, int to, sq_error *err)
 				      "partitions with version %d; run 'shardq init' to upgrade it "
 				      "first",
 				      sid(c, idx[k]), have, want);
+		if (have > want)
+			return sq_err(
+				err, SQ_ESTATE,
+				"shard %s has schema version %d, newer than this shardq's "
+				"(%d): move partitions with the shardq that ran 'shardq init'",
+				sid(c, idx[k]), have, want);
 	}
 	return SQ_OK;
 }

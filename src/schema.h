@@ -31,6 +31,12 @@ struct sq_migration {
  * worker of an older release on version 7 would claim by reading all of a
  * shard's ready jobs (docs/operations.md, "Upgrading"). */
 #define SQ_SHARD_SCHEMA_MIN 6
+/* How far past its own last migration a build runs: one. Every migration
+ * keeps the release before it working (tests/test_upgrade.c runs that
+ * release's programs while this build's `shardq init` migrates); nothing
+ * promises the release two before. The mover alone needs its own version
+ * (its markers and steps are its release's). */
+#define SQ_SHARD_SCHEMA_AHEAD 1
 extern const struct sq_migration sq_shard_migrations[];
 extern const int sq_shard_migration_count;
 /* The newest shard schema: this build's last migration's version (inline:

@@ -405,20 +405,17 @@ pid_t test_spawn_worker(const test_worker_cmd *w)
 	char cmd[4096];
 	snprintf(cmd, sizeof(cmd),
 		 "exec %s -c %s work --worker %s --types %s --exec '%s' %s %s %s 2>&1",
-		 getenv("SHARDQ_CLI"), w->ini, w->id, w->types, w->exec, w->extra ? w->extra : "",
-		 w->append ? ">>" : ">", w->out_path);
+		 w->cli ? w->cli : getenv("SHARDQ_CLI"), w->ini, w->id, w->types, w->exec,
+		 w->extra ? w->extra : "", w->append ? ">>" : ">", w->out_path);
 	return test_spawn(cmd, w->flags);
 }
 
-int test_cli(const char *env, char *out, size_t outlen, const char *fmt, ...)
+static int cli_run(const char *cli, const char *env, char *out, size_t outlen, const char *fmt,
+		   va_list ap)
 {
 	char cmd[4096], args[3072];
-	const char *cli = getenv("SHARDQ_CLI");
 	ck_assert_msg(cli != NULL, "SHARDQ_CLI is not set (run through ctest)");
-	va_list ap;
-	va_start(ap, fmt);
 	vsnprintf(args, sizeof(args), fmt, ap);
-	va_end(ap);
 	snprintf(cmd, sizeof(cmd), "%s %s %s 2>&1", env ? env : "", cli, args);
 	FILE *f = popen(cmd, "r");
 	ck_assert_msg(f != NULL, "cannot run %s", cmd);
@@ -430,6 +427,24 @@ int test_cli(const char *env, char *out, size_t outlen, const char *fmt, ...)
 		;
 	int rc = pclose(f);
 	return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+int test_cli(const char *env, char *out, size_t outlen, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	int rc = cli_run(getenv("SHARDQ_CLI"), env, out, outlen, fmt, ap);
+	va_end(ap);
+	return rc;
+}
+
+int test_cli_of(const char *cli, const char *env, char *out, size_t outlen, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	int rc = cli_run(cli, env, out, outlen, fmt, ap);
+	va_end(ap);
+	return rc;
 }
 
 void test_check_cluster(testdb *t)
@@ -478,7 +493,7 @@ int test_cli_argv(const char *const *args, const char *in, size_t inlen, char **
 
 void test_daemon_spawn(test_daemon *d, const char *ini_path, const char *name)
 {
-	const char *bin = getenv("SHARDQ_DAEMON");
+	const char *bin = d->bin ? d->bin : getenv("SHARDQ_DAEMON");
 	ck_assert_msg(bin != NULL, "SHARDQ_DAEMON is not set (run through ctest)");
 	testdb_path(d->out, sizeof(d->out), name);
 	unlink(d->out);

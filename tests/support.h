@@ -181,6 +181,7 @@ double test_wait_no_procs(const char *want, const char *why);
 typedef struct test_worker_cmd {
 	const char *ini, *id, *types, *exec, *extra, *out_path;
 	int append, flags;
+	const char *cli; /* the program (NULL: $SHARDQ_CLI) */
 } test_worker_cmd;
 pid_t test_spawn_worker(const test_worker_cmd *w);
 
@@ -192,6 +193,9 @@ pid_t test_spawn_worker(const test_worker_cmd *w);
  */
 int test_cli(const char *env, char *out, size_t outlen, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
+/* The same with another program than $SHARDQ_CLI (another release's). */
+int test_cli_of(const char *cli, const char *env, char *out, size_t outlen, const char *fmt, ...)
+	__attribute__((format(printf, 5, 6)));
 #define testdb_run_cli(out, outlen, ...) test_cli(NULL, out, outlen, __VA_ARGS__)
 /* `shardq check` on t's cluster (its config written to the test's
  * directory) must find nothing: every soak and move case ends with it. */
@@ -213,6 +217,7 @@ typedef struct test_daemon {
 	int port;
 	char out[512]; /* its stdout and stderr */
 	char worker_id[160];
+	const char *bin; /* set before the spawn (NULL: $SHARDQ_DAEMON) */
 } test_daemon;
 void test_daemon_spawn(test_daemon *d, const char *ini_path, const char *name);
 void test_daemon_wait(test_daemon *d);

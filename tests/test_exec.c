@@ -80,8 +80,8 @@ static pid_t spawn(const char *id, const char *types, const char *script, const 
 	snprintf(exec, sizeof(exec), "%s%s/%s", exec_word ? "exec " : "", dir,
 		 script + (exec_word ? 5 : 0));
 	snprintf(out, sizeof(out), "%s/%s.out", dir, id);
-	test_worker_cmd w = {ini,   wid, types, exec,
-			     extra, out, 0,     own_group ? TEST_SPAWN_GROUP : 0};
+	test_worker_cmd w = {ini, wid, types, exec, extra, out, 0, own_group ? TEST_SPAWN_GROUP : 0,
+			     NULL};
 	return test_spawn_worker(&w);
 }
 

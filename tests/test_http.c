@@ -1267,7 +1267,7 @@ static long long remaining_enqueued(void *arg)
 START_TEST(two_daemons_and_a_move)
 {
 	start_all("sq_http_two", NULL);
-	test_daemon D2;
+	test_daemon D2 = {0};
 	test_daemon_start(&D2, ini_path, "shardqd-b.out");
 	enum { NP = 2, PER = 1000, NC = 6 };
 	int64_t *ids = calloc(NP * PER, sizeof(int64_t));

@@ -462,7 +462,7 @@ static void daemon_runs_maintenance(void)
 	char *ini = testdb_ini(&t, NULL, "maintain_interval = 1s");
 	test_write_file(path, 0, "%s\n[daemon]\nlisten = 127.0.0.1:0\nthreads = 1\n", ini);
 	free(ini);
-	test_daemon d;
+	test_daemon d = {0};
 	test_daemon_spawn(&d, path, "shardqd.log");
 	wait_day_parts(d.pid, "shardqd");
 	/* the log line follows the pass */

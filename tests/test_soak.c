@@ -147,7 +147,7 @@ static void spawn(int i)
 	snprintf(exec, sizeof(exec), "%s/job.sh", dir);
 	snprintf(out, sizeof(out), "%s/w%d.out", dir, i);
 	/* dies with the test, should the test die first */
-	test_worker_cmd c = {ini, w->id, types, exec, NULL, out, 1, TEST_SPAWN_PDEATH};
+	test_worker_cmd c = {ini, w->id, types, exec, NULL, out, 1, TEST_SPAWN_PDEATH, NULL};
 	w->pid = test_spawn_worker(&c);
 }
 

@@ -80,7 +80,7 @@ static void cleanup(void)
  * separated, no quoting needed); its output goes to out_path. */
 static pid_t spawn(const char *worker, const char *types, const char *extra, const char *out_path)
 {
-	test_worker_cmd w = {ini_path, worker, types, script_path, extra, out_path, 0, 0};
+	test_worker_cmd w = {ini_path, worker, types, script_path, extra, out_path, 0, 0, NULL};
 	return test_spawn_worker(&w);
 }
 
@@ -646,7 +646,8 @@ START_TEST(exec_takes_what_the_shell_takes)
 		snprintf(key, sizeof(key), "sh-%d", i);
 		snprintf(out, sizeof(out), "%s", tmp("w.out"));
 		int64_t id = enqueue_one(t.client, "e", key, NULL, NULL);
-		test_worker_cmd w = {ini_path, "wsh", "e:1", cmds[i], "--poll 100ms", out, 1, 0};
+		test_worker_cmd w = {ini_path, "wsh", "e:1", cmds[i], "--poll 100ms",
+				     out,      1,     0,     NULL};
 		pid_t pid = test_spawn_worker(&w);
 		double last = test_now_s();
 		sq_job j;
