@@ -664,6 +664,13 @@ typedef struct sq_worker_opts {
 	/* Called on the loop thread after every round that did database work. */
 	void (*on_tick)(const sq_worker_tick *t, void *arg);
 	void *tick_arg;
+	/* Not NULL: a watch on the meta database (a thread and a connection of
+	 * its own, asking it every [connection] map_poll) calls this with a line
+	 * when it stops answering, with why, and when it answers again, with how
+	 * long it was away; the same lines as shardqd logs. Claims, starts and
+	 * completions go on meanwhile from the cached map. */
+	void (*meta_log)(const char *line, void *arg);
+	void *meta_log_arg;
 } sq_worker_opts;
 
 /* Fills opts with the defaults above. */
@@ -746,6 +753,20 @@ typedef struct sq_move_opts {
 	int64_t pause_ms;        /* rebalance: pause between sets (0) */
 	sq_move_progress progress;
 	void *progress_arg;
+	/* A step whose round trip to the meta database fails because it
+	 * cannot be reached (connection refused or lost, no answer) keeps the
+	 * move where it is and tries again every second for this long, then
+	 * goes on by itself (300000, 5 min; 0: stops at once, as before).
+	 * Past it, the move stops at its step, to be resumed. */
+	int64_t meta_wait_ms;
+	/* Called with a line when such a wait begins and when it ends (the
+	 * meta database answering again, or the wait given up); arg is
+	 * progress_arg. NULL: none. */
+	void (*meta_note)(const char *line, void *arg);
+	/* While waiting so, SIGTERM and SIGINT stop the mover with the move at
+	 * its step (its handlers are put back after the wait; elsewhere the
+	 * signals act as before). */
+	int handle_signals;
 } sq_move_opts;
 
 /* Fills *o with the defaults in the comments above (no progress

@@ -16,6 +16,9 @@
 
 #include <libpq-events.h>
 
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,6 +45,9 @@ typedef struct move {
 	double stall_ms;
 	double t0;
 	PGconn *meta, *src, *dst;
+	sq_client *c;
+	const sq_move_opts *o;
+	int lock_pid; /* the meta session that took the move's lock */
 	/* the pre-copy (this process's, not recorded): the source's rows it
 	 * copied, by id, and its transaction on the destination as an xmin */
 	rowver *pre;
@@ -56,6 +62,7 @@ void sq_move_opts_init(sq_move_opts *o)
 	o->freeze_tries = 5;
 	o->delete_batch = 10000;
 	o->set_size = 256;
+	o->meta_wait_ms = 300000;
 }
 
 /* How long a statement on one of the mover's connections may go
@@ -265,15 +272,225 @@ static void set_lit(move *m)
 	m->lit = sq_buf_steal(&b);
 }
 
+/* ---- waiting for the meta database ---------------------------------- */
+
+/* A round trip of a step to the meta database (the step's record, the
+ * switch's transaction, the plan's), run again whole after a wait. */
+typedef sq_status (*meta_fn)(move *m, const void *arg, sq_error *err);
+
+/* Set by SIGTERM/SIGINT while a mover waits for the meta database with
+ * handle_signals (lock-free: a signal handler may store it). */
+static atomic_int meta_wait_stop;
+
+static void on_stop_signal(int sig)
+{
+	(void)sig;
+	atomic_store(&meta_wait_stop, 1);
+}
+
+/* Whether a meta round trip failed because the meta database cannot be
+ * reached (refused, lost, no answer), not for what it was asked. */
+static int meta_unreachable(const move *m, const sq_error *err)
+{
+	return err->code == SQ_ECONN || !m->meta || PQstatus(m->meta) != CONNECTION_OK;
+}
+
+static void meta_note(const move *m, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void meta_note(const move *m, const char *fmt, ...)
+{
+	char line[900];
+	int k = m->id ? snprintf(line, sizeof(line), "move %lld: ", (long long)m->id)
+		      : snprintf(line, sizeof(line), "the next move: ");
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(line + k, sizeof(line) - (size_t)k, fmt, ap);
+	va_end(ap);
+	if (m->o->meta_note)
+		m->o->meta_note(line, m->o->progress_arg);
+}
+
+/* The move's step as the meta database has it, into step (16 bytes). */
+static sq_status meta_step_now(move *m, char *step, sq_error *err)
+{
+	char ids[24];
+	const char *v[1] = {ids};
+	snprintf(ids, sizeof(ids), "%lld", (long long)m->id);
+	PGresult *r = run(m->meta, "meta", sq_sql_move_load, 1, v, err);
+	if (!r)
+		return err->code;
+	if (PQntuples(r) != 1) {
+		PQclear(r);
+		return sq_err(err, SQ_ENOTFOUND, "move %lld is gone from the meta database",
+			      (long long)m->id);
+	}
+	snprintf(step, 16, "%s", PQgetvalue(r, 0, 3));
+	PQclear(r);
+	return SQ_OK;
+}
+
+static sq_status lock_move(move *m, sq_error *err);
+
+/* The move's lock taken again on a new meta connection. A session of this
+ * mover's from before the outage that still holds it (its connection died
+ * unseen) is ended, and the lock taken at the next try (SQ_ECONN: the
+ * wait goes on); another mover's lock stops this one. */
+static sq_status relock(move *m, sq_error *err)
+{
+	int old = m->lock_pid;
+	sq_status st = lock_move(m, err);
+	if (st != SQ_ESTATE || !old)
+		return st;
+	char ids[24], pid[16];
+	const char *v[2] = {ids, pid};
+	sq_error e2;
+	snprintf(ids, sizeof(ids), "%lld", (long long)m->id);
+	snprintf(pid, sizeof(pid), "%d", old);
+	PGresult *r = run(m->meta, "meta", sq_sql_move_lock_end_own, 2, v, &e2);
+	int ended = r && !strcmp(PQgetvalue(r, 0, 0), "t");
+	PQclear(r);
+	if (!ended)
+		return st; /* another mover's */
+	return sq_err(err, SQ_ECONN,
+		      "meta: this mover's session from before (pid %d) still held the move's "
+		      "lock; it is ended",
+		      old);
+}
+
+/* After a wait: a new meta connection, and (for a move that has one) its
+ * lock and its step, which must be `from` (the round trip did not land:
+ * run it again) or `to` (it landed; *done), else another mover carried
+ * the move on meanwhile and this one stops. from NULL: the plan, which
+ * runs again whole. */
+static sq_status reattach(move *m, const char *from, const char *to, int *done, sq_error *err)
+{
+	char msg[512], step[16];
+	*done = 0;
+	PQfinish(m->meta);
+	/* given up at once on a signal (handle_signals), not after connect_timeout */
+	m->meta = sq_connect_plain_stop(m->c->cfg, sq_config_meta_dsn(m->c->cfg), "meta", "mover",
+					&meta_wait_stop, msg, sizeof(msg));
+	if (!m->meta)
+		return sq_err(err, SQ_ECONN, "meta: %s", msg);
+	double w = sq_plain_answer_wait_s(m->c->cfg, m->c->cfg->statement_timeout_ms);
+	set_wait(m->meta, w, w, 0);
+	if (!from)
+		return SQ_OK;
+	if (relock(m, err) || meta_step_now(m, step, err))
+		return err->code;
+	if (!strcmp(step, to))
+		*done = 1;
+	else if (strcmp(step, from))
+		return sq_err(err, SQ_ESTATE,
+			      "move %lld is at step '%s' now, not '%s': another mover carried it "
+			      "on while this one waited for the meta database; this one stops",
+			      (long long)m->id, step, from);
+	return SQ_OK;
+}
+
+/* Sleeps up to a second, less when a signal asks the mover to stop. */
+static void wait_a_second(void)
+{
+	for (int i = 0; i < 20 && !atomic_load(&meta_wait_stop); i++)
+		usleep(50000);
+}
+
+/* The wait (meta_wait_ms) of a round trip that failed with the meta
+ * database out of reach: nothing else is done meanwhile, so the move
+ * stays at its step, its partitions as that step leaves them (frozen from
+ * the freeze to the switch); the shards' connections stay open and idle,
+ * in no transaction. Every second: a new meta connection, the move's lock
+ * and step checked (reattach), and fn run again. */
+static sq_status meta_wait(move *m, const char *from, const char *to, meta_fn fn, const void *arg,
+			   sq_error *err)
+{
+	struct sigaction sa, old_int, old_term;
+	char why[sizeof(err->msg)];
+	double t0 = sq_mono_s(), limit = (double)m->o->meta_wait_ms / 1000.0;
+	sq_status st;
+	snprintf(why, sizeof(why), "%s", err->msg);
+	why[strcspn(why, "\n")] = '\0';
+	atomic_store(&meta_wait_stop, 0);
+	if (m->o->handle_signals) {
+		memset(&sa, 0, sizeof(sa));
+		sa.sa_handler = on_stop_signal;
+		sigemptyset(&sa.sa_mask);
+		sigaction(SIGINT, &sa, &old_int);
+		sigaction(SIGTERM, &sa, &old_term);
+	}
+	meta_note(m, "meta database not answering (%s); waiting, tried again every 1s for %.0fs",
+		  why, limit);
+	for (;;) {
+		wait_a_second();
+		double waited = sq_mono_s() - t0;
+		if (atomic_load(&meta_wait_stop)) {
+			st = sq_err(err, SQ_ECONN,
+				    "stopped by a signal after waiting %.1fs for the meta database "
+				    "(%s)",
+				    waited, why);
+			break;
+		}
+		if (waited >= limit) {
+			st = sq_err(err, SQ_ECONN,
+				    "meta database not answering for %.1fs (%s); gave up waiting",
+				    waited, why);
+			break;
+		}
+		int done;
+		st = reattach(m, from, to, &done, err);
+		if (st == SQ_OK && !done)
+			st = fn(m, arg, err);
+		if (st == SQ_OK) {
+			meta_note(m, "meta database answering again after %.1fs; going on",
+				  sq_mono_s() - t0);
+			break;
+		}
+		if (!meta_unreachable(m, err))
+			break;
+		snprintf(why, sizeof(why), "%s", err->msg);
+		why[strcspn(why, "\n")] = '\0';
+	}
+	if (st != SQ_OK)
+		meta_note(m, "%s", err->msg);
+	if (m->o->handle_signals) {
+		sigaction(SIGINT, &old_int, NULL);
+		sigaction(SIGTERM, &old_term, NULL);
+	}
+	return st;
+}
+
+/* Runs fn, a step's round trip to the meta database, which moves the
+ * move's recorded step from `from` to `to`; one that fails because the
+ * meta database cannot be reached waits for it (meta_wait). */
+static sq_status on_meta(move *m, const char *from, const char *to, meta_fn fn, const void *arg,
+			 sq_error *err)
+{
+	sq_status st = fn(m, arg, err);
+	if (st == SQ_OK || !m->o || !meta_unreachable(m, err) || m->o->meta_wait_ms <= 0)
+		return st;
+	return meta_wait(m, from, to, fn, arg, err);
+}
+
+typedef struct step_record {
+	const char *step, *sql, *extra;
+} step_record;
+
+static sq_status record_once(move *m, const void *arg, sq_error *err)
+{
+	const step_record *sr = arg;
+	char id[24];
+	const char *v[3] = {id, sr->step, sr->extra};
+	snprintf(id, sizeof(id), "%lld", (long long)m->id);
+	return run_ok(m->meta, "meta", sr->sql ? sr->sql : sq_sql_move_record_step, sr->sql ? 3 : 2,
+		      v, err);
+}
+
 /* Records the move's step; sql NULL: that alone, else the statement that
  * also records `extra` ($3). */
 static sq_status record(move *m, const char *step, const char *sql, const char *extra,
 			sq_error *err)
 {
-	char id[24];
-	const char *v[3] = {id, step, extra};
-	snprintf(id, sizeof(id), "%lld", (long long)m->id);
-	if (run_ok(m->meta, "meta", sql ? sql : sq_sql_move_record_step, sql ? 3 : 2, v, err))
+	step_record sr = {step, sql, extra};
+	if (on_meta(m, m->step, step, record_once, &sr, err))
 		return err->code;
 	snprintf(m->step, sizeof(m->step), "%s", step);
 	return SQ_OK;
@@ -358,6 +575,8 @@ static sq_status lock_move(move *m, sq_error *err)
 		return err->code;
 	int got = !strcmp(PQgetvalue(r, 0, 0), "t");
 	PQclear(r);
+	if (got)
+		m->lock_pid = PQbackendPID(m->meta);
 	if (!got)
 		return sq_err(err, SQ_ESTATE,
 			      "move %lld is being driven by another mover right now; wait for it, "
@@ -366,11 +585,18 @@ static sq_status lock_move(move *m, sq_error *err)
 	return SQ_OK;
 }
 
-/* Step 0: a moves row, and the partitions locked to this move. */
-static sq_status plan(sq_client *c, move *m, sq_error *err)
+/* Step 0's transaction: a moves row, and the partitions locked to it. A
+ * commit whose answer was lost is taken for a failure, and the plan made
+ * again finds the partitions locked: it stops, naming that move. */
+static sq_status plan_tx(move *m, const void *arg, sq_error *err)
 {
+	sq_client *c = m->c;
 	const char *v[3] = {m->lit, sid(c, m->from), sid(c, m->to)};
 	PGresult *r;
+	(void)arg;
+	m->id = 0;
+	if (!m->meta && !(m->meta = connect_to(c, "meta", sq_config_meta_dsn(c->cfg), err)))
+		return err->code;
 	if (run_ok(m->meta, "meta", "BEGIN", 0, NULL, err))
 		return err->code;
 	/* the map must agree that the source holds them all */
@@ -404,10 +630,28 @@ static sq_status plan(sq_client *c, move *m, sq_error *err)
 			"first (shardq moves)");
 	}
 	PQclear(r);
-	if (run_ok(m->meta, "meta", "COMMIT", 0, NULL, err))
+	if (run_ok(m->meta, "meta", "COMMIT", 0, NULL, err)) {
+		m->id = 0;
+		return err->code;
+	}
+	return SQ_OK;
+}
+
+static sq_status lock_once(move *m, const void *arg, sq_error *err)
+{
+	(void)arg;
+	return lock_move(m, err);
+}
+
+/* Step 0: a moves row, the partitions locked to it, and the move's own
+ * lock (a rebalance's next set waits here for the meta database too). */
+static sq_status plan(sq_client *c, move *m, sq_error *err)
+{
+	(void)c;
+	if (on_meta(m, NULL, NULL, plan_tx, NULL, err))
 		return err->code;
 	snprintf(m->step, sizeof(m->step), "planned");
-	return lock_move(m, err);
+	return on_meta(m, "planned", "planned", lock_once, NULL, err);
 }
 
 /* Step 1: the destination marks the partitions importing and drops any
@@ -1055,11 +1299,14 @@ static sq_status take_adopted(sq_client *c, move *m, sq_error *err)
 	return run_ok(m->dst, dw, sq_sql_move_take_adopted, 2, v, err);
 }
 
-/* Step 5: the meta map follows, with a new version and a NOTIFY. */
-static sq_status switch_map(sq_client *c, move *m, sq_error *err)
+/* Step 5's transaction on the meta database: the map, its version, the
+ * NOTIFY and the step. */
+static sq_status switch_tx(move *m, const void *arg, sq_error *err)
 {
+	sq_client *c = m->c;
 	char ids[24];
 	const char *v[3] = {m->lit, sid(c, m->to), ids};
+	(void)arg;
 	PGresult *r;
 	snprintf(ids, sizeof(ids), "%lld", (long long)m->id);
 	if (run_ok(m->meta, "meta", "BEGIN", 0, NULL, err) ||
@@ -1077,9 +1324,33 @@ static sq_status switch_map(sq_client *c, move *m, sq_error *err)
 	    run_ok(m->meta, "meta", sq_sql_move_record_switched, 1, sv, err) ||
 	    run_ok(m->meta, "meta", "COMMIT", 0, NULL, err))
 		return err->code;
+	return SQ_OK;
+}
+
+/* Step 5: the meta map follows, with a new version and a NOTIFY. Never
+ * without the meta database: a switch that cannot reach it waits. */
+static sq_status switch_map(sq_client *c, move *m, sq_error *err)
+{
+	if (on_meta(m, "copied", "switched", switch_tx, NULL, err))
+		return err->code;
 	snprintf(m->step, sizeof(m->step), "switched");
 	sq_failpoint("after_switch");
 	return take_adopted(c, m, err);
+}
+
+/* Step 6's end on the meta database: the move done, its partitions free. */
+static sq_status done_tx(move *m, const void *arg, sq_error *err)
+{
+	char ids[24];
+	const char *fv[1] = {ids};
+	(void)arg;
+	snprintf(ids, sizeof(ids), "%lld", (long long)m->id);
+	if (run_ok(m->meta, "meta", "BEGIN", 0, NULL, err) ||
+	    run_ok(m->meta, "meta", sq_sql_move_record_done, 1, fv, err) ||
+	    run_ok(m->meta, "meta", sq_sql_move_unlock, 1, fv, err) ||
+	    run_ok(m->meta, "meta", "COMMIT", 0, NULL, err))
+		return err->code;
+	return SQ_OK;
 }
 
 /* Step 6: the source marks the partitions gone (writers now hear "moved")
@@ -1121,11 +1392,7 @@ static sq_status cleanup(sq_client *c, move *m, const sq_move_opts *o, sq_error 
 	}
 	if (bulk_timeout(c, m->src, who, 0, 0, err))
 		return err->code;
-	const char *fv[1] = {ids};
-	if (run_ok(m->meta, "meta", "BEGIN", 0, NULL, err) ||
-	    run_ok(m->meta, "meta", sq_sql_move_record_done, 1, fv, err) ||
-	    run_ok(m->meta, "meta", sq_sql_move_unlock, 1, fv, err) ||
-	    run_ok(m->meta, "meta", "COMMIT", 0, NULL, err))
+	if (on_meta(m, "switched", "done", done_tx, NULL, err))
 		return err->code;
 	snprintf(m->step, sizeof(m->step), "done");
 	/* Then the source forgets the partitions: to a writer a partition it
@@ -1266,13 +1533,11 @@ static sq_status move_set(sq_client *c, const uint32_t *parts, size_t n, int fro
 		return sq_err(err, SQ_ENOMEM, "out of memory");
 	memcpy(m.parts, parts, n * sizeof(uint32_t));
 	set_lit(&m);
+	m.c = c;
+	m.o = o;
 	if ((st = schemas_current(c, from, to, err))) {
 		move_close(&m);
 		return st;
-	}
-	if (!(m.meta = connect_to(c, "meta", sq_config_meta_dsn(c->cfg), err))) {
-		move_close(&m);
-		return err->code;
 	}
 	st = plan(c, &m, err);
 	if (st == SQ_OK)
@@ -1410,6 +1675,8 @@ sq_status sq_move_resume(sq_client *c, int64_t id, const sq_move_opts *opts, sq_
 	else
 		sq_move_opts_init(&o);
 	memset(&m, 0, sizeof(m));
+	m.c = c;
+	m.o = &o;
 	st = load(c, &m, id, err);
 	if (st == SQ_OK && strcmp(m.step, "done"))
 		st = lock_move(&m, err);

@@ -12,6 +12,7 @@
 #include "jobrow.h"
 #include "listener.h"
 #include "maintain.h"
+#include "metawatch.h"
 #include "claim.h"
 #include "fenced.h"
 #include "pool.h"
@@ -105,8 +106,9 @@ struct sq_worker {
 	char last_error[256];
 	pthread_mutex_t stats_mu;
 	sq_worker_stats snap;
-	sq_maintainer *maint; /* history maintenance, every maintain_interval */
-	sq_sched *sched;      /* periodic jobs ([schedule NAME]); NULL: none */
+	sq_maintainer *maint;    /* history maintenance, every maintain_interval */
+	sq_metawatch *metawatch; /* opts.meta_log's watch on the meta database */
+	sq_sched *sched;         /* periodic jobs ([schedule NAME]); NULL: none */
 };
 
 static void note_errorf(sq_worker *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -273,6 +275,14 @@ sq_status sq_worker_create(const sq_config *cfg, const sq_worker_opts *opts, sq_
 	if (w->opts.listen)
 		sq_listen_set_open(&w->listen, w->c, (double)cfg->connect_timeout_ms / 1000.0);
 	w->maint = sq_maintainer_start(cfg, NULL, NULL);
+	/* the loop never waits for the meta database (the map's version is
+	 * polled on the LISTEN connection), so it cannot tell when it stops
+	 * answering: a watch of its own asks it */
+	if (w->opts.meta_log &&
+	    !(w->metawatch = sq_metawatch_start(cfg, w->opts.meta_log, w->opts.meta_log_arg))) {
+		sq_worker_destroy(w);
+		return sq_err(err, SQ_ENOMEM, "cannot start the watch on the meta database");
+	}
 	w->sched = sq_sched_new(cfg, w->id);
 	*out = w;
 	return SQ_OK;
@@ -1865,6 +1875,7 @@ void sq_worker_destroy(sq_worker *w)
 	if (!w)
 		return;
 	sq_maintainer_stop(w->maint);
+	sq_metawatch_stop(w->metawatch);
 	if (w->pool_started) {
 		sq_task *started, *stale;
 		/* handed jobs never started: taken back first, so no thread

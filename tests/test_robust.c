@@ -1619,6 +1619,188 @@ START_TEST(the_meta_database_down_longer_than_an_id_block)
 }
 END_TEST
 
+/* Waits until `want` is in the file at path (a child's output), failing
+ * on a stall: the file has not grown for testdb_stall_s(). */
+static void wait_output(const char *path, const char *want)
+{
+	size_t last = 0;
+	double moved = test_now_s();
+	for (;;) {
+		const char *text = test_file_text(path);
+		if (strstr(text, want))
+			return;
+		if (strlen(text) != last) {
+			last = strlen(text);
+			moved = test_now_s();
+		}
+		ck_assert_msg(test_now_s() - moved < testdb_stall_s(), "no '%s' in %s:\n%s", want,
+			      path, text);
+		usleep(50000);
+	}
+}
+
+/* n jobs of a type, keyed "TYPE-I" (so spread over the partitions, where
+ * keyless ones go in runs of a partition each), in one call; those whose
+ * partition is marked in skip (may be NULL) are left out. Returns how many
+ * were sent. */
+static int enqueue_keyed(const char *type, int n, const unsigned char *skip)
+{
+	sq_job_spec *js = calloc((size_t)n, sizeof(*js));
+	sq_enqueue_result *rs = calloc((size_t)n, sizeof(*rs));
+	char(*keys)[32] = calloc((size_t)n, sizeof(*keys));
+	sq_error err;
+	int k = 0;
+	for (int i = 0; i < n; i++) {
+		snprintf(keys[k], sizeof(keys[k]), "%s-%d", type, i);
+		if (skip && skip[sq_partition_of_key(keys[k], strlen(keys[k]), t.partitions)])
+			continue;
+		js[k].type = type;
+		js[k].key = keys[k];
+		k++;
+	}
+	OKE(sq_enqueue(t.client, js, (size_t)k, rs, &err));
+	free(js);
+	free(rs);
+	free(keys);
+	return k;
+}
+
+/* Jobs of type h completed (in the history). */
+static long long h_completed(void)
+{
+	return testdb_sum(&t, "SELECT count(*) FROM shardq.jobs_history WHERE task = 'h' AND "
+			      "status = 'completed'");
+}
+
+/*
+ * The meta database goes away (the proxy in front of it closes what it
+ * holds and leaves new connections unanswered) while `shardq move` is
+ * between its copy's commit and the switch of the map, and while `shardq
+ * work` runs. Asserted: the mover says the meta database does not answer
+ * and waits, with the map not switched (the partitions adopted on the
+ * destination, moving out on the source); the worker logs the outage and
+ * completes the jobs of the other partitions meanwhile; once the meta
+ * database is back the mover says so and finishes the move by itself (no
+ * resume), every job of the moved partitions is on the destination, none
+ * lost, the worker logs the end of the outage and runs the rest, and
+ * `shardq check` finds nothing. Before, the mover stopped at its step
+ * ("run `shardq moves --resume`") and the worker logged nothing.
+ */
+START_TEST(a_move_and_a_worker_ride_out_the_meta_database_down)
+{
+	enum { NP = 400, NH = 200, NMOVE = 8 };
+	testdb_proxy meta;
+	char extra[512], ini[600], wout[600], mout[600], go[600], reached[640], cmd[4096];
+	char list[256] = "", lit[260], sql[512];
+	unsigned char moving[64] = {0};
+	testdb_proxy_start(&meta, t.ports[0]);
+	snprintf(extra, sizeof(extra),
+		 "meta_dsn = host=127.0.0.1 port=%d dbname=%s user=postgres\n\n[connection]\n"
+		 "map_poll = 200ms\nconnect_timeout = 2s\nanswer_timeout = 5s\n",
+		 meta.port, t.db);
+	char *text = testdb_ini(&t, NULL, extra);
+	testdb_path(ini, sizeof(ini), "meta-proxy.ini");
+	test_write_bytes(ini, text, strlen(text));
+	free(text);
+	/* jobs nobody runs, all of which the move must carry */
+	enqueue_keyed("p", NP, NULL);
+	for (uint32_t p = 0, k = 0; p < t.partitions && k < NMOVE; p++)
+		if (sq_client_shard_of_partition(t.client, p) == 0) {
+			size_t len = strlen(list);
+			snprintf(list + len, sizeof(list) - len, "%s%u", k++ ? "," : "", p);
+			moving[p] = 1;
+		}
+	snprintf(lit, sizeof(lit), "{%s}", list);
+	snprintf(sql, sizeof(sql),
+		 "SELECT count(*) FROM shardq.jobs WHERE task = 'p' AND partition = ANY('%s')",
+		 lit);
+	long long moving_jobs = testdb_scalar(&t, 0, sql);
+	ck_assert_int_gt(moving_jobs, 0);
+
+	testdb_path(wout, sizeof(wout), "work.out");
+	test_worker_cmd wc = {ini, "wmeta", "h:4", "true", NULL, wout, 0, TEST_SPAWN_PDEATH, NULL};
+	pid_t worker = test_spawn_worker(&wc);
+	wait_output(wout, "on 2 shards");
+	testdb_path(mout, sizeof(mout), "move.out");
+	testdb_path(go, sizeof(go), "switch.go");
+	snprintf(reached, sizeof(reached), "%s.reached", go);
+	snprintf(cmd, sizeof(cmd),
+		 "SHARDQ_FAILPOINT_WAIT=after_copy_commit:%s exec %s -c %s move --partitions %s "
+		 "--to s2 --meta-wait 10m > %s 2>&1",
+		 go, getenv("SHARDQ_CLI"), ini, list, mout);
+	pid_t mover = test_spawn(cmd, TEST_SPAWN_PDEATH);
+	for (double t0 = test_now_s(); access(reached, F_OK) != 0; usleep(20000)) {
+		int status;
+		ck_assert_msg(waitpid(mover, &status, WNOHANG) == 0 &&
+				      test_now_s() - t0 < testdb_stall_s(),
+			      "the mover did not reach its copy's commit:\n%s",
+			      test_file_text(mout));
+	}
+	/* the copy has committed; the meta database goes, then the mover
+	 * goes on to the switch */
+	testdb_proxy_hole(&meta, 1);
+	double down = test_now_s();
+	test_write_file(go, 0, "go\n");
+	wait_output(mout, "meta database not answering");
+	wait_output(wout, "meta database: not answering");
+	/* the worker goes on from its cached map: jobs enqueued now (this
+	 * client reaches the meta database) run; none of the moving
+	 * partitions, which take no write until the switch */
+	long long nh = enqueue_keyed("h", NH, moving);
+	double moved = test_now_s();
+	for (long long done = 0, last = -1; (done = h_completed()) < nh; usleep(50000)) {
+		if (done != last)
+			last = done, moved = test_now_s();
+		ck_assert_msg(test_now_s() - moved < testdb_stall_s(),
+			      "the worker completed %lld of %lld jobs with the meta database "
+			      "down:\n%s",
+			      done, nh, test_file_text(wout));
+	}
+	/* nothing switched without the meta database */
+	snprintf(sql, sizeof(sql),
+		 "SELECT count(*) FROM shardq_meta.partition_map WHERE shard_id = 's1' AND "
+		 "partition = ANY('%s')",
+		 lit);
+	ck_assert_int_eq(testdb_scalar(&t, 0, sql), NMOVE);
+	ck_assert_int_eq(testdb_scalar(&t, 0,
+				       "SELECT count(*) FROM shardq_meta.moves WHERE "
+				       "step = 'copied'"),
+			 1);
+	int status;
+	ck_assert_msg(waitpid(mover, &status, WNOHANG) == 0, "the mover did not wait:\n%s",
+		      test_file_text(mout));
+	/* a few seconds down in all */
+	while (test_now_s() - down < 3)
+		usleep(100000);
+	testdb_proxy_hole(&meta, 0);
+	int rc = test_wait_exit(mover, testdb_stall_s());
+	const char *out = test_file_text(mout);
+	ck_assert_msg(rc == 0, "the mover exited %d:\n%s", rc, out);
+	ck_assert_msg(strstr(out, "meta database answering again after") &&
+			      strstr(out, "going on") && !strstr(out, "--resume"),
+		      "the mover's output:\n%s", out);
+	printf("meta down under a move: %s", strstr(out, "shardq move: move"));
+	wait_output(wout, "meta database: answering again after");
+	printf("meta down under a worker: %s", strstr(test_file_text(wout), "shardq work: meta"));
+	ck_assert_int_eq(h_completed(), nh);
+	kill(worker, SIGTERM);
+	ck_assert_int_eq(test_wait_exit(worker, testdb_stall_s()), 0);
+	/* every job of the moved partitions is on s2, none lost */
+	snprintf(sql, sizeof(sql),
+		 "SELECT count(*) FROM shardq.jobs WHERE task = 'p' AND partition = ANY('%s')",
+		 lit);
+	ck_assert_int_eq(testdb_scalar(&t, 1, sql), moving_jobs);
+	ck_assert_int_eq(testdb_scalar(&t, 0, sql), 0);
+	ck_assert_int_eq(testdb_sum(&t, "SELECT count(*) FROM shardq.jobs WHERE task = 'p'"), NP);
+	ck_assert_int_eq(testdb_scalar(&t, 0,
+				       "SELECT count(*) FROM shardq_meta.moves WHERE "
+				       "step = 'done'"),
+			 1);
+	test_check_cluster(&t);
+	testdb_proxy_stop(&meta);
+}
+END_TEST
+
 static Suite *suite(void)
 {
 	Suite *s = suite_create("robust");
@@ -1644,6 +1826,7 @@ static Suite *suite(void)
 	ADD_TEST(tc, a_cut_map_listen_connection_is_made_again);
 	ADD_TEST(tc, a_shard_whose_disk_fills_fails_its_writes_and_resumes);
 	ADD_TEST(tc, the_meta_database_down_longer_than_an_id_block);
+	ADD_TEST(tc, a_move_and_a_worker_ride_out_the_meta_database_down);
 	ADD_TEST(tc, failpoints_only_where_built_in);
 	suite_add_tcase(s, tc);
 	return s;

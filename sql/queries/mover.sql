@@ -45,6 +45,17 @@ SELECT array_to_string(partitions, ','), from_shard, to_shard, step,
 -- the connection closes. $1 int move id. Returns whether it was taken.
 SELECT pg_try_advisory_lock(1397837138, $1::int)
 
+-- name: move_lock_end_own
+-- A mover that lost its meta connection (the meta database away) and
+-- takes its move's lock again: the session that still holds the lock, when
+-- it is the mover's own from before ($2, its backend pid; a connection
+-- that died unseen, which the server ends only much later), is ended, so
+-- that the next try takes the lock. Another mover's session is left alone.
+-- $1 int move id, $2 int the pid. Returns whether one was ended.
+SELECT coalesce(bool_or(pg_terminate_backend(pid)), false) FROM pg_locks
+ WHERE locktype = 'advisory' AND classid = 1397837138 AND objid = $1::int
+   AND objsubid = 2 AND granted AND pid = $2::int
+
 -- name: move_plan_on_source
 -- How many of the partitions the map places on the source.
 -- $1 int[] partitions, $2 text the source shard.

@@ -15,7 +15,25 @@ typedef struct progress {
 	double stall_max, stall_sum;
 	int stalls, last_set;
 	int64_t t0_us;
+	const char *cmd; /* "move", "rebalance", "moves" */
 } progress;
+
+/* A mover waiting for the meta database, and the wait's end: one line. */
+static void on_meta_note(const char *line, void *arg)
+{
+	const progress *p = arg;
+	fprintf(stderr, "%sshardq %s: %s\n", p->tty ? "\n" : "", p->cmd, line);
+}
+
+/* What every mover of the CLI does while the meta database is away: waits
+ * (--meta-wait), says so, and stops on SIGTERM/SIGINT. */
+static void meta_wait_opts(sq_move_opts *o, progress *p, const char *cmd)
+{
+	p->cmd = cmd;
+	o->progress_arg = p;
+	o->meta_note = on_meta_note;
+	o->handle_signals = 1;
+}
 
 static void on_progress(const sq_move_info *m, int set, int nsets, void *arg)
 {
@@ -135,18 +153,19 @@ bad:
 }
 
 static const struct option move_opts[] = {
-	{"config", required_argument, NULL, 'c'},
-	{"help", no_argument, NULL, 'h'},
-	{"partitions", required_argument, NULL, 'p'},
-	{"to", required_argument, NULL, 't'},
-	{"from", required_argument, NULL, 'f'},
-	{"count", required_argument, NULL, 'n'},
-	{"set-size", required_argument, NULL, 's'},
-	{"pause", required_argument, NULL, 'P'},
-	{"lock-timeout", required_argument, NULL, 'l'},
-	{"dry-run", no_argument, NULL, 'd'},
-	{NULL, 0, NULL, 0},
+	{"config", required_argument, NULL, 'c'},       {"help", no_argument, NULL, 'h'},
+	{"partitions", required_argument, NULL, 'p'},   {"to", required_argument, NULL, 't'},
+	{"from", required_argument, NULL, 'f'},         {"count", required_argument, NULL, 'n'},
+	{"set-size", required_argument, NULL, 's'},     {"pause", required_argument, NULL, 'P'},
+	{"lock-timeout", required_argument, NULL, 'l'}, {"dry-run", no_argument, NULL, 'd'},
+	{"meta-wait", required_argument, NULL, 'M'},    {NULL, 0, NULL, 0},
 };
+
+/* --meta-wait D: how long a mover waits for the meta database (0: not). */
+static int meta_wait_opt(const char *cmd, sq_move_opts *o)
+{
+	return cli_opt_dur(cmd, "--meta-wait", optarg, 0, 86400000, &o->meta_wait_ms);
+}
 
 static int common_opt(int c, cli *x, sq_move_opts *o, const char *cmd)
 {
@@ -164,6 +183,7 @@ static int common_opt(int c, cli *x, sq_move_opts *o, const char *cmd)
 	case 'P': return cli_opt_dur(cmd, "--pause", optarg, 0, 3600000, &o->pause_ms);
 	case 'l':
 		return cli_opt_dur(cmd, "--lock-timeout", optarg, 1, 3600000, &o->lock_timeout_ms);
+	case 'M': return meta_wait_opt(cmd, o);
 	}
 	return -1;
 }
@@ -181,7 +201,7 @@ static void print_move_help(void)
 	printf("usage: shardq [-c FILE] move --partitions LIST --to SHARD\n"
 	       "       shardq [-c FILE] move --count N --from SHARD --to SHARD\n"
 	       "              [--set-size N] [--lock-timeout D] [--pause D] "
-	       "[--dry-run]\n\n"
+	       "[--meta-wait D] [--dry-run]\n\n"
 	       "Moves partitions online (LIST: 1,2,5-9). Writes to them wait for\n"
 	       "milliseconds during the freeze; nothing is lost or run twice. "
 	       "Large\n"
@@ -189,6 +209,10 @@ static void print_move_help(void)
 	       "dies\n"
 	       "is resumed by `shardq moves --resume ID` (or `shardq "
 	       "rebalance`).\n"
+	       "A step that cannot reach the meta database waits for it, trying "
+	       "every\n"
+	       "second, for --meta-wait (5m; 0: stops at once), then goes on by "
+	       "itself.\n"
 	       "--dry-run checks everything and prints what would move.\n");
 }
 
@@ -205,7 +229,7 @@ static int move_options(cli *x, move_args *a, int argc, char **argv, int *stop)
 {
 	int c, rc;
 	*stop = 1;
-	while ((c = getopt_long(argc, argv, ":c:hp:t:f:n:s:P:l:d", move_opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, ":c:hp:t:f:n:s:P:l:dM:", move_opts, NULL)) != -1) {
 		if ((rc = common_opt(c, x, &a->o, "move")) >= 0) {
 			if (rc)
 				return rc;
@@ -291,11 +315,11 @@ static int dry_run(cli *x, const move_args *a, const uint32_t *parts, long n)
  * stops is named with the step to resume it from. */
 static int run_moves(cli *x, move_args *a, const uint32_t *parts, long n)
 {
-	progress pr = {isatty(2), n, 0, 0, 0, 0, 0, 0, cli_now_us()};
+	progress pr = {isatty(2), n, 0, 0, 0, 0, 0, 0, cli_now_us(), NULL};
 	int set = a->o.set_size, rc = EX_OK;
 	sq_error err;
 	a->o.progress = on_progress;
-	a->o.progress_arg = &pr;
+	meta_wait_opts(&a->o, &pr, "move");
 	for (long i = 0; i < n && rc == EX_OK; i += set) {
 		size_t k = (size_t)(n - i < set ? n - i : set);
 		sq_move_info mi;
@@ -346,7 +370,7 @@ int cmd_rebalance(cli *x, int argc, char **argv)
 	sq_move_opts o;
 	int c, rc, dry = 0;
 	sq_move_opts_init(&o);
-	while ((c = getopt_long(argc, argv, ":c:hs:P:l:d", move_opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, ":c:hs:P:l:dM:", move_opts, NULL)) != -1) {
 		if ((rc = common_opt(c, x, &o, "rebalance")) >= 0) {
 			if (rc)
 				return rc;
@@ -357,7 +381,7 @@ int cmd_rebalance(cli *x, int argc, char **argv)
 		case 'h':
 			printf("usage: shardq [-c FILE] rebalance [--dry-run] [--set-size N] "
 			       "[--pause D]\n"
-			       "                  [--lock-timeout D]\n\n"
+			       "                  [--lock-timeout D] [--meta-wait D]\n\n"
 			       "Plans the partition map from the config's shards and weights "
 			       "(weighted\n"
 			       "rendezvous hashing: adding or removing a shard moves about 1/N of "
@@ -367,7 +391,9 @@ int cmd_rebalance(cli *x, int argc, char **argv)
 			       "and carries it out online in sets of --set-size partitions (256), "
 			       "with\n"
 			       "--pause between sets. Unfinished moves are resumed first. Run\n"
-			       "`shardq init` first after adding a shard to the config.\n");
+			       "`shardq init` first after adding a shard to the config. A step\n"
+			       "that cannot reach the meta database waits for it for --meta-wait\n"
+			       "(5m; 0: stops at once).\n");
 			return EX_OK;
 		default: return cli_bad_option("rebalance", c, argv);
 		}
@@ -394,9 +420,9 @@ int cmd_rebalance(cli *x, int argc, char **argv)
 			printf("nothing to move\n");
 		return EX_OK;
 	}
-	progress pr = {isatty(2), moving, 0, 0, 0, 0, 0, 0, cli_now_us()};
+	progress pr = {isatty(2), moving, 0, 0, 0, 0, 0, 0, cli_now_us(), NULL};
 	o.progress = on_progress;
-	o.progress_arg = &pr;
+	meta_wait_opts(&o, &pr, "rebalance");
 	if (sq_rebalance(x->client, &o, &err) != SQ_OK) {
 		if (pr.tty)
 			fprintf(stderr, "\n");
@@ -412,32 +438,38 @@ int cmd_rebalance(cli *x, int argc, char **argv)
 static void print_moves_help(void)
 {
 	printf("usage: shardq [-c FILE] moves [--all]\n"
-	       "       shardq [-c FILE] moves --resume ID|all\n"
+	       "       shardq [-c FILE] moves --resume ID|all [--meta-wait D]\n"
 	       "       shardq [-c FILE] moves --abort ID\n\n"
 	       "Lists unfinished moves (--all: every move) with their step, rows\n"
 	       "copied, write stall and last error. --resume carries a move on "
 	       "from\n"
 	       "its step; --abort undoes one that has not passed the copy commit\n"
-	       "(the partitions stay with their old shard).\n");
+	       "(the partitions stay with their old shard). A resumed move waits\n"
+	       "for the meta database as `shardq move` does (--meta-wait, 5m).\n");
 }
 
 /* What `shardq moves` was asked: a list, a resume or an abort. */
 typedef struct moves_args {
 	int all, resume_all;
 	int64_t resume_id, abort_id;
+	sq_move_opts o;
 } moves_args;
 
 /* The options; 0 to go on, or the exit code with *stop set. */
 static int moves_options(cli *x, moves_args *a, int argc, char **argv, int *stop)
 {
 	static const struct option opts[] = {
-		{"config", required_argument, NULL, 'c'}, {"help", no_argument, NULL, 'h'},
-		{"all", no_argument, NULL, 'a'},          {"resume", required_argument, NULL, 'r'},
-		{"abort", required_argument, NULL, 'x'},  {NULL, 0, NULL, 0},
+		{"config", required_argument, NULL, 'c'},
+		{"help", no_argument, NULL, 'h'},
+		{"all", no_argument, NULL, 'a'},
+		{"resume", required_argument, NULL, 'r'},
+		{"abort", required_argument, NULL, 'x'},
+		{"meta-wait", required_argument, NULL, 'M'},
+		{NULL, 0, NULL, 0},
 	};
 	int c, rc;
 	*stop = 1;
-	while ((c = getopt_long(argc, argv, ":c:har:x:", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, ":c:har:x:M:", opts, NULL)) != -1) {
 		rc = 0;
 		switch (c) {
 		case 'c': x->config_path = optarg; break;
@@ -452,6 +484,7 @@ static int moves_options(cli *x, moves_args *a, int argc, char **argv, int *stop
 		case 'x':
 			rc = cli_opt_int("moves", "--abort", optarg, 1, INT64_MAX, &a->abort_id);
 			break;
+		case 'M': rc = meta_wait_opt("moves", &a->o); break;
 		case 'h': print_moves_help(); return EX_OK;
 		default: return cli_bad_option("moves", c, argv);
 		}
@@ -503,21 +536,29 @@ static int not_unfinished(cli *x, int64_t id)
 }
 
 /* Resumes every unfinished move (one: 0), or only move `one`. */
-static int resume_moves(cli *x, int64_t one)
+static int resume_moves(cli *x, int64_t one, sq_move_opts *o)
 {
 	sq_move_info *v;
 	size_t n;
 	sq_error err;
 	int rc = EX_OK, found = 0;
+	progress pr = {0};
+	meta_wait_opts(o, &pr, "moves");
 	if (sq_moves_list(x->client, 0, &v, &n, &err) != SQ_OK)
 		return cli_fail("moves", &err);
 	for (size_t i = 0; i < n && rc == EX_OK; i++) {
 		sq_move_info mi;
 		if (one && v[i].move_id != one)
 			continue;
-		if (sq_move_resume(x->client, v[i].move_id, NULL, &mi, &err) != SQ_OK)
+		memset(&mi, 0, sizeof(mi));
+		if (sq_move_resume(x->client, v[i].move_id, o, &mi, &err) != SQ_OK) {
 			rc = cli_fail("moves", &err);
-		else
+			if (mi.step[0])
+				fprintf(stderr,
+					"shardq moves: move %" PRId64 " stopped at step '%s'; run "
+					"`shardq moves --resume %" PRId64 "` again (or --abort)\n",
+					v[i].move_id, mi.step, v[i].move_id);
+		} else
 			printf("move %" PRId64 " resumed from '%s': done (%" PRId64 " rows)\n",
 			       v[i].move_id, v[i].step, mi.rows);
 	}
@@ -551,6 +592,7 @@ static int list_moves(cli *x, int all)
 int cmd_moves(cli *x, int argc, char **argv)
 {
 	moves_args a = {0};
+	sq_move_opts_init(&a.o);
 	int stop, rc = moves_options(x, &a, argc, argv, &stop);
 	if (stop)
 		return rc;
@@ -559,6 +601,6 @@ int cmd_moves(cli *x, int argc, char **argv)
 	if (a.abort_id > 0)
 		return abort_move(x, a.abort_id);
 	if (a.resume_all || a.resume_id)
-		return resume_moves(x, a.resume_id);
+		return resume_moves(x, a.resume_id, &a.o);
 	return list_moves(x, a.all);
 }

@@ -516,6 +516,16 @@ static void report(const sq_worker_stats *st, void *arg)
 	pthread_mutex_unlock(&out_mu);
 }
 
+/* The meta database stops answering, or answers again (the worker's watch
+ * on it, on a thread of its own): one line. */
+static void meta_log(const char *line, void *arg)
+{
+	(void)arg;
+	pthread_mutex_lock(&out_mu);
+	fprintf(stderr, "shardq work: %s\n", line);
+	pthread_mutex_unlock(&out_mu);
+}
+
 static void print_work_help(void)
 {
 	printf("usage: shardq [-c FILE] work --types T[:N][,T[:N]...] --exec CMD\n"
@@ -733,6 +743,7 @@ int cmd_work(cli *x, int argc, char **argv)
 	open_std_fds();
 	snprintf(a.ex.parent, sizeof(a.ex.parent), "%ld", (long)getpid());
 	a.wo.report = report;
+	a.wo.meta_log = meta_log;
 	a.ex.cmd = a.cmd;
 	if ((rc = cli_load_config(x, "work")))
 		return rc;
