@@ -1,6 +1,7 @@
 /* claim.c - the multi-type claim: one statement per shard, all shards at
  * once, each type's limit shared among the shards by their recent yield. */
 #include "buf.h"
+#include "clock.h"
 #include "client.h"
 #include "error.h"
 #include "jobrow.h"
@@ -61,14 +62,17 @@ static int cmp_jobs(const void *a, const void *b)
 typedef struct shard_req {
 	sq_buf types, limits, leases, starts;
 	sq_buf maxrun, rate, burst, ltypes; /* a limited claim's shares */
-	const char *vals[8];
+	sq_buf full, cur_p, cur_us, cur_id; /* the cursors (claim_cursor_key) */
+	const char *vals[12];
 	const char *lvals[1]; /* the lock's; kept until the pipeline is sent */
 	int base;             /* index of the gate statement in the shard's pipeline */
 	int claim;            /* index of the claim statement */
 	int32_t start[SQ_MAX_TYPES];
 	int32_t asked[SQ_MAX_TYPES];
 	int32_t got[SQ_MAX_TYPES];
-	int32_t got_run[SQ_MAX_TYPES]; /* of got, how many came back running */
+	int32_t got_run[SQ_MAX_TYPES];      /* of got, how many came back running */
+	unsigned char full_k[SQ_MAX_TYPES]; /* the claim of type k reads from the front */
+	double pushed_at;
 	int any;
 } shard_req;
 
@@ -170,24 +174,64 @@ static void shard_req_reset(shard_req *r, size_t nreqs)
 	sq_buf_reset(&r->rate);
 	sq_buf_reset(&r->burst);
 	sq_buf_reset(&r->ltypes);
+	sq_buf_reset(&r->full);
+	sq_buf_reset(&r->cur_p);
+	sq_buf_reset(&r->cur_us);
+	sq_buf_reset(&r->cur_id);
 	r->any = 0;
 	r->base = r->claim = -1;
 	memset(r->got, 0, sizeof(r->got[0]) * nreqs);
 	memset(r->got_run, 0, sizeof(r->got_run[0]) * nreqs);
+	memset(r->full_k, 0, sizeof(r->full_k[0]) * nreqs);
 }
 
-/* Adds type t (request k) to shard s's arrays; the shares go in only when
- * a type of the request is limited (ls non-NULL). Returns whether t is
- * limited. */
-static int shard_req_add(shard_req *r, const sq_type_conf *t, size_t k, int s, int nshards,
+/* How often a client's claim of a type on a shard reads from the front
+ * whatever its cursor (sql/queries/claim.sql, claim_cursor_key): every
+ * CLAIM_FULL_EVERY_S, or CLAIM_FULL_SHARE times as long as the last such
+ * claim took when that is longer (a full claim that steps over 10^6 dead
+ * entries takes a quarter of a second): what lies behind a cursor waits
+ * that long at most, and full claims cost a client a tenth of its time at
+ * most. */
+#define CLAIM_FULL_EVERY_S 1.0
+#define CLAIM_FULL_SHARE   10.0
+
+/* Adds the cursor of type tix on shard s to r's arrays: a full claim when
+ * it has none, when jobs were put back behind it (released: rare, and the
+ * fleet expects them back at once), or when its last full one is old
+ * enough. */
+static void cursor_add(sq_client *c, shard_req *r, size_t k, int s, int tix)
+{
+	sq_claim_cursor *cu = &c->cursor[s * c->cfg->ntypes + tix];
+	double now = sq_mono_s();
+	int full = !cu->has || cu->rewound ||
+		   now - cu->full_at >= fmax(CLAIM_FULL_EVERY_S, CLAIM_FULL_SHARE * cu->full_cost);
+	r->full_k[k] = (unsigned char)full;
+	r->pushed_at = now;
+	if (full)
+		cu->full_at = now, cu->rewound = 0;
+	sq_arr_str(&r->full, full ? "t" : "f");
+	sq_arr_i64(&r->cur_p, cu->has ? cu->prio : 0);
+	sq_arr_i64(&r->cur_us, cu->has ? cu->key_us : 0);
+	sq_arr_i64(&r->cur_id, cu->has ? cu->id : 0);
+}
+
+/* Adds type t (request k, type index tix) to shard s's arrays; the shares
+ * go in only when a type of the request is limited (ls non-NULL). Returns
+ * whether t is limited. */
+static int shard_req_add(sq_client *c, shard_req *r, int tix, size_t k, int s,
 			 const limit_split *ls)
 {
-	int limited = 0;
+	const sq_type_conf *t = &c->cfg->types[tix];
+	int nshards = c->nshards, limited = 0;
 	if (!r->any) {
 		sq_arr_open(&r->types);
 		sq_arr_open(&r->limits);
 		sq_arr_open(&r->leases);
 		sq_arr_open(&r->starts);
+		sq_arr_open(&r->full);
+		sq_arr_open(&r->cur_p);
+		sq_arr_open(&r->cur_us);
+		sq_arr_open(&r->cur_id);
 		if (ls) {
 			sq_arr_open(&r->maxrun);
 			sq_arr_open(&r->rate);
@@ -200,6 +244,7 @@ static int shard_req_add(shard_req *r, const sq_type_conf *t, size_t k, int s, i
 	sq_arr_i64(&r->limits, r->asked[k]);
 	sq_arr_i64(&r->leases, t->starting_timeout_ms);
 	sq_arr_i64(&r->starts, r->start[k]);
+	cursor_add(c, r, k, s, tix);
 	if (ls) {
 		int ok = ls->maxrun && ls->rate;
 		size_t i = k * (size_t)nshards + (size_t)s;
@@ -221,6 +266,10 @@ static void shard_req_queue(sq_client *c, int s, shard_req *r, const char *worke
 	sq_arr_close(&r->limits);
 	sq_arr_close(&r->leases);
 	sq_arr_close(&r->starts);
+	sq_arr_close(&r->full);
+	sq_arr_close(&r->cur_p);
+	sq_arr_close(&r->cur_us);
+	sq_arr_close(&r->cur_id);
 	r->vals[0] = r->types.data;
 	r->vals[1] = r->limits.data;
 	r->vals[2] = r->leases.data;
@@ -241,13 +290,21 @@ static void shard_req_queue(sq_client *c, int s, shard_req *r, const char *worke
 		r->vals[5] = r->maxrun.data;
 		r->vals[6] = r->rate.data;
 		r->vals[7] = r->burst.data;
+		r->vals[8] = r->full.data;
+		r->vals[9] = r->cur_p.data;
+		r->vals[10] = r->cur_us.data;
+		r->vals[11] = r->cur_id.data;
 		r->lvals[0] = r->ltypes.data;
 		sq_pgconn_push(&c->shards[s], &stmt_limit_lock, 1, r->lvals);
 		r->claim = c->shards[s].qn;
-		sq_pgconn_push_binary(&c->shards[s], &stmt_claim_limited, 8, r->vals);
+		sq_pgconn_push_binary(&c->shards[s], &stmt_claim_limited, 12, r->vals);
 	} else {
+		r->vals[5] = r->full.data;
+		r->vals[6] = r->cur_p.data;
+		r->vals[7] = r->cur_us.data;
+		r->vals[8] = r->cur_id.data;
 		r->claim = c->shards[s].qn;
-		sq_pgconn_push_binary(&c->shards[s], &stmt_claim, 5, r->vals);
+		sq_pgconn_push_binary(&c->shards[s], &stmt_claim, 9, r->vals);
 	}
 	if (!c->merge_txn)
 		sq_pgconn_push_sync(&c->shards[s]);
@@ -270,10 +327,13 @@ static void claim_push(sq_client *c, const char *worker, const int *ti, size_t n
 		shard_req *r = &sr[s];
 		int lim_here = 0;
 		shard_req_reset(r, nreqs);
+		if (sq_client_claim_rewound(c, s))
+			for (int i = 0; i < cfg->ntypes; i++)
+				c->cursor[s * cfg->ntypes + i].rewound = 1;
 		for (size_t k = 0; k < nreqs; k++)
 			if (r->asked[k])
-				lim_here |= shard_req_add(r, &cfg->types[ti[k]], k, s, c->nshards,
-							  any_limited ? &ls : NULL);
+				lim_here |=
+					shard_req_add(c, r, ti[k], k, s, any_limited ? &ls : NULL);
 		if (r->any)
 			shard_req_queue(c, s, r, worker, lim_here);
 	}
@@ -281,11 +341,40 @@ static void claim_push(sq_client *c, const char *worker, const int *ti, size_t n
 	free(ls.rate);
 }
 
-/* Reads a round's answers into out; sr[s].got[] counts them. A shard that
- * failed does not cost the jobs claimed on the others: they are kept, and
- * the first shard's error is returned. */
+/* A cursor row of shard s's answer (claim_cursor_rows: a negative id) is
+ * the new cursor of its type there; 0 for a job's row. */
+static int cursor_row(sq_client *c, const PGresult *res, int row, int s, const sq_claim_req *reqs,
+		      const int *ti, size_t nreqs)
+{
+	int64_t id = sq_jobrow_bin_id(res, row);
+	if (id >= 0)
+		return 0;
+	for (size_t k = 0; k < nreqs; k++)
+		if (!strcmp(reqs[k].type, PQgetvalue(res, row, 6))) {
+			sq_claim_cursor *cu = &c->cursor[s * c->cfg->ntypes + ti[k]];
+			cu->has = 1;
+			cu->id = -id;
+			sq_jobrow_bin_cursor(res, row, &cu->prio, &cu->key_us);
+		}
+	return 1;
+}
+
+/* The full claims of shard s's answer: how long they took. */
+static void full_cost(sq_client *c, const shard_req *r, int s, const int *ti, size_t nreqs)
+{
+	double took = sq_mono_s() - r->pushed_at;
+	for (size_t k = 0; k < nreqs; k++)
+		if (r->asked[k] && r->full_k[k])
+			c->cursor[s * c->cfg->ntypes + ti[k]].full_cost = took;
+}
+
+/* Reads a round's answers into out; sr[s].got[] counts them, and the
+ * cursor rows move the cursors. A shard that failed does not cost the jobs
+ * claimed on the others: they are kept, and the first shard's error is
+ * returned. */
 static sq_status claim_collect(sq_client *c, const char *worker, const sq_claim_req *reqs,
-			       size_t nreqs, shard_req *sr, job_vec *out, sq_error *err)
+			       const int *ti, size_t nreqs, shard_req *sr, job_vec *out,
+			       sq_error *err)
 {
 	sq_status first = SQ_OK;
 	for (int s = 0; s < c->nshards; s++) {
@@ -305,6 +394,7 @@ static sq_status claim_collect(sq_client *c, const char *worker, const sq_claim_
 		}
 		PGresult *res = c->shards[s].res[r->claim];
 		const char *bad = sq_jobrow_check_bin(res);
+		full_cost(c, r, s, ti, nreqs);
 		if (bad) {
 			/* what it claimed comes back after the starting lease */
 			r->any = 0;
@@ -325,6 +415,8 @@ static sq_status claim_collect(sq_client *c, const char *worker, const sq_claim_
 			out->cap = need;
 		}
 		for (int row = 0; row < PQntuples(res); row++) {
+			if (cursor_row(c, res, row, s, reqs, ti, nreqs))
+				continue;
 			if (sq_jobrow_parse_bin(res, row, s, worker, &out->v[out->n]))
 				continue; /* out of memory: its lease brings it back */
 			for (size_t k = 0; k < nreqs; k++)
@@ -346,7 +438,7 @@ static sq_status claim_round(sq_client *c, const char *worker, const sq_claim_re
 	sq_client_reset(c);
 	claim_push(c, worker, ti, nreqs, sr);
 	st = sq_client_send(c, err);
-	st2 = claim_collect(c, worker, reqs, nreqs, sr, out, st == SQ_OK ? err : NULL);
+	st2 = claim_collect(c, worker, reqs, ti, nreqs, sr, out, st == SQ_OK ? err : NULL);
 	sq_client_reset(c);
 	return st != SQ_OK ? st : st2;
 }
@@ -461,6 +553,10 @@ static void free_reqs(sq_client *c, shard_req *sr)
 		sq_buf_free(&sr[s].rate);
 		sq_buf_free(&sr[s].burst);
 		sq_buf_free(&sr[s].ltypes);
+		sq_buf_free(&sr[s].full);
+		sq_buf_free(&sr[s].cur_p);
+		sq_buf_free(&sr[s].cur_us);
+		sq_buf_free(&sr[s].cur_id);
 	}
 	free(sr);
 }
@@ -620,7 +716,7 @@ sq_status sq_claim_collect(sq_client *c, sq_claim_pending *p, sq_job **jobs, siz
 			   sq_error *err)
 {
 	job_vec jv = {NULL, 0, 0};
-	sq_status st = claim_collect(c, p->worker, p->reqs, p->nreqs, p->sr, &jv, err);
+	sq_status st = claim_collect(c, p->worker, p->reqs, p->ti, p->nreqs, p->sr, &jv, err);
 	learn(c, p->nreqs, p->ti, p->sr, p->has_only ? p->only : NULL);
 	if (jv.n > 1)
 		qsort(jv.v, jv.n, sizeof(sq_job), cmp_jobs);

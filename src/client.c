@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <time.h>
 #include <unistd.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -293,7 +294,8 @@ static sq_status refresh_map(sq_client *c, int whole_if_same, sq_error *err)
 		c->map_version = 0; /* read it all next time */
 		return err ? err->code : SQ_EDB;
 	}
-	c->map_rows_read += (uint64_t)PQntuples(r);
+	int rows = PQntuples(r);
+	c->map_rows_read += (uint64_t)rows;
 	if (since < 0 && (uint32_t)PQntuples(r) != c->partitions)
 		st = sq_err(err, SQ_ESTATE,
 			    "the partition map has %d entries, expected %u; re-run 'shardq init'",
@@ -308,7 +310,30 @@ static sq_status refresh_map(sq_client *c, int whole_if_same, sq_error *err)
 	memset(c->map_parts, 0, sizeof(int) * (size_t)c->nshards);
 	for (uint32_t p = 0; p < c->partitions; p++)
 		c->map_parts[c->map[p]]++;
+	if (since < 0 || rows > 0)
+		sq_client_claim_rewind(c, -1); /* partitions moved in, with their jobs */
 	return SQ_OK;
+}
+
+/* Per shard (its index in the config), how many times a client of this
+ * process put jobs back behind the claims' cursors: every client's claims
+ * there read from the front again (shardqd releases through one client
+ * and claims through another). */
+static _Atomic uint64_t rewinds[SQ_MAX_SHARDS];
+
+void sq_client_claim_rewind(sq_client *c, int s)
+{
+	for (int i = s < 0 ? 0 : s; i < (s < 0 ? c->nshards : s + 1); i++)
+		atomic_fetch_add(&rewinds[i], 1);
+}
+
+int sq_client_claim_rewound(sq_client *c, int s)
+{
+	uint64_t now = atomic_load(&rewinds[s]);
+	if (now == c->rewind_seen[s])
+		return 0;
+	c->rewind_seen[s] = now;
+	return 1;
 }
 
 sq_status sq_client_refresh_map(sq_client *c, sq_error *err)
@@ -333,7 +358,7 @@ sq_status sq_client_shard_schema(sq_client *c, int s, int *have, sq_error *err)
 
 static sq_status check_schema(sq_client *c, sq_error *err)
 {
-	int want = sq_shard_schema_newest(), have;
+	int want = sq_shard_schema_newest(), have = 0;
 	for (int s = 0; s < c->nshards; s++) {
 		sq_error e;
 		if (!c->shards[s].conn)
@@ -423,6 +448,20 @@ int sq_client_down_shards(const sq_client *c, char *out, size_t len)
 	return n;
 }
 
+/* Each shard's and type's claim yield (at first 1) and cursor. */
+static sq_status claim_state_new(sq_client *c)
+{
+	int n = c->nshards * (c->cfg->ntypes ? c->cfg->ntypes : 1);
+	c->yield = malloc(sizeof(double) * (size_t)n);
+	c->cursor = calloc((size_t)n, sizeof(sq_claim_cursor));
+	c->rewind_seen = calloc((size_t)c->nshards, sizeof(uint64_t));
+	if (!c->yield || !c->cursor || !c->rewind_seen)
+		return SQ_ENOMEM;
+	for (int i = 0; i < n; i++)
+		c->yield[i] = 1.0;
+	return SQ_OK;
+}
+
 sq_status sq_client_open(const sq_config *cfg, unsigned flags, sq_client **out, sq_error *err)
 {
 	*out = NULL;
@@ -443,16 +482,13 @@ sq_status sq_client_open(const sq_config *cfg, unsigned flags, sq_client **out, 
 	c->shards = calloc((size_t)cfg->nshards, sizeof(sq_pgconn));
 	c->map = calloc(cfg->partitions, sizeof(int));
 	c->map_parts = calloc((size_t)cfg->nshards, sizeof(int));
-	c->yield =
-		malloc(sizeof(double) * (size_t)(cfg->nshards * (cfg->ntypes ? cfg->ntypes : 1)));
 	opts = conn_options(cfg, cfg->statement_timeout_ms, NULL, 1);
-	if (!c->base || !c->shards || !c->map || !c->map_parts || !c->yield || !opts) {
+	if (!c->base || !c->shards || !c->map || !c->map_parts || !opts ||
+	    claim_state_new(c) != SQ_OK) {
 		free(opts);
 		sq_client_close(c);
 		return sq_err(err, SQ_ENOMEM, "out of memory");
 	}
-	for (int i = 0; i < cfg->nshards * (cfg->ntypes ? cfg->ntypes : 1); i++)
-		c->yield[i] = 1.0;
 	build_type_arrays(c);
 	/* every shard is tried, so the message names each unreachable one */
 	int allow_down = (flags & SQ_OPEN_ALLOW_DOWN) != 0, up = 0;
@@ -538,6 +574,8 @@ void sq_client_close(sq_client *c)
 	free(c->map_parts);
 	free(c->held);
 	free(c->yield);
+	free(c->cursor);
+	free(c->rewind_seen);
 	free(c->cluster_id);
 	free(c->ta.names);
 	free(c->ta.start_ms);

@@ -38,6 +38,19 @@ typedef struct sq_type_arrays {
 	int any_history; /* a type keeps history */
 } sq_type_arrays;
 
+/* Where a client's claims of a type on a shard go on (sql/queries/claim.sql,
+ * claim_cursor_key): the last job its due arm took, and when its last full
+ * claim (from the front) was pushed. */
+typedef struct sq_claim_cursor {
+	int has;
+	int32_t prio;
+	int64_t key_us; /* the order key, µs since 2000-01-01 */
+	int64_t id;
+	double full_at;
+	double full_cost; /* seconds from the push of the last full claim to its answer */
+	int rewound;      /* jobs were put back behind it: a full claim is due */
+} sq_claim_cursor;
+
 struct sq_client {
 	const sq_config *cfg;
 	struct event_base *base;
@@ -51,6 +64,8 @@ struct sq_client {
 	char *cluster_id;
 	int64_t id_next, id_end; /* the current block of id numbers */
 	double *yield;           /* [shard * ntypes + type]: recent claim yield */
+	sq_claim_cursor *cursor; /* [shard * ntypes + type]: where claims go on */
+	uint64_t *rewind_seen;   /* [shard]: sq_client_claim_rewound's */
 	unsigned rotate;         /* spreads small limits over shards in turn */
 	sq_type_arrays ta;
 	int merge_txn;         /* push halves leave out their Sync: one transaction */
@@ -130,6 +145,13 @@ void sq_client_check_map(sq_client *c);
  * most SQ_LOOP_CONNECT_WAIT_S per connect, not connect_timeout
  * (sq_pgconn_set_connect_wait). */
 #define SQ_LOOP_CONNECT_WAIT_S 0.05
+/* The claims of shard s (all shards: s < 0), by every client of this
+ * process, read from the front again as soon as they may: jobs were put
+ * back behind their cursors (a release, a fail for a retry, partitions
+ * moved in). sq_client_claim_rewound says, once, whether that happened
+ * since c last asked. */
+void sq_client_claim_rewind(sq_client *c, int s);
+int sq_client_claim_rewound(sq_client *c, int s);
 void sq_client_connect_wait(sq_client *c, double wait_s);
 /* How long each of c's connections waits for an answer before it is taken
  * as lost (sq_pgconn_set_answer_wait). sq_client_open sets [connection]

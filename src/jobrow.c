@@ -94,6 +94,17 @@ static int64_t bin_int(const PGresult *r, int row, int col)
 	return n == 8 ? (int64_t)v : (int64_t)(int32_t)(uint32_t)v;
 }
 
+int64_t sq_jobrow_bin_id(const PGresult *r, int row)
+{
+	return bin_int(r, row, 0);
+}
+
+void sq_jobrow_bin_cursor(const PGresult *r, int row, int32_t *prio, int64_t *key_us)
+{
+	*prio = (int32_t)bin_int(r, row, 4);
+	*key_us = bin_int(r, row, 9);
+}
+
 static int64_t bin_time(const PGresult *r, int row, int col)
 {
 	int64_t v = bin_int(r, row, col);

@@ -18,5 +18,10 @@ const char *sq_jobrow_check_bin(const PGresult *r);
 /* As sq_jobrow_parse, for a result sq_jobrow_check_bin accepted; the job's
  * worker is a copy of `worker`. */
 int sq_jobrow_parse_bin(const PGresult *r, int row, int shard, const char *worker, sq_job *job);
+/* The id of row `row` of such a result: negative for a cursor row
+ * (claim_cursor_rows), whose priority and order key (µs since PostgreSQL's
+ * epoch, as the claim takes it back) sq_jobrow_bin_cursor reads. */
+int64_t sq_jobrow_bin_id(const PGresult *r, int row);
+void sq_jobrow_bin_cursor(const PGresult *r, int row, int32_t *prio, int64_t *key_us);
 
 #endif

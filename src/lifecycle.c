@@ -154,6 +154,10 @@ static shard_rows *fenced_push(sq_client *c, const op *o, const char *worker,
 		sq_client_push_plans(c, s, r->n <= SQ_GENERIC_PLAN_ROWS);
 		r->write = c->shards[s].qn;
 		sq_pgconn_push(&c->shards[s], o->stmt, o->nparams, r->vals);
+		/* jobs back behind the claims' cursors, with the order key they
+		 * had (a failed job's is now or later: after them) */
+		if (o->stmt == &stmt_release || o->stmt == &stmt_unclaim)
+			sq_client_claim_rewind(c, s);
 		if (!c->merge_txn)
 			sq_pgconn_push_sync(&c->shards[s]);
 	}

@@ -371,6 +371,27 @@ START_TEST(cancel_running_makes_complete_lost)
 }
 END_TEST
 
+/* Claims one job of `type` until one comes, or until the job `id` is
+ * failed (then 0): a client's claims take the expired leases up on their
+ * next full claim, within a second (sql/queries/claim.sql,
+ * claim_cursor_key). */
+static int64_t claim1_until(sq_client *c, const char *w, const char *type, int64_t id, int *att)
+{
+	double since = test_now_s();
+	for (;;) {
+		int64_t got = claim1(c, w, type, att);
+		sq_job j = test_get_job(c, id);
+		int failed = j.status == SQ_FAILED;
+		sq_job_clear(&j);
+		if (got || failed)
+			return got;
+		ck_assert_msg(test_now_s() - since < testdb_stall_s(),
+			      "no claim took up job %lld's expired lease in %.0fs", (long long)id,
+			      testdb_stall_s());
+		usleep(50000);
+	}
+}
+
 /* A job whose lease expires on every attempt (it kills its worker) is
  * failed when its attempts are used up, not handed out forever. */
 START_TEST(expired_on_last_attempt_fails)
@@ -380,10 +401,10 @@ START_TEST(expired_on_last_attempt_fails)
 	ck_assert_int_eq(claim1(t.client, "w1", "poison", &att), id);
 	ck_assert_int_eq(att, 1);
 	wait_lease_over(id);
-	ck_assert_int_eq(claim1(t.client, "w2", "poison", &att), id);
+	ck_assert_int_eq(claim1_until(t.client, "w2", "poison", id, &att), id);
 	ck_assert_int_eq(att, 2);
 	wait_lease_over(id);
-	ck_assert_int_eq(claim1(t.client, "w3", "poison", &att), 0);
+	ck_assert_int_eq(claim1_until(t.client, "w3", "poison", id, &att), 0);
 	sq_job j = test_get_job(t.client, id);
 	ck_assert_int_eq(j.status, SQ_FAILED);
 	ck_assert_int_eq(j.attempt, 2);
@@ -666,6 +687,20 @@ static PGresult *library_exec(sq_pgconn *pc, const char *sql, int nparams, const
 	return r;
 }
 
+/* The claim's cursor arguments (sql/queries/claim.sql, claim_cursor_key)
+ * of a full claim, from the front. */
+#define FULL_CURSOR "'{t}', '{0}', '{0}', '{0}'"
+
+/* Whether a plan sorts jobs: a Sort other than the cursor rows' (a few
+ * picked rows, claim_cursor_rows). */
+static int sorts_jobs(const char *plan)
+{
+	for (const char *p = plan; (p = strstr(p, "Sort Key: ")) != NULL; p++)
+		if (strncmp(p + 10, "p.task", 6) != 0)
+			return 1;
+	return 0;
+}
+
 /* The plan the library's own session cached for statement `name`, as the
  * generic plan (EXPLAIN EXECUTE with `args`); malloc'd lines. */
 static char *cached_plan(sq_pgconn *pc, const char *name, const char *args)
@@ -727,15 +762,15 @@ START_TEST(plans_made_on_an_empty_table_keep_to_the_indexes)
 
 	for (int s = 0, completed = 0; s < tp.nshards; s++) {
 		sq_pgconn *pg = &w->shards[s];
-		char *claim =
-			cached_plan(pg, "sq_claim", "'{p}', '{1000}', '{300000}', 'w', '{0}'");
+		char *claim = cached_plan(pg, "sq_claim",
+					  "'{p}', '{1000}', '{300000}', 'w', '{0}', " FULL_CURSOR);
 		/* a plan is longer than a check message may be: printed apart */
 		int scan = !strstr(claim, "Seq Scan on jobs ");
 		/* and not by all of an index and a sort either: each arm reads
 		 * its own index in claim order from the type's first row
 		 * (jobs_partition holds every ready job, of every type) */
 		int arms = strstr(claim, "jobs_ready") && strstr(claim, "jobs_lease") &&
-			   !strstr(claim, "jobs_partition") && !strstr(claim, "Sort");
+			   !strstr(claim, "jobs_partition") && !sorts_jobs(claim);
 		/* and the update finds the picked rows by jobs_pkey, not by a join
 		 * with them: a plan made on an empty table joined them by a
 		 * nested loop that read all picked rows for each one (a join
@@ -810,8 +845,8 @@ START_TEST(a_claim_planned_after_a_vacuum_of_a_churned_table_keeps_to_the_index)
 	enqueue_p(N);
 	for (int s = 0; s < tp.nshards; s++) {
 		char *claim = cached_plan(&w->shards[s], "sq_claim",
-					  "'{p}', '{100}', '{300000}', 'w', '{0}'");
-		int ok = strstr(claim, "Index Scan using jobs_ready") && !strstr(claim, "Sort") &&
+					  "'{p}', '{100}', '{300000}', 'w', '{0}', " FULL_CURSOR);
+		int ok = strstr(claim, "Index Scan using jobs_ready") && !sorts_jobs(claim) &&
 			 !strstr(claim, "Bitmap Index Scan on jobs_ready");
 		if (!ok) /* the plan is longer than a check message may be */
 			fprintf(stderr,
@@ -855,10 +890,10 @@ START_TEST(claims_keep_to_the_indexes_on_schema_6)
 	sq_jobs_free(cl, n);
 	for (int s = 0; s < tp.nshards; s++) {
 		char *claim = cached_plan(&w->shards[s], "sq_claim",
-					  "'{p}', '{1000}', '{300000}', 'w', '{0}'");
+					  "'{p}', '{1000}', '{300000}', 'w', '{0}', " FULL_CURSOR);
 		int ok = strstr(claim, "Index Cond: ((task = t") && strstr(claim, "jobs_ready") &&
 			 strstr(claim, "jobs_lease") && !strstr(claim, "jobs_partition") &&
-			 !strstr(claim, "Sort") && !strstr(claim, "Seq Scan on jobs ");
+			 !sorts_jobs(claim) && !strstr(claim, "Seq Scan on jobs ");
 		if (!ok) /* the plan is longer than a check message may be */
 			fprintf(stderr, "s%d: the claim's plan on schema 6:\n%s\n", s + 1, claim);
 		ck_assert_msg(ok,
@@ -899,14 +934,15 @@ static void enqueue_p_at(int n, int prio, int64_t delay_ms, int64_t tol_ms)
 }
 
 /* The buffers (hits and reads) the claim of up to `lim` jobs of type p
- * touches on the library's session pc, run and rolled back. */
-static long claim_buffers(sq_pgconn *pc, int lim)
+ * touches on the library's session pc, run and rolled back; from cursor
+ * (its arguments) or NULL: a full claim. */
+static long claim_buffers(sq_pgconn *pc, int lim, const char *cursor)
 {
-	char sql[256];
+	char sql[512];
 	snprintf(sql, sizeof(sql),
 		 "EXPLAIN (ANALYZE, BUFFERS) EXECUTE sq_claim('{p}', '{%d}', '{300000}', 'w',"
-		 " '{0}')",
-		 lim);
+		 " '{0}', %s)",
+		 lim, cursor ? cursor : FULL_CURSOR);
 	PQclear(library_exec(pc, "BEGIN", 0, NULL));
 	char *plan = plan_lines(library_exec(pc, sql, 0, NULL));
 	PQclear(library_exec(pc, "ROLLBACK", 0, NULL));
@@ -917,6 +953,31 @@ static long claim_buffers(sq_pgconn *pc, int lim)
 	long n = (hit && hit < eol ? atol(hit + 4) : 0) + (rd && rd < eol ? atol(rd + 5) : 0);
 	free(plan);
 	return n;
+}
+
+/* The index entries of jobs_ready and jobs_lease that the claim of up to
+ * `lim` jobs of type p reads on the library's session pc (dead ones
+ * included: what a scan steps over), run and rolled back; from cursor
+ * (its arguments) or NULL: a full claim. */
+static long claim_entries(sq_pgconn *pc, int lim, const char *cursor)
+{
+	static const char count[] =
+		"SELECT pg_stat_get_xact_tuples_returned('shardq.jobs_ready'::regclass)"
+		" + pg_stat_get_xact_tuples_returned('shardq.jobs_lease'::regclass)";
+	char sql[512];
+	snprintf(sql, sizeof(sql),
+		 "EXPLAIN ANALYZE EXECUTE sq_claim('{p}', '{%d}', '{300000}', 'w', '{0}', %s)", lim,
+		 cursor ? cursor : FULL_CURSOR);
+	PQclear(library_exec(pc, "BEGIN", 0, NULL));
+	PGresult *r = library_exec(pc, count, 0, NULL);
+	long before = atol(PQgetvalue(r, 0, 0));
+	PQclear(r);
+	PQclear(library_exec(pc, sql, 0, NULL));
+	r = library_exec(pc, count, 0, NULL);
+	long after = atol(PQgetvalue(r, 0, 0));
+	PQclear(r);
+	PQclear(library_exec(pc, "ROLLBACK", 0, NULL));
+	return after - before;
 }
 
 /* Jobs scheduled for later are never read by a claim: before shard schema
@@ -943,7 +1004,7 @@ START_TEST(a_claim_reads_no_job_scheduled_for_later)
 	for (int s = 0; s < tp.nshards; s++) {
 		long later = testdb_scalar(
 			&tp, s, "SELECT count(*) FROM shardq.jobs WHERE schedule_time > now()");
-		long bufs = claim_buffers(&w->shards[s], 100);
+		long bufs = claim_buffers(&w->shards[s], 100, NULL);
 		fprintf(stderr,
 			"s%d: a claim of 100 with %ld jobs scheduled for later: %ld buffers\n",
 			s + 1, later, bufs);
@@ -969,6 +1030,136 @@ START_TEST(a_claim_reads_no_job_scheduled_for_later)
 					 " WHERE status = 'ready' AND schedule_time <= now()"),
 			 0);
 	sq_client_close(w);
+}
+END_TEST
+
+/* The cursor arguments of client c's next claim of type p on shard s, as
+ * if its last full claim were recent (claim_cursor_key). */
+static void cursor_args(sq_client *c, int s, char *out, size_t len)
+{
+	const sq_type_conf *tc = sq_config_type(c->cfg, "p");
+	const sq_claim_cursor *cu = &c->cursor[s * c->cfg->ntypes + (int)(tc - c->cfg->types)];
+	ck_assert_msg(cu->has, "s%d: the client's claims of p left no cursor", s + 1);
+	snprintf(out, len, "'{f}', '{%d}', '{%lld}', '{%lld}'", (int)cu->prio,
+		 (long long)cu->key_us, (long long)cu->id);
+}
+
+/* Beside a transaction left open on a shard, the entries of the jobs
+ * claimed and completed since stay in jobs_ready, where a claim from the
+ * front steps over each (issue 43, item 4: 77 ms a claim of 1,000 after
+ * 250,000 jobs). A client's claim goes on from its cursor and touches
+ * none of them: a full claim is left for once a second. */
+START_TEST(claims_step_over_no_dead_entries_beside_an_open_transaction)
+{
+	enum { N = 6000, BATCH = 200 };
+	sq_client *w = testdb_client(&tp);
+	sq_job *cl;
+	sq_error err;
+	PGconn *open_tx[2];
+	for (int s = 0; s < 2; s++) {
+		open_tx[s] = testdb_pg(&tp, s);
+		exec_ok(open_tx[s], "BEGIN ISOLATION LEVEL REPEATABLE READ");
+		exec_ok(open_tx[s], "SELECT count(*) FROM shardq.jobs");
+	}
+	enqueue_p(N);
+	for (int done = 0; done < N;) {
+		size_t n = claim_type(w, "w", "p", BATCH, &cl);
+		ck_assert_msg(n > 0, "%d of %d jobs claimed, then none", done, N);
+		sq_job_ref refs[BATCH];
+		sq_status out[BATCH];
+		for (size_t i = 0; i < n; i++)
+			refs[i].id = cl[i].id, refs[i].attempt = cl[i].attempt;
+		OKE(sq_complete(w, "w", refs, n, out, &err));
+		sq_jobs_free(cl, n);
+		done += (int)n;
+	}
+	/* a keyless batch this small goes to one shard: measured there */
+	enqueue_p(BATCH);
+	int s = testdb_scalar(&tp, 0, "SELECT count(*) FROM shardq.jobs") > 0 ? 0 : 1;
+	char cursor[256];
+	cursor_args(w, s, cursor, sizeof(cursor));
+	long full = claim_entries(&w->shards[s], 10, NULL);
+	long from_cursor = claim_entries(&w->shards[s], 10, cursor);
+	fprintf(stderr,
+		"s%d: a claim of 10 beside an open transaction after %d jobs: %ld index entries "
+		"read from the front, %ld from the client's cursor\n",
+		s + 1, N, full, from_cursor);
+	ck_assert_msg(full > N / (2 * tp.nshards),
+		      "s%d: a claim from the front read %ld index entries after %d jobs: the "
+		      "open transaction kept no dead entry, and this test shows nothing",
+		      s + 1, full, N);
+	ck_assert_msg(from_cursor <= 2 * 10,
+		      "s%d: a claim of 10 from the cursor read %ld index entries (from the "
+		      "front: %ld): it steps over dead ones",
+		      s + 1, from_cursor, full);
+	for (int k = 0; k < 2; k++) {
+		exec_ok(open_tx[k], "ROLLBACK");
+		PQfinish(open_tx[k]);
+	}
+	/* and the new jobs all come out, once */
+	size_t n = claim_type(w, "w", "p", 2 * BATCH, &cl);
+	ck_assert_uint_eq(n, BATCH);
+	sq_jobs_free(cl, n);
+	sq_client_close(w);
+}
+END_TEST
+
+/* What lies behind a client's cursor (a job another client released, a
+ * priority above the cursor's, an expired lease) is claimed by its next
+ * full claim, within about a second, and nothing is claimed twice. */
+START_TEST(what_lies_behind_a_cursor_comes_at_the_next_full_claim)
+{
+	enum { N = 400 };
+	sq_client *a = testdb_client(&tp), *b = testdb_client(&tp);
+	sq_job *cl, *bl;
+	sq_error err;
+	enqueue_p(N);
+	size_t na = claim_type(a, "wa", "p", 100, &cl); /* a's cursor is past these */
+	size_t nb = claim_type(b, "wb", "p", 100, &bl);
+	ck_assert_uint_eq(na + nb, 200);
+	sq_job_ref refs[100];
+	sq_status out[100];
+	for (size_t i = 0; i < nb; i++)
+		refs[i].id = bl[i].id, refs[i].attempt = bl[i].attempt;
+	OKE(sq_release(b, "wb", refs, nb, out, &err)); /* behind a's cursor */
+	static sq_job_spec hi;
+	sq_enqueue_result hr;
+	hi.type = "p";
+	hi.has_priority = 1;
+	hi.priority = 5;
+	OKE(sq_enqueue(tp.client, &hi, 1, &hr, &err));
+	/* a claims all that is left, one small claim after another */
+	long left = N - (long)na + 1, got = 0, hi_at = -1;
+	int64_t *seen = calloc((size_t)N + 1, sizeof(int64_t));
+	double since = test_now_s(), t0 = since;
+	while (got < left) {
+		sq_job *more;
+		size_t m = claim_type(a, "wa", "p", 10, &more);
+		for (size_t i = 0; i < m; i++) {
+			for (long k = 0; k < got; k++)
+				ck_assert_msg(seen[k] != more[i].id, "job %lld was claimed twice",
+					      (long long)more[i].id);
+			if (more[i].priority == 5)
+				hi_at = got;
+			seen[got++] = more[i].id;
+		}
+		if (m)
+			since = test_now_s();
+		sq_jobs_free(more, m);
+		ck_assert_msg(test_now_s() - since < testdb_stall_s(),
+			      "%ld of the %ld jobs left came to the first client, then none", got,
+			      left);
+		if (!m)
+			usleep(20000);
+	}
+	fprintf(stderr, "the priority-5 job came as the %ldth of %ld; all %ld left came in %.2fs\n",
+		hi_at + 1, left, left, test_now_s() - t0);
+	ck_assert_int_ge(hi_at, 0);
+	free(seen);
+	sq_jobs_free(cl, na);
+	sq_jobs_free(bl, nb);
+	sq_client_close(a);
+	sq_client_close(b);
 }
 END_TEST
 
@@ -1062,7 +1253,7 @@ START_TEST(claims_skip_partitions_that_are_not_owned)
 	/* and the states are read by index, not by a scan of all of them */
 	for (int s = 0; s < tp.nshards; s++) {
 		char *claim = cached_plan(&w->shards[s], "sq_claim",
-					  "'{p}', '{1000}', '{300000}', 'w', '{0}'");
+					  "'{p}', '{1000}', '{300000}', 'w', '{0}', " FULL_CURSOR);
 		int ok = !strstr(claim, "Seq Scan on partition_state") &&
 			 strstr(claim, "partition_state_not_owned");
 		if (!ok || getenv("SHARDQ_TEST_SHOW_PLANS"))
@@ -1076,12 +1267,23 @@ START_TEST(claims_skip_partitions_that_are_not_owned)
 	/* owned again (the move called off): what was held comes out, once */
 	on_every_shard("UPDATE shardq.partition_state SET state = 'owned'");
 	got = got_expired = 0;
-	while ((n = claim_type(w, "w", "p", 100, &cl)) > 0) {
+	/* they lie behind the client's cursor: its next full claim, within a
+	 * second, takes them (sql/queries/claim.sql, claim_cursor_key) */
+	for (double since = test_now_s(); got < held;) {
+		n = claim_type(w, "w", "p", 100, &cl);
 		for (size_t i = 0; i < n; i++)
 			got_expired += cl[i].attempt == 2;
 		got += (long long)n;
 		sq_jobs_free(cl, n);
+		if (n)
+			since = test_now_s();
+		ck_assert_msg(test_now_s() - since < testdb_stall_s(),
+			      "%lld of the %lld jobs held came out, then none", got, held);
+		if (!n)
+			usleep(20000);
 	}
+	ck_assert_uint_eq(claim_type(w, "w", "p", 100, &cl), 0);
+	sq_jobs_free(cl, 0);
 	ck_assert_int_eq(got, held);
 	ck_assert_int_eq(got_expired, held_expired);
 	free(not_owned);
@@ -1196,6 +1398,8 @@ int main(void)
 	ADD_TEST(tc, a_claim_planned_after_a_vacuum_of_a_churned_table_keeps_to_the_index);
 	ADD_TEST(tc, claims_skip_partitions_that_are_not_owned);
 	ADD_TEST(tc, a_claim_reads_no_job_scheduled_for_later);
+	ADD_TEST(tc, claims_step_over_no_dead_entries_beside_an_open_transaction);
+	ADD_TEST(tc, what_lies_behind_a_cursor_comes_at_the_next_full_claim);
 	ADD_TEST(tc, a_large_fenced_write_plans_its_ownership_report_once);
 	suite_add_tcase(s, tc);
 	return run_suite(s);

@@ -1776,12 +1776,15 @@ END_TEST
  * (a listening socket that never accepts). */
 static int hold_silent(const char *ip, int port)
 {
-	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	int fd = socket(AF_INET, SOCK_STREAM, 0), one = 1;
 	struct sockaddr_in a;
 	memset(&a, 0, sizeof(a));
 	a.sin_family = AF_INET;
 	a.sin_port = htons((uint16_t)port);
 	ck_assert_int_eq(inet_pton(AF_INET, ip, &a.sin_addr), 1);
+	/* the other test's hole at the same address may have left connections
+	 * in TIME_WAIT there */
+	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
 	ck_assert_msg(bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0, "cannot hold %s:%d: %s", ip,
 		      port, strerror(errno));
 	ck_assert_int_eq(listen(fd, 1), 0);
@@ -1851,7 +1854,7 @@ START_TEST(a_host_name_whose_first_address_is_gone_is_reached_at_the_next)
 END_TEST
 
 /*
- * A shard whose dsn names two hosts (host=127.0.0.2,127.0.0.1), the first
+ * A shard whose dsn names two hosts (host=127.0.0.3,127.0.0.1), the first
  * gone without a trace (connect_timeout 8 s), as with a primary that
  * vanished and its standby promoted. Such a dsn was connected by libpq's
  * blocking connect, the only one that went on to the next host, so every
@@ -1871,11 +1874,11 @@ START_TEST(a_shard_with_two_hosts_the_first_gone_holds_no_run_up)
 	int others = enqueue_off_s2(t.client, "hosts", N, 0, NULL);
 	testdb_scalar(&t, 1,
 		      "WITH d AS (DELETE FROM shardq.jobs RETURNING 1) SELECT count(*) FROM d");
-	int hole = hold_silent("127.0.0.2", t.ports[1]);
+	int hole = hold_silent("127.0.0.3", t.ports[1]);
 	char *direct = testdb_ini(&t, NULL, "\n[connection]\nconnect_timeout = 8s\n");
 	char from[64], to[80];
 	snprintf(from, sizeof(from), "host=127.0.0.1 port=%d ", t.ports[1]);
-	snprintf(to, sizeof(to), "host=127.0.0.2,127.0.0.1 port=%d ", t.ports[1]);
+	snprintf(to, sizeof(to), "host=127.0.0.3,127.0.0.1 port=%d ", t.ports[1]);
 	char *ini = testdb_ini_sub(direct, from, to);
 	free(direct);
 	sq_config *cfg;

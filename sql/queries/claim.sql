@@ -22,14 +22,18 @@
 -- $3 bigint[] per type: the starting lease in ms
 -- $4 text     the worker id
 -- $5 int[]    per type: how many of them go straight to `running` (start)
--- Returns the claimed jobs, columns as job_columns_bin, in binary format.
+-- $6..$9      per type: the claim's cursor (claim_cursor_key)
+-- Returns the claimed jobs, columns as job_columns_bin, in binary format,
+-- then a cursor row per type (claim_cursor_rows).
 -- Indexes: jobs_lease and jobs_ready per type, jobs_pkey per picked row,
 -- partition_state_not_owned once.
 WITH t AS (
-  SELECT * FROM unnest($1::text[], $2::int[], $3::bigint[], $5::int[])
-           AS t(task, lim, lease_ms, start)
+  SELECT t.*, {{claim_cursor_key}} FROM unnest($1::text[], $2::int[], $3::bigint[], $5::int[],
+                       $6::bool[], $7::int[], $8::bigint[], $9::bigint[])
+           AS t(task, lim, lease_ms, start, full_scan, cur_p, cur_us, cur_id)
 ), {{claim_body}}
 SELECT {{job_columns_bin}} FROM upd j WHERE j.status IN ('starting', 'running')
+UNION ALL {{claim_cursor_rows}}
 
 -- name: claim_limited
 -- A claim with a type that has `rate` or `max_running`. $1..$5 as claim;
@@ -37,6 +41,7 @@ SELECT {{job_columns_bin}} FROM upd j WHERE j.status IN ('starting', 'running')
 -- $6 int[]    max_running
 -- $7 float8[] rate per second
 -- $8 float8[] bucket size
+-- $9..$12     per type: the claim's cursor (claim_cursor_key)
 -- The lock statement before it (limit_lock) serialises the limited claims
 -- of a type on this shard, so what this statement reads (its snapshot
 -- starts after the lock is held) is never stale: the count of the type's
@@ -45,9 +50,11 @@ SELECT {{job_columns_bin}} FROM upd j WHERE j.status IN ('starting', 'running')
 -- and loses one token per job handed out; it starts empty.
 -- Indexes: as claim, and jobs_lease for the count.
 WITH t0 AS (
-  SELECT * FROM unnest($1::text[], $2::int[], $3::bigint[], $5::int[],
-                       $6::int[], $7::float8[], $8::float8[])
-           AS t(task, lim, lease_ms, start, maxrun, rate, burst)
+  SELECT t.*, {{claim_cursor_key}} FROM unnest($1::text[], $2::int[], $3::bigint[], $5::int[],
+                       $6::int[], $7::float8[], $8::float8[],
+                       $9::bool[], $10::int[], $11::bigint[], $12::bigint[])
+           AS t(task, lim, lease_ms, start, maxrun, rate, burst,
+                full_scan, cur_p, cur_us, cur_id)
 ), t1 AS (
   SELECT t0.*,
     CASE WHEN t0.rate < 0 THEN NULL ELSE least(t0.burst, COALESCE(rb.tokens
@@ -58,6 +65,7 @@ WITH t0 AS (
     FROM t0 LEFT JOIN shardq.rate_bucket rb ON rb.task = t0.task
 ), t AS (
   SELECT t1.task, t1.lease_ms, t1.start, t1.avail,
+    t1.full_scan, t1.cur_p, t1.cur_key, t1.cur_id,
     greatest(0, least(t1.lim,
       COALESCE(t1.maxrun - t1.busy, t1.lim),
       COALESCE(floor(t1.avail)::int, t1.lim)))::int AS lim
@@ -70,6 +78,7 @@ WITH t0 AS (
   ON CONFLICT (task) DO UPDATE SET tokens = EXCLUDED.tokens, at = EXCLUDED.at
 )
 SELECT {{job_columns_bin}} FROM upd j WHERE j.status IN ('starting', 'running')
+UNION ALL {{claim_cursor_rows}}
 
 -- name: limit_lock
 -- Before a limited claim, in the same transaction: one lock per limited
@@ -128,23 +137,26 @@ SELECT pg_advisory_xact_lock(1397837139, q.k) FROM (
 -- worker that has them extends the lease to the execution lease by
 -- heartbeat before the starting lease runs out (docs/worker.md).
 picked AS (
-  SELECT c.id, c.rn, t.start FROM t CROSS JOIN LATERAL (
-    SELECT u.id, row_number() OVER () AS rn FROM (
-      SELECT e.id FROM (
+  SELECT c.id, c.rn, t.start, t.task, c.arm, c.prio, c.okey FROM t CROSS JOIN LATERAL (
+    SELECT u.id, u.arm, u.prio, u.okey, row_number() OVER () AS rn FROM (
+      SELECT e.id, 0 AS arm, 0 AS prio, NULL::timestamptz AS okey FROM (
         SELECT j.id FROM shardq.jobs j
-         WHERE hashtext(j.task) = hashtext(t.task) AND j.task = t.task
+         WHERE t.full_scan
+           AND hashtext(j.task) = hashtext(t.task) AND j.task = t.task
            AND j.status IN ('starting', 'running')
            AND j.expected_status_change_time < now()
            AND {{claim_owned}}
          ORDER BY j.expected_status_change_time
          LIMIT t.lim FOR UPDATE SKIP LOCKED) e
       UNION ALL
-      SELECT r.id FROM (
+      SELECT r.id, r.arm, r.prio, r.okey FROM (
         WITH RECURSIVE pr(p) AS (
-          (SELECT j.priority FROM shardq.jobs j
-            WHERE hashtext(j.task) = hashtext(t.task) AND j.task = t.task
-              AND j.status = 'ready'
-            ORDER BY j.priority DESC LIMIT 1)
+          SELECT CASE WHEN t.full_scan THEN
+            (SELECT j.priority FROM shardq.jobs j
+              WHERE hashtext(j.task) = hashtext(t.task) AND j.task = t.task
+                AND j.status = 'ready'
+              ORDER BY j.priority DESC LIMIT 1)
+            ELSE t.cur_p END
           UNION ALL
           SELECT (SELECT j.priority FROM shardq.jobs j
                    WHERE hashtext(j.task) = hashtext(t.task) AND j.task = t.task
@@ -153,18 +165,24 @@ picked AS (
                    ORDER BY j.priority DESC LIMIT 1)
             FROM pr WHERE pr.p IS NOT NULL
         )
-        SELECT a.id FROM pr CROSS JOIN LATERAL (
-          SELECT d.id FROM (
-            SELECT j.id FROM shardq.jobs j
+        SELECT a.id, a.arm, pr.p AS prio, a.okey FROM pr CROSS JOIN LATERAL (
+          SELECT d.id, 1 AS arm, d.okey FROM (
+            SELECT j.id, COALESCE(j.delay_tolerance_time, j.schedule_time) AS okey
+              FROM shardq.jobs j
              WHERE hashtext(j.task) = hashtext(t.task) AND j.task = t.task
                AND j.status = 'ready' AND j.priority = pr.p
                AND COALESCE(j.delay_tolerance_time, j.schedule_time) <= now()
+               AND (COALESCE(j.delay_tolerance_time, j.schedule_time), j.id)
+                   > (CASE WHEN NOT t.full_scan AND pr.p = t.cur_p
+                           THEN t.cur_key ELSE '-infinity' END,
+                      CASE WHEN NOT t.full_scan AND pr.p = t.cur_p
+                           THEN t.cur_id ELSE 0 END)
                AND j.schedule_time <= now()
                AND {{claim_owned}}
              ORDER BY COALESCE(j.delay_tolerance_time, j.schedule_time), j.id
              LIMIT t.lim FOR UPDATE SKIP LOCKED) d
           UNION ALL
-          SELECT l.id FROM (
+          SELECT l.id, 2 AS arm, NULL::timestamptz AS okey FROM (
             SELECT j.id FROM shardq.jobs j
              WHERE hashtext(j.task) = hashtext(t.task) AND j.task = t.task
                AND j.status = 'ready' AND j.priority = pr.p
@@ -200,6 +218,47 @@ picked AS (
 ), upd AS (
   SELECT * FROM upd_run UNION ALL SELECT * FROM upd_start
 )
+
+-- name: claim_cursor_key
+-- Fragment: the claim's cursor, per type, and its order key as a
+-- timestamptz (exact: the µs count is below 2^53, and interval * float8
+-- rounds to the µs).
+--
+-- Beside a transaction left open on a shard (issue 43; docs/operations.md,
+-- "A transaction left open"), the rows that claims and completions leave
+-- behind cannot be removed, and their entries stay at the front of
+-- jobs_ready and jobs_lease: a claim that reads from the front steps over
+-- every one of them (77 ms for a claim of 1,000 jobs of three types after
+-- 250,000 jobs). So a client remembers, per shard and type, where its last
+-- claim's due arm stopped (the last job it took there: priority, order
+-- key, id), and the next claim reads from there:
+--   full_scan  false: the due arm of the cursor's priority starts after the
+--              cursor (an index bound: ROW(order key, id) > the cursor),
+--              lower priorities are found as always, and neither the
+--              expired leases nor a priority above the cursor's are read;
+--              true: the claim as it always was, from the front.
+--   cur_p      the cursor's priority (any value when full_scan)
+--   cur_us     its order key, in µs since 2000-01-01 (PostgreSQL's epoch)
+--   cur_id     its job id
+-- A job behind the cursor (released, moved in, scheduled in the past, or
+-- skipped while another claim held its lock), an expired lease and a
+-- priority above the cursor's are found by the next full claim: a client
+-- makes one per shard and type at least once a second (longer when full
+-- claims are slow: ten times the last one's time), at once after a release
+-- on the shard by any client of its process, and after the map changed
+-- (src/claim.c). A failed job's retry is after the cursor: its order key
+-- is its new schedule.
+(timestamptz '2000-01-01 00:00:00+00' + t.cur_us * interval '1 microsecond') AS cur_key
+
+-- name: claim_cursor_rows
+-- Fragment: after the jobs, one row per type whose due arm took a job: the
+-- last one it took (the lowest priority, then the greatest order key and
+-- id), in job_columns_bin's columns, marked by a negative id (-id) and the
+-- status 'cursor': its priority, and its order key as the schedule_time.
+SELECT -x.id, 0, 0, 0, x.prio, 'cursor'::text, x.task, NULL::text, NULL::text, x.okey,
+       NULL::timestamptz, NULL::timestamptz, x.okey
+  FROM (SELECT DISTINCT ON (p.task) p.task, p.prio, p.okey, p.id FROM picked p
+         WHERE p.arm = 1 ORDER BY p.task, p.prio, p.okey DESC, p.id DESC) x
 
 -- name: claim_owned
 -- Fragment: the picked row j is in a partition owned here (see claim_body).
