@@ -72,8 +72,8 @@ static int64_t watch_pass(void *arg)
 		m->down_since = now;
 		snprintf(line, sizeof(line),
 			 "meta database: not answering (%s); claims, starts and completions go on "
-			 "with the cached map, enqueues while their id blocks last (then 503), "
-			 "moves and schedules wait for it",
+			 "with the cached map, enqueues while their id blocks last (then a "
+			 "retryable error), moves and schedules wait for it",
 			 why);
 		m->log(line, m->log_arg);
 	} else if (ok && m->down_since > 0) {
