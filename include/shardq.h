@@ -123,10 +123,13 @@ uint32_t sq_config_partitions(const sq_config *cfg);
  * sq_config_type_count, sq_config_type_name: the number of [type]
  * sections, and the name of type i (0-based, config order; NULL when i is
  * out of range).
+ * sq_config_type_limits: type i's fleet-wide `max_running` and `rate` (jobs
+ * started per second; 0: no limit, also when i is out of range).
  */
 int sq_config_shard_index(const sq_config *cfg, const char *id);
 int sq_config_type_count(const sq_config *cfg);
 const char *sq_config_type_name(const sq_config *cfg, int i);
+void sq_config_type_limits(const sq_config *cfg, int i, int32_t *max_running, double *rate);
 /*
  * Parses a duration as the config file writes one, for programs that take
  * the same durations on their command line: "500ms", "1.5s", "5m" (or
@@ -520,6 +523,9 @@ typedef struct sq_shard_health {
 	int64_t jobs_live_rows;   /* shardq.jobs: live rows, as vacuum counted them */
 	int64_t jobs_autovacuums; /* autovacuum runs on shardq.jobs since the stats reset */
 	double jobs_vacuum_age_s; /* since shardq.jobs was last vacuumed, auto or not */
+	double history_ahead_s;   /* from now to the end of the newest day partition of
+	                             shardq.jobs_history, which maintenance makes ahead
+	                             (negative: past; NaN: none, or not read) */
 } sq_shard_health;
 
 typedef struct sq_stats {

@@ -1259,3 +1259,10 @@ const char *sq_config_type_name(const sq_config *cfg, int i)
 {
 	return i >= 0 && i < cfg->ntypes ? cfg->types[i].name : NULL;
 }
+
+void sq_config_type_limits(const sq_config *cfg, int i, int32_t *max_running, double *rate)
+{
+	int in = i >= 0 && i < cfg->ntypes;
+	*max_running = in ? cfg->types[i].max_running : 0;
+	*rate = in ? cfg->types[i].rate_per_s : 0;
+}

@@ -46,7 +46,9 @@ static const sq_stmt stmt_health = {
 	"                       FROM pg_replication_slots r), 0)),"
 	"  coalesce(t.n_dead_tup, -1), coalesce(t.n_live_tup, -1), coalesce(t.autovacuum_count, "
 	"-1),"
-	"  coalesce(extract(epoch FROM now() - greatest(t.last_autovacuum, t.last_vacuum)), -1)"
+	"  coalesce(extract(epoch FROM now() - greatest(t.last_autovacuum, t.last_vacuum)), -1),"
+	"  coalesce((SELECT extract(epoch FROM max(h.hi) - now())::float8"
+	"              FROM shardq.history_partitions() h WHERE NOT h.is_default), 'NaN')"
 	"  FROM (SELECT 1) one LEFT JOIN pg_stat_user_tables t"
 	"    ON t.relid = 'shardq.jobs'::regclass"};
 
@@ -184,6 +186,7 @@ static void read_health(sq_shard_health *h, PGresult *r)
 	h->jobs_live_rows = atoll(PQgetvalue(r, 0, 3));
 	h->jobs_autovacuums = atoll(PQgetvalue(r, 0, 4));
 	h->jobs_vacuum_age_s = atof(PQgetvalue(r, 0, 5));
+	h->history_ahead_s = atof(PQgetvalue(r, 0, 6));
 }
 
 sq_status sq_stats_fast(sq_client *c, int64_t ready_cap, sq_stats **out, sq_error *err)

@@ -6,8 +6,10 @@
 #include "clock.h"
 #include "json.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 
 const double sqd_buckets[SQD_NBUCKETS] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
 					  0.1,    0.25,  0.5,    1,     2.5,  5,     10};
@@ -203,7 +205,11 @@ static void write_health(sqd *d, const sq_stats *st, sq_buf *b)
 		 "Autovacuum runs on shardq.jobs since the shard's statistics were reset."},
 		{"shardq_jobs_vacuum_age_seconds", "gauge",
 		 "Time since shardq.jobs was last vacuumed, by autovacuum or by hand (absent: "
-		 "never)."}};
+		 "never)."},
+		{"shardq_history_ahead_seconds", "gauge",
+		 "Time from now to the end of the newest day partition of the job history, "
+		 "which history maintenance makes ahead (negative: maintenance has not run "
+		 "since; absent: no partition)."}};
 	for (size_t k = 0; k < sizeof(series) / sizeof(series[0]); k++) {
 		sq_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", series[k].name, series[k].help,
 			      series[k].name, series[k].kind);
@@ -215,10 +221,89 @@ static void write_health(sqd *d, const sq_stats *st, sq_buf *b)
 				      (double)h->jobs_dead_rows,
 				      (double)h->jobs_live_rows,
 				      (double)h->jobs_autovacuums,
-				      h->jobs_vacuum_age_s};
-			if (!st->shard_error[s] && v[k] >= 0)
+				      h->jobs_vacuum_age_s,
+				      h->history_ahead_s};
+			/* the history's may be negative; the others are -1 unknown */
+			int known = k == 6 ? !isnan(v[k]) : v[k] >= 0;
+			if (!st->shard_error[s] && known)
 				sq_buf_printf(b, "%s{shard=\"%s\"} %.3f\n", series[k].name,
 					      sq_config_shard_id(d->cfg, s), v[k]);
+		}
+	}
+}
+
+/* Each schedule's state in the meta database (docs/operations.md, "a
+ * schedule stuck"): its latest slot, whether that slot's enqueue is still
+ * unconfirmed, and how long the first slot after it has been due (0: not
+ * yet due), which grows while no scheduler takes the schedule's slots. */
+static void write_schedules(sqd *d, sq_client *c, sq_buf *b)
+{
+	sq_schedule_info *v = NULL, *after = NULL;
+	size_t n = 0, n2 = 0;
+	sq_error err;
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	int64_t now_us = (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+	(void)d;
+	if (sq_schedules_list(c, now_us, &v, &n, &err) != SQ_OK || !n) {
+		free(v);
+		return;
+	}
+	sq_buf_puts(b, "# HELP shardq_schedule_last_slot_timestamp_seconds The latest slot of a "
+		       "schedule claimed, skipped or taken as its baseline (Unix time).\n"
+		       "# TYPE shardq_schedule_last_slot_timestamp_seconds gauge\n");
+	for (size_t i = 0; i < n; i++)
+		if (v[i].known)
+			sq_buf_printf(
+				b,
+				"shardq_schedule_last_slot_timestamp_seconds{schedule=\"%s\"} "
+				"%.3f\n",
+				v[i].name, v[i].last_slot_us / 1e6);
+	sq_buf_puts(b, "# HELP shardq_schedule_pending 1 while the latest slot's enqueue is not "
+		       "confirmed.\n# TYPE shardq_schedule_pending gauge\n");
+	for (size_t i = 0; i < n; i++)
+		if (v[i].known)
+			sq_buf_printf(b, "shardq_schedule_pending{schedule=\"%s\"} %d\n", v[i].name,
+				      v[i].pending);
+	sq_buf_puts(b, "# HELP shardq_schedule_late_seconds How long the first slot after a "
+		       "schedule's latest one has been due and not taken (0: not due yet).\n"
+		       "# TYPE shardq_schedule_late_seconds gauge\n");
+	for (size_t i = 0; i < n; i++) {
+		if (!v[i].known)
+			continue;
+		/* the slot after the latest: the list's next slot as of that one */
+		if (sq_schedules_list(c, v[i].last_slot_us + 1, &after, &n2, &err) != SQ_OK ||
+		    n2 != n)
+			break;
+		int64_t due = after[i].next_slot_us;
+		free(after);
+		after = NULL;
+		sq_buf_printf(b, "shardq_schedule_late_seconds{schedule=\"%s\"} %.3f\n", v[i].name,
+			      due && due <= now_us ? (now_us - due) / 1e6 : 0.0);
+	}
+	free(after);
+	free(v);
+}
+
+/* The fleet-wide limits of the limited types, for the alert on a type held
+ * at its limit (with shardq_jobs). */
+static void write_limits(sqd *d, sq_buf *b)
+{
+	int nt = sq_config_type_count(d->cfg);
+	for (int pass = 0; pass < 2; pass++) {
+		sq_buf_puts(b, pass ? "# HELP shardq_type_rate Fleet-wide rate of a type, jobs "
+				      "started per second.\n# TYPE shardq_type_rate gauge\n"
+				    : "# HELP shardq_type_max_running Fleet-wide max_running of a "
+				      "type.\n# TYPE shardq_type_max_running gauge\n");
+		for (int i = 0; i < nt; i++) {
+			int32_t maxrun;
+			double rate;
+			sq_config_type_limits(d->cfg, i, &maxrun, &rate);
+			if (pass ? rate > 0 : maxrun > 0)
+				sq_buf_printf(b, "%s{type=\"%s\"} %g\n",
+					      pass ? "shardq_type_rate" : "shardq_type_max_running",
+					      sq_config_type_name(d->cfg, i),
+					      pass ? rate : (double)maxrun);
 		}
 	}
 }
@@ -302,18 +387,25 @@ void sqd_metrics_write_shards(sqd *d, sq_client *c, sq_buf *b)
 		      "# TYPE shardq_meta_up gauge\nshardq_meta_up %d\n",
 		      meta_up);
 	if (meta_up) {
-		double stall = 0;
-		for (size_t i = 0; i < nmv; i++)
-			if (mv[i].stall_ms > stall)
-				stall = mv[i].stall_ms;
+		double stall = 0, age = 0;
+		for (size_t i = 0; i < nmv; i++) {
+			stall = fmax(stall, mv[i].stall_ms);
+			age = fmax(age, mv[i].elapsed_ms);
+		}
 		sq_buf_printf(
 			b,
 			"# HELP shardq_moves_in_progress Partition moves not finished.\n"
 			"# TYPE shardq_moves_in_progress gauge\nshardq_moves_in_progress %zu\n"
 			"# HELP shardq_move_stall_seconds The longest write stall of the moves "
 			"in progress.\n# TYPE shardq_move_stall_seconds gauge\n"
-			"shardq_move_stall_seconds %.3f\n",
-			nmv, stall / 1000.0);
+			"shardq_move_stall_seconds %.3f\n"
+			"# HELP shardq_move_age_seconds Since the oldest move in progress began "
+			"(0: "
+			"none).\n# TYPE shardq_move_age_seconds gauge\n"
+			"shardq_move_age_seconds %.3f\n",
+			nmv, stall / 1000.0, age / 1000.0);
 		free(mv);
+		write_schedules(d, c, b);
 	}
+	write_limits(d, b);
 }
