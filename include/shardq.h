@@ -1019,6 +1019,28 @@ typedef struct sq_schedule_info {
 SQ_MUST_CHECK sq_status sq_schedules_list(sq_client *c, int64_t now_us, sq_schedule_info **out,
 					  size_t *n, sq_error *err);
 
+/* ---- pausing a type ----------------------------------------------------- */
+
+/*
+ * Pauses (paused nonzero) or resumes a task type fleet-wide: the list is
+ * in the meta database (meta schema 5), and every client's claims leave a
+ * paused type out from its next map poll on, within [connection] map_poll
+ * (1 s). Jobs of a paused type are still enqueued; the ones already
+ * claimed run to their end. type must be a [type] of the config
+ * (SQ_EINVAL); SQ_ESTATE when the meta schema is older than 5.
+ * sq_type_paused says whether type is paused, as of c's last map poll,
+ * or of the meta database now when that is map_poll old (the last answer
+ * when it does not answer).
+ */
+SQ_MUST_CHECK sq_status sq_type_pause(sq_client *c, const char *type, int paused, sq_error *err);
+int sq_type_paused(sq_client *c, const char *type);
+/* For a loop that may sit idle between claims (shardqd's claimer): reads
+ * what the meta database answered since (map changes, paused types), asks
+ * again when map_poll has passed, and returns the seconds until it wants
+ * to be called again. The worker runtime and the calls do this
+ * themselves. */
+double sq_client_tend(sq_client *c);
+
 /* ---- introspection ------------------------------------------------------ */
 
 /*

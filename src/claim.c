@@ -516,9 +516,11 @@ static void plan_round1(sq_client *c, const sq_claim_req *reqs, size_t nreqs, co
 						: fmax(c->yield[s * c->cfg->ntypes + ti[k]], 0.02);
 		share(reqs[k].limit, w, c->nshards, c->rotate, part);
 		share_start(reqs[k].start, part, c->nshards, c->rotate, st);
+		/* a type paused fleet-wide is asked of no shard */
+		int paused = c->paused[ti[k]];
 		for (int s = 0; s < c->nshards; s++) {
-			sr[s].asked[k] = part[s];
-			sr[s].start[k] = st[s];
+			sr[s].asked[k] = paused ? 0 : part[s];
+			sr[s].start[k] = paused ? 0 : st[s];
 		}
 	}
 	c->rotate++;
@@ -575,6 +577,7 @@ sq_status sq_claim(sq_client *c, const char *worker, const sq_claim_req *reqs, s
 	*njobs_out = 0;
 	if ((st = check_reqs(c, worker, reqs, nreqs, ti, err)))
 		return st;
+	sq_client_check_map(c); /* the paused types, each map_poll */
 	sr = calloc((size_t)c->nshards, sizeof(*sr));
 	if (!sr)
 		return sq_err(err, SQ_ENOMEM, "out of memory");
@@ -612,7 +615,7 @@ sq_status sq_claim(sq_client *c, const char *worker, const sq_claim_req *reqs, s
 			}
 			for (int s = 0; s < c->nshards; s++)
 				sr[s].asked[k] = sr[s].start[k] = 0;
-			if (want2[k] <= 0 || !cand)
+			if (want2[k] <= 0 || !cand || c->paused[ti[k]])
 				continue;
 			share(want2[k], w, c->nshards, c->rotate++, part);
 			for (int s = 0; s < c->nshards; s++)
@@ -673,6 +676,7 @@ sq_claim_pending *sq_claim_push(sq_client *c, const char *worker, const sq_claim
 		free(p);
 		return NULL;
 	}
+	sq_client_check_map(c); /* the paused types, each map_poll */
 	snprintf(p->worker, sizeof(p->worker), "%s", worker);
 	memcpy(p->reqs, reqs, nreqs * sizeof(*reqs));
 	p->nreqs = nreqs;

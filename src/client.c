@@ -231,6 +231,7 @@ static sq_status read_map_head(sq_client *c, int whole_if_same, int64_t *since, 
 	}
 	int64_t version = atoll(PQgetvalue(r, 0, 1));
 	const char *cluster = PQgetvalue(r, 0, 2);
+	sq_client_set_paused(c, PQgetvalue(r, 0, 4));
 	/* a map read before, of this cluster, that the new one follows (a meta
 	 * database restored from a backup may go back). At the same version
 	 * there is nothing new to read: a caller that heard of a move its map
@@ -320,6 +321,68 @@ static sq_status refresh_map(sq_client *c, int whole_if_same, sq_error *err)
  * there read from the front again (shardqd releases through one client
  * and claims through another). */
 static _Atomic uint64_t rewinds[SQ_MAX_SHARDS];
+
+void sq_client_set_paused(sq_client *c, const char *json)
+{
+	/* a JSON array of type names: [A-Za-z0-9_.:-] (the config's rule), so
+	 * no escapes; "" (NULL: meta schema 4) is none */
+	c->paused_at = sq_mono_s();
+	memset(c->paused, 0, (size_t)(c->cfg->ntypes ? c->cfg->ntypes : 1));
+	for (const char *p = json; p && (p = strchr(p, '"')) != NULL;) {
+		const char *end = strchr(++p, '"');
+		if (!end)
+			break;
+		for (int i = 0; i < c->cfg->ntypes; i++)
+			if (strlen(c->cfg->types[i].name) == (size_t)(end - p) &&
+			    !strncmp(c->cfg->types[i].name, p, (size_t)(end - p)))
+				c->paused[i] = 1;
+		p = end + 1;
+	}
+}
+
+double sq_client_tend(sq_client *c)
+{
+	sq_client_check_map(c);
+	double next = c->map_checked_at + (double)c->cfg->map_poll_ms / 1000.0 - sq_mono_s();
+	if (c->map_asked_at > 0 && next > 0.05)
+		next = 0.05; /* its answer, soon */
+	return next > 0 ? next : 0;
+}
+
+int sq_type_paused(sq_client *c, const char *type)
+{
+	const sq_type_conf *t = sq_config_type(c->cfg, type);
+	/* read now when older than map_poll: a client that only reads (an
+	 * admin request's) has no poll of its own under way */
+	if (sq_mono_s() - c->paused_at > (double)c->cfg->map_poll_ms / 1000.0) {
+		sq_error e;
+		PGresult *r = sq_pgconn_exec(&c->meta, sq_sql_map_poll, 0, NULL, &e);
+		if (r && PQntuples(r) == 1)
+			sq_client_set_paused(c, PQgetvalue(r, 0, 1));
+		PQclear(r);
+	}
+	return t && c->paused[t - c->cfg->types];
+}
+
+sq_status sq_type_pause(sq_client *c, const char *type, int paused, sq_error *err)
+{
+	if (!type || !sq_config_type(c->cfg, type))
+		return sq_err(err, SQ_EINVAL,
+			      "unknown type '%s': only a [type] of the config can be paused",
+			      type ? type : "(null)");
+	const char *v[2] = {type, paused ? "true" : "false"};
+	PGresult *r = sq_pgconn_exec(&c->meta, sq_sql_type_pause, 2, v, err);
+	if (!r) {
+		if (err && strstr(err->msg, "paused_types"))
+			return sq_err(err, SQ_ESTATE,
+				      "the meta database's schema has no paused types (meta schema "
+				      "5); run 'shardq init' to upgrade it");
+		return err ? err->code : SQ_EDB;
+	}
+	sq_client_set_paused(c, PQntuples(r) == 1 ? PQgetvalue(r, 0, 0) : "");
+	PQclear(r);
+	return SQ_OK;
+}
 
 void sq_client_claim_rewind(sq_client *c, int s)
 {
@@ -455,7 +518,8 @@ static sq_status claim_state_new(sq_client *c)
 	c->yield = malloc(sizeof(double) * (size_t)n);
 	c->cursor = calloc((size_t)n, sizeof(sq_claim_cursor));
 	c->rewind_seen = calloc((size_t)c->nshards, sizeof(uint64_t));
-	if (!c->yield || !c->cursor || !c->rewind_seen)
+	c->paused = calloc((size_t)(c->cfg->ntypes ? c->cfg->ntypes : 1), 1);
+	if (!c->yield || !c->cursor || !c->rewind_seen || !c->paused)
 		return SQ_ENOMEM;
 	for (int i = 0; i < n; i++)
 		c->yield[i] = 1.0;
@@ -576,6 +640,7 @@ void sq_client_close(sq_client *c)
 	free(c->yield);
 	free(c->cursor);
 	free(c->rewind_seen);
+	free(c->paused);
 	free(c->cluster_id);
 	free(c->ta.names);
 	free(c->ta.start_ms);
@@ -691,8 +756,10 @@ static int map_poll_answer(sq_client *c, double now)
 			c->map_asked_at = 0;
 			break;
 		}
-		if (PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1)
+		if (PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1) {
 			changed |= atoll(PQgetvalue(r, 0, 0)) != c->map_version;
+			sq_client_set_paused(c, PQgetvalue(r, 0, 1));
+		}
 		PQclear(r);
 	}
 	double wait = c->meta.answer_wait_s > 0 ? c->meta.answer_wait_s : SQ_MAP_LISTEN_RETRY_S;
@@ -716,7 +783,10 @@ void sq_client_check_map(sq_client *c)
 			map_listen_drop(c);
 		} else {
 			while ((n = PQnotifies(c->map_listen)) != NULL) {
-				changed |= atoll(n->extra) != c->map_version;
+				if (!strcmp(n->extra, "paused"))
+					c->map_checked_at = 0; /* a pause: poll now */
+				else
+					changed |= atoll(n->extra) != c->map_version;
 				PQfreemem(n);
 			}
 			changed |= map_poll_answer(c, now);
@@ -728,8 +798,7 @@ void sq_client_check_map(sq_client *c)
 		c->map_checked_at = now;
 		if (c->map_listen) {
 			if (!c->map_asked_at) {
-				if (PQsendQuery(c->map_listen,
-						"SELECT map_version FROM shardq_meta.cluster") &&
+				if (PQsendQuery(c->map_listen, sq_sql_map_poll) &&
 				    PQflush(c->map_listen) >= 0)
 					c->map_asked_at = now;
 				else
@@ -737,13 +806,13 @@ void sq_client_check_map(sq_client *c)
 			}
 		} else {
 			sq_error e;
-			PGresult *r = sq_pgconn_exec(&c->meta,
-						     "SELECT map_version FROM shardq_meta.cluster",
-						     0, NULL, &e);
+			PGresult *r = sq_pgconn_exec(&c->meta, sq_sql_map_poll, 0, NULL, &e);
 			c->map_checked_at = sq_mono_s();
 			if (r) {
 				changed = PQntuples(r) == 1 &&
 					  atoll(PQgetvalue(r, 0, 0)) != c->map_version;
+				if (PQntuples(r) == 1)
+					sq_client_set_paused(c, PQgetvalue(r, 0, 1));
 				PQclear(r);
 				/* the meta database answers: listen again (NOTIFYs
 				 * sent while there was no listener were lost, and

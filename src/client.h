@@ -66,6 +66,8 @@ struct sq_client {
 	double *yield;           /* [shard * ntypes + type]: recent claim yield */
 	sq_claim_cursor *cursor; /* [shard * ntypes + type]: where claims go on */
 	uint64_t *rewind_seen;   /* [shard]: sq_client_claim_rewound's */
+	unsigned char *paused;   /* [type]: paused fleet-wide, as of the last map poll */
+	double paused_at;        /* when that poll was answered */
 	unsigned rotate;         /* spreads small limits over shards in turn */
 	sq_type_arrays ta;
 	int merge_txn;         /* push halves leave out their Sync: one transaction */
@@ -151,6 +153,9 @@ void sq_client_check_map(sq_client *c);
  * moved in). sq_client_claim_rewound says, once, whether that happened
  * since c last asked. */
 void sq_client_claim_rewind(sq_client *c, int s);
+/* The paused types from the meta database's answer (a JSON array of names,
+ * or "" for none). */
+void sq_client_set_paused(sq_client *c, const char *json);
 int sq_client_claim_rewound(sq_client *c, int s);
 void sq_client_connect_wait(sq_client *c, double wait_s);
 /* How long each of c's connections waits for an answer before it is taken

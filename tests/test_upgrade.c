@@ -32,7 +32,7 @@ static const char tok[] = "upgrade-test-token-0123456789abc";
 /* What scripts/prev-release built: its programs and schema versions. */
 typedef struct prev_release {
 	char cli[600], daemon[600], commit[64];
-	int shard_schema, ahead;
+	int shard_schema, meta_schema, ahead;
 } prev_release;
 
 static void prev_load(prev_release *p)
@@ -46,7 +46,8 @@ static void prev_load(prev_release *p)
 	ck_assert_msg(strncmp(env, "unavailable=", 12) != 0,
 		      "the previous release could not be built: %s", env + 12);
 	const char *a = strstr(env, "ahead=");
-	ck_assert_msg(sscanf(env, "commit=%63s shard_schema=%d", p->commit, &p->shard_schema) == 2,
+	ck_assert_msg(sscanf(env, "commit=%63s shard_schema=%d meta_schema=%d", p->commit,
+			     &p->shard_schema, &p->meta_schema) == 3,
 		      "%s: cannot read '%s'", path, env);
 	p->ahead = a ? atoi(a + 6) : 0;
 	snprintf(p->cli, sizeof(p->cli), "%s/build/shardq", dir);
@@ -233,14 +234,18 @@ START_TEST(the_previous_release_keeps_working_while_init_migrates)
 	acked a = {0};
 	char ini[600], dini[600], runs[600], out[8192], hash[160], path[600];
 	prev_load(&p);
-	ck_assert_msg(p.shard_schema < sq_shard_schema_newest(),
-		      "the previous release (%.12s) has shard schema %d, this build %d", p.commit,
-		      p.shard_schema, sq_shard_schema_newest());
+	int meta_newest = sq_meta_migrations[sq_meta_migration_count - 1].version;
+	ck_assert_msg(p.shard_schema < sq_shard_schema_newest() || p.meta_schema < meta_newest,
+		      "the previous release (%.12s) has shard schema %d and meta schema %d, this "
+		      "build %d and %d: it is not older",
+		      p.commit, p.shard_schema, p.meta_schema, sq_shard_schema_newest(),
+		      meta_newest);
 	testdb_open(&t, "upgrade", 2, 64, types);
 	test_write_bytes(testdb_path(ini, sizeof(ini), "up.ini"), t.ini, strlen(t.ini));
 	init_as_prev(&t, &p, ini);
-	printf("upgrade: the previous release %.12s made the cluster at shard schema %d\n",
-	       p.commit, p.shard_schema);
+	printf("upgrade: the previous release %.12s made the cluster at shard schema %d, meta "
+	       "schema %d\n",
+	       p.commit, p.shard_schema, p.meta_schema);
 
 	/* the old shardqd (producer and worker), old and new `shardq work` */
 	test_hash_token(tok, hash, sizeof(hash));
@@ -292,9 +297,13 @@ START_TEST(the_previous_release_keeps_working_while_init_migrates)
 	ck_assert_msg(rc == 0, "this build's init exited %d:\n%s", rc, test_file_text(init_out));
 	for (int s = 0; s < t.nshards; s++)
 		ck_assert_int_eq(shard_schema(&t, s), sq_shard_schema_newest());
+	ck_assert_int_eq(
+		testdb_scalar(&t, 0, "SELECT max(version) FROM shardq_meta.schema_version"),
+		meta_newest);
 	long old_before = runs_by(runs, "up-old");
-	printf("upgrade: migrated to %d while the workers ran (%ld runs by the old worker)\n",
-	       sq_shard_schema_newest(), old_before);
+	printf("upgrade: migrated to shard schema %d, meta schema %d while the workers ran (%ld "
+	       "runs by the old worker)\n",
+	       sq_shard_schema_newest(), meta_newest, old_before);
 
 	/* a process of the previous release started now: it runs on one
 	 * schema ahead only if it says so (SQ_SHARD_SCHEMA_AHEAD) */

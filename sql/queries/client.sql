@@ -40,10 +40,29 @@ SELECT m.partition, m.shard_id, m.version FROM shardq_meta.partition_map m
 
 -- name: map_head
 -- The cluster row and the meta schema's version (the map's rows carry
--- versions from version 4 on).
+-- versions from version 4 on), and the paused types (map_poll).
 SELECT c.partitions, c.map_version, c.cluster_id,
-       (SELECT coalesce(max(v.version), 0) FROM shardq_meta.schema_version v)
+       (SELECT coalesce(max(v.version), 0) FROM shardq_meta.schema_version v),
+       to_jsonb(c) -> 'paused_types'
   FROM shardq_meta.cluster c
+
+-- name: map_poll
+-- What a client asks every map_poll: the map's version and the types
+-- paused fleet-wide, as a JSON array of strings (NULL before meta schema 5,
+-- whose column it is: to_jsonb reads the row whatever its columns).
+SELECT c.map_version, to_jsonb(c) -> 'paused_types' FROM shardq_meta.cluster c
+
+-- name: type_pause
+-- Pauses ($2 true) or resumes type $1 fleet-wide; returns the paused types
+-- (meta schema 5). The NOTIFY (on commit) makes the listening clients poll
+-- at once instead of at their next map_poll; a client of the previous
+-- release takes it for a map change and reads the map's head.
+WITH u AS (
+  UPDATE shardq_meta.cluster c SET paused_types = CASE WHEN $2::boolean
+      THEN (SELECT array_agg(DISTINCT x ORDER BY x) FROM unnest(c.paused_types || $1::text) x)
+      ELSE array_remove(c.paused_types, $1::text) END
+  RETURNING to_jsonb(c) -> 'paused_types' AS paused)
+SELECT u.paused, pg_notify('shardq_map', 'paused') FROM u
 
 -- name: shard_schema_version
 -- The shard's schema version (0: none applied).

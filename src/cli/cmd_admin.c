@@ -201,6 +201,13 @@ static void print_stats_rows(const cli *x, const sq_stats *st, int64_t tot[6], i
 /* The partitions each shard owns, and a note on what the counts mean. */
 static void print_partitions(const cli *x, const sq_stats *st, int exact)
 {
+	int np = 0;
+	for (int i = 0; i < sq_config_type_count(x->cfg); i++)
+		if (sq_type_paused(x->client, sq_config_type_name(x->cfg, i)))
+			printf("%s%s", np++ ? ", " : "\npaused (shardq resume TYPE): ",
+			       sq_config_type_name(x->cfg, i));
+	if (np)
+		printf("\n");
 	printf("\npartitions (map version %" PRId64 "):", st->map_version);
 	for (int s = 0; s < st->nshards; s++) {
 		if (st->shard_error && st->shard_error[s]) {
@@ -319,4 +326,60 @@ int cmd_map(cli *x, int argc, char **argv)
 	}
 	free(count);
 	return EX_OK;
+}
+
+/* pause TYPE / resume TYPE: the fleet's claims leave a type out, or take
+ * it again (sq_type_pause). */
+static int pause_cmd(cli *x, int argc, char **argv, int paused)
+{
+	static const struct option opts[] = {COMMON_OPTS, {NULL, 0, NULL, 0}};
+	const char *cmd = paused ? "pause" : "resume";
+	int c, rc;
+	sq_error err;
+	while ((c = getopt_long(argc, argv, ":c:h", opts, NULL)) != -1) {
+		switch (c) {
+		case 'c': x->config_path = optarg; break;
+		case 'h':
+			if (paused)
+				printf("usage: shardq [-c FILE] pause TYPE\n\n"
+				       "Pauses a task type fleet-wide: every worker's and "
+				       "shardqd's "
+				       "claims leave it\nout within [connection] map_poll (1s). "
+				       "Its "
+				       "jobs are still enqueued, and\nthe ones already claimed run "
+				       "to "
+				       "their end. `shardq resume TYPE` undoes it;\n`shardq stats` "
+				       "lists the paused types.\n");
+			else
+				printf("usage: shardq [-c FILE] resume TYPE\n\n"
+				       "Resumes a type paused with `shardq pause`: claims take it "
+				       "again within\n[connection] map_poll (1s).\n");
+			return EX_OK;
+		default: return cli_bad_option(cmd, c, argv);
+		}
+	}
+	if (optind >= argc) {
+		fprintf(stderr, "shardq %s: which type? usage: shardq %s TYPE\n", cmd, cmd);
+		return EX_USAGE;
+	}
+	const char *type = argv[optind++];
+	if ((rc = cli_no_args(cmd, argc, argv, "one type at a time")))
+		return rc;
+	if ((rc = cli_open(x, cmd, 0)))
+		return rc;
+	if (sq_type_pause(x->client, type, paused, &err) != SQ_OK)
+		return cli_fail(cmd, &err);
+	fprintf(stderr, "shardq %s: type %s is %s; claims %s within map_poll\n", cmd, type,
+		paused ? "paused" : "resumed", paused ? "leave it out" : "take it again");
+	return EX_OK;
+}
+
+int cmd_pause(cli *x, int argc, char **argv)
+{
+	return pause_cmd(x, argc, argv, 1);
+}
+
+int cmd_resume(cli *x, int argc, char **argv)
+{
+	return pause_cmd(x, argc, argv, 0);
 }

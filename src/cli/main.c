@@ -31,6 +31,8 @@ static const struct {
 	 "check the cluster's invariants; --repair mends what is provably safe"},
 	{"maintain", cmd_maintain, "drop expired history partitions; create the days ahead"},
 	{"schedules", cmd_schedules, "list the periodic jobs ([schedule]); --run-once runs a pass"},
+	{"pause", cmd_pause, "pause a task type fleet-wide: claims leave it out"},
+	{"resume", cmd_resume, "resume a paused task type"},
 	{"demo", cmd_demo, "enqueue, claim, start and complete N jobs; print the rates"},
 };
 #define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))

@@ -983,6 +983,12 @@ static void do_overview(sqd *d, sq_client *c, sqd_task *t)
 		}
 		free(f);
 	}
+	sq_buf_puts(b, "],\"paused\":[");
+	for (int i = 0, npaused = 0; i < sq_config_type_count(d->cfg); i++)
+		if (sq_type_paused(c, sq_config_type_name(d->cfg, i))) {
+			sq_buf_puts(b, npaused++ ? "," : "");
+			sq_json_put_string(b, sq_config_type_name(d->cfg, i));
+		}
 	sq_buf_puts(b, "],\"rates\":");
 	sqd_rates_json(d, b);
 	sq_buf_putc(b, '}');
@@ -1054,6 +1060,47 @@ static void do_moves(sqd *d, sq_client *c, sqd_task *t)
 	free(v);
 }
 
+/* GET /v1/types: the config's types, each with whether it is paused (as
+ * of a map poll at most map_poll old). */
+static void do_types(sqd *d, sq_client *c, sqd_task *t)
+{
+	sq_buf *b = &t->resp;
+	sq_buf_reset(b);
+	sq_buf_puts(b, "{\"types\":[");
+	for (int i = 0; i < sq_config_type_count(d->cfg); i++) {
+		const char *name = sq_config_type_name(d->cfg, i);
+		sq_buf_puts(b, i ? ",{\"type\":" : "{\"type\":");
+		sq_json_put_string(b, name);
+		sq_buf_printf(b, ",\"paused\":%s}", sq_type_paused(c, name) ? "true" : "false");
+	}
+	sq_buf_puts(b, "]}");
+}
+
+/* POST /v1/types/pause and resume, {"type":"T"}: the fleet's claims leave
+ * the type out (or take it again) within map_poll; logged with the token. */
+static void do_pause(sqd *d, sq_client *c, sqd_task *t, int paused)
+{
+	json_t *root = load_body(t, "{\"type\":\"T\"}");
+	if (!root)
+		return;
+	json_t *type = json_object_get(root, "type");
+	sq_error err;
+	if (!json_is_string(type) || json_object_size(root) != 1) {
+		sqd_error(t, 400, "bad_request", "send {\"type\":\"T\"}: the type to %s",
+			  paused ? "pause" : "resume");
+	} else if (sq_type_pause(c, json_string_value(type), paused, &err) != SQ_OK) {
+		if (err.code == SQ_EINVAL)
+			sqd_error(t, 400, "bad_request", "%s", err.msg);
+		else
+			fail_status(t, err.code, &err);
+	} else {
+		sqd_log("type %s %s by token '%s'", json_string_value(type),
+			paused ? "paused" : "resumed", t->who);
+		do_types(d, c, t);
+	}
+	json_decref(root);
+}
+
 void sqd_run_results(sqd *d, sq_client *c, sqd_task **tasks, size_t ntasks)
 {
 	/* the workers' leases wait on these: a shard that answers nothing
@@ -1081,6 +1128,9 @@ int sqd_run(sqd *d, sq_client *c, sqd_task *t)
 	case R_METRICS: do_metrics(d, c, t); break;
 	case R_MAP: do_map(d, c, t); break;
 	case R_MOVES: do_moves(d, c, t); break;
+	case R_TYPES: do_types(d, c, t); break;
+	case R_PAUSE: do_pause(d, c, t, 1); break;
+	case R_RESUME: do_pause(d, c, t, 0); break;
 	default: sqd_error(t, 500, "internal", "no handler for this route");
 	}
 	return 0;

@@ -449,7 +449,8 @@ static int wait_for_news(sqd *d, sq_client *c, double now, double wake)
 	C.npf = 0;
 	poll_add(d->wake[0], -1);
 	int going = 0;
-	double probe_at = INFINITY;
+	/* the map's and the paused types' poll, also while no claim waits */
+	double probe_at = now + sq_client_tend(c);
 	for (int s = 0; s < sq_config_shard_count(d->cfg); s++)
 		going += tend_listener(c, s, now, &probe_at);
 	going += sq_client_advance_connects(c);

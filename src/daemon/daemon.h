@@ -50,6 +50,9 @@ typedef enum sqd_route {
 	R_METRICS,
 	R_PAGE,
 	R_OVERVIEW,
+	R_TYPES,
+	R_PAUSE,
+	R_RESUME,
 	R_RELEASE_GONE, /* internal: hand back what a client that went away was given */
 	R_COUNT
 } sqd_route;
@@ -81,6 +84,7 @@ typedef struct sqd_task {
 	int64_t id;          /* GET /v1/jobs/ID */
 	int all;             /* ?all=1 */
 	int exact;           /* ?exact=1 */
+	char who[64];        /* the name of the request's token (its [token NAME]) */
 	atomic_int gone;     /* the client's connection closed */
 	struct event *watch; /* main thread: sees the client hang up while it waits */
 	int fd;              /* its socket, while the connection lives */

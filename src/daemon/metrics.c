@@ -21,6 +21,7 @@ static const char *route_names[R_COUNT] = {
 	[R_CANCEL] = "cancel",     [R_GET_JOB] = "get_job",   [R_STATS] = "stats",
 	[R_MAP] = "map",           [R_MOVES] = "moves",       [R_METRICS] = "metrics",
 	[R_PAGE] = "page",         [R_OVERVIEW] = "overview", [R_RELEASE_GONE] = "release_gone",
+	[R_TYPES] = "types",       [R_PAUSE] = "pause",       [R_RESUME] = "resume",
 };
 
 void sqd_observe(sqd *d, sqd_route r, int status, double seconds)
@@ -286,9 +287,17 @@ static void write_schedules(sqd *d, sq_client *c, sq_buf *b)
 }
 
 /* The fleet-wide limits of the limited types, for the alert on a type held
- * at its limit (with shardq_jobs). */
-static void write_limits(sqd *d, sq_buf *b)
+ * at its limit (with shardq_jobs), and which types are paused (as of this
+ * daemon's last map poll). */
+static void write_limits(sqd *d, sq_client *c, sq_buf *b)
 {
+	sq_buf_puts(b, "# HELP shardq_type_paused 1 while a type is paused fleet-wide (shardq "
+		       "pause), as of this daemon's last map poll.\n"
+		       "# TYPE shardq_type_paused gauge\n");
+	for (int i = 0; i < sq_config_type_count(d->cfg); i++)
+		sq_buf_printf(b, "shardq_type_paused{type=\"%s\"} %d\n",
+			      sq_config_type_name(d->cfg, i),
+			      sq_type_paused(c, sq_config_type_name(d->cfg, i)));
 	int nt = sq_config_type_count(d->cfg);
 	for (int pass = 0; pass < 2; pass++) {
 		sq_buf_puts(b, pass ? "# HELP shardq_type_rate Fleet-wide rate of a type, jobs "
@@ -407,5 +416,5 @@ void sqd_metrics_write_shards(sqd *d, sq_client *c, sq_buf *b)
 		free(mv);
 		write_schedules(d, c, b);
 	}
-	write_limits(d, b);
+	write_limits(d, c, b);
 }

@@ -526,6 +526,9 @@ static const route_def routes[] = {
 	{"/v1/stats", EVHTTP_REQ_GET, R_STATS, A},
 	{"/v1/map", EVHTTP_REQ_GET, R_MAP, A},
 	{"/v1/moves", EVHTTP_REQ_GET, R_MOVES, A},
+	{"/v1/types", EVHTTP_REQ_GET, R_TYPES, A},
+	{"/v1/types/pause", EVHTTP_REQ_POST, R_PAUSE, A},
+	{"/v1/types/resume", EVHTTP_REQ_POST, R_RESUME, A},
 	{"/metrics", EVHTTP_REQ_GET, R_METRICS, A},
 	{"/v1/admin/overview", EVHTTP_REQ_GET, R_OVERVIEW, A},
 	{"/", EVHTTP_REQ_GET, R_PAGE, 0},
@@ -582,6 +585,7 @@ static int authorize(sqd *d, struct evhttp_request *req, sqd_task *t, int scopes
 			  found->name, scope_names(scopes, want, sizeof(want)));
 		return -1;
 	}
+	snprintf(t->who, sizeof(t->who), "%s", found->name); /* for the log of an action */
 	return 0;
 }
 
