@@ -56,6 +56,20 @@ def test_errors_name_what_was_wrong(cluster):
         shardq.Producer(worker_only).enqueue_one("pt")
     assert e.value.status == 403 and e.value.code == "forbidden"
 
+    # a worker whose token lacks the worker scope stops, raising the error
+    w = shardq.Worker(cluster.producer_client, {"pt": 1}, lambda j: None, install_signals=False)
+    with pytest.raises(shardq.AuthError) as e:
+        w.run()
+    assert e.value.status == 403 and "claim of pt: shardqd answered 403 forbidden" in str(e.value)
+
+    # a type the daemon does not know
+    w = shardq.Worker(shardq.Client(cluster.url, TOKENS["worker"]), {"nope": 1}, lambda j: None,
+                      install_signals=False)
+    with pytest.raises(shardq.BadRequestError) as e:
+        w.run()
+    assert str(e.value).startswith("claim of nope: shardqd answered 400 bad_request: types[0]: "
+                                   "not a configured type"), str(e.value)
+
     with pytest.raises(shardq.NotFoundError) as e:
         cluster.producer_client.get_job(12345)
     assert e.value.code == "not_found"

@@ -341,11 +341,12 @@ class Client:
                 "wait_ms": int(wait_ms), "start": bool(start)}
         r = self.request("POST", "/v1/claim", body, conn=conn,
                          timeout=self.timeout + wait_ms / 1000.0)
+        what = f"claim of {', '.join(types)}"  # the daemon's message says types[N]
         if r.status != 200:
-            raise api_error("claim", r.status, r.body, r.retry_after)
+            raise api_error(what, r.status, r.body, r.retry_after)
         jobs = r.body.get("jobs") if isinstance(r.body, dict) else None
         if not isinstance(jobs, list):
-            raise ApiError("claim", r.status, r.body)
+            raise ApiError(what, r.status, r.body)
         return [Job.from_json(j) for j in jobs]
 
     def fenced(self, kind: str, refs: Sequence[Mapping[str, Any]], *,
