@@ -791,6 +791,143 @@ START_TEST(limits_and_slow_clients)
 }
 END_TEST
 
+/* All a connection sends until it closes (the test fails if it does not
+ * within the stall time). */
+static char *recv_to_end(int fd)
+{
+	struct timeval tv = {(time_t)STALL_S, 0};
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	sq_buf b;
+	sq_buf_init(&b);
+	char chunk[4096];
+	ssize_t n;
+	while ((n = recv(fd, chunk, sizeof(chunk), 0)) > 0)
+		sq_buf_append(&b, chunk, (size_t)n);
+	ck_assert_msg(n == 0, "the connection did not close after its replies: %s (%zu bytes: %s)",
+		      strerror(errno), b.len, b.data ? b.data : "");
+	sq_buf_puts(&b, "");
+	return b.data;
+}
+
+/* bytes on a fresh connection: the one reply, after which the connection
+ * must close. */
+static hresp raw_once(const char *bytes, size_t n)
+{
+	int fd = hc_connect(D.port);
+	ck_assert_int_eq(hc_send_bytes(fd, bytes, n), 0);
+	char *all = recv_to_end(fd);
+	close(fd);
+	hresp r = {0};
+	char *eoh = strstr(all, "\r\n\r\n");
+	ck_assert_msg(eoh != NULL, "no reply to %.80s: '%s'", bytes, all);
+	snprintf(r.head, sizeof(r.head), "%.*s", (int)(eoh - all), all);
+	r.status = atoi(strchr(all, ' ') + 1);
+	r.body = strdup(eoh + 4);
+	r.len = strlen(r.body);
+	free(all);
+	keep(&r);
+	return r;
+}
+
+/* (Connection: close, so that a 200 ends its connection too) */
+#define CHUNKED_HEAD                                                        \
+	"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n" \
+	"Connection: close\r\nTransfer-Encoding: chunked\r\n\r\n"
+
+/* A chunked request whose chunks follow. */
+static hresp chunked(const char *chunks)
+{
+	sq_buf b;
+	sq_buf_init(&b);
+	sq_buf_printf(&b, CHUNKED_HEAD "%s", tok_producer, chunks);
+	hresp r = raw_once(b.data, b.len);
+	sq_buf_free(&b);
+	return r;
+}
+
+static void expect_bad_chunk(const hresp *r, const char *says, int line)
+{
+	expect(r, 400, "bad_request", line);
+	ck_assert_msg(strcasestr(r->head, "Content-Type: application/json") != NULL, "line %d: %s",
+		      line, r->head);
+	ck_assert_msg(strcasestr(r->head, "Connection: close") != NULL, "line %d: %s", line,
+		      r->head);
+	ck_assert_msg(strstr(r->body, says) != NULL, "line %d: '%s' does not say '%s'", line,
+		      r->body, says);
+	ck_assert_msg(strstr(r->body, "send a valid chunked body or a Content-Length") != NULL,
+		      "line %d: %s", line, r->body);
+}
+
+/* A malformed chunked body gets shardqd's JSON 400, not libevent's HTML
+ * 413 (issue 43): alone on its connection, or pipelined behind a request
+ * whose reply goes first; a valid chunked body is taken, and one over
+ * max_body still gets 413. */
+START_TEST(a_malformed_chunked_body_gets_a_json_400)
+{
+	start_all("sq_http_chunked", "max_body = 64KB\n");
+	hresp r = chunked("zz\r\n");
+	expect_bad_chunk(&r, "the chunk size 'zz' is not hexadecimal", __LINE__);
+	r = chunked("9\r\n{\"jobs\":[XY\r\n");
+	expect_bad_chunk(&r, "the chunk of 9 bytes is not followed by CRLF but by 'XY'", __LINE__);
+	r = chunked("3;x=1\r\n{\"j\r\n0\r\n\r\n");
+	expect_bad_chunk(&r, "chunk extension", __LINE__);
+	r = chunked("2\r\n{}\r\n0\r\nno colon\r\n\r\n");
+	expect_bad_chunk(&r, "the trailer line 'no colon' has no ':'", __LINE__);
+	/* a valid chunked enqueue: lower and upper case hex, a trailer */
+	r = chunked("a\r\n{\"jobs\":[{\r\n1D\r\n\"type\":\"a\",\"params\":{\"i\":1}},\r\n"
+		    "16\r\n{\"type\":\"a\"}]}        \r\n0\r\nX-Sum: 1\r\n\r\n");
+	EXPECT(r, 200, NULL);
+	ck_assert_int_eq(live("task = 'a'"), 2);
+	/* over max_body (64 KB): libevent's 413, as before */
+	{
+		sq_buf b;
+		sq_buf_init(&b);
+		sq_buf_printf(&b, CHUNKED_HEAD, tok_producer);
+		for (int i = 0; i < 3; i++) {
+			sq_buf_puts(&b, "8000\r\n");
+			for (int k = 0; k < 0x8000; k++)
+				sq_buf_append(&b, "x", 1);
+			sq_buf_puts(&b, "\r\n");
+		}
+		int fd = hc_connect(D.port);
+		hc_send_bytes(fd, b.data, b.len); /* the daemon may close before the end */
+		sq_buf_free(&b);
+		hresp big;
+		ck_assert_msg(hc_recv(fd, &big) == 0, "no reply to a chunked body over max_body");
+		keep(&big);
+		close(fd);
+		ck_assert_int_eq(big.status, 413);
+	}
+	/* pipelined on one connection: an enqueue, then a malformed chunked
+	 * body; the enqueue's reply comes first, then the 400, then the end */
+	{
+		const char *job = "{\"jobs\":[{\"type\":\"b\",\"params\":{\"n\":1}}]}";
+		sq_buf b;
+		sq_buf_init(&b);
+		sq_buf_printf(&b,
+			      "POST /v1/jobs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"
+			      "Content-Length: %zu\r\n\r\n%s" CHUNKED_HEAD "2\r\n{}\r\nzz\r\n",
+			      tok_producer, strlen(job), job, tok_producer);
+		int fd = hc_connect(D.port);
+		ck_assert_int_eq(hc_send_bytes(fd, b.data, b.len), 0);
+		sq_buf_free(&b);
+		char *all = recv_to_end(fd);
+		close(fd);
+		char *ok = strstr(all, "HTTP/1.1 200"), *no = strstr(all, "HTTP/1.1 400");
+		ck_assert_msg(ok && no && ok < no, "not the 200, then the 400: %s", all);
+		ck_assert_msg(strstr(ok, "\"results\"") != NULL && strstr(ok, "\"results\"") < no,
+			      "%s", all);
+		ck_assert_msg(strstr(no, "\"bad_request\"") && strstr(no, "'zz'"), "%s", all);
+		free(all);
+		ck_assert_int_eq(live("task = 'b'"), 1);
+	}
+	/* the daemon still serves */
+	r = call("GET", "/healthz", NULL, NULL);
+	EXPECT(r, 200, NULL);
+	stop_all();
+}
+END_TEST
+
 /* Connections the daemon holds on a shard, counted by the shard. The
  * maintenance pass's connection (sqd-maintain) is left out: it comes at a
  * random time, for a moment, and is not one the daemon holds. */
@@ -2549,6 +2686,7 @@ int main(void)
 	ADD_CASE(s, every_endpoint, 3600);
 	ADD_CASE(s, auth_and_scopes, 3600);
 	ADD_CASE(s, limits_and_slow_clients, 3600);
+	ADD_CASE(s, a_malformed_chunked_body_gets_a_json_400, 3600);
 	ADD_CASE(s, many_long_polls_few_connections, 3600);
 	ADD_CASE(s, no_double_handout_and_limits, 3600);
 	ADD_CASE(s, disconnect_mid_claim_loses_nothing, 3600);

@@ -4,6 +4,7 @@
 #include "buf.h"
 #include "clock.h"
 #include "config.h"
+#include "framing.h"
 #include "hrw.h"
 #include "json.h"
 #include "maintain.h"
@@ -735,6 +736,156 @@ START_TEST(pool_runs_each_task_once_and_wakes_threads)
 }
 END_TEST
 
+/* ---- the framing of HTTP requests (src/daemon/framing.c) ---------------- */
+
+/* in fed whole, then split in two at every byte, then a byte at a time: the
+ * same verdict and the same bad_at each way. Returns the verdict; *f as fed
+ * whole. */
+static int frame(const char *in, sqd_framing *f)
+{
+	size_t n = strlen(in);
+	sqd_framing_init(f);
+	int v = sqd_framing_feed(f, in, n);
+	for (size_t cut = 0; cut <= n; cut++) {
+		sqd_framing g;
+		sqd_framing_init(&g);
+		int w = sqd_framing_feed(&g, in, cut);
+		if (w == SQD_FRAMING_OK)
+			w = sqd_framing_feed(&g, in + cut, n - cut);
+		ck_assert_msg(w == v, "split at %zu of %s: %d, whole: %d", cut, in, w, v);
+		if (v == SQD_FRAMING_BAD)
+			ck_assert_msg(g.bad_at == f->bad_at,
+				      "split at %zu: bad at %llu, whole: %llu", cut,
+				      (unsigned long long)g.bad_at, (unsigned long long)f->bad_at);
+	}
+	sqd_framing g;
+	sqd_framing_init(&g);
+	int w = SQD_FRAMING_OK;
+	for (size_t i = 0; i < n && w == SQD_FRAMING_OK; i++)
+		w = sqd_framing_feed(&g, in + i, 1);
+	ck_assert_msg(w == v, "a byte at a time: %d, whole: %d (%s)", w, v, in);
+	return v;
+}
+
+#define POST_CHUNKED "POST /v1/jobs HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+
+/* bad at the start of `at` in `in`, with `why` in the reason */
+static void expect_bad(const char *in, const char *at, const char *why)
+{
+	sqd_framing f;
+	ck_assert_msg(frame(in, &f) == SQD_FRAMING_BAD, "not refused: %s", in);
+	const char *p = strstr(in, at);
+	ck_assert_ptr_nonnull(p);
+	ck_assert_msg(f.bad_at == (uint64_t)(p - in), "bad at %llu, want %zu: %s (%s)",
+		      (unsigned long long)f.bad_at, (size_t)(p - in), in, f.why);
+	ck_assert_msg(strstr(f.why, why) != NULL, "'%s' does not say '%s'", f.why, why);
+}
+
+START_TEST(framing_valid_requests_pipelined)
+{
+	sqd_framing f;
+	/* lower and upper case hex, a bare LF, spaces after the size, trailers,
+	 * leading zeros in the last chunk, then a GET, a Content-Length body that
+	 * holds what would be a bad chunk, a HEAD whose chunked header brings no
+	 * body, and a chunked body again */
+	const char *in =
+		POST_CHUNKED "a\r\n0123456789\r\nB\r\nabcdefghijk\r\n1f  \n"
+			     "0123456789012345678901234567890\n"
+			     "0000\r\nX-Sum: 1\r\nX-Other:\r\n\r\n"
+			     "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+			     "POST /v1/jobs HTTP/1.1\r\ncontent-length:  6 \r\n\r\nzz\r\nxx"
+			     "HEAD / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
+			     "PUT /x HTTP/1.1\r\ntransfer-encoding: Chunked\r\n\r\n"
+			     "3\r\nabc\r\n0\r\n\r\n";
+	ck_assert_int_eq(frame(in, &f), SQD_FRAMING_OK);
+	ck_assert_uint_eq(f.pos, strlen(in));
+	/* and the next request is followed: a bad chunk after all of these */
+	char *more = malloc(strlen(in) + 200);
+	sprintf(more, "%s" POST_CHUNKED "2\r\nab\r\nzq\r\n", in);
+	expect_bad(more, "zq\r\n", "the chunk size 'zq' is not hexadecimal");
+	free(more);
+	/* a chunk's size as large as a signed 64-bit number waits for its data */
+	ck_assert_int_eq(frame(POST_CHUNKED "7fffffffffffffff\r\nabc", &f), SQD_FRAMING_OK);
+	ck_assert_int_eq(frame(POST_CHUNKED "00000000000000000000"
+					    "7FFFFFFFFFFFFFFF\r\n",
+			       &f),
+			 SQD_FRAMING_OK);
+}
+END_TEST
+
+START_TEST(framing_malformed_chunks)
+{
+	expect_bad(POST_CHUNKED "zz\r\n", "zz", "the chunk size 'zz' is not hexadecimal");
+	expect_bad(POST_CHUNKED "5\r\nhello\r\n1g\r\n", "1g", "the chunk size '1g' is not");
+	expect_bad(POST_CHUNKED "0x5\r\nhello\r\n0\r\n\r\n", "0x5", "'0x5' is not hexadecimal");
+	expect_bad(POST_CHUNKED " 5\r\nhello\r\n0\r\n\r\n", " 5", "is not hexadecimal");
+	expect_bad(POST_CHUNKED "-5\r\n", "-5", "is not hexadecimal");
+	expect_bad(POST_CHUNKED "5\r\nhelloXY\r\n0\r\n\r\n", "XY",
+		   "the chunk of 5 bytes is not followed by CRLF but by 'XY'");
+	expect_bad(POST_CHUNKED "5\r\nhello\rX\r\n", "\rX", "not followed by CRLF");
+	expect_bad(POST_CHUNKED "5\r\nhello\r\n\r\n0\r\n\r\n", "\r\n0\r\n\r\n",
+		   "a chunk size is missing");
+	expect_bad(POST_CHUNKED "5\r\r\nhello", "5\r\r", "a CR not followed by LF");
+	expect_bad(POST_CHUNKED "5 x\r\nhello", "5 x", "has more than a size");
+	/* chunk extensions: valid HTTP that libevent 2.1 cannot read */
+	expect_bad(POST_CHUNKED "0;ext\r\n\r\n", "0;ext", "chunk extension");
+	expect_bad(POST_CHUNKED "5;name=value\r\nhello\r\n0\r\n\r\n", "5;name", "extension");
+	/* trailers */
+	expect_bad(POST_CHUNKED "0\r\nno colon here\r\n\r\n", "no colon",
+		   "the trailer line 'no colon here' has no ':'");
+	expect_bad(POST_CHUNKED "0\r\nX-A: 1\r\n folded\r\n\r\n", " folded", "folded");
+	expect_bad(POST_CHUNKED "0\r\nX-A: 1\rx\r\n\r\n", "X-A", "CR not followed by LF");
+	expect_bad(POST_CHUNKED "0\r\n\rx", "\rx", "CR not followed by LF");
+	/* a line that never ends */
+	char *in = malloc(4096);
+	int n = sprintf(in, POST_CHUNKED);
+	memset(in + n, '0', 2000);
+	in[n + 2000] = '\0';
+	sqd_framing f;
+	sqd_framing_init(&f);
+	ck_assert_int_eq(sqd_framing_feed(&f, in, strlen(in)), SQD_FRAMING_BAD);
+	ck_assert_uint_eq(f.bad_at, (uint64_t)n);
+	ck_assert_ptr_nonnull(strstr(f.why, "longer than"));
+	free(in);
+	/* the quote shows no quote, control byte or byte over 0x7e as it is */
+	expect_bad(POST_CHUNKED "'\x01\xff\"\r\n", "'", "the chunk size '???\"'");
+}
+END_TEST
+
+START_TEST(framing_leaves_the_rest_to_libevent)
+{
+	sqd_framing f;
+	/* a size no max_body allows: libevent answers 413 */
+	ck_assert_int_eq(frame(POST_CHUNKED "8000000000000000\r\n", &f), SQD_FRAMING_OFF);
+	ck_assert_int_eq(frame(POST_CHUNKED "fffffffffffffffff\r\n", &f), SQD_FRAMING_OFF);
+	/* heads that libevent may read otherwise, or refuses itself */
+	const char *off[] = {
+		"POST / HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n\r\nzz\r\n",
+		"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n"
+		"\r\nzz\r\n",
+		"POST / HTTP/1.1\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\nabc",
+		"POST / HTTP/1.1\r\nContent-Length: +2\r\n\r\nab",
+		"POST / HTTP/1.1\r\nX-A: 1\r\n folded: chunked\r\n\r\n",
+		"POST / HTTP/1.1\r\nno colon\r\n\r\n",
+		"POST / HTTP/1.1\r\nExpect: something\r\n\r\n",
+		"POST / HTTP/1.1\r\nX-A: a\rb\r\n\r\n",
+		"\r\nGET / HTTP/1.1\r\n\r\n",
+		"OPTIONSX / HTTP/1.1\r\n\r\n",
+		"BREW / HTTP/1.1\r\n\r\n",
+	};
+	for (size_t i = 0; i < sizeof(off) / sizeof(off[0]); i++)
+		ck_assert_msg(frame(off[i], &f) == SQD_FRAMING_OFF, "followed: %s", off[i]);
+	/* once off, nothing more is judged */
+	ck_assert_int_eq(sqd_framing_feed(&f, "zz\r\n", 4), SQD_FRAMING_OFF);
+	/* a name with a space before its ':' is another header, for libevent too:
+	 * the body is then empty, and the bad chunk is the next request line */
+	ck_assert_int_eq(frame("POST / HTTP/1.1\r\nTransfer-Encoding : chunked\r\n\r\n", &f),
+			 SQD_FRAMING_OK);
+	ck_assert_int_eq(frame("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n", &f),
+			 SQD_FRAMING_OK);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("unit");
@@ -755,6 +906,9 @@ int main(void)
 	tcase_add_test(tc, config_long_lines_and_repeats);
 	tcase_add_test(tc, config_file_is_a_directory);
 	tcase_add_test(tc, maintain_first_pass_is_spread);
+	tcase_add_test(tc, framing_valid_requests_pipelined);
+	tcase_add_test(tc, framing_malformed_chunks);
+	tcase_add_test(tc, framing_leaves_the_rest_to_libevent);
 	suite_add_tcase(s, tc);
 	/* waits for threads, not for a database: its own stall limit */
 	TCase *tp = tcase_create("pool");

@@ -2,6 +2,8 @@
  * auth, routing, the request threads and the process (docs/http.md). */
 #include "daemon.h"
 #include "clock.h"
+#include "framing.h"
+#include "json.h"
 #include "log.h"
 #include "router_internal.h"
 
@@ -66,6 +68,14 @@ typedef struct sqd_conn {
 	int closed;                      /* libevent freed the connection */
 	int over;                        /* beyond max_connections: answered 503, shut */
 	int shut;                        /* we shut its socket */
+	/* the framing of its requests, followed as they are read (see "a
+	 * malformed chunked body" below) */
+	struct evbuffer *in;             /* the socket's input, while in_cb is set */
+	struct evbuffer_cb_entry *in_cb; /* NULL once not followed */
+	uint64_t in_end;                 /* bytes read from the socket so far */
+	struct event *bad_ev;            /* answers a malformed chunked body */
+	int cutting, answering;
+	sqd_framing fr;
 } sqd_conn;
 
 static struct {
@@ -99,10 +109,23 @@ static void conn_unlink(sqd_conn *c)
 	}
 	if (c->evcon && !c->closed)
 		evhttp_connection_set_closecb(c->evcon, NULL, NULL);
+	if (c->in_cb && !c->closed)
+		evbuffer_remove_cb_entry(c->in, c->in_cb);
+	if (c->bad_ev)
+		event_free(c->bad_ev);
 	if (c->bev)
 		bufferevent_decref(c->bev);
 	free(c);
 }
+
+static void unfollow(sqd_conn *c)
+{
+	if (c->in_cb)
+		evbuffer_remove_cb_entry(c->in, c->in_cb);
+	c->in_cb = NULL;
+}
+
+static void on_conn_closed(struct evhttp_connection *evcon, void *arg);
 
 /* Just after the accept (libevent sets the socket after asking us for the
  * bufferevent): the socket number and the peer. */
@@ -110,13 +133,23 @@ static void on_conn_known(evutil_socket_t unused, short what, void *arg)
 {
 	sqd_conn *c = arg;
 	int fd = (int)bufferevent_getfd(c->bev);
-	bufferevent_decref(c->bev);
-	c->bev = NULL;
+	/* libevent's connection is the argument of its bufferevent's callbacks
+	 * (NULL once it freed it): known from here on, before any request, so
+	 * that its end is always told (on_conn_closed) */
+	void *evcon = NULL;
+	bufferevent_getcb(c->bev, NULL, NULL, NULL, &evcon);
 	c->peer_len = sizeof(c->peer);
-	if (fd < 0 || getpeername(fd, (struct sockaddr *)&c->peer, &c->peer_len)) {
+	if (fd < 0 || !evcon || getpeername(fd, (struct sockaddr *)&c->peer, &c->peer_len)) {
+		unfollow(c); /* the bufferevent lives until our reference goes */
+		bufferevent_decref(c->bev);
+		c->bev = NULL;
 		c->closed = 1; /* gone already */
 		return;
 	}
+	bufferevent_decref(c->bev);
+	c->bev = NULL;
+	c->evcon = evcon;
+	evhttp_connection_set_closecb(evcon, on_conn_closed, c);
 	if (fd >= S.by_fd_len) {
 		int n = fd * 2 + 64;
 		sqd_conn **v = realloc(S.by_fd, (size_t)n * sizeof(*v));
@@ -133,6 +166,132 @@ static void on_conn_known(evutil_socket_t unused, short what, void *arg)
 	c->fd = fd;
 }
 
+/* ---- connections: a malformed chunked body ------------------------------- */
+
+/*
+ * libevent 2.1 reads a chunked body it cannot parse as one too long: it
+ * answers 413 itself, in HTML, before any callback of ours. So the bytes of
+ * each connection are followed as they are read (framing.c, through a
+ * callback on the socket's input buffer, which runs before libevent reads
+ * them). Where a chunked body turns out malformed, everything from the bad
+ * line on is taken out of the input, and what came before is left to
+ * libevent: earlier requests pipelined on the connection, the request's head
+ * and its good chunks. libevent reads the next request only once the reply
+ * to the one before is written to the socket, so when it has read the input
+ * down to the bad line, every earlier reply is out: then (bad_chunk) the
+ * 400 goes, and the connection is freed. The 400 never overtakes a reply.
+ */
+
+static void on_bad_chunk(evutil_socket_t unused, short what, void *arg);
+
+/* Feeds the n bytes just added at the end of in to c's framing. */
+static void follow(sqd_conn *c, struct evbuffer *in, size_t n)
+{
+	struct evbuffer_ptr at;
+	if (evbuffer_ptr_set(in, &at, evbuffer_get_length(in) - n, EVBUFFER_PTR_SET)) {
+		c->fr.verdict = SQD_FRAMING_OFF;
+		return;
+	}
+	while (n && c->fr.verdict == SQD_FRAMING_OK) {
+		struct evbuffer_iovec v;
+		if (evbuffer_peek(in, (ev_ssize_t)n, &at, &v, 1) < 1 || !v.iov_len) {
+			c->fr.verdict = SQD_FRAMING_OFF;
+			return;
+		}
+		size_t k = v.iov_len < n ? v.iov_len : n;
+		sqd_framing_feed(&c->fr, v.iov_base, k);
+		n -= k;
+		if (n && evbuffer_ptr_set(in, &at, k, EVBUFFER_PTR_ADD))
+			c->fr.verdict = SQD_FRAMING_OFF;
+	}
+}
+
+/* Takes out of in everything from the malformed chunk's line on. */
+static void cut(sqd_conn *c, struct evbuffer *in)
+{
+	size_t len = evbuffer_get_length(in);
+	uint64_t start = c->in_end - len; /* where in begins, in the connection's bytes */
+	size_t keep = c->fr.bad_at > start ? (size_t)(c->fr.bad_at - start) : 0;
+	if (keep >= len)
+		return;
+	c->cutting = 1;
+	struct evbuffer *head = keep ? evbuffer_new() : NULL;
+	if (head)
+		evbuffer_remove_buffer(in, head, keep);
+	evbuffer_drain(in, evbuffer_get_length(in));
+	if (head) {
+		evbuffer_prepend_buffer(in, head);
+		evbuffer_free(head);
+	}
+	c->cutting = 0;
+}
+
+/* The socket's input changed: bytes read, or libevent read some. */
+static void on_input(struct evbuffer *in, const struct evbuffer_cb_info *info, void *arg)
+{
+	sqd_conn *c = arg;
+	if (c->cutting)
+		return;
+	if (info->n_added) {
+		c->in_end += info->n_added;
+		if (c->fr.verdict == SQD_FRAMING_OK)
+			follow(c, in, info->n_added);
+		if (c->fr.verdict == SQD_FRAMING_OFF) {
+			unfollow(c); /* libevent alone judges this connection */
+			return;
+		}
+		if (c->fr.verdict == SQD_FRAMING_BAD)
+			cut(c, in);
+	}
+	if (c->fr.verdict != SQD_FRAMING_BAD || c->answering || evbuffer_get_length(in))
+		return;
+	/* libevent has read all before the bad line: every earlier reply is
+	 * written; answer after its read, not inside it */
+	c->answering = 1;
+	c->bad_ev = event_new(S.base, -1, 0, on_bad_chunk, c);
+	if (c->bad_ev)
+		event_active(c->bad_ev, EV_TIMEOUT, 0);
+}
+
+/* The 400 for a malformed chunked body, written to the socket (it takes so
+ * small a reply at once, unless the client has left earlier replies unread:
+ * then the connection just closes), and the connection freed. */
+static void on_bad_chunk(evutil_socket_t unused, short what, void *arg)
+{
+	sqd_conn *c = arg;
+	if (c->closed)
+		return;
+	if (!c->evcon) { /* on_conn_known has not run yet */
+		struct timeval soon = {0, 1000};
+		event_add(c->bad_ev, &soon);
+		return;
+	}
+	struct bufferevent *bev = evhttp_connection_get_bufferevent(c->evcon);
+	int fd = bev ? (int)bufferevent_getfd(bev) : -1;
+	char msg[512];
+	snprintf(msg, sizeof(msg),
+		 "the chunked body is malformed: %s; send a valid chunked body or a "
+		 "Content-Length",
+		 c->fr.why);
+	sq_buf b;
+	sq_buf_init(&b);
+	sq_buf_puts(&b, "{\"error\":{\"code\":\"bad_request\",\"message\":");
+	sq_json_put_string(&b, msg);
+	sq_buf_puts(&b, "}}");
+	char head[256];
+	int hn = snprintf(head, sizeof(head),
+			  "HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\n"
+			  "Content-Length: %zu\r\nConnection: close\r\n\r\n",
+			  b.len);
+	struct iovec iov[2] = {{head, (size_t)hn}, {b.data, b.len}};
+	struct msghdr mh = {.msg_iov = iov, .msg_iovlen = b.oom ? 1 : 2};
+	if (fd >= 0 && !b.oom)
+		while (sendmsg(fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT) < 0 && errno == EINTR)
+			;
+	sq_buf_free(&b);
+	evhttp_connection_free(c->evcon); /* on_conn_closed: c->closed */
+}
+
 static struct bufferevent *on_new_conn(struct event_base *base, void *arg)
 {
 	sqd *d = arg;
@@ -146,6 +305,9 @@ static struct bufferevent *on_new_conn(struct event_base *base, void *arg)
 	bufferevent_incref(bev);
 	c->bev = bev;
 	c->fd = -1;
+	sqd_framing_init(&c->fr);
+	c->in = bufferevent_get_input(bev);
+	c->in_cb = evbuffer_add_cb(c->in, on_input, c);
 	c->deadline = sq_mono_s() + sq_config_daemon(d->cfg)->request_timeout_ms / 1000.0;
 	if (S.nconns >= sq_config_daemon(d->cfg)->max_connections || atomic_load(&d->stopping)) {
 		/* its request, if it comes within a second, gets 503 and the
@@ -167,6 +329,7 @@ static struct bufferevent *on_new_conn(struct event_base *base, void *arg)
 static void on_conn_closed(struct evhttp_connection *evcon, void *arg)
 {
 	sqd_conn *c = arg;
+	unfollow(c); /* its input is freed next */
 	c->closed = 1;
 	if (c->task) {
 		atomic_store(&c->task->gone, 1);
@@ -612,7 +775,8 @@ static int load_tokens(const sq_config *cfg)
 /* A task for request req, in flight and tied to its connection; NULL
  * (answered 500) out of memory. A request libevent refuses itself, over
  * max_body or max_headers or malformed, never reaches here: libevent
- * answers it, 413 or 400. */
+ * answers it, 413 or 400; nor does a malformed chunked body (on_bad_chunk
+ * answers it). */
 static sqd_task *new_task(sqd *d, struct evhttp_request *req)
 {
 	sqd_task *t = calloc(1, sizeof(*t));
