@@ -86,6 +86,9 @@ static void quote_add(sqd_framing *f, int c)
 /* The chunked body is malformed at the current line (p: its bad byte, shown
  * with what follows it in this piece, up to the line's end). */
 static void bad(sqd_framing *f, const unsigned char *p, const unsigned char *end, const char *fmt,
+		...) __attribute__((format(printf, 4, 5)));
+
+static void bad(sqd_framing *f, const unsigned char *p, const unsigned char *end, const char *fmt,
 		...)
 {
 	for (const unsigned char *q = p; q < end && q - p < 24 && *q != '\n'; q++)
