@@ -487,6 +487,26 @@ SQ_MUST_CHECK sq_status sq_fail(sq_client *c, const char *worker, const sq_fail_
  * partition stayed frozen past moving_wait, ...): cancel those again. */
 SQ_MUST_CHECK sq_status sq_cancel(sq_client *c, const int64_t *ids, size_t n, sq_status *out,
 				  sq_error *err);
+/* failed -> ready, by id: due now, with a fresh budget of tries (the
+ * fence, attempt, keeps growing) and its last error kept. out[i]: SQ_OK,
+ * SQ_ENOTFOUND (no such job in the hot table: finished, or never),
+ * SQ_ESTATE (not failed: ready, starting, running or cancelled, or a live
+ * job of its type holds its key now), or the call's error for an id whose
+ * shard did not answer (as sq_cancel). A job under a worker's lease is
+ * never touched. */
+SQ_MUST_CHECK sq_status sq_retry(sq_client *c, const int64_t *ids, size_t n, sq_status *out,
+				 sq_error *err);
+/* Retries the failed jobs of `type` that failed at or before until_us (µs
+ * since the epoch; 0: now), on every shard, in batches of `batch` (1 to
+ * 10,000; 0: 1,000), in the order they failed. progress (NULL: none) is
+ * called after each batch with the totals so far. *retried and
+ * *not_allowed (may be NULL) count the jobs made ready and those left
+ * (a live job holds the key). Jobs that fail again meanwhile are after
+ * until_us and left. */
+typedef void (*sq_retry_progress)(int64_t retried, int64_t not_allowed, void *arg);
+SQ_MUST_CHECK sq_status sq_retry_type(sq_client *c, const char *type, int64_t until_us, int batch,
+				      sq_retry_progress progress, void *arg, int64_t *retried,
+				      int64_t *not_allowed, sq_error *err);
 /* Cancels the live job of (type, key); *id is set to its id, or 0 and
  * SQ_ENOTFOUND when there is none. */
 SQ_MUST_CHECK sq_status sq_cancel_key(sq_client *c, const char *type, const char *key, int64_t *id,

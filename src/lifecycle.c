@@ -12,6 +12,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 #include <string.h>
 
 /* The statements' text, and why each is shaped as it is:
@@ -25,6 +26,7 @@ static const sq_stmt stmt_release = {"sq_release", sq_sql_fenced_release};
 static const sq_stmt stmt_unclaim = {"sq_unclaim", sq_sql_fenced_unclaim};
 static const sq_stmt stmt_not_owned = {"sq_not_owned", sq_sql_not_owned};
 static const sq_stmt stmt_cancel = {"sq_cancel", sq_sql_cancel};
+static const sq_stmt stmt_retry = {"sq_retry", sq_sql_retry};
 static const sq_stmt stmt_cancel_key = {"sq_cancel_key", sq_sql_cancel_key};
 static const sq_stmt stmt_get = {"sq_get", sq_sql_get};
 static const sq_stmt stmt_get_history = {"sq_get_history", sq_sql_get_history};
@@ -399,11 +401,12 @@ sq_status sq_fail(sq_client *c, const char *worker, const sq_fail_req *reqs, siz
 	return st;
 }
 
-/* Cancel by id: same machinery without a fence on worker. */
-static sq_status cancel_pass(sq_client *c, const int64_t *ids, size_t n, sq_status *out, int *moved,
-			     sq_error *err);
+/* Cancel and retry by id: the same machinery without a fence on worker. */
+static sq_status ids_pass(sq_client *c, const sq_stmt *stmt, const int64_t *ids, size_t n,
+			  sq_status *out, int *moved, sq_error *err);
 
-sq_status sq_cancel(sq_client *c, const int64_t *ids, size_t n, sq_status *out, sq_error *err)
+static sq_status by_ids(sq_client *c, const sq_stmt *stmt, const int64_t *ids, size_t n,
+			sq_status *out, sq_error *err)
 {
 	int tries = 0, moved = 0;
 	double deadline = 0;
@@ -411,7 +414,7 @@ sq_status sq_cancel(sq_client *c, const int64_t *ids, size_t n, sq_status *out, 
 	for (size_t i = 0; i < n; i++)
 		out[i] = SQ_EINVAL; /* to do */
 	sq_client_check_map(c);
-	while ((st = cancel_pass(c, ids, n, out, &moved, err)) == SQ_OK && moved) {
+	while ((st = ids_pass(c, stmt, ids, n, out, &moved, err)) == SQ_OK && moved) {
 		if ((st = sq_client_wait_moved(c, moved == 2, &tries, &deadline, err)))
 			break;
 	}
@@ -421,10 +424,39 @@ sq_status sq_cancel(sq_client *c, const int64_t *ids, size_t n, sq_status *out, 
 	return st;
 }
 
-/* Cancels the ids whose out[] is SQ_EINVAL ("to do"); a shard that answers
- * moving/moved leaves its ids to do, and *moved says so (1 moving, 2 moved). */
-static sq_status cancel_pass(sq_client *c, const int64_t *ids, size_t n, sq_status *out, int *moved,
-			     sq_error *err)
+sq_status sq_cancel(sq_client *c, const int64_t *ids, size_t n, sq_status *out, sq_error *err)
+{
+	return by_ids(c, &stmt_cancel, ids, n, out, err);
+}
+
+sq_status sq_retry(sq_client *c, const int64_t *ids, size_t n, sq_status *out, sq_error *err)
+{
+	return by_ids(c, &stmt_retry, ids, n, out, err);
+}
+
+/* One shard's answer to ids_pass: an id it returns is done (SQ_OK), or,
+ * with a second column that is false, found but not in a state the
+ * statement acts on (SQ_ESTATE); an id it does not return is not there. */
+static void ids_answer(sq_client *c, int s, PGresult *r, const int64_t *ids, size_t n,
+		       sq_status *out)
+{
+	for (size_t i = 0; i < n; i++)
+		if (out[i] == SQ_EINVAL && sq_shard_of_id(c, ids[i]) == s)
+			out[i] = SQ_ENOTFOUND;
+	for (int row = 0; row < PQntuples(r); row++) {
+		int64_t id = atoll(PQgetvalue(r, row, 0));
+		int done = PQnfields(r) < 2 || !strcmp(PQgetvalue(r, row, 1), "t");
+		for (size_t i = 0; i < n; i++)
+			if (ids[i] == id)
+				out[i] = done ? SQ_OK : SQ_ESTATE;
+	}
+}
+
+/* Runs stmt on the ids whose out[] is SQ_EINVAL ("to do"); a shard that
+ * answers moving/moved leaves its ids to do, and *moved says so (1 moving,
+ * 2 moved). */
+static sq_status ids_pass(sq_client *c, const sq_stmt *stmt, const int64_t *ids, size_t n,
+			  sq_status *out, int *moved, sq_error *err)
 {
 	sq_buf *idb = calloc((size_t)c->nshards, sizeof(sq_buf));
 	sq_buf *pb = calloc((size_t)c->nshards, sizeof(sq_buf));
@@ -457,7 +489,7 @@ static sq_status cancel_pass(sq_client *c, const int64_t *ids, size_t n, sq_stat
 		vals[2 * s] = idb[s].data;
 		vals[2 * s + 1] = pb[s].data;
 		sq_client_push_guard(c, s, &vals[2 * s + 1]);
-		sq_pgconn_push(&c->shards[s], &stmt_cancel, 1, &vals[2 * s]);
+		sq_pgconn_push(&c->shards[s], stmt, 1, &vals[2 * s]);
 	}
 	st = sq_client_send(c, err);
 	for (int s = 0; st == SQ_OK && s < c->nshards; s++) {
@@ -472,16 +504,7 @@ static sq_status cancel_pass(sq_client *c, const int64_t *ids, size_t n, sq_stat
 			st = se;
 			break;
 		}
-		PGresult *r = c->shards[s].res[2];
-		for (size_t i = 0; i < n; i++)
-			if (out[i] == SQ_EINVAL && sq_shard_of_id(c, ids[i]) == s)
-				out[i] = SQ_ENOTFOUND;
-		for (int row = 0; row < PQntuples(r); row++) {
-			int64_t id = atoll(PQgetvalue(r, row, 0));
-			for (size_t i = 0; i < n; i++)
-				if (ids[i] == id)
-					out[i] = SQ_OK;
-		}
+		ids_answer(c, s, c->shards[s].res[2], ids, n, out);
 	}
 	sq_client_reset(c);
 	for (int s = 0; s < c->nshards; s++) {
@@ -491,6 +514,79 @@ static sq_status cancel_pass(sq_client *c, const int64_t *ids, size_t n, sq_stat
 	free(idb);
 	free(pb);
 	free(vals);
+	return st;
+}
+
+/* One page of shard s's failed jobs of type (failed_of_type) into ids;
+ * moves the page's start past it. Returns how many, or -1 (err set). */
+static int failed_page(sq_client *c, int s, const char *type, int64_t until_us, int batch,
+		       int64_t *after_us, int64_t *after_id, int64_t *ids, sq_error *err)
+{
+	char until[24], aus[24], aid[24], lim[16];
+	const char *v[5] = {type, until, aus, aid, lim};
+	snprintf(until, sizeof(until), "%lld", (long long)until_us);
+	snprintf(aus, sizeof(aus), "%lld", (long long)*after_us);
+	snprintf(aid, sizeof(aid), "%lld", (long long)*after_id);
+	snprintf(lim, sizeof(lim), "%d", batch);
+	PGresult *r = sq_pgconn_exec(&c->shards[s], sq_sql_failed_of_type, 5, v, err);
+	if (!r)
+		return -1;
+	int n = PQntuples(r);
+	for (int i = 0; i < n; i++)
+		ids[i] = atoll(PQgetvalue(r, i, 0));
+	if (n) {
+		*after_id = ids[n - 1];
+		*after_us = atoll(PQgetvalue(r, n - 1, 1));
+	}
+	PQclear(r);
+	return n;
+}
+
+sq_status sq_retry_type(sq_client *c, const char *type, int64_t until_us, int batch,
+			sq_retry_progress progress, void *arg, int64_t *retried,
+			int64_t *not_allowed, sq_error *err)
+{
+	int64_t ok = 0, na = 0;
+	if (!type || !sq_config_type(c->cfg, type))
+		return sq_err(err, SQ_EINVAL, "unknown type '%s': not a [type] of the config",
+			      type ? type : "(null)");
+	if (batch < 0 || batch > 10000)
+		return sq_err(err, SQ_EINVAL, "batch %d: give 1 to 10000 (0: 1000)", batch);
+	batch = batch ? batch : 1000;
+	if (!until_us) {
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		until_us = (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+	}
+	int64_t *ids = malloc(sizeof(*ids) * (size_t)batch);
+	sq_status *out = malloc(sizeof(*out) * (size_t)batch), st = SQ_OK;
+	if (!ids || !out)
+		st = sq_err(err, SQ_ENOMEM, "out of memory");
+	for (int s = 0; st == SQ_OK && s < c->nshards; s++) {
+		int64_t after_us = 0, after_id = 0;
+		int n;
+		while (st == SQ_OK && (n = failed_page(c, s, type, until_us, batch, &after_us,
+						       &after_id, ids, err)) > 0) {
+			if ((st = sq_retry(c, ids, (size_t)n, out, err)) != SQ_OK)
+				break;
+			for (int i = 0; i < n; i++) {
+				ok += out[i] == SQ_OK;
+				na += out[i] == SQ_ESTATE;
+			}
+			if (progress)
+				progress(ok, na, arg);
+			if (n < batch)
+				break;
+		}
+		if (st == SQ_OK && n < 0)
+			st = err ? err->code : SQ_EDB;
+	}
+	free(ids);
+	free(out);
+	if (retried)
+		*retried = ok;
+	if (not_allowed)
+		*not_allowed = na;
 	return st;
 }
 

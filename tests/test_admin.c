@@ -180,9 +180,157 @@ START_TEST(a_paused_type_is_claimed_by_no_worker_and_no_shardqd)
 }
 END_TEST
 
+/* Claims up to n jobs of type and fails each for good (max_attempts 1);
+ * their ids into ids. */
+static size_t fail_all(sq_client *c, const char *type, size_t n, int64_t *ids)
+{
+	size_t got = 0;
+	sq_error err;
+	while (got < n) {
+		sq_job *js;
+		size_t k = claim_type(c, "fw", type, n - got > 1000 ? 1000 : (int)(n - got), &js);
+		if (!k)
+			break;
+		sq_fail_req *fr = calloc(k, sizeof(*fr));
+		sq_status *out = calloc(k, sizeof(*out));
+		for (size_t i = 0; i < k; i++) {
+			fr[i].ref.id = js[i].id, fr[i].ref.attempt = js[i].attempt;
+			fr[i].error = "downstream said no";
+			fr[i].permanent = 1;
+			ids[got + i] = js[i].id;
+		}
+		OKE(sq_fail(c, "fw", fr, k, out, &err));
+		for (size_t i = 0; i < k; i++)
+			ck_assert_int_eq(out[i], SQ_OK);
+		free(fr);
+		free(out);
+		sq_jobs_free(js, k);
+		got += k;
+	}
+	return got;
+}
+
+static int status_of(int64_t id)
+{
+	sq_job j = test_get_job(t.client, id);
+	int st = j.status;
+	sq_job_clear(&j);
+	return st;
+}
+
+START_TEST(failed_jobs_are_retried_by_id_by_type_and_over_http)
+{
+	enum { BULK = 2500 };
+	char ini[600], dini[600], msg[8192], hash_a[160], hash_w[160];
+	static int64_t ids[BULK];
+	int st;
+	sq_error err;
+	testdb_open(&t, "admin_retry", 2, 64,
+		    "[type f]\nmax_attempts = 1\n[type g]\nmax_attempts = 1\n");
+	test_write_bytes(testdb_path(ini, sizeof(ini), "c.ini"), t.ini, strlen(t.ini));
+
+	/* three failed jobs, one of whose key a live job took since; one
+	 * running under a worker's lease; one ready */
+	int64_t f1 = enqueue_one(t.client, "f", "k1", NULL, NULL),
+		f2 = enqueue_one(t.client, "f", "k2", NULL, NULL),
+		f3 = enqueue_one(t.client, "f", "k3", NULL, NULL);
+	int64_t failed[3];
+	ck_assert_uint_eq(fail_all(t.client, "f", 3, failed), 3);
+	int64_t taken = enqueue_one(t.client, "f", "k3", NULL, NULL); /* k3 is live again */
+	sq_job *js;
+	ck_assert_uint_eq(claim_type(t.client, "w9", "f", 1, &js), 1);
+	ck_assert_int_eq(js[0].id, taken);
+	sq_job_ref held = {js[0].id, js[0].attempt};
+	sq_jobs_free(js, 1);
+	sq_status out1[1];
+	OKE(sq_start(t.client, "w9", &held, 1, out1, &err));
+	int64_t ready = enqueue_one(t.client, "f", NULL, NULL, NULL);
+
+	int rc = test_cli(NULL, msg, sizeof(msg), "-c %s retry %lld %lld %lld %lld %lld 77", ini,
+			  (long long)f1, (long long)f2, (long long)f3, (long long)taken,
+			  (long long)ready);
+	ck_assert_msg(rc == 7, "shardq retry exited %d (7: some not made ready):\n%s", rc, msg);
+	char want[512];
+	snprintf(want, sizeof(want),
+		 "%lld ready\n%lld ready\n%lld not failed\n%lld not failed\n%lld not "
+		 "failed\n77 not found\n",
+		 (long long)f1, (long long)f2, (long long)f3, (long long)taken, (long long)ready);
+	ck_assert_str_eq(msg, want);
+	ck_assert_int_eq(status_of(f1), SQ_READY);
+	ck_assert_int_eq(status_of(f3), SQ_FAILED);
+	ck_assert_int_eq(status_of(taken), SQ_RUNNING);
+	ck_assert_int_eq(count("last_error = 'downstream said no' AND status = 'ready'"), 2);
+	/* the worker that holds it goes on as if nothing happened */
+	OKE(sq_complete(t.client, "w9", &held, 1, out1, &err));
+	ck_assert_int_eq(out1[0], SQ_OK);
+	/* a retried job runs again with a fresh budget, under a newer fence */
+	sq_job j = test_get_job(t.client, f1);
+	int old_attempt = j.attempt;
+	sq_job_clear(&j);
+	size_t k = claim_type(t.client, "w2", "f", 10, &js);
+	ck_assert_uint_eq(k, 3); /* f1, f2, ready */
+	for (size_t i = 0; i < k; i++)
+		if (js[i].id == f1) {
+			ck_assert_int_eq(js[i].tries, 1);
+			ck_assert_int_gt(js[i].attempt, old_attempt);
+		}
+	sq_jobs_free(js, k);
+
+	/* every failed job of a type, in batches */
+	test_enqueue_n(t.client, "g", BULK, NULL);
+	ck_assert_uint_eq(fail_all(t.client, "g", BULK, ids), BULK);
+	char *out = NULL, *errs = NULL;
+	const char *args[] = {"-c", ini, "retry", "--type", "g", "--batch", "500", NULL};
+	rc = test_cli_argv(args, NULL, 0, &out, &errs);
+	ck_assert_msg(rc == 0, "shardq retry --type exited %d:\n%s", rc, errs);
+	ck_assert_str_eq(out, "{\"type\":\"g\",\"retried\":2500,\"not_allowed\":0}\n");
+	int batches = 0;
+	for (const char *p = errs; (p = strstr(p, "made ready")) != NULL; p++)
+		batches++;
+	ck_assert_msg(batches >= 5, "%d progress lines for 2,500 jobs in batches of 500:\n%s",
+		      batches, errs);
+	free(out);
+	free(errs);
+	ck_assert_int_eq(count("task = 'g' AND status = 'ready' AND attempt = attempt_base"), BULK);
+
+	/* over HTTP: admin only, per job, logged with the token's name */
+	test_hash_token(tok_admin, hash_a, sizeof(hash_a));
+	test_hash_token(tok_worker, hash_w, sizeof(hash_w));
+	test_write_file(testdb_path(dini, sizeof(dini), "d.ini"), 0,
+			"%s\n[daemon]\nlisten = 127.0.0.1:0\n\n[token ops]\n%s\nscopes = admin\n\n"
+			"[token fleet]\n%s\nscopes = worker\n",
+			t.ini, hash_a, hash_w);
+	test_daemon_start(&D, dini, "shardqd.out");
+	ck_assert_uint_eq(fail_all(t.client, "g", 2, ids), 2);
+	char body[256];
+	/* `ready` was claimed by w2 above: a worker holds it */
+	snprintf(body, sizeof(body), "{\"ids\":[%lld,%lld,%lld]}", (long long)ids[0],
+		 (long long)ids[1], (long long)ready);
+	json_t *r = call("POST", "/v1/jobs/retry", tok_worker, body, &st);
+	ck_assert_int_eq(st, 403);
+	r = call("POST", "/v1/jobs/retry", tok_admin, body, &st);
+	ck_assert_msg(r != NULL, "retry answered %d", st);
+	json_t *res = json_object_get(r, "results");
+	ck_assert_str_eq(json_string_value(json_object_get(json_array_get(res, 0), "result")),
+			 "ok");
+	ck_assert_str_eq(json_string_value(json_object_get(json_array_get(res, 1), "result")),
+			 "ok");
+	ck_assert_str_eq(json_string_value(json_object_get(json_array_get(res, 2), "result")),
+			 "not_allowed");
+	json_decref(r);
+	ck_assert_int_eq(status_of(ids[0]), SQ_READY);
+	ck_assert_int_eq(status_of(ready), SQ_STARTING);
+	ck_assert_msg(strstr(test_file_text(D.out), "retry of 3 jobs by token 'ops': 2 made ready"),
+		      "shardqd did not log the retry with its token:\n%s", test_file_text(D.out));
+	ck_assert_int_eq(test_daemon_stop(&D, SIGTERM), 0);
+	testdb_close(&t);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("admin");
 	ADD_CASE(s, a_paused_type_is_claimed_by_no_worker_and_no_shardqd, 3600);
+	ADD_CASE(s, failed_jobs_are_retried_by_id_by_type_and_over_http, 3600);
 	return run_suite(s);
 }

@@ -12,6 +12,44 @@ UPDATE shardq.jobs j SET status = 'cancelled', expected_status_change_time = NUL
  WHERE j.id = ANY($1::bigint[]) AND j.status IN ('ready', 'starting', 'running')
  RETURNING j.id
 
+-- name: retry
+-- Makes failed jobs ready again, due now, with a fresh budget of tries
+-- (attempt_base = attempt: the fence keeps growing); their last error is
+-- kept. A job that is not failed, or whose key a live job of its type has
+-- taken meanwhile, is left as it is.
+-- $1 bigint[] the ids
+-- Returns each id found here, and whether it was made ready.
+-- Index: jobs_pkey per id; jobs_active_uid per key.
+WITH u AS (
+  UPDATE shardq.jobs j SET status = 'ready', attempt_base = j.attempt, worker = NULL,
+         schedule_time = now(), delay_tolerance_time = NULL,
+         expected_status_change_time = NULL, updated_at = now()
+   WHERE j.id = ANY($1::bigint[]) AND j.status = 'failed'
+     AND (j.active_uid IS NULL OR NOT EXISTS (
+           SELECT 1 FROM shardq.jobs o
+            WHERE o.task = j.task AND o.active_uid = j.active_uid
+              AND o.status IN ('ready', 'starting', 'running')))
+  RETURNING j.id)
+SELECT j.id, u.id IS NOT NULL FROM shardq.jobs j LEFT JOIN u ON u.id = j.id
+ WHERE j.id = ANY($1::bigint[])
+
+-- name: failed_of_type
+-- A page of a type's failed jobs that failed at or before $2, in the order
+-- they failed, after ($3, $4). Times are µs since the epoch, exact both
+-- ways (extract gives a numeric; interval * float8 rounds to the µs).
+-- $1 text     the type
+-- $2 bigint   the latest failure
+-- $3 bigint   the page's start: a failure time
+-- $4 bigint   and an id
+-- $5 int      the page's size
+-- Index: jobs_failed (its predicate, in failure order).
+SELECT j.id, (extract(epoch FROM j.updated_at) * 1000000)::bigint FROM shardq.jobs j
+ WHERE j.status = 'failed' AND j.task = $1
+   AND j.updated_at <= timestamptz 'epoch' + $2::bigint * interval '1 microsecond'
+   AND (j.updated_at, j.id)
+       > (timestamptz 'epoch' + $3::bigint * interval '1 microsecond', $4::bigint)
+ ORDER BY j.updated_at, j.id LIMIT $5
+
 -- name: cancel_key
 -- Cancels the live job of a type with a key.
 -- $1 text     the type

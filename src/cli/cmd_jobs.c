@@ -685,6 +685,100 @@ int cmd_cancel(cli *x, int argc, char **argv)
 	return rc;
 }
 
+static void retry_progress(int64_t retried, int64_t not_allowed, void *arg)
+{
+	(void)arg;
+	fprintf(stderr,
+		"shardq retry: %" PRId64 " made ready, %" PRId64 " left (a live job holds "
+		"their key)\n",
+		retried, not_allowed);
+}
+
+/* retry --type T: every failed job of T, in batches with progress. */
+static int retry_type(cli *x, const char *type, int batch)
+{
+	sq_error err;
+	int64_t ok = 0, na = 0;
+	sq_status st =
+		sq_retry_type(x->client, type, 0, batch, retry_progress, NULL, &ok, &na, &err);
+	printf("{\"type\":");
+	cli_json_str(type);
+	printf(",\"retried\":%" PRId64 ",\"not_allowed\":%" PRId64 "}\n", ok, na);
+	return st == SQ_OK ? EX_OK : cli_fail("retry", &err);
+}
+
+int cmd_retry(cli *x, int argc, char **argv)
+{
+	static const struct option opts[] = {
+		COMMON_OPTS,
+		{"type", required_argument, NULL, 't'},
+		{"batch", required_argument, NULL, 'b'},
+		{NULL, 0, NULL, 0},
+	};
+	const char *type = NULL;
+	int64_t batch = 1000;
+	int c, rc;
+	while ((c = getopt_long(argc, argv, ":c:ht:b:", opts, NULL)) != -1) {
+		switch (c) {
+		case 'c': x->config_path = optarg; break;
+		case 't': type = optarg; break;
+		case 'b':
+			if ((rc = cli_opt_int("retry", "--batch", optarg, 1, 10000, &batch)))
+				return rc;
+			break;
+		case 'h':
+			printf("usage: shardq [-c FILE] retry ID...\n"
+			       "       shardq [-c FILE] retry --type T [--batch N]\n\n"
+			       "Makes failed jobs ready again, due now, with a fresh budget of "
+			       "tries (their\nlast error is kept). With ids: one line each, "
+			       "'ID ready', 'ID not found' or\n'ID not failed' (also when a live "
+			       "job of its type holds its key); exit 7 if\nany was not made "
+			       "ready. With --type: every job of T that has failed so far,\nin "
+			       "batches of N (1000) with progress on stderr, then one JSON line.\n"
+			       "A job a worker holds is never touched.\n");
+			return EX_OK;
+		default: return cli_bad_option("retry", c, argv);
+		}
+	}
+	if (type && optind < argc)
+		return cli_no_args("retry", argc, argv, "give job ids, or --type");
+	if (!type && optind >= argc) {
+		fprintf(stderr, "shardq retry: give job ids, or --type T; see --help\n");
+		return EX_USAGE;
+	}
+	size_t n = (size_t)(argc - optind);
+	int64_t *ids = calloc(n + 1, sizeof(*ids));
+	for (size_t i = 0; i < n; i++) {
+		if ((rc = parse_id("retry", argv[optind + (int)i], &ids[i]))) {
+			free(ids);
+			return rc;
+		}
+	}
+	if ((rc = cli_open(x, "retry", 0))) {
+		free(ids);
+		return rc;
+	}
+	if (type) {
+		free(ids);
+		return retry_type(x, type, (int)batch);
+	}
+	sq_error err;
+	sq_status *out = calloc(n, sizeof(*out));
+	sq_status st = sq_retry(x->client, ids, n, out, &err);
+	rc = st == SQ_OK ? EX_OK : cli_fail("retry", &err);
+	for (size_t i = 0; st == SQ_OK && i < n; i++) {
+		printf("%" PRId64 " %s\n", ids[i],
+		       out[i] == SQ_OK       ? "ready"
+		       : out[i] == SQ_ESTATE ? "not failed"
+					     : "not found");
+		if (out[i] != SQ_OK)
+			rc = EX_NOTFOUND;
+	}
+	free(out);
+	free(ids);
+	return rc;
+}
+
 int cmd_get(cli *x, int argc, char **argv)
 {
 	static const struct option opts[] = {COMMON_OPTS, {NULL, 0, NULL, 0}};

@@ -20,6 +20,7 @@ static const struct {
 	{"fail", cmd_fail, "running -> ready with backoff, or failed"},
 	{"release", cmd_release, "starting -> ready without counting an attempt"},
 	{"cancel", cmd_cancel, "cancel live jobs by id, or by type and key"},
+	{"retry", cmd_retry, "make failed jobs ready again: by id, or every one of a type"},
 	{"get", cmd_get, "show one job as JSON"},
 	{"work", cmd_work, "run a command for each claimed job (the worker runtime)"},
 	{"stats", cmd_stats, "per shard, per type, per status counts"},

@@ -366,6 +366,7 @@ static const char *result_name(sq_status s)
 	case SQ_OK: return "ok";
 	case SQ_ELOST: return "lost";
 	case SQ_ENOTFOUND: return "not_found";
+	case SQ_ESTATE: return "not_allowed";
 	case SQ_EMOVED:
 	case SQ_EMOVING: return "moving";
 	default: return "unavailable";
@@ -826,6 +827,82 @@ out:
 	json_decref(root);
 }
 
+/* POST /v1/jobs/retry (admin): {"ids":[...]}: failed -> ready, per job
+ * ok, not_found or not_allowed (not failed, or its key taken by a live
+ * job); or {"type":"T"}: every job of T failed so far, in batches. Logged
+ * with the token's name. */
+static void do_retry(sqd *d, sq_client *c, sqd_task *t)
+{
+	json_t *root = load_body(t, "{\"ids\":[1,2]} or {\"type\":\"T\"}");
+	if (!root)
+		return;
+	json_t *ids = json_object_get(root, "ids"), *type = json_object_get(root, "type");
+	sq_error err;
+	(void)d;
+	if (json_is_string(type) && !ids && json_object_size(root) == 1) {
+		int64_t ok = 0, na = 0;
+		sq_status st =
+			sq_retry_type(c, json_string_value(type), 0, 0, NULL, NULL, &ok, &na, &err);
+		if (st != SQ_OK) {
+			fail_status(t, st, &err);
+		} else {
+			sq_buf_reset(&t->resp);
+			sq_buf_puts(&t->resp, "{\"type\":");
+			sq_json_put_string(&t->resp, json_string_value(type));
+			sq_buf_printf(&t->resp, ",\"retried\":%lld,\"not_allowed\":%lld}",
+				      (long long)ok, (long long)na);
+		}
+		sqd_log("retry of the failed jobs of type %s by token '%s': %lld made ready, %lld "
+			"left%s",
+			json_string_value(type), t->who, (long long)ok, (long long)na,
+			st == SQ_OK ? "" : " (stopped by an error)");
+		json_decref(root);
+		return;
+	}
+	size_t n = json_is_array(ids) ? json_array_size(ids) : 0;
+	if (n == 0 || n > MAX_BATCH || json_object_size(root) != 1) {
+		sqd_error(t, 400, "bad_request",
+			  "send {\"ids\":[...]} with 1 to %d job ids, or {\"type\":\"T\"}",
+			  MAX_BATCH);
+		json_decref(root);
+		return;
+	}
+	int64_t *v = calloc(n, sizeof(*v));
+	sq_status *out = calloc(n, sizeof(*out));
+	size_t okn = 0;
+	for (size_t i = 0; v && out && i < n; i++) {
+		json_t *x = json_array_get(ids, i);
+		if (!json_is_integer(x) || json_integer_value(x) <= 0) {
+			sqd_error(t, 400, "bad_request",
+				  "ids[%zu] is not a job id (a positive integer)", i);
+			goto out;
+		}
+		v[i] = json_integer_value(x);
+	}
+	if (!v || !out) {
+		sqd_error(t, 500, "internal", "out of memory");
+		goto out;
+	}
+	sq_status st = sq_retry(c, v, n, out, &err);
+	if (st != SQ_OK) {
+		fail_status(t, st, &err);
+		goto out;
+	}
+	sq_buf_reset(&t->resp);
+	sq_buf_puts(&t->resp, "{\"results\":[");
+	for (size_t i = 0; i < n; i++) {
+		sq_buf_printf(&t->resp, "%s{\"id\":%lld,\"result\":\"%s\"}", i ? "," : "",
+			      (long long)v[i], result_name(out[i]));
+		okn += out[i] == SQ_OK;
+	}
+	sq_buf_puts(&t->resp, "]}");
+	sqd_log("retry of %zu jobs by token '%s': %zu made ready", n, t->who, okn);
+out:
+	free(v);
+	free(out);
+	json_decref(root);
+}
+
 static void do_get_job(sqd *d, sq_client *c, sqd_task *t)
 {
 	sq_job j;
@@ -1129,6 +1206,7 @@ int sqd_run(sqd *d, sq_client *c, sqd_task *t)
 	case R_MAP: do_map(d, c, t); break;
 	case R_MOVES: do_moves(d, c, t); break;
 	case R_TYPES: do_types(d, c, t); break;
+	case R_RETRY: do_retry(d, c, t); break;
 	case R_PAUSE: do_pause(d, c, t, 1); break;
 	case R_RESUME: do_pause(d, c, t, 0); break;
 	default: sqd_error(t, 500, "internal", "no handler for this route");

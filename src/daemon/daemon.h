@@ -53,6 +53,7 @@ typedef enum sqd_route {
 	R_TYPES,
 	R_PAUSE,
 	R_RESUME,
+	R_RETRY,
 	R_RELEASE_GONE, /* internal: hand back what a client that went away was given */
 	R_COUNT
 } sqd_route;
