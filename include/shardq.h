@@ -1039,6 +1039,33 @@ typedef struct sq_schedule_info {
 SQ_MUST_CHECK sq_status sq_schedules_list(sq_client *c, int64_t now_us, sq_schedule_info **out,
 					  size_t *n, sq_error *err);
 
+/* ---- finding jobs -------------------------------------------------------- */
+
+/* Which jobs sq_jobs_list finds: one type's, in one live status. */
+typedef struct sq_job_filter {
+	const char *type;   /* a [type] of the config (required) */
+	const char *status; /* "ready" (NULL), "starting", "running" or "failed" */
+	const char *key;    /* NULL; else the live job of the type with this key */
+	int shard;          /* a shard's index in the config; -1: every shard */
+} sq_job_filter;
+
+/*
+ * A page of at most `limit` (1..1000) jobs matching f, on every shard at
+ * once, each status in its own order: ready jobs in claim order (priority,
+ * then schedule plus tolerance, then id), starting and running ones by the
+ * end of their lease, failed ones in the order they failed. after: NULL or
+ * "" for the first page, else the `next` of the page before (a keyset
+ * cursor: a page never skips or repeats a job that stays where it is,
+ * whatever was claimed meanwhile). next (nextlen >= 64) gets the cursor of
+ * the next page, or "" when this page is the last. Each shard reads its
+ * status's index from the cursor on: no OFFSET, no scan. Free *out with
+ * sq_jobs_free. SQ_EINVAL for an unknown type or status, a bad limit or
+ * cursor.
+ */
+SQ_MUST_CHECK sq_status sq_jobs_list(sq_client *c, const sq_job_filter *f, const char *after,
+				     int limit, sq_job **out, size_t *n, char *next, size_t nextlen,
+				     sq_error *err);
+
 /* ---- pausing a type ----------------------------------------------------- */
 
 /*

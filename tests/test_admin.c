@@ -8,6 +8,8 @@
 #define _GNU_SOURCE
 #include "support.h"
 
+#include "sql_queries.h"
+
 #include <jansson.h>
 #include <signal.h>
 
@@ -327,10 +329,236 @@ START_TEST(failed_jobs_are_retried_by_id_by_type_and_over_http)
 }
 END_TEST
 
+/* Every page of `status` of type l, `limit` at a time, through the
+ * library; the ids in order into ids (at most max); how many. */
+static size_t list_all(sq_client *c, const char *status, int limit, int64_t *ids, size_t max,
+		       int *pages)
+{
+	sq_job_filter f = {"l", status, NULL, -1};
+	char next[64] = "", cur[64] = "";
+	size_t got = 0;
+	sq_error err;
+	*pages = 0;
+	do {
+		sq_job *js;
+		size_t n;
+		OKE(sq_jobs_list(c, &f, cur, limit, &js, &n, next, sizeof(next), &err));
+		ck_assert_uint_le(n, (size_t)limit);
+		for (size_t i = 0; i < n && got < max; i++)
+			ids[got++] = js[i].id;
+		sq_jobs_free(js, n);
+		snprintf(cur, sizeof(cur), "%s", next);
+		(*pages)++;
+	} while (next[0]);
+	return got;
+}
+
+/* Jobs found by type and status, a page at a time over both shards: every
+ * job of the status once, in its order, also when jobs are claimed between
+ * two pages; by key; over HTTP (admin); bad input named. */
+START_TEST(jobs_are_found_by_type_and_status_a_page_at_a_time)
+{
+	enum { N = 300 };
+	static int64_t ids[2 * N];
+	char ini[600], dini[600], msg[4096], hash_a[160], hash_w[160];
+	sq_error err;
+	int pages, st;
+	testdb_open(&t, "admin_list", 2, 64, "[type l]\nmax_attempts = 1\n[type o]\n");
+	test_write_bytes(testdb_path(ini, sizeof(ini), "c.ini"), t.ini, strlen(t.ini));
+	/* N ready jobs in three priorities, 20 failed, 10 running, 10 starting */
+	static sq_job_spec js[N];
+	static sq_enqueue_result rs[N];
+	char keys[N][16];
+	for (int i = 0; i < N; i++) {
+		snprintf(keys[i], sizeof(keys[i]), "key%d", i);
+		js[i] = (sq_job_spec){
+			.type = "l", .key = keys[i], .has_priority = 1, .priority = i % 3};
+	}
+	OKE(sq_enqueue(t.client, js, N, rs, &err));
+	test_enqueue_n(t.client, "o", 50, NULL); /* another type: never listed */
+	sq_job *cl;
+	size_t k = claim_type(t.client, "w", "l", 40, &cl);
+	ck_assert_uint_eq(k, 40);
+	sq_fail_req fr[20];
+	sq_status out[20];
+	sq_job_ref refs[10];
+	for (int i = 0; i < 20; i++)
+		fr[i] = (sq_fail_req){{cl[i].id, cl[i].attempt}, "no", 1};
+	OKE(sq_fail(t.client, "w", fr, 20, out, &err));
+	for (int i = 0; i < 10; i++)
+		refs[i] = (sq_job_ref){cl[20 + i].id, cl[20 + i].attempt};
+	OKE(sq_start(t.client, "w", refs, 10, out, &err));
+	sq_jobs_free(cl, k);
+
+	/* each status: every job once, pages of 7, in the status's order */
+	static const struct {
+		const char *status;
+		size_t n;
+	} want[] = {{"ready", N - 40}, {"failed", 20}, {"running", 10}, {"starting", 10}};
+	for (size_t w = 0; w < 4; w++) {
+		size_t n = list_all(t.client, want[w].status, 7, ids, 2 * N, &pages);
+		ck_assert_msg(n == want[w].n, "%s: %zu jobs listed, want %zu", want[w].status, n,
+			      want[w].n);
+		qsort(ids, n, sizeof(ids[0]), test_cmp_i64);
+		for (size_t i = 1; i < n; i++)
+			ck_assert_msg(ids[i] != ids[i - 1], "%s: job %lld listed twice",
+				      want[w].status, (long long)ids[i]);
+		char sql[160];
+		snprintf(sql, sizeof(sql),
+			 "SELECT count(*) FROM shardq.jobs WHERE task = 'l' AND status = '%s'",
+			 want[w].status);
+		ck_assert_int_eq(testdb_sum(&t, sql), (long long)n);
+	}
+	/* ready: claim order across the shards (priority 2 first) */
+	sq_job_filter f = {"l", NULL, NULL, -1};
+	char next[64];
+	sq_job *page;
+	size_t n;
+	OKE(sq_jobs_list(t.client, &f, NULL, 1000, &page, &n, next, sizeof(next), &err));
+	ck_assert_uint_eq(n, N - 40);
+	ck_assert_str_eq(next, "");
+	for (size_t i = 1; i < n; i++)
+		ck_assert_msg(page[i - 1].priority >= page[i].priority,
+			      "job %zu of priority %d before one of %d", i, page[i - 1].priority,
+			      page[i].priority);
+	sq_jobs_free(page, n);
+	/* claims between pages neither skip nor repeat the jobs left ready */
+	OKE(sq_jobs_list(t.client, &f, NULL, 50, &page, &n, next, sizeof(next), &err));
+	int64_t seen_last = page[n - 1].id;
+	sq_jobs_free(page, n);
+	k = claim_type(t.client, "w", "l", 30, &cl); /* from the front: pages 1 */
+	sq_jobs_free(cl, k);
+	size_t rest = 0;
+	char cur[64];
+	snprintf(cur, sizeof(cur), "%s", next);
+	while (cur[0]) {
+		OKE(sq_jobs_list(t.client, &f, cur, 50, &page, &n, next, sizeof(next), &err));
+		for (size_t i = 0; i < n; i++)
+			ck_assert_int_ne(page[i].id, seen_last);
+		rest += n;
+		sq_jobs_free(page, n);
+		snprintf(cur, sizeof(cur), "%s", next);
+	}
+	ck_assert_uint_eq(rest, N - 40 - 50); /* the claims took from the first page */
+	/* by key; by shard */
+	f.key = "key299";
+	OKE(sq_jobs_list(t.client, &f, NULL, 10, &page, &n, next, sizeof(next), &err));
+	ck_assert_uint_eq(n, 1);
+	ck_assert_str_eq(page[0].key, "key299");
+	sq_jobs_free(page, n);
+	f.key = NULL;
+	/* bad input */
+	f.status = "completed";
+	ck_assert_int_eq(sq_jobs_list(t.client, &f, NULL, 10, &page, &n, next, 64, &err),
+			 SQ_EINVAL);
+	ck_assert_msg(strstr(err.msg, "status 'completed' cannot be listed"), "%s", err.msg);
+	f.status = NULL;
+	ck_assert_int_eq(sq_jobs_list(t.client, &f, "x.y", 10, &page, &n, next, 64, &err),
+			 SQ_EINVAL);
+	ck_assert_msg(strstr(err.msg, "is not one a listing gave"), "%s", err.msg);
+	int rc = test_cli(NULL, msg, sizeof(msg), "-c %s jobs list --type l --status failed --all",
+			  ini);
+	ck_assert_int_eq(rc, 0);
+	int lines = 0;
+	for (const char *p = msg; (p = strchr(p, '\n')) != NULL; p++)
+		lines++;
+	ck_assert_int_eq(lines, 20);
+	rc = test_cli(NULL, msg, sizeof(msg), "-c %s jobs list --type nope", ini);
+	ck_assert_msg(rc == 5 && strstr(msg, "unknown type 'nope'"), "%d: %s", rc, msg);
+
+	/* over HTTP, admin only */
+	test_hash_token(tok_admin, hash_a, sizeof(hash_a));
+	test_hash_token(tok_worker, hash_w, sizeof(hash_w));
+	test_write_file(testdb_path(dini, sizeof(dini), "d.ini"), 0,
+			"%s\n[daemon]\nlisten = 127.0.0.1:0\n\n[token ops]\n%s\nscopes = admin\n\n"
+			"[token fleet]\n%s\nscopes = worker\n",
+			t.ini, hash_a, hash_w);
+	test_daemon_start(&D, dini, "shardqd.out");
+	json_t *j = call("GET", "/v1/jobs?type=l&status=failed&limit=15", tok_worker, NULL, &st);
+	ck_assert_int_eq(st, 403);
+	j = call("GET", "/v1/jobs?type=l&status=failed&limit=15", tok_admin, NULL, &st);
+	ck_assert_msg(j != NULL, "GET /v1/jobs answered %d", st);
+	ck_assert_int_eq((int)json_array_size(json_object_get(j, "jobs")), 15);
+	const char *nx = json_string_value(json_object_get(j, "next"));
+	ck_assert_ptr_nonnull(nx);
+	char path[256];
+	snprintf(path, sizeof(path), "/v1/jobs?type=l&status=failed&limit=15&after=%s", nx);
+	json_decref(j);
+	j = call("GET", path, tok_admin, NULL, &st);
+	ck_assert_msg(j != NULL, "the next page answered %d", st);
+	ck_assert_int_eq((int)json_array_size(json_object_get(j, "jobs")), 5);
+	ck_assert(json_is_null(json_object_get(j, "next")));
+	json_decref(j);
+	j = call("GET", "/v1/jobs?status=failed", tok_admin, NULL, &st);
+	ck_assert_int_eq(st, 400);
+	ck_assert_int_eq(test_daemon_stop(&D, SIGTERM), 0);
+	testdb_close(&t);
+}
+END_TEST
+
+/* The listing's statements, planned generic and custom with the library's
+ * session settings, on a shard whose statistics say it holds 10^7 jobs
+ * (20,000 real ones, ANALYZEd, and a density of 500 rows a page): each
+ * reads its status's index, never the table. */
+START_TEST(the_listing_reads_each_status_by_its_index_at_ten_million_jobs)
+{
+	static const struct {
+		const char *name, *sql, *args, *index;
+	} st[] = {
+		{"ready", sq_sql_list_ready, "'l', 2147483647, 0, 0, 100", "jobs_ready"},
+		{"ready, from a cursor", sq_sql_list_ready,
+		 "'l', 1, 1795406483327000, 4294967338, 100", "jobs_ready"},
+		{"running", sq_sql_list_leased, "'l', 'running', 0, 0, 100", "jobs_lease"},
+		{"failed", sq_sql_list_failed, "'l', 'failed', 0, 0, 100", "jobs_failed"},
+		{"key", sq_sql_list_key, "'l', 'key7'", "jobs_active_uid"},
+	};
+	testdb_open(&t, "admin_list_plans", 2, 64, "[type l]\n[type o]\n");
+	test_enqueue_n(t.client, "o", 20000, NULL);
+	test_enqueue_n(t.client, "l", 200, NULL);
+	PGconn *pg = testdb_pg(&t, 0);
+	PQclear(PQexec(pg, "ANALYZE shardq.jobs"));
+	/* 10^7 rows as the planner sees them: its density times the pages */
+	PQclear(PQexec(pg, "UPDATE pg_class SET reltuples = 1e7, relpages = 20000 "
+			   "WHERE oid = 'shardq.jobs'::regclass"));
+	PQclear(PQexec(pg, "SET enable_seqscan = off; SET enable_bitmapscan = off"));
+	for (size_t i = 0; i < sizeof(st) / sizeof(st[0]); i++)
+		for (int generic = 0; generic < 2; generic++) {
+			char q[512];
+			PQclear(PQexec(pg, "DEALLOCATE ALL"));
+			PGresult *r = PQprepare(pg, "s", st[i].sql, 0, NULL);
+			ck_assert_msg(PQresultStatus(r) == PGRES_COMMAND_OK, "%s: %s", st[i].name,
+				      PQerrorMessage(pg));
+			PQclear(r);
+			PQclear(PQexec(pg, generic ? "SET plan_cache_mode = force_generic_plan"
+						   : "SET plan_cache_mode = force_custom_plan"));
+			snprintf(q, sizeof(q), "EXPLAIN EXECUTE s(%s)", st[i].args);
+			r = PQexec(pg, q);
+			ck_assert_msg(PQresultStatus(r) == PGRES_TUPLES_OK, "%s: %s", st[i].name,
+				      PQerrorMessage(pg));
+			char plan[8192] = "";
+			for (int row = 0; row < PQntuples(r); row++)
+				snprintf(plan + strlen(plan), sizeof(plan) - strlen(plan), "%s\n",
+					 PQgetvalue(r, row, 0));
+			PQclear(r);
+			char want[64];
+			snprintf(want, sizeof(want), "Index Scan using %s", st[i].index);
+			ck_assert_msg(strstr(plan, want) && !strstr(plan, "Seq Scan on jobs") &&
+					      !strstr(plan, "Bitmap Heap Scan on jobs"),
+				      "the listing of %s (%s plan) does not read %s alone:\n%s",
+				      st[i].name, generic ? "generic" : "custom", st[i].index,
+				      plan);
+		}
+	PQfinish(pg);
+	testdb_close(&t);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("admin");
 	ADD_CASE(s, a_paused_type_is_claimed_by_no_worker_and_no_shardqd, 3600);
 	ADD_CASE(s, failed_jobs_are_retried_by_id_by_type_and_over_http, 3600);
+	ADD_CASE(s, jobs_are_found_by_type_and_status_a_page_at_a_time, 3600);
+	ADD_CASE(s, the_listing_reads_each_status_by_its_index_at_ten_million_jobs, 3600);
 	return run_suite(s);
 }

@@ -685,6 +685,92 @@ int cmd_cancel(cli *x, int argc, char **argv)
 	return rc;
 }
 
+static int jobs_list_usage(void)
+{
+	printf("usage: shardq [-c FILE] jobs list --type T [--status S] [--key K] [--shard ID]\n"
+	       "                            [--limit N] [--after CURSOR] [--all]\n\n"
+	       "Finds jobs: one type's, in one live status (ready, the default; starting;\n"
+	       "running; failed), or its live job with a key. One JSON line per job (as\n"
+	       "`shardq get`), in the status's order: ready jobs in claim order, starting\n"
+	       "and running ones by the end of their lease, failed ones as they failed.\n"
+	       "A page of N (100; at most 1000); when there is more, stderr says how to\n"
+	       "ask for the next page (--after CURSOR); --all follows them to the end.\n"
+	       "Each shard reads the status's index from the cursor on: no scan.\n");
+	return EX_OK;
+}
+
+int cmd_jobs(cli *x, int argc, char **argv)
+{
+	static const struct option opts[] = {
+		COMMON_OPTS,
+		{"type", required_argument, NULL, 't'},
+		{"status", required_argument, NULL, 's'},
+		{"key", required_argument, NULL, 'k'},
+		{"shard", required_argument, NULL, 'S'},
+		{"limit", required_argument, NULL, 'n'},
+		{"after", required_argument, NULL, 'a'},
+		{"all", no_argument, NULL, 'A'},
+		{NULL, 0, NULL, 0},
+	};
+	sq_job_filter f = {NULL, NULL, NULL, -1};
+	const char *shard = NULL, *after = "";
+	int64_t limit = 100;
+	int c, rc, all = 0;
+	if (argc < 2 || strcmp(argv[1], "list")) {
+		if (argc >= 2 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")))
+			return jobs_list_usage();
+		fprintf(stderr, "shardq jobs: give a subcommand: `shardq jobs list --type T`\n");
+		return EX_USAGE;
+	}
+	argc--, argv++;
+	while ((c = getopt_long(argc, argv, ":c:ht:s:k:S:n:a:A", opts, NULL)) != -1) {
+		switch (c) {
+		case 'c': x->config_path = optarg; break;
+		case 't': f.type = optarg; break;
+		case 's': f.status = optarg; break;
+		case 'k': f.key = optarg; break;
+		case 'S': shard = optarg; break;
+		case 'a': after = optarg; break;
+		case 'A': all = 1; break;
+		case 'n':
+			if ((rc = cli_opt_int("jobs list", "--limit", optarg, 1, 1000, &limit)))
+				return rc;
+			break;
+		case 'h': return jobs_list_usage();
+		default: return cli_bad_option("jobs list", c, argv);
+		}
+	}
+	if ((rc = cli_no_args("jobs list", argc, argv, NULL)))
+		return rc;
+	if (!f.type) {
+		fprintf(stderr, "shardq jobs list: give --type T (a [type] of the config)\n");
+		return EX_USAGE;
+	}
+	if ((rc = cli_open(x, "jobs list", 0)))
+		return rc;
+	if (shard && (f.shard = sq_config_shard_index(x->cfg, shard)) < 0) {
+		fprintf(stderr, "shardq jobs list: no shard '%s' in the config\n", shard);
+		return EX_USAGE;
+	}
+	char next[64], cur[64];
+	snprintf(cur, sizeof(cur), "%s", after);
+	do {
+		sq_job *jobs;
+		size_t n;
+		sq_error err;
+		if (sq_jobs_list(x->client, &f, cur, (int)limit, &jobs, &n, next, sizeof(next),
+				 &err) != SQ_OK)
+			return cli_fail("jobs list", &err);
+		for (size_t i = 0; i < n; i++)
+			cli_print_job_json(stdout, &jobs[i], x->cfg);
+		sq_jobs_free(jobs, n);
+		snprintf(cur, sizeof(cur), "%s", next);
+	} while (all && next[0]);
+	if (next[0])
+		fprintf(stderr, "shardq jobs list: more: --after %s\n", next);
+	return EX_OK;
+}
+
 static void retry_progress(int64_t retried, int64_t not_allowed, void *arg)
 {
 	(void)arg;

@@ -22,6 +22,7 @@ static const struct {
 	{"cancel", cmd_cancel, "cancel live jobs by id, or by type and key"},
 	{"retry", cmd_retry, "make failed jobs ready again: by id, or every one of a type"},
 	{"get", cmd_get, "show one job as JSON"},
+	{"jobs", cmd_jobs, "jobs list: find a type's jobs by status or key, a page at a time"},
 	{"work", cmd_work, "run a command for each claimed job (the worker runtime)"},
 	{"stats", cmd_stats, "per shard, per type, per status counts"},
 	{"map", cmd_map, "partitions per shard and the map version"},

@@ -13,6 +13,8 @@
 #include "router_internal.h"
 
 #include <errno.h>
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -903,6 +905,54 @@ out:
 	json_decref(root);
 }
 
+/* GET /v1/jobs?type=T&status=S&key=K&shard=ID&limit=N&after=C (admin): a
+ * page of jobs (sq_jobs_list), and the cursor of the next one. */
+static void do_list(sqd *d, sq_client *c, sqd_task *t)
+{
+	struct evkeyvalq kv;
+	if (evhttp_parse_query_str(t->query ? t->query : "", &kv)) {
+		sqd_error(t, 400, "bad_request", "the query string is not valid");
+		return;
+	}
+	const char *shard = evhttp_find_header(&kv, "shard"),
+		   *limit = evhttp_find_header(&kv, "limit");
+	sq_job_filter f = {evhttp_find_header(&kv, "type"), evhttp_find_header(&kv, "status"),
+			   evhttp_find_header(&kv, "key"), -1};
+	char next[64], *end = NULL;
+	long lim = limit ? strtol(limit, &end, 10) : 100;
+	sq_job *jobs = NULL;
+	size_t n = 0;
+	sq_error err;
+	if (limit && (!*limit || *end || lim < 1 || lim > 1000)) {
+		sqd_error(t, 400, "bad_request", "limit '%s': give 1 to 1000", limit);
+	} else if (shard && (f.shard = sq_config_shard_index(d->cfg, shard)) < 0) {
+		sqd_error(t, 400, "bad_request", "no shard '%s' in the config", shard);
+	} else if (!f.type) {
+		sqd_error(t, 400, "bad_request",
+			  "give ?type=T (and status=ready, starting, running or failed, or "
+			  "key=K)");
+	} else if (sq_jobs_list(c, &f, evhttp_find_header(&kv, "after"), (int)lim, &jobs, &n, next,
+				sizeof(next), &err) != SQ_OK) {
+		fail_status(t, err.code, &err);
+	} else {
+		sq_buf_reset(&t->resp);
+		sq_buf_puts(&t->resp, "{\"jobs\":[");
+		for (size_t i = 0; i < n; i++) {
+			if (i)
+				sq_buf_putc(&t->resp, ',');
+			sqd_put_job(&t->resp, d->cfg, &jobs[i]);
+		}
+		sq_buf_puts(&t->resp, "],\"next\":");
+		if (next[0])
+			sq_json_put_string(&t->resp, next);
+		else
+			sq_buf_puts(&t->resp, "null");
+		sq_buf_putc(&t->resp, '}');
+		sq_jobs_free(jobs, n);
+	}
+	evhttp_clear_headers(&kv);
+}
+
 static void do_get_job(sqd *d, sq_client *c, sqd_task *t)
 {
 	sq_job j;
@@ -1207,6 +1257,7 @@ int sqd_run(sqd *d, sq_client *c, sqd_task *t)
 	case R_MOVES: do_moves(d, c, t); break;
 	case R_TYPES: do_types(d, c, t); break;
 	case R_RETRY: do_retry(d, c, t); break;
+	case R_LIST: do_list(d, c, t); break;
 	case R_PAUSE: do_pause(d, c, t, 1); break;
 	case R_RESUME: do_pause(d, c, t, 0); break;
 	default: sqd_error(t, 500, "internal", "no handler for this route");

@@ -54,6 +54,7 @@ typedef enum sqd_route {
 	R_PAUSE,
 	R_RESUME,
 	R_RETRY,
+	R_LIST,
 	R_RELEASE_GONE, /* internal: hand back what a client that went away was given */
 	R_COUNT
 } sqd_route;
@@ -86,6 +87,7 @@ typedef struct sqd_task {
 	int all;             /* ?all=1 */
 	int exact;           /* ?exact=1 */
 	char who[64];        /* the name of the request's token (its [token NAME]) */
+	char *query;         /* GET /v1/jobs: its query string */
 	atomic_int gone;     /* the client's connection closed */
 	struct event *watch; /* main thread: sees the client hang up while it waits */
 	int fd;              /* its socket, while the connection lives */

@@ -679,6 +679,7 @@ typedef struct route_def {
 static const route_def routes[] = {
 	{"/healthz", EVHTTP_REQ_GET, R_HEALTH, 0},
 	{"/v1/jobs", EVHTTP_REQ_POST, R_ENQUEUE, P},
+	{"/v1/jobs", EVHTTP_REQ_GET, R_LIST, A},
 	{"/v1/claim", EVHTTP_REQ_POST, R_CLAIM, W},
 	{"/v1/jobs/start", EVHTTP_REQ_POST, R_START, W},
 	{"/v1/jobs/heartbeat", EVHTTP_REQ_POST, R_HEARTBEAT, W},
@@ -952,6 +953,7 @@ static void on_request(struct evhttp_request *req, void *arg)
 	}
 	t->all = query_flag(query, "all");
 	t->exact = query_flag(query, "exact");
+	t->query = query && t->route == R_LIST ? strdup(query) : NULL;
 	dispatch(d, req, t);
 }
 

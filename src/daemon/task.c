@@ -86,6 +86,7 @@ void sqd_task_free(sqd_task *t)
 		free(t->claim);
 	}
 	free(t->body);
+	free(t->query);
 	free(t->refs);
 	sq_buf_free(&t->resp);
 	free(t);

@@ -1,0 +1,74 @@
+-- list.sql: finding jobs (src/list.c, sq_jobs_list; `shardq jobs`,
+-- GET /v1/jobs): one type's jobs in one live status, a page at a time, on
+-- one shard, each status by the index that already holds it in an order of
+-- its own, after a keyset cursor (never OFFSET). The client merges the
+-- shards' pages in the same order. Each returns job_columns and then the
+-- row's cursor key as text ("a.b.c": integers).
+
+-- name: list_ready
+-- Ready jobs in claim order: priority (highest first), order key, id.
+-- $1 text     the type
+-- $2 int      the cursor's priority ($2 = 2147483647 and $3 = $4 = 0: from
+--             the start)
+-- $3 bigint   its order key, µs since the epoch
+-- $4 bigint   its id
+-- $5 int      the page's size
+-- Index: jobs_ready, two ranges: the rest of the cursor's priority, then
+-- the priorities below it.
+SELECT * FROM (
+  (SELECT {{job_columns}}, j.priority || '.' || {{list_okey}} || '.' || j.id AS k,
+          j.priority AS p_, COALESCE(j.delay_tolerance_time, j.schedule_time) AS o_
+     FROM shardq.jobs j
+    WHERE hashtext(j.task) = hashtext($1) AND j.task = $1 AND j.status = 'ready'
+      AND j.priority = $2
+      AND (COALESCE(j.delay_tolerance_time, j.schedule_time), j.id)
+          > (timestamptz 'epoch' + $3::bigint * interval '1 microsecond', $4::bigint)
+    ORDER BY COALESCE(j.delay_tolerance_time, j.schedule_time), j.id LIMIT $5)
+  UNION ALL
+  (SELECT {{job_columns}}, j.priority || '.' || {{list_okey}} || '.' || j.id,
+          j.priority, COALESCE(j.delay_tolerance_time, j.schedule_time)
+     FROM shardq.jobs j
+    WHERE hashtext(j.task) = hashtext($1) AND j.task = $1 AND j.status = 'ready'
+      AND j.priority < $2
+    ORDER BY j.priority DESC, COALESCE(j.delay_tolerance_time, j.schedule_time), j.id
+    LIMIT $5)) x
+ORDER BY x.p_ DESC, x.o_, x.id LIMIT $5
+
+-- name: list_leased
+-- Starting or running jobs ($2: 'starting' or 'running') by the end of
+-- their lease, then id.
+-- $1 text, $3 bigint the cursor's lease end (µs), $4 bigint its id, $5 int
+-- Index: jobs_lease.
+SELECT {{job_columns}},
+       '0.' || (extract(epoch FROM j.expected_status_change_time) * 1000000)::bigint
+       || '.' || j.id
+  FROM shardq.jobs j
+ WHERE hashtext(j.task) = hashtext($1) AND j.task = $1
+   AND j.status IN ('starting', 'running') AND j.status::text = $2
+   AND (j.expected_status_change_time, j.id)
+       > (timestamptz 'epoch' + $3::bigint * interval '1 microsecond', $4::bigint)
+ ORDER BY j.expected_status_change_time, j.id LIMIT $5
+
+-- name: list_failed
+-- Failed jobs in the order they failed, then id.
+-- $1 text, $2 text 'failed', $3 bigint the cursor's failure time (µs),
+-- $4 bigint its id, $5 int
+-- Index: jobs_failed (all types' failed jobs: the type is a filter).
+SELECT {{job_columns}},
+       '0.' || (extract(epoch FROM j.updated_at) * 1000000)::bigint || '.' || j.id
+  FROM shardq.jobs j
+ WHERE j.status = 'failed' AND j.task = $1 AND $2::text = 'failed'
+   AND (j.updated_at, j.id)
+       > (timestamptz 'epoch' + $3::bigint * interval '1 microsecond', $4::bigint)
+ ORDER BY j.updated_at, j.id LIMIT $5
+
+-- name: list_key
+-- The live job of a type with a key, in any live status.
+-- $1 text the type, $2 text the key
+-- Index: jobs_active_uid.
+SELECT {{job_columns}}, '0.0.' || j.id FROM shardq.jobs j
+ WHERE j.task = $1 AND j.active_uid = $2 AND j.status IN ('ready', 'starting', 'running')
+
+-- name: list_okey
+-- Fragment: a ready job's order key as µs since the epoch.
+(extract(epoch FROM COALESCE(j.delay_tolerance_time, j.schedule_time)) * 1000000)::bigint

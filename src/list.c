@@ -1,0 +1,209 @@
+/* list.c - finding jobs: one type's jobs in one live status, a page at a
+ * time over every shard (sq_jobs_list; sql/queries/list.sql). */
+#include "client.h"
+#include "error.h"
+#include "jobrow.h"
+#include "sql_queries.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const sq_stmt stmt_ready = {"sq_list_ready", sq_sql_list_ready};
+static const sq_stmt stmt_leased = {"sq_list_leased", sq_sql_list_leased};
+static const sq_stmt stmt_failed = {"sq_list_failed", sq_sql_list_failed};
+static const sq_stmt stmt_key = {"sq_list_key", sq_sql_list_key};
+
+/* A row's place in its status's order (list.sql: "a.b.c"). */
+typedef struct cursor {
+	int64_t a, b, c;
+} cursor;
+
+typedef struct found {
+	cursor k;
+	sq_job job;
+} found;
+
+/* The order of starting, running and failed jobs: (b, c). */
+static int cmp_found(const void *x, const void *y)
+{
+	const cursor *p = &((const found *)x)->k, *q = &((const found *)y)->k;
+	if (p->b != q->b)
+		return p->b < q->b ? -1 : 1;
+	return p->c < q->c ? -1 : p->c > q->c;
+}
+
+/* Ready jobs': the priority (a) first, highest first. */
+static int cmp_ready(const void *x, const void *y)
+{
+	const cursor *p = &((const found *)x)->k, *q = &((const found *)y)->k;
+	if (p->a != q->a)
+		return p->a > q->a ? -1 : 1;
+	return cmp_found(x, y);
+}
+
+static int parse_cursor(const char *s, cursor *k)
+{
+	char end;
+	return sscanf(s, "%" SCNd64 ".%" SCNd64 ".%" SCNd64 "%c", &k->a, &k->b, &k->c, &end) == 3;
+}
+
+static sq_status check_filter(sq_client *c, const sq_job_filter *f, const char *after, int limit,
+			      cursor *k, sq_error *err)
+{
+	static const char *const statuses[] = {"ready", "starting", "running", "failed"};
+	int known = 0;
+	if (!f || !f->type || !sq_config_type(c->cfg, f->type))
+		return sq_err(err, SQ_EINVAL, "unknown type '%s': give a [type] of the config",
+			      f && f->type ? f->type : "(none)");
+	for (size_t i = 0; i < sizeof(statuses) / sizeof(statuses[0]); i++)
+		known |= !f->status || !strcmp(f->status, statuses[i]);
+	if (!known)
+		return sq_err(err, SQ_EINVAL,
+			      "status '%s' cannot be listed: give ready, starting, running or "
+			      "failed (a finished job: by its id)",
+			      f->status);
+	if (f->shard < -1 || f->shard >= c->nshards)
+		return sq_err(err, SQ_EINVAL, "shard index %d: the config has %d shards", f->shard,
+			      c->nshards);
+	if (limit < 1 || limit > 1000)
+		return sq_err(err, SQ_EINVAL, "limit %d: give 1 to 1000", limit);
+	*k = (cursor){INT32_MAX, 0, 0};
+	if (after && *after && !parse_cursor(after, k))
+		return sq_err(err, SQ_EINVAL,
+			      "cursor '%s' is not one a listing gave: pass the `next` of the "
+			      "page before, or none for the first page",
+			      after);
+	return SQ_OK;
+}
+
+/* Queues the page's statement on shard s. */
+static void push_page(sq_client *c, int s, const sq_job_filter *f, const cursor *k, int limit,
+		      char (*v)[24], const char **vals)
+{
+	const char *status = f->status ? f->status : "ready";
+	snprintf(v[0], 24, "%" PRId64, k->a);
+	snprintf(v[1], 24, "%" PRId64, k->b);
+	snprintf(v[2], 24, "%" PRId64, k->c);
+	snprintf(v[3], 24, "%d", limit);
+	vals[0] = f->type;
+	vals[1] = !strcmp(status, "ready") ? v[0] : status;
+	vals[2] = v[1];
+	vals[3] = v[2];
+	vals[4] = v[3];
+	const sq_stmt *st = !strcmp(status, "ready")    ? &stmt_ready
+			    : !strcmp(status, "failed") ? &stmt_failed
+							: &stmt_leased;
+	sq_pgconn_push(&c->shards[s], st, 5, vals);
+}
+
+/* Reads shard s's rows into v; *full: the shard gave a whole page. */
+static sq_status read_page(sq_client *c, int s, int limit, found **v, size_t *n, size_t *cap,
+			   int *full, sq_error *err)
+{
+	sq_status st = sq_pgconn_result_error(&c->shards[s], err);
+	if (st != SQ_OK)
+		return st;
+	PGresult *r = c->shards[s].res[0];
+	int rows = PQntuples(r);
+	*full |= rows >= limit;
+	if (*n + (size_t)rows > *cap) {
+		size_t want = *n + (size_t)rows;
+		found *nv = realloc(*v, want * sizeof(found));
+		if (!nv)
+			return sq_err(err, SQ_ENOMEM, "out of memory");
+		*v = nv;
+		*cap = want;
+	}
+	for (int i = 0; i < rows; i++) {
+		found *f = &(*v)[*n];
+		if (!parse_cursor(PQgetvalue(r, i, 14), &f->k) || sq_jobrow_parse(r, i, s, &f->job))
+			continue;
+		(*n)++;
+	}
+	return SQ_OK;
+}
+
+/* The page: the first `limit` of v in order, the rest freed; next set. */
+static void take_page(found *v, size_t n, int limit, int more, const char *status, sq_job **out,
+		      size_t *nout, char *next, size_t nextlen)
+{
+	qsort(v, n, sizeof(*v), !strcmp(status, "ready") ? cmp_ready : cmp_found);
+	size_t keep = n < (size_t)limit ? n : (size_t)limit;
+	sq_job *jobs = keep ? malloc(keep * sizeof(sq_job)) : NULL;
+	for (size_t i = 0; i < n; i++) {
+		if (i < keep && jobs)
+			jobs[i] = v[i].job;
+		else
+			sq_job_clear(&v[i].job);
+	}
+	*out = jobs;
+	*nout = jobs ? keep : 0;
+	if (next && nextlen)
+		next[0] = '\0';
+	if (keep && (n > keep || more) && next)
+		snprintf(next, nextlen, "%" PRId64 ".%" PRId64 ".%" PRId64, v[keep - 1].k.a,
+			 v[keep - 1].k.b, v[keep - 1].k.c);
+}
+
+/* The live job of (type, key), on the shard its key hashes to. */
+static sq_status list_by_key(sq_client *c, const sq_job_filter *f, sq_job **out, size_t *n,
+			     sq_error *err)
+{
+	uint32_t p = sq_partition_of_key(f->key, strlen(f->key), c->partitions);
+	int s = c->map[p];
+	const char *vals[2] = {f->type, f->key};
+	sq_client_reset(c);
+	sq_pgconn_push(&c->shards[s], &stmt_key, 2, vals);
+	sq_status st = sq_client_send(c, err);
+	if (st == SQ_OK)
+		st = sq_pgconn_result_error(&c->shards[s], err);
+	if (st == SQ_OK && PQntuples(c->shards[s].res[0]) == 1) {
+		sq_job *j = malloc(sizeof(*j));
+		if (j && !sq_jobrow_parse(c->shards[s].res[0], 0, s, j))
+			*out = j, *n = 1;
+		else
+			free(j);
+	}
+	sq_client_reset(c);
+	return st;
+}
+
+sq_status sq_jobs_list(sq_client *c, const sq_job_filter *f, const char *after, int limit,
+		       sq_job **out, size_t *n, char *next, size_t nextlen, sq_error *err)
+{
+	cursor k;
+	sq_status st;
+	*out = NULL;
+	*n = 0;
+	if (next && nextlen)
+		next[0] = '\0';
+	if ((st = check_filter(c, f, after, limit, &k, err)))
+		return st;
+	if (f->key)
+		return list_by_key(c, f, out, n, err);
+	char v[SQ_MAX_SHARDS][4][24];
+	const char *vals[SQ_MAX_SHARDS][5];
+	sq_client_reset(c);
+	for (int s = 0; s < c->nshards; s++)
+		if (f->shard < 0 || f->shard == s)
+			push_page(c, s, f, &k, limit, v[s], vals[s]);
+	st = sq_client_send(c, err);
+	found *rows = NULL;
+	size_t nrows = 0, cap = 0;
+	int full = 0;
+	for (int s = 0; st == SQ_OK && s < c->nshards; s++)
+		if (f->shard < 0 || f->shard == s)
+			st = read_page(c, s, limit, &rows, &nrows, &cap, &full, err);
+	sq_client_reset(c);
+	if (st != SQ_OK) {
+		for (size_t i = 0; i < nrows; i++)
+			sq_job_clear(&rows[i].job);
+		free(rows);
+		return st;
+	}
+	take_page(rows, nrows, limit, full, f->status ? f->status : "ready", out, n, next, nextlen);
+	free(rows);
+	return SQ_OK;
+}
