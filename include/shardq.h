@@ -1047,13 +1047,17 @@ typedef struct sq_job_filter {
 	const char *status; /* "ready" (NULL), "starting", "running" or "failed" */
 	const char *key;    /* NULL; else the live job of the type with this key */
 	int shard;          /* a shard's index in the config; -1: every shard */
+	/* status "completed" (the history, shard schema 12): finished after and
+	 * at or before these (µs since the epoch; 0: no bound) */
+	int64_t finished_after_us, finished_before_us;
 } sq_job_filter;
 
 /*
  * A page of at most `limit` (1..1000) jobs matching f, on every shard at
  * once, each status in its own order: ready jobs in claim order (priority,
  * then schedule plus tolerance, then id), starting and running ones by the
- * end of their lease, failed ones in the order they failed. after: NULL or
+ * end of their lease, failed ones in the order they failed, completed ones
+ * (the history of a type that keeps it) in the order they finished. after: NULL or
  * "" for the first page, else the `next` of the page before (a keyset
  * cursor: a page never skips or repeats a job that stays where it is,
  * whatever was claimed meanwhile). next (nextlen >= 64) gets the cursor of
@@ -1065,6 +1069,16 @@ typedef struct sq_job_filter {
 SQ_MUST_CHECK sq_status sq_jobs_list(sq_client *c, const sq_job_filter *f, const char *after,
 				     int limit, sq_job **out, size_t *n, char *next, size_t nextlen,
 				     sq_error *err);
+
+/* Deletes the history rows of `type` that finished at or before before_us
+ * (µs since the epoch), oldest first, on every shard, `batch` (1..100,000;
+ * 0: 10,000) at a time; progress (NULL: none) gets the total after each
+ * batch, *purged (may be NULL) the end's. By the history's type index
+ * (shard schema 12). Retention drops whole days on its own
+ * (sq_maintain); this is for a type's rows before that. */
+SQ_MUST_CHECK sq_status sq_history_purge(sq_client *c, const char *type, int64_t before_us,
+					 int batch, void (*progress)(int64_t purged, void *arg),
+					 void *arg, int64_t *purged, sq_error *err);
 
 /* ---- pausing a type ----------------------------------------------------- */
 

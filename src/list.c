@@ -14,6 +14,10 @@ static const sq_stmt stmt_ready = {"sq_list_ready", sq_sql_list_ready};
 static const sq_stmt stmt_leased = {"sq_list_leased", sq_sql_list_leased};
 static const sq_stmt stmt_failed = {"sq_list_failed", sq_sql_list_failed};
 static const sq_stmt stmt_key = {"sq_list_key", sq_sql_list_key};
+static const sq_stmt stmt_completed = {"sq_list_completed", sq_sql_list_completed};
+
+/* The end of time for a finish-time bound (9999-12-31, µs since the epoch). */
+#define FAR_FUTURE_US INT64_C(253402300799000000)
 
 /* A row's place in its status's order (list.sql: "a.b.c"). */
 typedef struct cursor {
@@ -52,7 +56,8 @@ static int parse_cursor(const char *s, cursor *k)
 static sq_status check_filter(sq_client *c, const sq_job_filter *f, const char *after, int limit,
 			      cursor *k, sq_error *err)
 {
-	static const char *const statuses[] = {"ready", "starting", "running", "failed"};
+	static const char *const statuses[] = {"ready", "starting", "running", "failed",
+					       "completed"};
 	int known = 0;
 	if (!f || !f->type || !sq_config_type(c->cfg, f->type))
 		return sq_err(err, SQ_EINVAL, "unknown type '%s': give a [type] of the config",
@@ -61,15 +66,15 @@ static sq_status check_filter(sq_client *c, const sq_job_filter *f, const char *
 		known |= !f->status || !strcmp(f->status, statuses[i]);
 	if (!known)
 		return sq_err(err, SQ_EINVAL,
-			      "status '%s' cannot be listed: give ready, starting, running or "
-			      "failed (a finished job: by its id)",
+			      "status '%s' cannot be listed: give ready, starting, running, "
+			      "failed or completed (a cancelled job: by its id)",
 			      f->status);
 	if (f->shard < -1 || f->shard >= c->nshards)
 		return sq_err(err, SQ_EINVAL, "shard index %d: the config has %d shards", f->shard,
 			      c->nshards);
 	if (limit < 1 || limit > 1000)
 		return sq_err(err, SQ_EINVAL, "limit %d: give 1 to 1000", limit);
-	*k = (cursor){INT32_MAX, 0, 0};
+	*k = (cursor){INT32_MAX, f->finished_after_us, 0};
 	if (after && *after && !parse_cursor(after, k))
 		return sq_err(err, SQ_EINVAL,
 			      "cursor '%s' is not one a listing gave: pass the `next` of the "
@@ -83,6 +88,9 @@ static void push_page(sq_client *c, int s, const sq_job_filter *f, const cursor 
 		      char (*v)[24], const char **vals)
 {
 	const char *status = f->status ? f->status : "ready";
+	snprintf(v[4], 24, "%" PRId64,
+		 f->finished_before_us ? f->finished_before_us : FAR_FUTURE_US);
+	vals[5] = v[4];
 	snprintf(v[0], 24, "%" PRId64, k->a);
 	snprintf(v[1], 24, "%" PRId64, k->b);
 	snprintf(v[2], 24, "%" PRId64, k->c);
@@ -92,10 +100,11 @@ static void push_page(sq_client *c, int s, const sq_job_filter *f, const cursor 
 	vals[2] = v[1];
 	vals[3] = v[2];
 	vals[4] = v[3];
-	const sq_stmt *st = !strcmp(status, "ready")    ? &stmt_ready
-			    : !strcmp(status, "failed") ? &stmt_failed
-							: &stmt_leased;
-	sq_pgconn_push(&c->shards[s], st, 5, vals);
+	const sq_stmt *st = !strcmp(status, "ready")       ? &stmt_ready
+			    : !strcmp(status, "failed")    ? &stmt_failed
+			    : !strcmp(status, "completed") ? &stmt_completed
+							   : &stmt_leased;
+	sq_pgconn_push(&c->shards[s], st, st == &stmt_completed ? 6 : 5, vals);
 }
 
 /* Reads shard s's rows into v; *full: the shard gave a whole page. */
@@ -129,7 +138,8 @@ static sq_status read_page(sq_client *c, int s, int limit, found **v, size_t *n,
 static void take_page(found *v, size_t n, int limit, int more, const char *status, sq_job **out,
 		      size_t *nout, char *next, size_t nextlen)
 {
-	qsort(v, n, sizeof(*v), !strcmp(status, "ready") ? cmp_ready : cmp_found);
+	if (n > 1)
+		qsort(v, n, sizeof(*v), !strcmp(status, "ready") ? cmp_ready : cmp_found);
 	size_t keep = n < (size_t)limit ? n : (size_t)limit;
 	sq_job *jobs = keep ? malloc(keep * sizeof(sq_job)) : NULL;
 	for (size_t i = 0; i < n; i++) {
@@ -183,8 +193,8 @@ sq_status sq_jobs_list(sq_client *c, const sq_job_filter *f, const char *after, 
 		return st;
 	if (f->key)
 		return list_by_key(c, f, out, n, err);
-	char v[SQ_MAX_SHARDS][4][24];
-	const char *vals[SQ_MAX_SHARDS][5];
+	char v[SQ_MAX_SHARDS][5][24];
+	const char *vals[SQ_MAX_SHARDS][6];
 	sq_client_reset(c);
 	for (int s = 0; s < c->nshards; s++)
 		if (f->shard < 0 || f->shard == s)
@@ -206,4 +216,41 @@ sq_status sq_jobs_list(sq_client *c, const sq_job_filter *f, const char *after, 
 	take_page(rows, nrows, limit, full, f->status ? f->status : "ready", out, n, next, nextlen);
 	free(rows);
 	return SQ_OK;
+}
+
+sq_status sq_history_purge(sq_client *c, const char *type, int64_t before_us, int batch,
+			   void (*progress)(int64_t purged, void *arg), void *arg, int64_t *purged,
+			   sq_error *err)
+{
+	int64_t total = 0;
+	sq_status st = SQ_OK;
+	char b[24], lim[16];
+	const char *vals[3] = {type, b, lim};
+	if (!type || !sq_config_type(c->cfg, type))
+		return sq_err(err, SQ_EINVAL, "unknown type '%s': give a [type] of the config",
+			      type ? type : "(none)");
+	if (batch < 0 || batch > 100000)
+		return sq_err(err, SQ_EINVAL, "batch %d: give 1 to 100000 (0: 10000)", batch);
+	batch = batch ? batch : 10000;
+	snprintf(b, sizeof(b), "%" PRId64, before_us);
+	snprintf(lim, sizeof(lim), "%d", batch);
+	for (int s = 0; st == SQ_OK && s < c->nshards; s++) {
+		int64_t n;
+		do {
+			PGresult *r =
+				sq_pgconn_exec(&c->shards[s], sq_sql_history_purge, 3, vals, err);
+			if (!r) {
+				st = err ? err->code : SQ_EDB;
+				break;
+			}
+			n = atoll(PQgetvalue(r, 0, 0));
+			PQclear(r);
+			total += n;
+			if (progress)
+				progress(total, arg);
+		} while (n == batch);
+	}
+	if (purged)
+		*purged = total;
+	return st;
 }

@@ -334,7 +334,7 @@ END_TEST
 static size_t list_all(sq_client *c, const char *status, int limit, int64_t *ids, size_t max,
 		       int *pages)
 {
-	sq_job_filter f = {"l", status, NULL, -1};
+	sq_job_filter f = {"l", status, NULL, -1, 0, 0};
 	char next[64] = "", cur[64] = "";
 	size_t got = 0;
 	sq_error err;
@@ -410,7 +410,7 @@ START_TEST(jobs_are_found_by_type_and_status_a_page_at_a_time)
 		ck_assert_int_eq(testdb_sum(&t, sql), (long long)n);
 	}
 	/* ready: claim order across the shards (priority 2 first) */
-	sq_job_filter f = {"l", NULL, NULL, -1};
+	sq_job_filter f = {"l", NULL, NULL, -1, 0, 0};
 	char next[64];
 	sq_job *page;
 	size_t n;
@@ -448,10 +448,10 @@ START_TEST(jobs_are_found_by_type_and_status_a_page_at_a_time)
 	sq_jobs_free(page, n);
 	f.key = NULL;
 	/* bad input */
-	f.status = "completed";
+	f.status = "cancelled";
 	ck_assert_int_eq(sq_jobs_list(t.client, &f, NULL, 10, &page, &n, next, 64, &err),
 			 SQ_EINVAL);
-	ck_assert_msg(strstr(err.msg, "status 'completed' cannot be listed"), "%s", err.msg);
+	ck_assert_msg(strstr(err.msg, "status 'cancelled' cannot be listed"), "%s", err.msg);
 	f.status = NULL;
 	ck_assert_int_eq(sq_jobs_list(t.client, &f, "x.y", 10, &page, &n, next, 64, &err),
 			 SQ_EINVAL);
@@ -511,6 +511,8 @@ START_TEST(the_listing_reads_each_status_by_its_index_at_ten_million_jobs)
 		{"running", sq_sql_list_leased, "'l', 'running', 0, 0, 100", "jobs_lease"},
 		{"failed", sq_sql_list_failed, "'l', 'failed', 0, 0, 100", "jobs_failed"},
 		{"key", sq_sql_list_key, "'l', 'key7'", "jobs_active_uid"},
+		{"completed", sq_sql_list_completed,
+		 "'l', 'completed', 0, 0, 100, 253402300799000000", "jobs_history"},
 	};
 	testdb_open(&t, "admin_list_plans", 2, 64, "[type l]\n[type o]\n");
 	test_enqueue_n(t.client, "o", 20000, NULL);
@@ -553,6 +555,92 @@ START_TEST(the_listing_reads_each_status_by_its_index_at_ten_million_jobs)
 }
 END_TEST
 
+/* Claims and completes n jobs of type, with the library. */
+static void run_n(const char *type, int n)
+{
+	sq_error err;
+	for (int done = 0; done < n;) {
+		sq_job *js;
+		size_t k = claim_type(t.client, "hw", type, 100, &js);
+		ck_assert_msg(k > 0, "%d of %d jobs of %s claimed, then none", done, n, type);
+		sq_job_ref refs[100];
+		sq_status out[100];
+		for (size_t i = 0; i < k; i++)
+			refs[i] = (sq_job_ref){js[i].id, js[i].attempt};
+		OKE(sq_complete(t.client, "hw", refs, k, out, &err));
+		sq_jobs_free(js, k);
+		done += (int)k;
+	}
+}
+
+/* Finished jobs of a type found in its history a page at a time, and
+ * purged by age (the CLI and HTTP), by the history's type index. */
+START_TEST(finished_jobs_are_found_and_purged_by_type)
+{
+	static int64_t ids[64];
+	char ini[600], dini[600], msg[8192], hash_a[160], hash_w[160], body[128];
+	int pages, st;
+	testdb_open(&t, "admin_hist", 2, 64,
+		    "[type l]\nhistory = true\n[type o]\nhistory = true\n");
+	test_write_bytes(testdb_path(ini, sizeof(ini), "c.ini"), t.ini, strlen(t.ini));
+	test_enqueue_n(t.client, "l", 50, NULL);
+	test_enqueue_n(t.client, "o", 10, NULL);
+	run_n("l", 50);
+	run_n("o", 10);
+	size_t n = list_all(t.client, "completed", 20, ids, 64, &pages);
+	ck_assert_uint_eq(n, 50);
+	ck_assert_int_ge(pages, 3);
+	qsort(ids, n, sizeof(ids[0]), test_cmp_i64);
+	for (size_t i = 1; i < n; i++)
+		ck_assert_int_ne(ids[i], ids[i - 1]);
+	int rc = test_cli(NULL, msg, sizeof(msg),
+			  "-c %s jobs list --type l --status completed --finished-within 1h --all "
+			  "--limit 7",
+			  ini);
+	ck_assert_int_eq(rc, 0);
+	int lines = 0;
+	for (const char *p = msg; (p = strstr(p, "\"status\":\"completed\"")) != NULL; p++)
+		lines++;
+	ck_assert_int_eq(lines, 50);
+	/* purge l's: o's stay */
+	rc = test_cli(NULL, msg, sizeof(msg), "-c %s purge --type l --older-than 0s --batch 20",
+		      ini);
+	ck_assert_msg(rc == 0 && strstr(msg, "{\"type\":\"l\",\"purged\":50}"), "%d: %s", rc, msg);
+	ck_assert_int_eq(
+		testdb_sum(&t, "SELECT count(*) FROM shardq.jobs_history WHERE task = 'l'"), 0);
+	ck_assert_int_eq(
+		testdb_sum(&t, "SELECT count(*) FROM shardq.jobs_history WHERE task = 'o'"), 10);
+	rc = test_cli(NULL, msg, sizeof(msg), "-c %s purge --type l", ini);
+	ck_assert_int_eq(rc, 2);
+	/* over HTTP, admin only, logged */
+	test_enqueue_n(t.client, "l", 5, NULL);
+	run_n("l", 5);
+	test_hash_token(tok_admin, hash_a, sizeof(hash_a));
+	test_hash_token(tok_worker, hash_w, sizeof(hash_w));
+	test_write_file(testdb_path(dini, sizeof(dini), "d.ini"), 0,
+			"%s\n[daemon]\nlisten = 127.0.0.1:0\n\n[token ops]\n%s\nscopes = admin\n\n"
+			"[token fleet]\n%s\nscopes = worker\n",
+			t.ini, hash_a, hash_w);
+	test_daemon_start(&D, dini, "shardqd.out");
+	json_t *j = call("GET", "/v1/jobs?type=l&status=completed", tok_admin, NULL, &st);
+	ck_assert_msg(j != NULL, "GET /v1/jobs answered %d", st);
+	ck_assert_int_eq((int)json_array_size(json_object_get(j, "jobs")), 5);
+	json_decref(j);
+	snprintf(body, sizeof(body), "{\"type\":\"l\",\"finished_before_ms\":%lld}",
+		 (long long)(test_wall_s() * 1000) + 60000);
+	j = call("POST", "/v1/jobs/purge", tok_worker, body, &st);
+	ck_assert_int_eq(st, 403);
+	j = call("POST", "/v1/jobs/purge", tok_admin, body, &st);
+	ck_assert_msg(j != NULL, "purge answered %d", st);
+	ck_assert_int_eq((int)json_integer_value(json_object_get(j, "purged")), 5);
+	json_decref(j);
+	ck_assert_msg(strstr(test_file_text(D.out), "purge of type l's history by token 'ops'"),
+		      "%s", test_file_text(D.out));
+	ck_assert_int_eq(test_daemon_stop(&D, SIGTERM), 0);
+	testdb_close(&t);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("admin");
@@ -560,5 +648,6 @@ int main(void)
 	ADD_CASE(s, failed_jobs_are_retried_by_id_by_type_and_over_http, 3600);
 	ADD_CASE(s, jobs_are_found_by_type_and_status_a_page_at_a_time, 3600);
 	ADD_CASE(s, the_listing_reads_each_status_by_its_index_at_ten_million_jobs, 3600);
+	ADD_CASE(s, finished_jobs_are_found_and_purged_by_type, 3600);
 	return run_suite(s);
 }

@@ -62,6 +62,35 @@ SELECT {{job_columns}},
        > (timestamptz 'epoch' + $3::bigint * interval '1 microsecond', $4::bigint)
  ORDER BY j.updated_at, j.id LIMIT $5
 
+-- name: list_completed
+-- Completed jobs in the history, in the order they finished, then id, up
+-- to a finish time.
+-- $1 text, $2 text 'completed', $3 bigint the cursor's finish time (µs),
+-- $4 bigint its id, $5 int, $6 bigint the latest finish time (µs)
+-- Index: jobs_history_task (shard schema 12) in each day partition.
+SELECT j.id, j.attempt, j.attempt, j.attempt, 0, j.status::text, j.task, j.active_uid,
+       j.params::text, j.worker, NULL, NULL, NULL,
+       (extract(epoch from j.created_at) * 1000000)::bigint,
+       '0.' || (extract(epoch FROM j.finished_at) * 1000000)::bigint || '.' || j.id
+  FROM shardq.jobs_history j
+ WHERE j.task = $1 AND $2::text = 'completed'
+   AND (j.finished_at, j.id)
+       > (timestamptz 'epoch' + $3::bigint * interval '1 microsecond', $4::bigint)
+   AND j.finished_at <= timestamptz 'epoch' + $6::bigint * interval '1 microsecond'
+ ORDER BY j.finished_at, j.id LIMIT $5
+
+-- name: history_purge
+-- Deletes at most $3 history rows of type $1 that finished at or before
+-- $2 (µs since the epoch), oldest first; returns how many.
+-- Index: jobs_history_task in each day partition.
+WITH d AS (DELETE FROM shardq.jobs_history h WHERE (h.tableoid, h.ctid) IN (
+    SELECT j.tableoid, j.ctid FROM shardq.jobs_history j
+     WHERE j.task = $1
+       AND j.finished_at <= timestamptz 'epoch' + $2::bigint * interval '1 microsecond'
+     ORDER BY j.finished_at LIMIT $3)
+  RETURNING 1)
+SELECT count(*) FROM d
+
 -- name: list_key
 -- The live job of a type with a key, in any live status.
 -- $1 text the type, $2 text the key

@@ -97,6 +97,7 @@ int cmd_schedules(cli *x, int argc, char **argv);
 int cmd_pause(cli *x, int argc, char **argv);
 int cmd_retry(cli *x, int argc, char **argv);
 int cmd_jobs(cli *x, int argc, char **argv);
+int cmd_purge(cli *x, int argc, char **argv);
 int cmd_resume(cli *x, int argc, char **argv);
 
 #endif

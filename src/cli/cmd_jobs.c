@@ -688,11 +688,14 @@ int cmd_cancel(cli *x, int argc, char **argv)
 static int jobs_list_usage(void)
 {
 	printf("usage: shardq [-c FILE] jobs list --type T [--status S] [--key K] [--shard ID]\n"
-	       "                            [--limit N] [--after CURSOR] [--all]\n\n"
-	       "Finds jobs: one type's, in one live status (ready, the default; starting;\n"
-	       "running; failed), or its live job with a key. One JSON line per job (as\n"
-	       "`shardq get`), in the status's order: ready jobs in claim order, starting\n"
-	       "and running ones by the end of their lease, failed ones as they failed.\n"
+	       "                            [--limit N] [--after CURSOR] [--all]\n"
+	       "                            [--finished-within D]\n\n"
+	       "Finds jobs: one type's, in one status (ready, the default; starting;\n"
+	       "running; failed; completed: the history of a type that keeps it, those\n"
+	       "that finished within D with --finished-within), or its live job with a\n"
+	       "key. One JSON line per job (as `shardq get`), in the status's order:\n"
+	       "ready jobs in claim order, starting and running ones by the end of\n"
+	       "their lease, failed ones as they failed, completed ones as they finished.\n"
 	       "A page of N (100; at most 1000); when there is more, stderr says how to\n"
 	       "ask for the next page (--after CURSOR); --all follows them to the end.\n"
 	       "Each shard reads the status's index from the cursor on: no scan.\n");
@@ -710,9 +713,11 @@ int cmd_jobs(cli *x, int argc, char **argv)
 		{"limit", required_argument, NULL, 'n'},
 		{"after", required_argument, NULL, 'a'},
 		{"all", no_argument, NULL, 'A'},
+		{"finished-within", required_argument, NULL, 'W'},
 		{NULL, 0, NULL, 0},
 	};
-	sq_job_filter f = {NULL, NULL, NULL, -1};
+	sq_job_filter f = {NULL, NULL, NULL, -1, 0, 0};
+	int64_t within_ms = 0;
 	const char *shard = NULL, *after = "";
 	int64_t limit = 100;
 	int c, rc, all = 0;
@@ -723,7 +728,7 @@ int cmd_jobs(cli *x, int argc, char **argv)
 		return EX_USAGE;
 	}
 	argc--, argv++;
-	while ((c = getopt_long(argc, argv, ":c:ht:s:k:S:n:a:A", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, ":c:ht:s:k:S:n:a:AW:", opts, NULL)) != -1) {
 		switch (c) {
 		case 'c': x->config_path = optarg; break;
 		case 't': f.type = optarg; break;
@@ -732,6 +737,11 @@ int cmd_jobs(cli *x, int argc, char **argv)
 		case 'S': shard = optarg; break;
 		case 'a': after = optarg; break;
 		case 'A': all = 1; break;
+		case 'W':
+			if ((rc = cli_opt_dur("jobs list", "--finished-within", optarg, 1,
+					      INT64_C(315360000000), &within_ms)))
+				return rc;
+			break;
 		case 'n':
 			if ((rc = cli_opt_int("jobs list", "--limit", optarg, 1, 1000, &limit)))
 				return rc;
@@ -746,6 +756,8 @@ int cmd_jobs(cli *x, int argc, char **argv)
 		fprintf(stderr, "shardq jobs list: give --type T (a [type] of the config)\n");
 		return EX_USAGE;
 	}
+	if (within_ms)
+		f.finished_after_us = cli_now_us() - within_ms * 1000;
 	if ((rc = cli_open(x, "jobs list", 0)))
 		return rc;
 	if (shard && (f.shard = sq_config_shard_index(x->cfg, shard)) < 0) {
@@ -769,6 +781,67 @@ int cmd_jobs(cli *x, int argc, char **argv)
 	if (next[0])
 		fprintf(stderr, "shardq jobs list: more: --after %s\n", next);
 	return EX_OK;
+}
+
+static void purge_progress(int64_t purged, void *arg)
+{
+	(void)arg;
+	fprintf(stderr, "shardq purge: %" PRId64 " history rows deleted\n", purged);
+}
+
+int cmd_purge(cli *x, int argc, char **argv)
+{
+	static const struct option opts[] = {
+		COMMON_OPTS,
+		{"type", required_argument, NULL, 't'},
+		{"older-than", required_argument, NULL, 'o'},
+		{"batch", required_argument, NULL, 'b'},
+		{NULL, 0, NULL, 0},
+	};
+	const char *type = NULL;
+	int64_t older_ms = -1, batch = 10000, purged = 0;
+	int c, rc;
+	while ((c = getopt_long(argc, argv, ":c:ht:o:b:", opts, NULL)) != -1) {
+		switch (c) {
+		case 'c': x->config_path = optarg; break;
+		case 't': type = optarg; break;
+		case 'o':
+			if ((rc = cli_opt_dur("purge", "--older-than", optarg, 0,
+					      INT64_C(315360000000), &older_ms)))
+				return rc;
+			break;
+		case 'b':
+			if ((rc = cli_opt_int("purge", "--batch", optarg, 1, 100000, &batch)))
+				return rc;
+			break;
+		case 'h':
+			printf("usage: shardq [-c FILE] purge --type T --older-than D [--batch "
+			       "N]\n\n"
+			       "Deletes the history rows of type T that finished more than D ago "
+			       "(0s: all),\noldest first, N (10000) at a time on each shard, with "
+			       "progress on stderr,\nthen prints how many. Retention drops "
+			       "whole days by itself (shardq\nmaintain); this is for a type's "
+			       "rows before that.\n");
+			return EX_OK;
+		default: return cli_bad_option("purge", c, argv);
+		}
+	}
+	if ((rc = cli_no_args("purge", argc, argv, NULL)))
+		return rc;
+	if (!type || older_ms < 0) {
+		fprintf(stderr, "shardq purge: give --type T and --older-than D (0s: every row "
+				"of T); see --help\n");
+		return EX_USAGE;
+	}
+	if ((rc = cli_open(x, "purge", 0)))
+		return rc;
+	sq_error err;
+	sq_status st = sq_history_purge(x->client, type, cli_now_us() - older_ms * 1000, (int)batch,
+					purge_progress, NULL, &purged, &err);
+	printf("{\"type\":");
+	cli_json_str(type);
+	printf(",\"purged\":%" PRId64 "}\n", purged);
+	return st == SQ_OK ? EX_OK : cli_fail("purge", &err);
 }
 
 static void retry_progress(int64_t retried, int64_t not_allowed, void *arg)

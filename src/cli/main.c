@@ -20,6 +20,7 @@ static const struct {
 	{"fail", cmd_fail, "running -> ready with backoff, or failed"},
 	{"release", cmd_release, "starting -> ready without counting an attempt"},
 	{"cancel", cmd_cancel, "cancel live jobs by id, or by type and key"},
+	{"purge", cmd_purge, "delete a type's finished history older than a duration"},
 	{"retry", cmd_retry, "make failed jobs ready again: by id, or every one of a type"},
 	{"get", cmd_get, "show one job as JSON"},
 	{"jobs", cmd_jobs, "jobs list: find a type's jobs by status or key, a page at a time"},

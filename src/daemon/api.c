@@ -916,8 +916,16 @@ static void do_list(sqd *d, sq_client *c, sqd_task *t)
 	}
 	const char *shard = evhttp_find_header(&kv, "shard"),
 		   *limit = evhttp_find_header(&kv, "limit");
-	sq_job_filter f = {evhttp_find_header(&kv, "type"), evhttp_find_header(&kv, "status"),
-			   evhttp_find_header(&kv, "key"), -1};
+	sq_job_filter f = {evhttp_find_header(&kv, "type"),
+			   evhttp_find_header(&kv, "status"),
+			   evhttp_find_header(&kv, "key"),
+			   -1,
+			   0,
+			   0};
+	const char *fa = evhttp_find_header(&kv, "finished_after_ms"),
+		   *fb = evhttp_find_header(&kv, "finished_before_ms");
+	f.finished_after_us = fa ? atoll(fa) * 1000 : 0;
+	f.finished_before_us = fb ? atoll(fb) * 1000 : 0;
 	char next[64], *end = NULL;
 	long lim = limit ? strtol(limit, &end, 10) : 100;
 	sq_job *jobs = NULL;
@@ -951,6 +959,38 @@ static void do_list(sqd *d, sq_client *c, sqd_task *t)
 		sq_jobs_free(jobs, n);
 	}
 	evhttp_clear_headers(&kv);
+}
+
+/* POST /v1/jobs/purge (admin), {"type":"T","finished_before_ms":MS}: the
+ * type's history rows that finished then or before, deleted in batches;
+ * logged with the token's name. */
+static void do_purge(sqd *d, sq_client *c, sqd_task *t)
+{
+	json_t *root = load_body(t, "{\"type\":\"T\",\"finished_before_ms\":1795406483327}");
+	if (!root)
+		return;
+	json_t *type = json_object_get(root, "type"),
+	       *before = json_object_get(root, "finished_before_ms");
+	sq_error err;
+	int64_t purged = 0;
+	(void)d;
+	if (!json_is_string(type) || !json_is_integer(before) || json_object_size(root) != 2) {
+		sqd_error(t, 400, "bad_request",
+			  "send {\"type\":\"T\",\"finished_before_ms\":MS}: the type, and the "
+			  "latest finish time to delete (Unix ms)");
+	} else if (sq_history_purge(c, json_string_value(type),
+				    (int64_t)json_integer_value(before) * 1000, 0, NULL, NULL,
+				    &purged, &err) != SQ_OK) {
+		fail_status(t, err.code, &err);
+	} else {
+		sq_buf_reset(&t->resp);
+		sq_buf_puts(&t->resp, "{\"type\":");
+		sq_json_put_string(&t->resp, json_string_value(type));
+		sq_buf_printf(&t->resp, ",\"purged\":%lld}", (long long)purged);
+		sqd_log("purge of type %s's history by token '%s': %lld rows",
+			json_string_value(type), t->who, (long long)purged);
+	}
+	json_decref(root);
 }
 
 static void do_get_job(sqd *d, sq_client *c, sqd_task *t)
@@ -1258,6 +1298,7 @@ int sqd_run(sqd *d, sq_client *c, sqd_task *t)
 	case R_TYPES: do_types(d, c, t); break;
 	case R_RETRY: do_retry(d, c, t); break;
 	case R_LIST: do_list(d, c, t); break;
+	case R_PURGE: do_purge(d, c, t); break;
 	case R_PAUSE: do_pause(d, c, t, 1); break;
 	case R_RESUME: do_pause(d, c, t, 0); break;
 	default: sqd_error(t, 500, "internal", "no handler for this route");

@@ -55,6 +55,7 @@ typedef enum sqd_route {
 	R_RESUME,
 	R_RETRY,
 	R_LIST,
+	R_PURGE,
 	R_RELEASE_GONE, /* internal: hand back what a client that went away was given */
 	R_COUNT
 } sqd_route;

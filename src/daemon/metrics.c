@@ -22,7 +22,7 @@ static const char *route_names[R_COUNT] = {
 	[R_MAP] = "map",           [R_MOVES] = "moves",       [R_METRICS] = "metrics",
 	[R_PAGE] = "page",         [R_OVERVIEW] = "overview", [R_RELEASE_GONE] = "release_gone",
 	[R_TYPES] = "types",       [R_PAUSE] = "pause",       [R_RESUME] = "resume",
-	[R_RETRY] = "retry",       [R_LIST] = "list",
+	[R_RETRY] = "retry",       [R_LIST] = "list",         [R_PURGE] = "purge",
 };
 
 void sqd_observe(sqd *d, sqd_route r, int status, double seconds)

@@ -688,6 +688,7 @@ static const route_def routes[] = {
 	{"/v1/jobs/release", EVHTTP_REQ_POST, R_RELEASE, W},
 	{"/v1/jobs/cancel", EVHTTP_REQ_POST, R_CANCEL, P},
 	{"/v1/jobs/retry", EVHTTP_REQ_POST, R_RETRY, A},
+	{"/v1/jobs/purge", EVHTTP_REQ_POST, R_PURGE, A},
 	{"/v1/stats", EVHTTP_REQ_GET, R_STATS, A},
 	{"/v1/map", EVHTTP_REQ_GET, R_MAP, A},
 	{"/v1/moves", EVHTTP_REQ_GET, R_MOVES, A},
