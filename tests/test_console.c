@@ -24,7 +24,7 @@ static const char types[] = "[connection]\nmap_poll = 200ms\n"
 
 /* what a job may hold that a page must never run */
 #define XSS_SCRIPT "<script>window.__pwned=1</script>"
-#define XSS_IMG "<img src=x onerror=\"window.__pwned=1\">"
+#define XSS_IMG    "<img src=x onerror=\"window.__pwned=1\">"
 static const char xss_params[] = "{\"html\":\"" XSS_SCRIPT "\",\"img\":\"<img src=x "
 				 "onerror=\\\"window.__pwned=1\\\">\"}";
 /* as the params view shows them: JSON, so the img's quotes escaped */
@@ -80,10 +80,11 @@ static void install_puppeteer(const char *dir)
 	if (strstr(test_file_text(pj), "\"version\": \"" PUPPETEER_VERSION "\""))
 		return;
 	testdb_path(log, sizeof(log), "npm.log");
-	snprintf(cmd, sizeof(cmd),
-		 "mkdir -p '%s' && npm install --prefix '%s' --no-save --no-package-lock --no-audit "
-		 "--no-fund --loglevel=error puppeteer-core@" PUPPETEER_VERSION " > '%s' 2>&1",
-		 dir, dir, log);
+	snprintf(
+		cmd, sizeof(cmd),
+		"mkdir -p '%s' && npm install --prefix '%s' --no-save --no-package-lock --no-audit "
+		"--no-fund --loglevel=error puppeteer-core@" PUPPETEER_VERSION " > '%s' 2>&1",
+		dir, dir, log);
 	int rc = test_wait_exit(test_spawn(cmd, TEST_SPAWN_PDEATH), 0);
 	ck_assert_msg(rc == 0 && strstr(test_file_text(pj), PUPPETEER_VERSION),
 		      "npm install puppeteer-core@" PUPPETEER_VERSION " into %s failed (%d):\n%s",
@@ -97,7 +98,8 @@ static void console_run(const char *cmd, const char *arg)
 	static int runs;
 	snprintf(line, sizeof(line), "console-%d-%s.log", ++runs, cmd);
 	testdb_path(log, sizeof(log), line);
-	snprintf(line, sizeof(line), "HOME='%s' node '%s/tests/console/console.js' %s '%s' > '%s' 2>&1",
+	snprintf(line, sizeof(line),
+		 "HOME='%s' node '%s/tests/console/console.js' %s '%s' > '%s' 2>&1",
 		 testdb_tmpdir(), getenv("SHARDQ_SOURCE_DIR"), cmd, arg ? arg : "", log);
 	double t0 = test_now_s();
 	int rc = test_wait_exit(test_spawn(line, TEST_SPAWN_GROUP | TEST_SPAWN_PDEATH), 0);
