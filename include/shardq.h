@@ -515,6 +515,11 @@ SQ_MUST_CHECK sq_status sq_cancel_key(sq_client *c, const char *type, const char
 /* Reads one job by id (any status, including failed/cancelled); free its
  * strings with sq_job_clear(). */
 SQ_MUST_CHECK sq_status sq_get_job(sq_client *c, int64_t id, sq_job *job, sq_error *err);
+/* The job's last error (a failure's text, or why its lease ran out):
+ * *last_error is malloc'd (free() it), or NULL when it has none.
+ * SQ_ENOTFOUND as sq_get_job. */
+SQ_MUST_CHECK sq_status sq_get_job_error(sq_client *c, int64_t id, char **last_error,
+					 sq_error *err);
 
 /* ---- stats ------------------------------------------------------------ */
 

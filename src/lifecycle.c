@@ -661,6 +661,29 @@ sq_status sq_get_job(sq_client *c, int64_t id, sq_job *job, sq_error *err)
 	return st;
 }
 
+sq_status sq_get_job_error(sq_client *c, int64_t id, char **last_error, sq_error *err)
+{
+	char ids[24];
+	const char *v[1] = {ids};
+	*last_error = NULL;
+	if (id <= 0)
+		return sq_err(err, SQ_EINVAL, "job id %lld is not valid", (long long)id);
+	sq_client_check_map(c);
+	int s = sq_shard_of_id(c, id);
+	snprintf(ids, sizeof(ids), "%lld", (long long)id);
+	PGresult *r = sq_pgconn_exec(&c->shards[s], sq_sql_get_error, 1, v, err);
+	if (!r)
+		return err ? err->code : SQ_EDB;
+	sq_status st = SQ_OK;
+	if (PQntuples(r) == 0)
+		st = sq_err(err, SQ_ENOTFOUND, "no job with id %lld on shard %s", (long long)id,
+			    c->cfg->shards[s].id);
+	else if (!PQgetisnull(r, 0, 0) && !(*last_error = strdup(PQgetvalue(r, 0, 0))))
+		st = sq_err(err, SQ_ENOMEM, "out of memory");
+	PQclear(r);
+	return st;
+}
+
 /* ---- the two halves, for the worker's one-pipeline tick ------------------ */
 
 struct sq_fenced_pending {

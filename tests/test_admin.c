@@ -322,6 +322,15 @@ START_TEST(failed_jobs_are_retried_by_id_by_type_and_over_http)
 	json_decref(r);
 	ck_assert_int_eq(status_of(ids[0]), SQ_READY);
 	ck_assert_int_eq(status_of(ready), SQ_STARTING);
+	/* a job's last error, in `shardq get` and GET /v1/jobs/{id} */
+	snprintf(body, sizeof(body), "/v1/jobs/%lld", (long long)f3);
+	r = call("GET", body, tok_admin, NULL, &st);
+	ck_assert_msg(r != NULL, "GET %s answered %d", body, st);
+	ck_assert_str_eq(json_string_value(json_object_get(r, "last_error")), "downstream said no");
+	json_decref(r);
+	rc = test_cli(NULL, msg, sizeof(msg), "-c %s get %lld", ini, (long long)f3);
+	ck_assert_msg(rc == 0 && strstr(msg, "\"last_error\":\"downstream said no\""), "%d: %s", rc,
+		      msg);
 	ck_assert_msg(strstr(test_file_text(D.out), "retry of 3 jobs by token 'ops': 2 made ready"),
 		      "shardqd did not log the retry with its token:\n%s", test_file_text(D.out));
 	ck_assert_int_eq(test_daemon_stop(&D, SIGTERM), 0);

@@ -78,6 +78,17 @@ SELECT j.id, j.attempt, j.attempt, j.attempt, 0, j.status::text, j.task, j.activ
        (extract(epoch from j.created_at) * 1000000)::bigint
   FROM shardq.jobs_history j WHERE j.id = $1 ORDER BY j.finished_at DESC LIMIT 1
 
+-- name: get_error
+-- A job's last error: in the hot table, else its latest history row.
+-- $1 bigint   the id
+-- Index: jobs_pkey; jobs_history_id in each history partition.
+SELECT x.e FROM (
+  SELECT j.last_error AS e, 0 AS o FROM shardq.jobs j WHERE j.id = $1
+  UNION ALL
+  (SELECT h.last_error, 1 FROM shardq.jobs_history h WHERE h.id = $1
+    ORDER BY h.finished_at DESC LIMIT 1)) x
+ORDER BY x.o LIMIT 1
+
 -- name: job_columns
 -- Fragment: a job as text, in the order sq_jobrow_parse reads it; times in
 -- microseconds since the epoch.

@@ -70,6 +70,8 @@ int cli_parse_ref(const char *s, sq_job_ref *ref);
  * EX_INPUT for bad input on stdin). */
 long cli_read_refs(const char *cmd, int argc, char **argv, sq_job_ref **out, int *rc);
 void cli_print_job_json(FILE *f, const sq_job *j, const sq_config *cfg);
+/* The same with the job's last error (NULL: none). */
+void cli_print_job_detail(FILE *f, const sq_job *j, const sq_config *cfg, const char *last_error);
 /* s as a JSON string on stdout ("null" when it cannot be written). */
 void cli_json_str(const char *s);
 int64_t cli_now_us(void);

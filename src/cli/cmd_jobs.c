@@ -966,9 +966,14 @@ int cmd_get(cli *x, int argc, char **argv)
 		return rc;
 	sq_job j;
 	sq_error err;
-	if (sq_get_job(x->client, id, &j, &err) != SQ_OK)
+	char *last_error = NULL;
+	if (sq_get_job(x->client, id, &j, &err) != SQ_OK ||
+	    sq_get_job_error(x->client, id, &last_error, &err) != SQ_OK) {
+		sq_job_clear(&j);
 		return cli_fail("get", &err);
-	cli_print_job_json(stdout, &j, x->cfg);
+	}
+	cli_print_job_detail(stdout, &j, x->cfg, last_error);
+	free(last_error);
 	sq_job_clear(&j);
 	return EX_OK;
 }

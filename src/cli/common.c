@@ -255,6 +255,11 @@ static void iso_time(char *out, size_t len, int64_t us)
 
 void cli_print_job_json(FILE *f, const sq_job *j, const sq_config *cfg)
 {
+	cli_print_job_detail(f, j, cfg, NULL);
+}
+
+void cli_print_job_detail(FILE *f, const sq_job *j, const sq_config *cfg, const char *last_error)
+{
 	sq_buf b;
 	char t[40];
 	sq_buf_init(&b);
@@ -285,6 +290,10 @@ void cli_print_job_json(FILE *f, const sq_job *j, const sq_config *cfg)
 	if (j->lease_until_us) {
 		iso_time(t, sizeof(t), j->lease_until_us);
 		sq_buf_printf(&b, ",\"lease_until\":\"%s\"", t);
+	}
+	if (last_error) {
+		sq_buf_puts(&b, ",\"last_error\":");
+		sq_json_put_string(&b, last_error);
 	}
 	sq_buf_printf(&b, ",\"params\":%s}\n", j->params ? j->params : "{}");
 	fputs(b.data, f);

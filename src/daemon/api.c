@@ -1011,6 +1011,14 @@ static void do_get_job(sqd *d, sq_client *c, sqd_task *t)
 	sq_buf_reset(&t->resp);
 	sqd_put_job(&t->resp, d->cfg, &j);
 	sq_job_clear(&j);
+	char *last_error = NULL;
+	if (sq_get_job_error(c, t->id, &last_error, &err) == SQ_OK && last_error) {
+		t->resp.data[--t->resp.len] = '\0'; /* its closing brace */
+		sq_buf_puts(&t->resp, ",\"last_error\":");
+		sq_json_put_string(&t->resp, last_error);
+		sq_buf_putc(&t->resp, '}');
+	}
+	free(last_error);
 }
 
 /* Partitions per shard in the client's map (calloc'd, one per shard). */
