@@ -24,6 +24,20 @@ static const char types[] = "[connection]\nmap_poll = 200ms\n"
 static testdb t;
 static test_daemon D;
 
+/* shardqd on t's cluster, with an admin token (named ops) and a worker
+ * token (fleet). */
+static void daemon_start(void)
+{
+	char dini[600], hash_a[160], hash_w[160];
+	test_hash_token(tok_admin, hash_a, sizeof(hash_a));
+	test_hash_token(tok_worker, hash_w, sizeof(hash_w));
+	test_write_file(testdb_path(dini, sizeof(dini), "d.ini"), 0,
+			"%s\n[daemon]\nlisten = 127.0.0.1:0\n\n[token ops]\n%s\nscopes = admin\n\n"
+			"[token fleet]\n%s\nscopes = worker\n",
+			t.ini, hash_a, hash_w);
+	test_daemon_start(&D, dini, "shardqd.out");
+}
+
 /* One request to shardqd; its JSON (NULL unless 200), the status in *st. */
 static json_t *call(const char *method, const char *path, const char *token, const char *body,
 		    int *st)
@@ -80,18 +94,12 @@ static void past_the_map_poll(void)
 
 START_TEST(a_paused_type_is_claimed_by_no_worker_and_no_shardqd)
 {
-	char ini[600], dini[600], runs[600], out[600], exec[800], hash_a[160], hash_w[160];
+	char ini[600], runs[600], out[600], exec[800];
 	char msg[4096];
 	int st;
 	testdb_open(&t, "admin_pause", 2, 64, types);
 	test_write_bytes(testdb_path(ini, sizeof(ini), "c.ini"), t.ini, strlen(t.ini));
-	test_hash_token(tok_admin, hash_a, sizeof(hash_a));
-	test_hash_token(tok_worker, hash_w, sizeof(hash_w));
-	test_write_file(testdb_path(dini, sizeof(dini), "d.ini"), 0,
-			"%s\n[daemon]\nlisten = 127.0.0.1:0\n\n[token ops]\n%s\nscopes = admin\n\n"
-			"[token fleet]\n%s\nscopes = worker\n",
-			t.ini, hash_a, hash_w);
-	test_daemon_start(&D, dini, "shardqd.out");
+	daemon_start();
 	testdb_path(runs, sizeof(runs), "runs");
 	test_write_bytes(runs, "", 0);
 	snprintf(exec, sizeof(exec), "echo \"$SHARDQ_JOB_ID\" >> %s", runs);
@@ -223,7 +231,7 @@ static int status_of(int64_t id)
 START_TEST(failed_jobs_are_retried_by_id_by_type_and_over_http)
 {
 	enum { BULK = 2500 };
-	char ini[600], dini[600], msg[8192], hash_a[160], hash_w[160];
+	char ini[600], msg[8192];
 	static int64_t ids[BULK];
 	int st;
 	sq_error err;
@@ -296,13 +304,7 @@ START_TEST(failed_jobs_are_retried_by_id_by_type_and_over_http)
 	ck_assert_int_eq(count("task = 'g' AND status = 'ready' AND attempt = attempt_base"), BULK);
 
 	/* over HTTP: admin only, per job, logged with the token's name */
-	test_hash_token(tok_admin, hash_a, sizeof(hash_a));
-	test_hash_token(tok_worker, hash_w, sizeof(hash_w));
-	test_write_file(testdb_path(dini, sizeof(dini), "d.ini"), 0,
-			"%s\n[daemon]\nlisten = 127.0.0.1:0\n\n[token ops]\n%s\nscopes = admin\n\n"
-			"[token fleet]\n%s\nscopes = worker\n",
-			t.ini, hash_a, hash_w);
-	test_daemon_start(&D, dini, "shardqd.out");
+	daemon_start();
 	ck_assert_uint_eq(fail_all(t.client, "g", 2, ids), 2);
 	char body[256];
 	/* `ready` was claimed by w2 above: a worker holds it */
@@ -369,7 +371,7 @@ START_TEST(jobs_are_found_by_type_and_status_a_page_at_a_time)
 {
 	enum { N = 300 };
 	static int64_t ids[2 * N];
-	char ini[600], dini[600], msg[4096], hash_a[160], hash_w[160];
+	char ini[600], msg[4096];
 	sq_error err;
 	int pages, st;
 	testdb_open(&t, "admin_list", 2, 64, "[type l]\nmax_attempts = 1\n[type o]\n");
@@ -476,13 +478,7 @@ START_TEST(jobs_are_found_by_type_and_status_a_page_at_a_time)
 	ck_assert_msg(rc == 5 && strstr(msg, "unknown type 'nope'"), "%d: %s", rc, msg);
 
 	/* over HTTP, admin only */
-	test_hash_token(tok_admin, hash_a, sizeof(hash_a));
-	test_hash_token(tok_worker, hash_w, sizeof(hash_w));
-	test_write_file(testdb_path(dini, sizeof(dini), "d.ini"), 0,
-			"%s\n[daemon]\nlisten = 127.0.0.1:0\n\n[token ops]\n%s\nscopes = admin\n\n"
-			"[token fleet]\n%s\nscopes = worker\n",
-			t.ini, hash_a, hash_w);
-	test_daemon_start(&D, dini, "shardqd.out");
+	daemon_start();
 	json_t *j = call("GET", "/v1/jobs?type=l&status=failed&limit=15", tok_worker, NULL, &st);
 	ck_assert_int_eq(st, 403);
 	j = call("GET", "/v1/jobs?type=l&status=failed&limit=15", tok_admin, NULL, &st);
@@ -587,7 +583,7 @@ static void run_n(const char *type, int n)
 START_TEST(finished_jobs_are_found_and_purged_by_type)
 {
 	static int64_t ids[64];
-	char ini[600], dini[600], msg[8192], hash_a[160], hash_w[160], body[128];
+	char ini[600], msg[8192], body[128];
 	int pages, st;
 	testdb_open(&t, "admin_hist", 2, 64,
 		    "[type l]\nhistory = true\n[type o]\nhistory = true\n");
@@ -624,13 +620,7 @@ START_TEST(finished_jobs_are_found_and_purged_by_type)
 	/* over HTTP, admin only, logged */
 	test_enqueue_n(t.client, "l", 5, NULL);
 	run_n("l", 5);
-	test_hash_token(tok_admin, hash_a, sizeof(hash_a));
-	test_hash_token(tok_worker, hash_w, sizeof(hash_w));
-	test_write_file(testdb_path(dini, sizeof(dini), "d.ini"), 0,
-			"%s\n[daemon]\nlisten = 127.0.0.1:0\n\n[token ops]\n%s\nscopes = admin\n\n"
-			"[token fleet]\n%s\nscopes = worker\n",
-			t.ini, hash_a, hash_w);
-	test_daemon_start(&D, dini, "shardqd.out");
+	daemon_start();
 	json_t *j = call("GET", "/v1/jobs?type=l&status=completed", tok_admin, NULL, &st);
 	ck_assert_msg(j != NULL, "GET /v1/jobs answered %d", st);
 	ck_assert_int_eq((int)json_array_size(json_object_get(j, "jobs")), 5);

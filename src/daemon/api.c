@@ -756,6 +756,35 @@ static void do_release_gone(sqd *d, sq_client *c, sqd_task *t)
 
 /* ---- cancel, get, stats, map, moves ------------------------------------------ */
 
+/* The job ids of a body's "ids" (1 to MAX_BATCH positive integers;
+ * alone: the body has no other member), malloc'd, or NULL with the error
+ * answered (`other` is the body's other form, for the message). */
+static int64_t *ids_of(sqd_task *t, json_t *ids, int alone, const char *other, size_t *n)
+{
+	*n = json_is_array(ids) ? json_array_size(ids) : 0;
+	if (*n == 0 || *n > MAX_BATCH || !alone) {
+		sqd_error(t, 400, "bad_request", "send {\"ids\":[...]} with 1 to %d job ids, or %s",
+			  MAX_BATCH, other);
+		return NULL;
+	}
+	int64_t *v = calloc(*n, sizeof(*v));
+	if (!v) {
+		sqd_error(t, 500, "internal", "out of memory");
+		return NULL;
+	}
+	for (size_t i = 0; i < *n; i++) {
+		json_t *x = json_array_get(ids, i);
+		if (!json_is_integer(x) || json_integer_value(x) <= 0) {
+			sqd_error(t, 400, "bad_request",
+				  "ids[%zu] is not a job id (a positive integer)", i);
+			free(v);
+			return NULL;
+		}
+		v[i] = json_integer_value(x);
+	}
+	return v;
+}
+
 static void do_cancel(sqd *d, sq_client *c, sqd_task *t)
 {
 	json_t *root = load_body(t, "{\"ids\":[1,2]} or {\"type\":\"T\",\"key\":\"K\"}");
@@ -781,29 +810,13 @@ static void do_cancel(sqd *d, sq_client *c, sqd_task *t)
 		json_decref(root);
 		return;
 	}
-	size_t n = json_is_array(ids) ? json_array_size(ids) : 0;
-	if (n == 0 || n > MAX_BATCH) {
-		sqd_error(t, 400, "bad_request",
-			  "send {\"ids\":[...]} with 1 to %d job ids, or {\"type\":\"T\",\"key\":"
-			  "\"K\"}",
-			  MAX_BATCH);
-		json_decref(root);
-		return;
-	}
-	int64_t *v = calloc(n, sizeof(*v));
-	sq_status *out = calloc(n, sizeof(*out));
-	if (!v || !out) {
-		sqd_error(t, 500, "internal", "out of memory");
+	size_t n;
+	sq_status *out = NULL;
+	int64_t *v = ids_of(t, ids, 1, "{\"type\":\"T\",\"key\":\"K\"}", &n);
+	if (!v || !(out = calloc(n, sizeof(*out)))) {
+		if (v)
+			sqd_error(t, 500, "internal", "out of memory");
 		goto out;
-	}
-	for (size_t i = 0; i < n; i++) {
-		json_t *x = json_array_get(ids, i);
-		if (!json_is_integer(x) || json_integer_value(x) <= 0) {
-			sqd_error(t, 400, "bad_request",
-				  "ids[%zu] is not a job id (a positive integer)", i);
-			goto out;
-		}
-		v[i] = json_integer_value(x);
 	}
 	sq_status st = sq_cancel(c, v, n, out, &err);
 	if (st != SQ_OK) {
@@ -861,28 +874,12 @@ static void do_retry(sqd *d, sq_client *c, sqd_task *t)
 		json_decref(root);
 		return;
 	}
-	size_t n = json_is_array(ids) ? json_array_size(ids) : 0;
-	if (n == 0 || n > MAX_BATCH || json_object_size(root) != 1) {
-		sqd_error(t, 400, "bad_request",
-			  "send {\"ids\":[...]} with 1 to %d job ids, or {\"type\":\"T\"}",
-			  MAX_BATCH);
-		json_decref(root);
-		return;
-	}
-	int64_t *v = calloc(n, sizeof(*v));
-	sq_status *out = calloc(n, sizeof(*out));
-	size_t okn = 0;
-	for (size_t i = 0; v && out && i < n; i++) {
-		json_t *x = json_array_get(ids, i);
-		if (!json_is_integer(x) || json_integer_value(x) <= 0) {
-			sqd_error(t, 400, "bad_request",
-				  "ids[%zu] is not a job id (a positive integer)", i);
-			goto out;
-		}
-		v[i] = json_integer_value(x);
-	}
-	if (!v || !out) {
-		sqd_error(t, 500, "internal", "out of memory");
+	size_t n, okn = 0;
+	sq_status *out = NULL;
+	int64_t *v = ids_of(t, ids, json_object_size(root) == 1, "{\"type\":\"T\"}", &n);
+	if (!v || !(out = calloc(n, sizeof(*out)))) {
+		if (v)
+			sqd_error(t, 500, "internal", "out of memory");
 		goto out;
 	}
 	sq_status st = sq_retry(c, v, n, out, &err);
