@@ -1075,6 +1075,15 @@ SQ_MUST_CHECK sq_status sq_jobs_list(sq_client *c, const sq_job_filter *f, const
 				     int limit, sq_job **out, size_t *n, char *next, size_t nextlen,
 				     sq_error *err);
 
+/* Cancels the jobs f finds (status ready, the default, starting or
+ * running; not the ones enqueued after the call began), a page of `batch`
+ * (1..1,000; 0: 1,000) at a time as sq_jobs_list reads them, each as
+ * sq_cancel does (a running job's worker then gets lost); progress (NULL:
+ * none) gets the total after each page, *cancelled (may be NULL) the
+ * end's. */
+SQ_MUST_CHECK sq_status sq_cancel_matching(sq_client *c, const sq_job_filter *f, int batch,
+					   void (*progress)(int64_t cancelled, void *arg),
+					   void *arg, int64_t *cancelled, sq_error *err);
 /* Deletes the history rows of `type` that finished at or before before_us
  * (µs since the epoch), oldest first, on every shard, `batch` (1..100,000;
  * 0: 10,000) at a time; progress (NULL: none) gets the total after each

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static const sq_stmt stmt_ready = {"sq_list_ready", sq_sql_list_ready};
 static const sq_stmt stmt_leased = {"sq_list_leased", sq_sql_list_leased};
@@ -252,5 +253,52 @@ sq_status sq_history_purge(sq_client *c, const char *type, int64_t before_us, in
 	}
 	if (purged)
 		*purged = total;
+	return st;
+}
+
+sq_status sq_cancel_matching(sq_client *c, const sq_job_filter *f, int batch,
+			     void (*progress)(int64_t cancelled, void *arg), void *arg,
+			     int64_t *cancelled, sq_error *err)
+{
+	int64_t total = 0, start_us = 0;
+	sq_status st = SQ_OK;
+	char cur[64] = "", next[64];
+	if (f && f->status && strcmp(f->status, "ready") && strcmp(f->status, "starting") &&
+	    strcmp(f->status, "running"))
+		return sq_err(err, SQ_EINVAL,
+			      "status '%s': only ready, starting or running jobs can be cancelled",
+			      f->status);
+	if (batch < 0 || batch > 1000)
+		return sq_err(err, SQ_EINVAL, "batch %d: give 1 to 1000 (0: 1000)", batch);
+	batch = batch ? batch : 1000;
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	start_us = (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+	int64_t *ids = malloc(sizeof(*ids) * (size_t)batch);
+	sq_status *out = malloc(sizeof(*out) * (size_t)batch);
+	if (!ids || !out)
+		st = sq_err(err, SQ_ENOMEM, "out of memory");
+	do {
+		sq_job *jobs = NULL;
+		size_t n = 0, k = 0;
+		if (st != SQ_OK ||
+		    (st = sq_jobs_list(c, f, cur, batch, &jobs, &n, next, sizeof(next), err)))
+			break;
+		for (size_t i = 0; i < n; i++)
+			if (jobs[i].created_us <= start_us) /* not the ones enqueued since */
+				ids[k++] = jobs[i].id;
+		sq_jobs_free(jobs, n);
+		if (k && (st = sq_cancel(c, ids, k, out, err)) != SQ_OK)
+			break;
+		for (size_t i = 0; i < k; i++)
+			total += out[i] == SQ_OK;
+		if (progress)
+			progress(total, arg);
+		snprintf(cur, sizeof(cur), "%s", next);
+	} while (cur[0]);
+	free(ids);
+	free(out);
+	if (cancelled)
+		*cancelled = total;
 	return st;
 }

@@ -476,6 +476,15 @@ START_TEST(jobs_are_found_by_type_and_status_a_page_at_a_time)
 	ck_assert_int_eq(lines, 20);
 	rc = test_cli(NULL, msg, sizeof(msg), "-c %s jobs list --type nope", ini);
 	ck_assert_msg(rc == 5 && strstr(msg, "unknown type 'nope'"), "%d: %s", rc, msg);
+	/* cancel every ready job of o, page by page: the others stay */
+	rc = test_cli(NULL, msg, sizeof(msg), "-c %s cancel --type o --status ready", ini);
+	ck_assert_msg(rc == 0 && strstr(msg, "{\"type\":\"o\",\"status\":\"ready\","
+					     "\"cancelled\":50}"),
+		      "%d: %s", rc, msg);
+	ck_assert_int_eq(count("task = 'o' AND status = 'cancelled'"), 50);
+	ck_assert_int_eq(count("task = 'l' AND status = 'cancelled'"), 0);
+	rc = test_cli(NULL, msg, sizeof(msg), "-c %s cancel --type o --status failed", ini);
+	ck_assert_msg(rc == 5 && strstr(msg, "only ready, starting or running"), "%d: %s", rc, msg);
 
 	/* over HTTP, admin only */
 	daemon_start();

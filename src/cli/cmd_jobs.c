@@ -616,36 +616,63 @@ static int parse_id(const char *cmd, const char *s, int64_t *id)
 	return e ? EX_USAGE : 0;
 }
 
+static void cancel_progress(int64_t cancelled, void *arg)
+{
+	(void)arg;
+	fprintf(stderr, "shardq cancel: %" PRId64 " cancelled\n", cancelled);
+}
+
+/* cancel --type T --status S: every job of T in S, a page at a time. */
+static int cancel_matching(cli *x, const char *type, const char *status)
+{
+	sq_job_filter f = {type, status, NULL, -1, 0, 0};
+	sq_error err;
+	int64_t n = 0;
+	sq_status st = sq_cancel_matching(x->client, &f, 0, cancel_progress, NULL, &n, &err);
+	printf("{\"type\":");
+	cli_json_str(type);
+	printf(",\"status\":\"%s\",\"cancelled\":%" PRId64 "}\n", status, n);
+	return st == SQ_OK ? EX_OK : cli_fail("cancel", &err);
+}
+
 int cmd_cancel(cli *x, int argc, char **argv)
 {
 	static const struct option opts[] = {
 		COMMON_OPTS,
 		{"type", required_argument, NULL, 't'},
 		{"key", required_argument, NULL, 'k'},
+		{"status", required_argument, NULL, 's'},
 		{NULL, 0, NULL, 0},
 	};
-	const char *type = NULL, *key = NULL;
+	const char *type = NULL, *key = NULL, *status = NULL;
 	int c, rc;
-	while ((c = getopt_long(argc, argv, ":c:ht:k:", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, ":c:ht:k:s:", opts, NULL)) != -1) {
 		switch (c) {
 		case 'c': x->config_path = optarg; break;
 		case 't': type = optarg; break;
 		case 'k': key = optarg; break;
+		case 's': status = optarg; break;
 		case 'h':
 			printf("usage: shardq [-c FILE] cancel ID...\n"
-			       "       shardq [-c FILE] cancel --type T --key K\n\n"
+			       "       shardq [-c FILE] cancel --type T --key K\n"
+			       "       shardq [-c FILE] cancel --type T --status S\n\n"
 			       "Cancels live (ready, starting or running) jobs. A running job's "
 			       "worker\n"
 			       "then gets 'lost' when it completes. Exit 7 if a job was not "
-			       "live.\n");
+			       "live.\n"
+			       "With --status: every job of T in status S (ready, starting or "
+			       "running) that\nwas enqueued before the call, a page at a time "
+			       "with progress on stderr,\nthen one JSON line with the count.\n");
 			return EX_OK;
 		default: return cli_bad_option("cancel", c, argv);
 		}
 	}
 	if (type && optind < argc)
 		return cli_no_args("cancel", argc, argv, "give job ids, or --type and --key");
-	if (!!type != !!key || (!type && optind >= argc)) {
-		fprintf(stderr, "shardq cancel: give job ids, or --type and --key; see --help\n");
+	if ((status && (key || !type)) ||
+	    (!status && (!!type != !!key || (!type && optind >= argc)))) {
+		fprintf(stderr, "shardq cancel: give job ids, --type and --key, or --type and "
+				"--status; see --help\n");
 		return EX_USAGE;
 	}
 	if (key && (rc = cli_check_text("cancel", "--key", key, SQ_MAX_KEY_LEN)))
@@ -663,6 +690,10 @@ int cmd_cancel(cli *x, int argc, char **argv)
 		return rc;
 	}
 	sq_error err;
+	if (status) {
+		free(ids);
+		return cancel_matching(x, type, status);
+	}
 	if (type) {
 		int64_t id;
 		sq_status st = sq_cancel_key(x->client, type, key, &id, &err);
