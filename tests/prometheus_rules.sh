@@ -28,4 +28,9 @@ if ((${#untested[@]})); then
     echo "alerts no test expects to fire: ${untested[*]} (add a case to shardq-alerts.test.yml)" >&2
     exit 1
 fi
-echo "every alert of shardq-alerts.yml has a test that expects it"
+# and a runbook in docs/operations.md ("Runbooks: one per alert")
+ops="$dir/../../docs/operations.md"
+for a in $(sed -n 's/^ *- alert: *\([A-Za-z0-9_]*\).*/\1/p' "$dir/shardq-alerts.yml"); do
+    grep -q "\*\*$a\*\*" "$ops" || { echo "alert $a has no runbook in docs/operations.md" >&2; exit 1; }
+done
+echo "every alert of shardq-alerts.yml has a test that expects it, and a runbook"
