@@ -505,6 +505,19 @@ START_TEST(jobs_are_found_by_type_and_status_a_page_at_a_time)
 	json_decref(j);
 	j = call("GET", "/v1/jobs?status=failed", tok_admin, NULL, &st);
 	ck_assert_int_eq(st, 400);
+	/* cancel by status over HTTP: an admin's call */
+	test_enqueue_n(t.client, "o", 12, NULL);
+	j = call("POST", "/v1/jobs/cancel", tok_worker, "{\"type\":\"o\",\"status\":\"ready\"}",
+		 &st);
+	ck_assert_int_eq(st, 403);
+	j = call("POST", "/v1/jobs/cancel", tok_admin, "{\"type\":\"o\",\"status\":\"ready\"}",
+		 &st);
+	ck_assert_msg(j != NULL, "cancel by status answered %d", st);
+	ck_assert_int_eq((int)json_integer_value(json_object_get(j, "cancelled")), 12);
+	json_decref(j);
+	ck_assert_msg(
+		strstr(test_file_text(D.out), "cancel of the ready jobs of type o by token 'ops'"),
+		"%s", test_file_text(D.out));
 	ck_assert_int_eq(test_daemon_stop(&D, SIGTERM), 0);
 	testdb_close(&t);
 }

@@ -577,7 +577,7 @@ START_TEST(auth_and_scopes)
 		{"POST", "/v1/jobs/complete", "w"},
 		{"POST", "/v1/jobs/fail", "w"},
 		{"POST", "/v1/jobs/release", "w"},
-		{"POST", "/v1/jobs/cancel", "p"},
+		{"POST", "/v1/jobs/cancel", "pa"},
 		{"GET", "/v1/jobs/1", "wpa"},
 		{"GET", "/v1/stats", "a"},
 		{"GET", "/v1/map", "a"},

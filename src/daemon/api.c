@@ -785,6 +785,34 @@ static int64_t *ids_of(sqd_task *t, json_t *ids, int alone, const char *other, s
 	return v;
 }
 
+/* {"type":"T","status":"S"}: every job of T in S, for an admin token
+ * only (sq_cancel_matching); logged with the token's name. */
+static void cancel_matching(sqd_task *t, sq_client *c, const char *type, const char *status)
+{
+	sq_job_filter f = {type, status, NULL, -1, 0, 0};
+	sq_error err;
+	int64_t n = 0;
+	if (!(t->scopes & SQ_SCOPE_ADMIN)) {
+		sqd_error(t, 403, "forbidden",
+			  "token '%s' may cancel by id or key; cancelling every job of a type "
+			  "in a status needs an admin token",
+			  t->who);
+		return;
+	}
+	if (sq_cancel_matching(c, &f, 0, NULL, NULL, &n, &err) != SQ_OK) {
+		fail_status(t, err.code, &err);
+	} else {
+		sq_buf_reset(&t->resp);
+		sq_buf_puts(&t->resp, "{\"type\":");
+		sq_json_put_string(&t->resp, type);
+		sq_buf_puts(&t->resp, ",\"status\":");
+		sq_json_put_string(&t->resp, status);
+		sq_buf_printf(&t->resp, ",\"cancelled\":%lld}", (long long)n);
+	}
+	sqd_log("cancel of the %s jobs of type %s by token '%s': %lld cancelled", status, type,
+		t->who, (long long)n);
+}
+
 static void do_cancel(sqd *d, sq_client *c, sqd_task *t)
 {
 	json_t *root = load_body(t, "{\"ids\":[1,2]} or {\"type\":\"T\",\"key\":\"K\"}");
@@ -792,7 +820,13 @@ static void do_cancel(sqd *d, sq_client *c, sqd_task *t)
 		return;
 	json_t *ids = json_object_get(root, "ids");
 	json_t *type = json_object_get(root, "type"), *key = json_object_get(root, "key");
+	json_t *status = json_object_get(root, "status");
 	sq_error err;
+	if (json_is_string(type) && json_is_string(status) && !ids && !key) {
+		cancel_matching(t, c, json_string_value(type), json_string_value(status));
+		json_decref(root);
+		return;
+	}
 	if (json_is_string(type) && json_is_string(key) && !ids) {
 		int64_t id = 0;
 		sq_status st = sq_cancel_key(c, json_string_value(type), json_string_value(key),

@@ -88,6 +88,7 @@ typedef struct sqd_task {
 	int all;             /* ?all=1 */
 	int exact;           /* ?exact=1 */
 	char who[64];        /* the name of the request's token (its [token NAME]) */
+	int scopes;          /* and its scopes (SQ_SCOPE_*) */
 	char *query;         /* GET /v1/jobs: its query string */
 	atomic_int gone;     /* the client's connection closed */
 	struct event *watch; /* main thread: sees the client hang up while it waits */

@@ -686,7 +686,7 @@ static const route_def routes[] = {
 	{"/v1/jobs/complete", EVHTTP_REQ_POST, R_COMPLETE, W},
 	{"/v1/jobs/fail", EVHTTP_REQ_POST, R_FAIL, W},
 	{"/v1/jobs/release", EVHTTP_REQ_POST, R_RELEASE, W},
-	{"/v1/jobs/cancel", EVHTTP_REQ_POST, R_CANCEL, P},
+	{"/v1/jobs/cancel", EVHTTP_REQ_POST, R_CANCEL, P | A},
 	{"/v1/jobs/retry", EVHTTP_REQ_POST, R_RETRY, A},
 	{"/v1/jobs/purge", EVHTTP_REQ_POST, R_PURGE, A},
 	{"/v1/stats", EVHTTP_REQ_GET, R_STATS, A},
@@ -752,6 +752,7 @@ static int authorize(sqd *d, struct evhttp_request *req, sqd_task *t, int scopes
 		return -1;
 	}
 	snprintf(t->who, sizeof(t->who), "%s", found->name); /* for the log of an action */
+	t->scopes = found->scopes;
 	return 0;
 }
 
