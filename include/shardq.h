@@ -1049,7 +1049,8 @@ SQ_MUST_CHECK sq_status sq_schedules_list(sq_client *c, int64_t now_us, sq_sched
 /* Which jobs sq_jobs_list finds: one type's, in one live status. */
 typedef struct sq_job_filter {
 	const char *type;   /* a [type] of the config (required) */
-	const char *status; /* "ready" (NULL), "starting", "running" or "failed" */
+	const char *status; /* "ready" (NULL), "starting", "running", "failed",
+	                       "cancelled" (shard schema 13) or "completed" (12) */
 	const char *key;    /* NULL; else the live job of the type with this key */
 	int shard;          /* a shard's index in the config; -1: every shard */
 	/* status "completed" (the history, shard schema 12): finished after and

@@ -16,6 +16,7 @@ static const sq_stmt stmt_leased = {"sq_list_leased", sq_sql_list_leased};
 static const sq_stmt stmt_failed = {"sq_list_failed", sq_sql_list_failed};
 static const sq_stmt stmt_key = {"sq_list_key", sq_sql_list_key};
 static const sq_stmt stmt_completed = {"sq_list_completed", sq_sql_list_completed};
+static const sq_stmt stmt_cancelled = {"sq_list_cancelled", sq_sql_list_cancelled};
 
 /* The end of time for a finish-time bound (9999-12-31, µs since the epoch). */
 #define FAR_FUTURE_US INT64_C(253402300799000000)
@@ -57,8 +58,8 @@ static int parse_cursor(const char *s, cursor *k)
 static sq_status check_filter(sq_client *c, const sq_job_filter *f, const char *after, int limit,
 			      cursor *k, sq_error *err)
 {
-	static const char *const statuses[] = {"ready", "starting", "running", "failed",
-					       "completed"};
+	static const char *const statuses[] = {"ready",  "starting",  "running",
+					       "failed", "completed", "cancelled"};
 	int known = 0;
 	if (!f || !f->type || !sq_config_type(c->cfg, f->type))
 		return sq_err(err, SQ_EINVAL, "unknown type '%s': give a [type] of the config",
@@ -68,7 +69,7 @@ static sq_status check_filter(sq_client *c, const sq_job_filter *f, const char *
 	if (!known)
 		return sq_err(err, SQ_EINVAL,
 			      "status '%s' cannot be listed: give ready, starting, running, "
-			      "failed or completed (a cancelled job: by its id)",
+			      "failed, completed or cancelled",
 			      f->status);
 	if (f->shard < -1 || f->shard >= c->nshards)
 		return sq_err(err, SQ_EINVAL, "shard index %d: the config has %d shards", f->shard,
@@ -104,6 +105,7 @@ static void push_page(sq_client *c, int s, const sq_job_filter *f, const cursor 
 	const sq_stmt *st = !strcmp(status, "ready")       ? &stmt_ready
 			    : !strcmp(status, "failed")    ? &stmt_failed
 			    : !strcmp(status, "completed") ? &stmt_completed
+			    : !strcmp(status, "cancelled") ? &stmt_cancelled
 							   : &stmt_leased;
 	sq_pgconn_push(&c->shards[s], st, st == &stmt_completed ? 6 : 5, vals);
 }

@@ -459,10 +459,10 @@ START_TEST(jobs_are_found_by_type_and_status_a_page_at_a_time)
 	sq_jobs_free(page, n);
 	f.key = NULL;
 	/* bad input */
-	f.status = "cancelled";
+	f.status = "done";
 	ck_assert_int_eq(sq_jobs_list(t.client, &f, NULL, 10, &page, &n, next, 64, &err),
 			 SQ_EINVAL);
-	ck_assert_msg(strstr(err.msg, "status 'cancelled' cannot be listed"), "%s", err.msg);
+	ck_assert_msg(strstr(err.msg, "status 'done' cannot be listed"), "%s", err.msg);
 	f.status = NULL;
 	ck_assert_int_eq(sq_jobs_list(t.client, &f, "x.y", 10, &page, &n, next, 64, &err),
 			 SQ_EINVAL);
@@ -482,6 +482,17 @@ START_TEST(jobs_are_found_by_type_and_status_a_page_at_a_time)
 					     "\"cancelled\":50}"),
 		      "%d: %s", rc, msg);
 	ck_assert_int_eq(count("task = 'o' AND status = 'cancelled'"), 50);
+	const char *args[] = {"-c",       ini,         "jobs",    "list", "--type", "o",
+			      "--status", "cancelled", "--limit", "8",    "--all",  NULL};
+	char *lout = NULL, *lerr = NULL;
+	rc = test_cli_argv(args, NULL, 0, &lout, &lerr);
+	lines = 0;
+	for (const char *p = lout; p && (p = strstr(p, "\"status\":\"cancelled\"")) != NULL; p++)
+		lines++;
+	ck_assert_msg(rc == 0 && lines == 50, "%d cancelled jobs listed (exit %d): %s", lines, rc,
+		      lerr);
+	free(lout);
+	free(lerr);
 	ck_assert_int_eq(count("task = 'l' AND status = 'cancelled'"), 0);
 	rc = test_cli(NULL, msg, sizeof(msg), "-c %s cancel --type o --status failed", ini);
 	ck_assert_msg(rc == 5 && strstr(msg, "only ready, starting or running"), "%d: %s", rc, msg);
@@ -540,6 +551,8 @@ START_TEST(the_listing_reads_each_status_by_its_index_at_ten_million_jobs)
 		{"key", sq_sql_list_key, "'l', 'key7'", "jobs_active_uid"},
 		{"completed", sq_sql_list_completed,
 		 "'l', 'completed', 0, 0, 100, 253402300799000000", "jobs_history"},
+		{"cancelled", sq_sql_list_cancelled, "'l', 'cancelled', 0, 0, 100",
+		 "jobs_cancelled"},
 	};
 	testdb_open(&t, "admin_list_plans", 2, 64, "[type l]\n[type o]\n");
 	test_enqueue_n(t.client, "o", 20000, NULL);

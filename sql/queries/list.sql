@@ -91,6 +91,19 @@ WITH d AS (DELETE FROM shardq.jobs_history h WHERE (h.tableoid, h.ctid) IN (
   RETURNING 1)
 SELECT count(*) FROM d
 
+-- name: list_cancelled
+-- Cancelled jobs in the order they were cancelled, then id.
+-- $1 text, $2 text 'cancelled', $3 bigint the cursor's cancel time (µs),
+-- $4 bigint its id, $5 int
+-- Index: jobs_cancelled (shard schema 13).
+SELECT {{job_columns}},
+       '0.' || (extract(epoch FROM j.updated_at) * 1000000)::bigint || '.' || j.id
+  FROM shardq.jobs j
+ WHERE j.status = 'cancelled' AND j.task = $1 AND $2::text = 'cancelled'
+   AND (j.updated_at, j.id)
+       > (timestamptz 'epoch' + $3::bigint * interval '1 microsecond', $4::bigint)
+ ORDER BY j.updated_at, j.id LIMIT $5
+
 -- name: list_key
 -- The live job of a type with a key, in any live status.
 -- $1 text the type, $2 text the key

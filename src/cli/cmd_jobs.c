@@ -722,7 +722,7 @@ static int jobs_list_usage(void)
 	       "                            [--limit N] [--after CURSOR] [--all]\n"
 	       "                            [--finished-within D]\n\n"
 	       "Finds jobs: one type's, in one status (ready, the default; starting;\n"
-	       "running; failed; completed: the history of a type that keeps it, those\n"
+	       "running; failed; cancelled; completed: the history of a type that keeps it, those\n"
 	       "that finished within D with --finished-within), or its live job with a\n"
 	       "key. One JSON line per job (as `shardq get`), in the status's order:\n"
 	       "ready jobs in claim order, starting and running ones by the end of\n"
