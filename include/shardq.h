@@ -1054,12 +1054,13 @@ typedef struct sq_job_filter {
 	const char *key;    /* NULL; else the live job of the type with this key */
 	int shard;          /* a shard's index in the config; -1: every shard */
 	/* status "completed" (the history, shard schema 12): finished after and
-	 * at or before these (µs since the epoch; 0: no bound) */
+	 * at or before these (µs since the epoch; 0: no bound); status
+	 * "failed": failed at or before finished_before_us */
 	int64_t finished_after_us, finished_before_us;
 } sq_job_filter;
 
 /*
- * A page of at most `limit` (1..1000) jobs matching f, on every shard at
+ * A page of at most `limit` (1..10,000) jobs matching f, on every shard at
  * once, each status in its own order: ready jobs in claim order (priority,
  * then schedule plus tolerance, then id), starting and running ones by the
  * end of their lease, failed ones in the order they failed, completed ones

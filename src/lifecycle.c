@@ -12,7 +12,6 @@
 
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
 #include <string.h>
 
 /* The statements' text, and why each is shaped as it is:
@@ -514,79 +513,6 @@ static sq_status ids_pass(sq_client *c, const sq_stmt *stmt, const int64_t *ids,
 	free(idb);
 	free(pb);
 	free(vals);
-	return st;
-}
-
-/* One page of shard s's failed jobs of type (failed_of_type) into ids;
- * moves the page's start past it. Returns how many, or -1 (err set). */
-static int failed_page(sq_client *c, int s, const char *type, int64_t until_us, int batch,
-		       int64_t *after_us, int64_t *after_id, int64_t *ids, sq_error *err)
-{
-	char until[24], aus[24], aid[24], lim[16];
-	const char *v[5] = {type, until, aus, aid, lim};
-	snprintf(until, sizeof(until), "%lld", (long long)until_us);
-	snprintf(aus, sizeof(aus), "%lld", (long long)*after_us);
-	snprintf(aid, sizeof(aid), "%lld", (long long)*after_id);
-	snprintf(lim, sizeof(lim), "%d", batch);
-	PGresult *r = sq_pgconn_exec(&c->shards[s], sq_sql_failed_of_type, 5, v, err);
-	if (!r)
-		return -1;
-	int n = PQntuples(r);
-	for (int i = 0; i < n; i++)
-		ids[i] = atoll(PQgetvalue(r, i, 0));
-	if (n) {
-		*after_id = ids[n - 1];
-		*after_us = atoll(PQgetvalue(r, n - 1, 1));
-	}
-	PQclear(r);
-	return n;
-}
-
-sq_status sq_retry_type(sq_client *c, const char *type, int64_t until_us, int batch,
-			sq_retry_progress progress, void *arg, int64_t *retried,
-			int64_t *not_allowed, sq_error *err)
-{
-	int64_t ok = 0, na = 0;
-	if (!type || !sq_config_type(c->cfg, type))
-		return sq_err(err, SQ_EINVAL, "unknown type '%s': not a [type] of the config",
-			      type ? type : "(null)");
-	if (batch < 0 || batch > 10000)
-		return sq_err(err, SQ_EINVAL, "batch %d: give 1 to 10000 (0: 1000)", batch);
-	batch = batch ? batch : 1000;
-	if (!until_us) {
-		struct timespec ts;
-		clock_gettime(CLOCK_REALTIME, &ts);
-		until_us = (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-	}
-	int64_t *ids = malloc(sizeof(*ids) * (size_t)batch);
-	sq_status *out = malloc(sizeof(*out) * (size_t)batch), st = SQ_OK;
-	if (!ids || !out)
-		st = sq_err(err, SQ_ENOMEM, "out of memory");
-	for (int s = 0; st == SQ_OK && s < c->nshards; s++) {
-		int64_t after_us = 0, after_id = 0;
-		int n;
-		while (st == SQ_OK && (n = failed_page(c, s, type, until_us, batch, &after_us,
-						       &after_id, ids, err)) > 0) {
-			if ((st = sq_retry(c, ids, (size_t)n, out, err)) != SQ_OK)
-				break;
-			for (int i = 0; i < n; i++) {
-				ok += out[i] == SQ_OK;
-				na += out[i] == SQ_ESTATE;
-			}
-			if (progress)
-				progress(ok, na, arg);
-			if (n < batch)
-				break;
-		}
-		if (st == SQ_OK && n < 0)
-			st = err ? err->code : SQ_EDB;
-	}
-	free(ids);
-	free(out);
-	if (retried)
-		*retried = ok;
-	if (not_allowed)
-		*not_allowed = na;
 	return st;
 }
 

@@ -1,5 +1,6 @@
-/* list.c - finding jobs: one type's jobs in one live status, a page at a
- * time over every shard (sq_jobs_list; sql/queries/list.sql). */
+/* list.c - finding jobs: one type's jobs in one status, a page at a time
+ * over every shard (sq_jobs_list; sql/queries/list.sql), and acting on
+ * every job a filter finds (cancel, retry) or deleting a type's history. */
 #include "client.h"
 #include "error.h"
 #include "jobrow.h"
@@ -74,8 +75,8 @@ static sq_status check_filter(sq_client *c, const sq_job_filter *f, const char *
 	if (f->shard < -1 || f->shard >= c->nshards)
 		return sq_err(err, SQ_EINVAL, "shard index %d: the config has %d shards", f->shard,
 			      c->nshards);
-	if (limit < 1 || limit > 1000)
-		return sq_err(err, SQ_EINVAL, "limit %d: give 1 to 1000", limit);
+	if (limit < 1 || limit > 10000)
+		return sq_err(err, SQ_EINVAL, "limit %d: give 1 to 10000", limit);
 	*k = (cursor){INT32_MAX, f->finished_after_us, 0};
 	if (after && *after && !parse_cursor(after, k))
 		return sq_err(err, SQ_EINVAL,
@@ -107,7 +108,8 @@ static void push_page(sq_client *c, int s, const sq_job_filter *f, const cursor 
 			    : !strcmp(status, "completed") ? &stmt_completed
 			    : !strcmp(status, "cancelled") ? &stmt_cancelled
 							   : &stmt_leased;
-	sq_pgconn_push(&c->shards[s], st, st == &stmt_completed ? 6 : 5, vals);
+	sq_pgconn_push(&c->shards[s], st, st == &stmt_completed || st == &stmt_failed ? 6 : 5,
+		       vals);
 }
 
 /* Reads shard s's rows into v; *full: the shard gave a whole page. */
@@ -258,13 +260,80 @@ sq_status sq_history_purge(sq_client *c, const char *type, int64_t before_us, in
 	return st;
 }
 
+/* What a bulk action does with one page of ids: writes out[i] per id. */
+typedef sq_status (*page_act)(sq_client *c, const int64_t *ids, size_t n, sq_status *out,
+			      sq_error *err);
+
+static int64_t now_us(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+/* Runs act on the ids of every page f finds, `batch` a page, each page
+ * after the last one's cursor, leaving out the jobs created after
+ * created_by_us; counts[0] gets the ids act answered SQ_OK, counts[1]
+ * SQ_ESTATE, and progress each page's totals. */
+static sq_status each_page(sq_client *c, const sq_job_filter *f, int batch, int64_t created_by_us,
+			   page_act act, void (*progress)(const int64_t *counts, void *arg),
+			   void *arg, int64_t *counts, sq_error *err)
+{
+	char cur[64] = "", next[64];
+	int64_t *ids = malloc(sizeof(*ids) * (size_t)batch);
+	sq_status *out = malloc(sizeof(*out) * (size_t)batch);
+	sq_status st = !ids || !out ? sq_err(err, SQ_ENOMEM, "out of memory") : SQ_OK;
+	counts[0] = counts[1] = 0;
+	while (st == SQ_OK) {
+		sq_job *jobs = NULL;
+		size_t n = 0, k = 0;
+		if ((st = sq_jobs_list(c, f, cur, batch, &jobs, &n, next, sizeof(next), err)))
+			break;
+		for (size_t i = 0; i < n; i++)
+			if (jobs[i].created_us <= created_by_us)
+				ids[k++] = jobs[i].id;
+		sq_jobs_free(jobs, n);
+		if (k && (st = act(c, ids, k, out, err)) != SQ_OK)
+			break;
+		for (size_t i = 0; i < k; i++) {
+			counts[0] += out[i] == SQ_OK;
+			counts[1] += out[i] == SQ_ESTATE;
+		}
+		if (progress)
+			progress(counts, arg);
+		if (!next[0])
+			break;
+		snprintf(cur, sizeof(cur), "%s", next);
+	}
+	free(ids);
+	free(out);
+	return st;
+}
+
+typedef struct progress_to {
+	void (*cancel)(int64_t cancelled, void *arg);
+	sq_retry_progress retry;
+	void *arg;
+} progress_to;
+
+static void cancel_progress(const int64_t *counts, void *arg)
+{
+	const progress_to *p = arg;
+	p->cancel(counts[0], p->arg);
+}
+
+static void retry_progress(const int64_t *counts, void *arg)
+{
+	const progress_to *p = arg;
+	p->retry(counts[0], counts[1], p->arg);
+}
+
 sq_status sq_cancel_matching(sq_client *c, const sq_job_filter *f, int batch,
 			     void (*progress)(int64_t cancelled, void *arg), void *arg,
 			     int64_t *cancelled, sq_error *err)
 {
-	int64_t total = 0, start_us = 0;
-	sq_status st = SQ_OK;
-	char cur[64] = "", next[64];
+	int64_t counts[2] = {0, 0};
+	progress_to to = {progress, NULL, arg};
 	if (f && f->status && strcmp(f->status, "ready") && strcmp(f->status, "starting") &&
 	    strcmp(f->status, "running"))
 		return sq_err(err, SQ_EINVAL,
@@ -272,35 +341,29 @@ sq_status sq_cancel_matching(sq_client *c, const sq_job_filter *f, int batch,
 			      f->status);
 	if (batch < 0 || batch > 1000)
 		return sq_err(err, SQ_EINVAL, "batch %d: give 1 to 1000 (0: 1000)", batch);
-	batch = batch ? batch : 1000;
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	start_us = (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-	int64_t *ids = malloc(sizeof(*ids) * (size_t)batch);
-	sq_status *out = malloc(sizeof(*out) * (size_t)batch);
-	if (!ids || !out)
-		st = sq_err(err, SQ_ENOMEM, "out of memory");
-	do {
-		sq_job *jobs = NULL;
-		size_t n = 0, k = 0;
-		if (st != SQ_OK ||
-		    (st = sq_jobs_list(c, f, cur, batch, &jobs, &n, next, sizeof(next), err)))
-			break;
-		for (size_t i = 0; i < n; i++)
-			if (jobs[i].created_us <= start_us) /* not the ones enqueued since */
-				ids[k++] = jobs[i].id;
-		sq_jobs_free(jobs, n);
-		if (k && (st = sq_cancel(c, ids, k, out, err)) != SQ_OK)
-			break;
-		for (size_t i = 0; i < k; i++)
-			total += out[i] == SQ_OK;
-		if (progress)
-			progress(total, arg);
-		snprintf(cur, sizeof(cur), "%s", next);
-	} while (cur[0]);
-	free(ids);
-	free(out);
+	/* not the ones enqueued since the call began */
+	sq_status st = each_page(c, f, batch ? batch : 1000, now_us(), sq_cancel,
+				 progress ? cancel_progress : NULL, &to, counts, err);
 	if (cancelled)
-		*cancelled = total;
+		*cancelled = counts[0];
+	return st;
+}
+
+sq_status sq_retry_type(sq_client *c, const char *type, int64_t until_us, int batch,
+			sq_retry_progress progress, void *arg, int64_t *retried,
+			int64_t *not_allowed, sq_error *err)
+{
+	int64_t counts[2] = {0, 0};
+	progress_to to = {NULL, progress, arg};
+	if (batch < 0 || batch > 10000)
+		return sq_err(err, SQ_EINVAL, "batch %d: give 1 to 10000 (0: 1000)", batch);
+	/* the failed jobs that fail again meanwhile come after until_us */
+	sq_job_filter f = {type, "failed", NULL, -1, 0, until_us ? until_us : now_us()};
+	sq_status st = each_page(c, &f, batch ? batch : 1000, INT64_MAX, sq_retry,
+				 progress ? retry_progress : NULL, &to, counts, err);
+	if (retried)
+		*retried = counts[0];
+	if (not_allowed)
+		*not_allowed = counts[1];
 	return st;
 }

@@ -33,23 +33,6 @@ WITH u AS (
 SELECT j.id, u.id IS NOT NULL FROM shardq.jobs j LEFT JOIN u ON u.id = j.id
  WHERE j.id = ANY($1::bigint[])
 
--- name: failed_of_type
--- A page of a type's failed jobs that failed at or before $2, in the order
--- they failed, after ($3, $4). Times are µs since the epoch, exact both
--- ways (extract gives a numeric; interval * float8 rounds to the µs).
--- $1 text     the type
--- $2 bigint   the latest failure
--- $3 bigint   the page's start: a failure time
--- $4 bigint   and an id
--- $5 int      the page's size
--- Index: jobs_failed (its predicate, in failure order).
-SELECT j.id, (extract(epoch FROM j.updated_at) * 1000000)::bigint FROM shardq.jobs j
- WHERE j.status = 'failed' AND j.task = $1
-   AND j.updated_at <= timestamptz 'epoch' + $2::bigint * interval '1 microsecond'
-   AND (j.updated_at, j.id)
-       > (timestamptz 'epoch' + $3::bigint * interval '1 microsecond', $4::bigint)
- ORDER BY j.updated_at, j.id LIMIT $5
-
 -- name: cancel_key
 -- Cancels the live job of a type with a key.
 -- $1 text     the type

@@ -50,9 +50,10 @@ SELECT {{job_columns}},
  ORDER BY j.expected_status_change_time, j.id LIMIT $5
 
 -- name: list_failed
--- Failed jobs in the order they failed, then id.
+-- Failed jobs in the order they failed, then id, up to a failure time (a
+-- bulk retry's start: the jobs that fail again meanwhile come after it).
 -- $1 text, $2 text 'failed', $3 bigint the cursor's failure time (µs),
--- $4 bigint its id, $5 int
+-- $4 bigint its id, $5 int, $6 bigint the latest failure time (µs)
 -- Index: jobs_failed (all types' failed jobs: the type is a filter).
 SELECT {{job_columns}},
        '0.' || (extract(epoch FROM j.updated_at) * 1000000)::bigint || '.' || j.id
@@ -60,6 +61,7 @@ SELECT {{job_columns}},
  WHERE j.status = 'failed' AND j.task = $1 AND $2::text = 'failed'
    AND (j.updated_at, j.id)
        > (timestamptz 'epoch' + $3::bigint * interval '1 microsecond', $4::bigint)
+   AND j.updated_at <= timestamptz 'epoch' + $6::bigint * interval '1 microsecond'
  ORDER BY j.updated_at, j.id LIMIT $5
 
 -- name: list_completed
