@@ -629,9 +629,11 @@ static int cancel_matching(cli *x, const char *type, const char *status)
 	sq_error err;
 	int64_t n = 0;
 	sq_status st = sq_cancel_matching(x->client, &f, 0, cancel_progress, NULL, &n, &err);
-	printf("{\"type\":");
-	cli_json_str(type);
-	printf(",\"status\":\"%s\",\"cancelled\":%" PRId64 "}\n", status, n);
+	if (st == SQ_OK || n) { /* what was done, also before an error */
+		printf("{\"type\":");
+		cli_json_str(type);
+		printf(",\"status\":\"%s\",\"cancelled\":%" PRId64 "}\n", status, n);
+	}
 	return st == SQ_OK ? EX_OK : cli_fail("cancel", &err);
 }
 
@@ -869,9 +871,11 @@ int cmd_purge(cli *x, int argc, char **argv)
 	sq_error err;
 	sq_status st = sq_history_purge(x->client, type, cli_now_us() - older_ms * 1000, (int)batch,
 					purge_progress, NULL, &purged, &err);
-	printf("{\"type\":");
-	cli_json_str(type);
-	printf(",\"purged\":%" PRId64 "}\n", purged);
+	if (st == SQ_OK || purged) { /* what was done, also before an error */
+		printf("{\"type\":");
+		cli_json_str(type);
+		printf(",\"purged\":%" PRId64 "}\n", purged);
+	}
 	return st == SQ_OK ? EX_OK : cli_fail("purge", &err);
 }
 
@@ -891,9 +895,11 @@ static int retry_type(cli *x, const char *type, int batch)
 	int64_t ok = 0, na = 0;
 	sq_status st =
 		sq_retry_type(x->client, type, 0, batch, retry_progress, NULL, &ok, &na, &err);
-	printf("{\"type\":");
-	cli_json_str(type);
-	printf(",\"retried\":%" PRId64 ",\"not_allowed\":%" PRId64 "}\n", ok, na);
+	if (st == SQ_OK || ok || na) { /* what was done, also before an error */
+		printf("{\"type\":");
+		cli_json_str(type);
+		printf(",\"retried\":%" PRId64 ",\"not_allowed\":%" PRId64 "}\n", ok, na);
+	}
 	return st == SQ_OK ? EX_OK : cli_fail("retry", &err);
 }
 
