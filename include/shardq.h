@@ -1057,6 +1057,9 @@ typedef struct sq_job_filter {
 	 * at or before these (µs since the epoch; 0: no bound); status
 	 * "failed": failed at or before finished_before_us */
 	int64_t finished_after_us, finished_before_us;
+	/* any status: created after and at or before these (µs since the
+	 * epoch; 0: no bound) */
+	int64_t created_after_us, created_before_us;
 } sq_job_filter;
 
 /*
@@ -1069,9 +1072,13 @@ typedef struct sq_job_filter {
  * cursor: a page never skips or repeats a job that stays where it is,
  * whatever was claimed meanwhile). next (nextlen >= 64) gets the cursor of
  * the next page, or "" when this page is the last. Each shard reads its
- * status's index from the cursor on: no OFFSET, no scan. Free *out with
- * sq_jobs_free. SQ_EINVAL for an unknown type or status, a bad limit or
- * cursor.
+ * status's index from the cursor on: no OFFSET, no scan. A creation window
+ * is a filter on that order: each shard then reads at most 100,000 index
+ * entries a call, so a page may hold fewer than `limit` jobs, or none,
+ * with a `next` to go on from (failed, cancelled and completed jobs start
+ * at created_after_us, as none got there before it was created). Free
+ * *out with sq_jobs_free. SQ_EINVAL for an unknown type or status, a bad
+ * limit, window or cursor.
  */
 SQ_MUST_CHECK sq_status sq_jobs_list(sq_client *c, const sq_job_filter *f, const char *after,
 				     int limit, sq_job **out, size_t *n, char *next, size_t nextlen,

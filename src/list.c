@@ -21,6 +21,10 @@ static const sq_stmt stmt_cancelled = {"sq_list_cancelled", sq_sql_list_cancelle
 
 /* The end of time for a finish-time bound (9999-12-31, µs since the epoch). */
 #define FAR_FUTURE_US INT64_C(253402300799000000)
+/* Index entries a shard reads in one call when a creation window filters
+ * (list.sql, list_take_head), and in one round of it. */
+#define SCAN_BUDGET 100000
+#define SCAN_ROUND  10000
 
 /* A row's place in its status's order (list.sql: "a.b.c"). */
 typedef struct cursor {
@@ -32,28 +36,54 @@ typedef struct found {
 	sq_job job;
 } found;
 
-/* The order of starting, running and failed jobs: (b, c). */
-static int cmp_found(const void *x, const void *y)
+/* The order of ready jobs (ready nonzero): the priority (a) first, highest
+ * first; every status's: (b, c). */
+static int cmp_cursor(int ready, const cursor *p, const cursor *q)
 {
-	const cursor *p = &((const found *)x)->k, *q = &((const found *)y)->k;
+	if (ready && p->a != q->a)
+		return p->a > q->a ? -1 : 1;
 	if (p->b != q->b)
 		return p->b < q->b ? -1 : 1;
 	return p->c < q->c ? -1 : p->c > q->c;
 }
 
-/* Ready jobs': the priority (a) first, highest first. */
+static int cmp_found(const void *x, const void *y)
+{
+	return cmp_cursor(0, &((const found *)x)->k, &((const found *)y)->k);
+}
+
 static int cmp_ready(const void *x, const void *y)
 {
-	const cursor *p = &((const found *)x)->k, *q = &((const found *)y)->k;
-	if (p->a != q->a)
-		return p->a > q->a ? -1 : 1;
-	return cmp_found(x, y);
+	return cmp_cursor(1, &((const found *)x)->k, &((const found *)y)->k);
 }
 
 static int parse_cursor(const char *s, cursor *k)
 {
 	char end;
 	return sscanf(s, "%" SCNd64 ".%" SCNd64 ".%" SCNd64 "%c", &k->a, &k->b, &k->c, &end) == 3;
+}
+
+static const char *status_of(const sq_job_filter *f)
+{
+	return f->status ? f->status : "ready";
+}
+
+static int windowed(const sq_job_filter *f)
+{
+	return f->created_after_us || f->created_before_us;
+}
+
+/* The first page's cursor: from the start, or where a job created in the
+ * window can first be. A job fails, is cancelled and finishes after it is
+ * created, so those orders start at created_after_us. */
+static cursor first_cursor(const sq_job_filter *f)
+{
+	cursor k = {INT32_MAX, f->finished_after_us, 0};
+	const char *s = status_of(f);
+	if ((!strcmp(s, "failed") || !strcmp(s, "cancelled") || !strcmp(s, "completed")) &&
+	    f->created_after_us > k.b)
+		k = (cursor){INT32_MAX, f->created_after_us, INT64_MAX};
+	return k;
 }
 
 static sq_status check_filter(sq_client *c, const sq_job_filter *f, const char *after, int limit,
@@ -77,7 +107,13 @@ static sq_status check_filter(sq_client *c, const sq_job_filter *f, const char *
 			      c->nshards);
 	if (limit < 1 || limit > 10000)
 		return sq_err(err, SQ_EINVAL, "limit %d: give 1 to 10000", limit);
-	*k = (cursor){INT32_MAX, f->finished_after_us, 0};
+	if (f->created_after_us < 0 || f->created_before_us < 0 ||
+	    (f->created_before_us && f->created_after_us >= f->created_before_us))
+		return sq_err(err, SQ_EINVAL,
+			      "creation window (%" PRId64 ", %" PRId64 "] µs holds no time: give "
+			      "its start before its end, or 0 for no bound",
+			      f->created_after_us, f->created_before_us);
+	*k = first_cursor(f);
 	if (after && *after && !parse_cursor(after, k))
 		return sq_err(err, SQ_EINVAL,
 			      "cursor '%s' is not one a listing gave: pass the `next` of the "
@@ -86,65 +122,128 @@ static sq_status check_filter(sq_client *c, const sq_job_filter *f, const char *
 	return SQ_OK;
 }
 
-/* Queues the page's statement on shard s. */
+/* Queues the round's statement on shard s: `limit` jobs of the `scan`
+ * rows after k. */
 static void push_page(sq_client *c, int s, const sq_job_filter *f, const cursor *k, int limit,
-		      char (*v)[24], const char **vals)
+		      int scan, char (*v)[24], const char **vals)
 {
-	const char *status = f->status ? f->status : "ready";
-	snprintf(v[4], 24, "%" PRId64,
-		 f->finished_before_us ? f->finished_before_us : FAR_FUTURE_US);
-	vals[5] = v[4];
+	const char *status = status_of(f);
 	snprintf(v[0], 24, "%" PRId64, k->a);
 	snprintf(v[1], 24, "%" PRId64, k->b);
 	snprintf(v[2], 24, "%" PRId64, k->c);
 	snprintf(v[3], 24, "%d", limit);
+	snprintf(v[4], 24, "%d", scan);
+	snprintf(v[5], 24, "%" PRId64, f->created_after_us);
+	snprintf(v[6], 24, "%" PRId64, f->created_before_us ? f->created_before_us : FAR_FUTURE_US);
+	snprintf(v[7], 24, "%" PRId64,
+		 f->finished_before_us ? f->finished_before_us : FAR_FUTURE_US);
 	vals[0] = f->type;
 	vals[1] = !strcmp(status, "ready") ? v[0] : status;
-	vals[2] = v[1];
-	vals[3] = v[2];
-	vals[4] = v[3];
+	for (int i = 2; i < 9; i++)
+		vals[i] = v[i - 1];
 	const sq_stmt *st = !strcmp(status, "ready")       ? &stmt_ready
 			    : !strcmp(status, "failed")    ? &stmt_failed
 			    : !strcmp(status, "completed") ? &stmt_completed
 			    : !strcmp(status, "cancelled") ? &stmt_cancelled
 							   : &stmt_leased;
-	sq_pgconn_push(&c->shards[s], st, st == &stmt_completed || st == &stmt_failed ? 6 : 5,
+	sq_pgconn_push(&c->shards[s], st, st == &stmt_completed || st == &stmt_failed ? 9 : 8,
 		       vals);
 }
 
-/* Reads shard s's rows into v; *full: the shard gave a whole page. */
-static sq_status read_page(sq_client *c, int s, int limit, found **v, size_t *n, size_t *cap,
-			   int *full, sq_error *err)
+/* Where a shard's answer to a round leaves it: open, it may hold more
+ * after `upto`; closed, it has no more. */
+typedef struct shard_end {
+	int open;
+	cursor upto;
+} shard_end;
+
+static sq_status grow(found **v, size_t *cap, size_t want, sq_error *err)
+{
+	if (want <= *cap)
+		return SQ_OK;
+	found *nv = realloc(*v, want * sizeof(found));
+	if (!nv)
+		return sq_err(err, SQ_ENOMEM, "out of memory");
+	*v = nv;
+	*cap = want;
+	return SQ_OK;
+}
+
+/* Appends shard s's jobs (take_) to v and says where it ends: a whole
+ * page of jobs ends at its last one, a whole scan at the last row read. */
+static sq_status read_page(sq_client *c, int s, int limit, int scan, found **v, size_t *n,
+			   size_t *cap, shard_end *end, sq_error *err)
 {
 	sq_status st = sq_pgconn_result_error(&c->shards[s], err);
 	if (st != SQ_OK)
 		return st;
 	PGresult *r = c->shards[s].res[0];
-	int rows = PQntuples(r);
-	*full |= rows >= limit;
-	if (*n + (size_t)rows > *cap) {
-		size_t want = *n + (size_t)rows;
-		found *nv = realloc(*v, want * sizeof(found));
-		if (!nv)
-			return sq_err(err, SQ_ENOMEM, "out of memory");
-		*v = nv;
-		*cap = want;
-	}
+	int rows = PQntuples(r), take = PQfnumber(r, "take_"), read = PQfnumber(r, "n_");
+	int taken = 0;
+	cursor last = {0, 0, 0}, last_taken = {0, 0, 0};
+	if ((st = grow(v, cap, *n + (size_t)rows, err)))
+		return st;
 	for (int i = 0; i < rows; i++) {
 		found *f = &(*v)[*n];
-		if (!parse_cursor(PQgetvalue(r, i, 14), &f->k) || sq_jobrow_parse(r, i, s, &f->job))
+		if (!parse_cursor(PQgetvalue(r, i, 14), &last))
 			continue;
+		if (PQgetvalue(r, i, take)[0] != 't' || sq_jobrow_parse(r, i, s, &f->job))
+			continue;
+		f->k = last_taken = last;
+		taken++;
 		(*n)++;
 	}
+	*end = (shard_end){0, last};
+	if (taken >= limit)
+		*end = (shard_end){1, last_taken};
+	else if (rows && atoi(PQgetvalue(r, 0, read)) >= scan)
+		end->open = 1;
 	return SQ_OK;
 }
 
+/* One round on every shard f names, from k: appends to v the jobs up to
+ * the least end of an open shard (*more: there is one; *upto: that end). */
+static sq_status list_round(sq_client *c, const sq_job_filter *f, const cursor *k, int limit,
+			    int scan, found **v, size_t *n, size_t *cap, int *more, cursor *upto,
+			    sq_error *err)
+{
+	char val[SQ_MAX_SHARDS][8][24];
+	const char *vals[SQ_MAX_SHARDS][9];
+	int ready = !strcmp(status_of(f), "ready");
+	size_t from = *n;
+	sq_client_reset(c);
+	for (int s = 0; s < c->nshards; s++)
+		if (f->shard < 0 || f->shard == s)
+			push_page(c, s, f, k, limit, scan, val[s], vals[s]);
+	sq_status st = sq_client_send(c, err);
+	*more = 0;
+	for (int s = 0; st == SQ_OK && s < c->nshards; s++) {
+		shard_end e;
+		if (f->shard >= 0 && f->shard != s)
+			continue;
+		st = read_page(c, s, limit, scan, v, n, cap, &e, err);
+		if (st == SQ_OK && e.open && (!*more || cmp_cursor(ready, &e.upto, upto) < 0))
+			*more = 1, *upto = e.upto;
+	}
+	sq_client_reset(c);
+	/* a row past an open shard's end may come after rows it has not read */
+	size_t keep = from;
+	for (size_t i = from; i < *n; i++) {
+		if (st == SQ_OK && (!*more || cmp_cursor(ready, &(*v)[i].k, upto) <= 0))
+			(*v)[keep++] = (*v)[i];
+		else
+			sq_job_clear(&(*v)[i].job);
+	}
+	*n = keep;
+	return st;
+}
+
 /* The page: the first `limit` of v in order, the rest freed; next set. */
-static void take_page(found *v, size_t n, int limit, int more, const char *status, sq_job **out,
-		      size_t *nout, char *next, size_t nextlen)
+static void take_page(found *v, size_t n, int limit, int more, const cursor *upto, int ready,
+		      sq_job **out, size_t *nout, char *next, size_t nextlen)
 {
 	if (n > 1)
-		qsort(v, n, sizeof(*v), !strcmp(status, "ready") ? cmp_ready : cmp_found);
+		qsort(v, n, sizeof(*v), ready ? cmp_ready : cmp_found);
 	size_t keep = n < (size_t)limit ? n : (size_t)limit;
 	sq_job *jobs = keep ? malloc(keep * sizeof(sq_job)) : NULL;
 	for (size_t i = 0; i < n; i++) {
@@ -155,11 +254,11 @@ static void take_page(found *v, size_t n, int limit, int more, const char *statu
 	}
 	*out = jobs;
 	*nout = jobs ? keep : 0;
+	const cursor *k = keep == (size_t)limit ? &v[keep - 1].k : upto;
 	if (next && nextlen)
 		next[0] = '\0';
-	if (keep && (n > keep || more) && next)
-		snprintf(next, nextlen, "%" PRId64 ".%" PRId64 ".%" PRId64, v[keep - 1].k.a,
-			 v[keep - 1].k.b, v[keep - 1].k.c);
+	if ((n > keep || more) && next)
+		snprintf(next, nextlen, "%" PRId64 ".%" PRId64 ".%" PRId64, k->a, k->b, k->c);
 }
 
 /* The live job of (type, key), on the shard its key hashes to. */
@@ -182,13 +281,18 @@ static sq_status list_by_key(sq_client *c, const sq_job_filter *f, sq_job **out,
 			free(j);
 	}
 	sq_client_reset(c);
+	if (*n && ((f->created_after_us && (*out)->created_us <= f->created_after_us) ||
+		   (f->created_before_us && (*out)->created_us > f->created_before_us))) {
+		sq_jobs_free(*out, *n);
+		*out = NULL, *n = 0;
+	}
 	return st;
 }
 
 sq_status sq_jobs_list(sq_client *c, const sq_job_filter *f, const char *after, int limit,
 		       sq_job **out, size_t *n, char *next, size_t nextlen, sq_error *err)
 {
-	cursor k;
+	cursor k, upto = {0, 0, 0};
 	sq_status st;
 	*out = NULL;
 	*n = 0;
@@ -198,27 +302,26 @@ sq_status sq_jobs_list(sq_client *c, const sq_job_filter *f, const char *after, 
 		return st;
 	if (f->key)
 		return list_by_key(c, f, out, n, err);
-	char v[SQ_MAX_SHARDS][5][24];
-	const char *vals[SQ_MAX_SHARDS][6];
-	sq_client_reset(c);
-	for (int s = 0; s < c->nshards; s++)
-		if (f->shard < 0 || f->shard == s)
-			push_page(c, s, f, &k, limit, v[s], vals[s]);
-	st = sq_client_send(c, err);
+	/* unfiltered, a round's scan is the page; windowed, rounds go on
+	 * until the page is whole or the budget spent */
+	int scan = windowed(f) ? (limit > SCAN_ROUND ? limit : SCAN_ROUND) : limit;
+	int rounds = windowed(f) ? SCAN_BUDGET / scan : 1, more = 0;
 	found *rows = NULL;
 	size_t nrows = 0, cap = 0;
-	int full = 0;
-	for (int s = 0; st == SQ_OK && s < c->nshards; s++)
-		if (f->shard < 0 || f->shard == s)
-			st = read_page(c, s, limit, &rows, &nrows, &cap, &full, err);
-	sq_client_reset(c);
+	for (int i = 0; st == SQ_OK && i < rounds; i++) {
+		st = list_round(c, f, &k, limit, scan, &rows, &nrows, &cap, &more, &upto, err);
+		if (!more || nrows >= (size_t)limit)
+			break;
+		k = upto;
+	}
 	if (st != SQ_OK) {
 		for (size_t i = 0; i < nrows; i++)
 			sq_job_clear(&rows[i].job);
 		free(rows);
 		return st;
 	}
-	take_page(rows, nrows, limit, full, f->status ? f->status : "ready", out, n, next, nextlen);
+	take_page(rows, nrows, limit, more, &upto, !strcmp(status_of(f), "ready"), out, n, next,
+		  nextlen);
 	free(rows);
 	return SQ_OK;
 }
@@ -358,7 +461,7 @@ sq_status sq_retry_type(sq_client *c, const char *type, int64_t until_us, int ba
 	if (batch < 0 || batch > 10000)
 		return sq_err(err, SQ_EINVAL, "batch %d: give 1 to 10000 (0: 1000)", batch);
 	/* the failed jobs that fail again meanwhile come after until_us */
-	sq_job_filter f = {type, "failed", NULL, -1, 0, until_us ? until_us : now_us()};
+	sq_job_filter f = {type, "failed", NULL, -1, 0, until_us ? until_us : now_us(), 0, 0};
 	sq_status st = each_page(c, &f, batch ? batch : 1000, INT64_MAX, sq_retry,
 				 progress ? retry_progress : NULL, &to, counts, err);
 	if (retried)

@@ -345,7 +345,7 @@ END_TEST
 static size_t list_all(sq_client *c, const char *status, int limit, int64_t *ids, size_t max,
 		       int *pages)
 {
-	sq_job_filter f = {"l", status, NULL, -1, 0, 0};
+	sq_job_filter f = {"l", status, NULL, -1, 0, 0, 0, 0};
 	char next[64] = "", cur[64] = "";
 	size_t got = 0;
 	sq_error err;
@@ -421,7 +421,7 @@ START_TEST(jobs_are_found_by_type_and_status_a_page_at_a_time)
 		ck_assert_int_eq(testdb_sum(&t, sql), (long long)n);
 	}
 	/* ready: claim order across the shards (priority 2 first) */
-	sq_job_filter f = {"l", NULL, NULL, -1, 0, 0};
+	sq_job_filter f = {"l", NULL, NULL, -1, 0, 0, 0, 0};
 	char next[64];
 	sq_job *page;
 	size_t n;
@@ -534,25 +534,191 @@ START_TEST(jobs_are_found_by_type_and_status_a_page_at_a_time)
 }
 END_TEST
 
+/* Every job of type l in status that the filter's creation window holds,
+ * `limit` at a time; ids into ids (at most max), how many; checks that
+ * the ready ones come in claim order across the shards and pages. */
+static size_t list_window(const char *status, int64_t after_us, int64_t before_us, int limit,
+			  int64_t *ids, size_t max)
+{
+	sq_job_filter f = {"l", status, NULL, -1, 0, 0, after_us, before_us};
+	char next[64] = "", cur[64] = "";
+	size_t got = 0;
+	int64_t prev_o = INT64_MIN, prev_id = 0;
+	sq_error err;
+	do {
+		sq_job *js;
+		size_t n;
+		OKE(sq_jobs_list(t.client, &f, cur, limit, &js, &n, next, sizeof(next), &err));
+		for (size_t i = 0; i < n; i++) {
+			int64_t o = js[i].delay_tolerance_time_us ? js[i].delay_tolerance_time_us
+								  : js[i].schedule_time_us;
+			ck_assert_msg((after_us == 0 || js[i].created_us > after_us) &&
+					      (before_us == 0 || js[i].created_us <= before_us),
+				      "job %lld created at %lld is outside (%lld, %lld]",
+				      (long long)js[i].id, (long long)js[i].created_us,
+				      (long long)after_us, (long long)before_us);
+			ck_assert_msg(strcmp(status, "ready") || o > prev_o ||
+					      (o == prev_o && js[i].id > prev_id),
+				      "ready job %lld listed out of claim order",
+				      (long long)js[i].id);
+			prev_o = o, prev_id = js[i].id;
+			if (got < max)
+				ids[got++] = js[i].id;
+		}
+		sq_jobs_free(js, n);
+		snprintf(cur, sizeof(cur), "%s", next);
+	} while (next[0]);
+	return got;
+}
+
+/* The distinct ids of v (sorted), and that none came twice. */
+static size_t distinct(int64_t *v, size_t n)
+{
+	qsort(v, n, sizeof(v[0]), test_cmp_i64);
+	for (size_t i = 1; i < n; i++)
+		ck_assert_msg(v[i] != v[i - 1], "job %lld listed twice", (long long)v[i]);
+	return n;
+}
+
+/* Jobs found by when they were created: a window over each status's
+ * order, past more rows than one round of a shard's scan reads (10,000),
+ * each job of the window once and in order, failed jobs from where the
+ * window starts; the CLI (jobs list, cancel) and HTTP; bad windows named. */
+START_TEST(jobs_are_found_by_creation_time_past_a_long_scan)
+{
+	enum { N = 24000 };
+	static int64_t ids[N];
+	char ini[600], msg[4096], path[256];
+	int st;
+	sq_error err;
+	testdb_open(&t, "admin_created", 2, 64, "[type l]\nmax_attempts = 1\n[type o]\n");
+	test_write_bytes(testdb_path(ini, sizeof(ini), "c.ini"), t.ini, strlen(t.ini));
+	test_enqueue_n(t.client, "l", N, NULL);
+	test_enqueue_n(t.client, "o", 100, NULL);
+	/* one job in 397 created two hours ago, scattered over both shards'
+	 * claim order; 20 of those, and 15 new ones, failed since */
+	for (int s = 0; s < 2; s++) {
+		PGconn *pg = testdb_pg(&t, s);
+		PQclear(PQexec(pg, "UPDATE shardq.jobs SET created_at = now() - interval '2 hours' "
+				   "WHERE task = 'l' AND id % 397 = 5"));
+		PQclear(PQexec(pg, "UPDATE shardq.jobs SET status = 'failed', updated_at = now() - "
+				   "interval '90 minutes' WHERE id IN (SELECT id FROM shardq.jobs "
+				   "WHERE task = 'l' AND id % 397 = 5 ORDER BY id LIMIT 10)"));
+		PQclear(PQexec(pg, "UPDATE shardq.jobs SET status = 'failed', updated_at = now() "
+				   "WHERE id IN (SELECT id FROM shardq.jobs WHERE task = 'l' AND "
+				   "status = 'ready' AND id % 397 <> 5 ORDER BY id DESC LIMIT 8)"));
+		PQfinish(pg);
+	}
+	long long old = count("task = 'l' AND status = 'ready' AND created_at < now() - "
+			      "interval '1 hour'");
+	long long fresh_failed = count("task = 'l' AND status = 'failed' AND created_at > now() - "
+				       "interval '1 hour'");
+	ck_assert_msg(old > 20 && fresh_failed == 16, "%lld old ready jobs, %lld new failed", old,
+		      fresh_failed);
+	int64_t hour_ago = (int64_t)(test_wall_s() * 1e6) - INT64_C(3600000000);
+
+	/* ready, created over an hour ago: a few in each round's 10,000 */
+	size_t n = distinct(ids, list_window("ready", 0, hour_ago, 7, ids, N));
+	ck_assert_int_eq((long long)n, old);
+	n = distinct(ids, list_window("ready", hour_ago, 0, 1000, ids, N));
+	ck_assert_int_eq((long long)n, count("task = 'l' AND status = 'ready'") - old);
+	/* failed: the window starts the order where it starts */
+	n = distinct(ids, list_window("failed", hour_ago, 0, 5, ids, N));
+	ck_assert_int_eq((long long)n, fresh_failed);
+	n = distinct(ids, list_window("failed", 0, hour_ago, 5, ids, N));
+	ck_assert_int_eq((long long)n, 20);
+	/* a window that holds no time is named */
+	sq_job_filter bad = {"l", NULL, NULL, -1, 0, 0, hour_ago, hour_ago - 1};
+	sq_job *js;
+	char next[64];
+	ck_assert_int_eq(sq_jobs_list(t.client, &bad, NULL, 10, &js, &n, next, sizeof(next), &err),
+			 SQ_EINVAL);
+	ck_assert_msg(strstr(err.msg, "creation window"), "%s", err.msg);
+
+	/* the command line: list, then cancel, the ready jobs waiting an hour */
+	const char *args[] = {
+		"-c", ini,       "jobs", "list",  "--type", "l", "--created-older-than",
+		"1h", "--limit", "50",   "--all", NULL};
+	char *lout = NULL, *lerr = NULL;
+	int rc = test_cli_argv(args, NULL, 0, &lout, &lerr);
+	long long lines = 0;
+	for (const char *p = lout; p && (p = strchr(p, '\n')) != NULL; p++)
+		lines++;
+	ck_assert_msg(rc == 0 && lines == old, "%lld jobs listed of %lld (exit %d): %s", lines, old,
+		      rc, lerr);
+	free(lout);
+	free(lerr);
+	rc = test_cli(NULL, msg, sizeof(msg), "-c %s cancel --type l --created-within 1h", ini);
+	ck_assert_msg(rc == 2 && strstr(msg, "go with --type T --status S"), "%d: %s", rc, msg);
+	long long ready = count("task = 'l' AND status = 'ready'");
+	rc = test_cli(NULL, msg, sizeof(msg),
+		      "-c %s cancel --type l --status ready --created-older-than 1h", ini);
+	ck_assert_msg(rc == 0 && strstr(msg, "\"cancelled\":"), "%d: %s", rc, msg);
+	ck_assert_int_eq(count("task = 'l' AND status = 'cancelled'"), old);
+	ck_assert_int_eq(count("task = 'l' AND status = 'ready'"), ready - old);
+	ck_assert_int_eq(count("task = 'l' AND status = 'ready' AND created_at < now() - "
+			       "interval '1 hour'"),
+			 0);
+
+	/* over HTTP */
+	daemon_start();
+	snprintf(path, sizeof(path), "/v1/jobs?type=l&status=failed&limit=3&created_after_ms=%lld",
+		 (long long)(hour_ago / 1000));
+	n = 0;
+	for (int pages = 0; path[0]; pages++) {
+		json_t *j = call("GET", path, tok_admin, NULL, &st);
+		ck_assert_msg(j != NULL, "GET %s answered %d", path, st);
+		n += json_array_size(json_object_get(j, "jobs"));
+		const char *nx = json_string_value(json_object_get(j, "next"));
+		if (nx)
+			snprintf(path, sizeof(path),
+				 "/v1/jobs?type=l&status=failed&limit=3&created_after_ms=%lld&"
+				 "after=%s",
+				 (long long)(hour_ago / 1000), nx);
+		else
+			path[0] = '\0';
+		json_decref(j);
+		ck_assert_int_lt(pages, 100);
+	}
+	ck_assert_int_eq((long long)n, fresh_failed);
+	call("GET", "/v1/jobs?type=l&created_after_ms=an+hour+ago", tok_admin, NULL, &st);
+	ck_assert_int_eq(st, 400);
+	call("GET", "/v1/jobs?type=l&created_after_ms=20&created_before_ms=10", tok_admin, NULL,
+	     &st);
+	ck_assert_int_eq(st, 400);
+	ck_assert_int_eq(test_daemon_stop(&D, SIGTERM), 0);
+	testdb_close(&t);
+}
+END_TEST
+
 /* The listing's statements, planned generic and custom with the library's
  * session settings, on a shard whose statistics say it holds 10^7 jobs
  * (20,000 real ones, ANALYZEd, and a density of 500 rows a page): each
  * reads its status's index, never the table. */
 START_TEST(the_listing_reads_each_status_by_its_index_at_ten_million_jobs)
 {
+#define FAR "253402300799000000"
 	static const struct {
 		const char *name, *sql, *args, *index;
 	} st[] = {
-		{"ready", sq_sql_list_ready, "'l', 2147483647, 0, 0, 100", "jobs_ready"},
+		{"ready", sq_sql_list_ready, "'l', 2147483647, 0, 0, 100, 100, 0, " FAR,
+		 "jobs_ready"},
 		{"ready, from a cursor", sq_sql_list_ready,
-		 "'l', 1, 1795406483327000, 4294967338, 100", "jobs_ready"},
-		{"running", sq_sql_list_leased, "'l', 'running', 0, 0, 100", "jobs_lease"},
-		{"failed", sq_sql_list_failed, "'l', 'failed', 0, 0, 100, 253402300799000000",
+		 "'l', 1, 1795406483327000, 4294967338, 100, 100, 0, " FAR, "jobs_ready"},
+		{"ready, created in a window", sq_sql_list_ready,
+		 "'l', 2147483647, 0, 0, 100, 10000, 1795406483327000, " FAR, "jobs_ready"},
+		{"running", sq_sql_list_leased, "'l', 'running', 0, 0, 100, 100, 0, " FAR,
+		 "jobs_lease"},
+		{"failed", sq_sql_list_failed, "'l', 'failed', 0, 0, 100, 100, 0, " FAR ", " FAR,
+		 "jobs_failed"},
+		{"failed, created in a window", sq_sql_list_failed,
+		 "'l', 'failed', 1795406483327000, 9223372036854775807, 100, 10000, "
+		 "1795406483327000, " FAR ", " FAR,
 		 "jobs_failed"},
 		{"key", sq_sql_list_key, "'l', 'key7'", "jobs_active_uid"},
 		{"completed", sq_sql_list_completed,
-		 "'l', 'completed', 0, 0, 100, 253402300799000000", "jobs_history"},
-		{"cancelled", sq_sql_list_cancelled, "'l', 'cancelled', 0, 0, 100",
+		 "'l', 'completed', 0, 0, 100, 100, 0, " FAR ", " FAR, "jobs_history"},
+		{"cancelled", sq_sql_list_cancelled, "'l', 'cancelled', 0, 0, 100, 100, 0, " FAR,
 		 "jobs_cancelled"},
 	};
 	testdb_open(&t, "admin_list_plans", 2, 64, "[type l]\n[type o]\n");
@@ -682,6 +848,7 @@ int main(void)
 	ADD_CASE(s, a_paused_type_is_claimed_by_no_worker_and_no_shardqd, 3600);
 	ADD_CASE(s, failed_jobs_are_retried_by_id_by_type_and_over_http, 3600);
 	ADD_CASE(s, jobs_are_found_by_type_and_status_a_page_at_a_time, 3600);
+	ADD_CASE(s, jobs_are_found_by_creation_time_past_a_long_scan, 3600);
 	ADD_CASE(s, the_listing_reads_each_status_by_its_index_at_ten_million_jobs, 3600);
 	ADD_CASE(s, finished_jobs_are_found_and_purged_by_type, 3600);
 	return run_suite(s);

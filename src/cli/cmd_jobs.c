@@ -616,6 +616,22 @@ static int parse_id(const char *cmd, const char *s, int64_t *id)
 	return e ? EX_USAGE : 0;
 }
 
+/* --created-within D (c 'C') and --created-older-than D ('O'): the
+ * filter's creation window, D before now. */
+static int created_opt(const char *cmd, int c, const char *arg, sq_job_filter *f)
+{
+	int64_t ms;
+	int rc = cli_opt_dur(cmd, c == 'C' ? "--created-within" : "--created-older-than", arg,
+			     c == 'C', INT64_C(315360000000), &ms);
+	if (rc)
+		return rc;
+	if (c == 'C')
+		f->created_after_us = cli_now_us() - ms * 1000;
+	else
+		f->created_before_us = cli_now_us() - ms * 1000;
+	return 0;
+}
+
 static void cancel_progress(int64_t cancelled, void *arg)
 {
 	(void)arg;
@@ -623,12 +639,12 @@ static void cancel_progress(int64_t cancelled, void *arg)
 }
 
 /* cancel --type T --status S: every job of T in S, a page at a time. */
-static int cancel_matching(cli *x, const char *type, const char *status)
+static int cancel_matching(cli *x, sq_job_filter *f)
 {
-	sq_job_filter f = {type, status, NULL, -1, 0, 0};
+	const char *type = f->type, *status = f->status;
 	sq_error err;
 	int64_t n = 0;
-	sq_status st = sq_cancel_matching(x->client, &f, 0, cancel_progress, NULL, &n, &err);
+	sq_status st = sq_cancel_matching(x->client, f, 0, cancel_progress, NULL, &n, &err);
 	if (st == SQ_OK || n) { /* what was done, also before an error */
 		printf("{\"type\":");
 		cli_json_str(type);
@@ -644,33 +660,50 @@ int cmd_cancel(cli *x, int argc, char **argv)
 		{"type", required_argument, NULL, 't'},
 		{"key", required_argument, NULL, 'k'},
 		{"status", required_argument, NULL, 's'},
+		{"created-within", required_argument, NULL, 'C'},
+		{"created-older-than", required_argument, NULL, 'O'},
 		{NULL, 0, NULL, 0},
 	};
 	const char *type = NULL, *key = NULL, *status = NULL;
+	sq_job_filter f = {NULL, NULL, NULL, -1, 0, 0, 0, 0};
 	int c, rc;
-	while ((c = getopt_long(argc, argv, ":c:ht:k:s:", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, ":c:ht:k:s:C:O:", opts, NULL)) != -1) {
 		switch (c) {
 		case 'c': x->config_path = optarg; break;
 		case 't': type = optarg; break;
 		case 'k': key = optarg; break;
 		case 's': status = optarg; break;
+		case 'C':
+		case 'O':
+			if ((rc = created_opt("cancel", c, optarg, &f)))
+				return rc;
+			break;
 		case 'h':
 			printf("usage: shardq [-c FILE] cancel ID...\n"
 			       "       shardq [-c FILE] cancel --type T --key K\n"
-			       "       shardq [-c FILE] cancel --type T --status S\n\n"
+			       "       shardq [-c FILE] cancel --type T --status S "
+			       "[--created-within D]\n"
+			       "                               [--created-older-than D]\n\n"
 			       "Cancels live (ready, starting or running) jobs. A running job's "
 			       "worker\n"
 			       "then gets 'lost' when it completes. Exit 7 if a job was not "
 			       "live.\n"
 			       "With --status: every job of T in status S (ready, starting or "
 			       "running) that\nwas enqueued before the call, a page at a time "
-			       "with progress on stderr,\nthen one JSON line with the count.\n");
+			       "with progress on stderr,\nthen one JSON line with the count; "
+			       "--created-within D and --created-older-than D\nkeep to the "
+			       "jobs created in the last D, or before it.\n");
 			return EX_OK;
 		default: return cli_bad_option("cancel", c, argv);
 		}
 	}
 	if (type && optind < argc)
 		return cli_no_args("cancel", argc, argv, "give job ids, or --type and --key");
+	if (!status && (f.created_after_us || f.created_before_us)) {
+		fprintf(stderr, "shardq cancel: --created-within and --created-older-than go "
+				"with --type T --status S\n");
+		return EX_USAGE;
+	}
 	if ((status && (key || !type)) ||
 	    (!status && (!!type != !!key || (!type && optind >= argc)))) {
 		fprintf(stderr, "shardq cancel: give job ids, --type and --key, or --type and "
@@ -694,7 +727,9 @@ int cmd_cancel(cli *x, int argc, char **argv)
 	sq_error err;
 	if (status) {
 		free(ids);
-		return cancel_matching(x, type, status);
+		f.type = type;
+		f.status = status;
+		return cancel_matching(x, &f);
 	}
 	if (type) {
 		int64_t id;
@@ -722,16 +757,21 @@ static int jobs_list_usage(void)
 {
 	printf("usage: shardq [-c FILE] jobs list --type T [--status S] [--key K] [--shard ID]\n"
 	       "                            [--limit N] [--after CURSOR] [--all]\n"
-	       "                            [--finished-within D]\n\n"
+	       "                            [--finished-within D] [--created-within D]\n"
+	       "                            [--created-older-than D]\n\n"
 	       "Finds jobs: one type's, in one status (ready, the default; starting;\n"
 	       "running; failed; cancelled; completed: the history of a type that keeps it, those\n"
 	       "that finished within D with --finished-within), or its live job with a\n"
-	       "key. One JSON line per job (as `shardq get`), in the status's order:\n"
+	       "key; --created-within D and --created-older-than D keep to the jobs\n"
+	       "created in the last D, or before it (say, ready jobs waiting an hour).\n"
+	       "One JSON line per job (as `shardq get`), in the status's order:\n"
 	       "ready jobs in claim order, starting and running ones by the end of\n"
 	       "their lease, failed ones as they failed, completed ones as they finished.\n"
 	       "A page of N (100; at most 1000); when there is more, stderr says how to\n"
 	       "ask for the next page (--after CURSOR); --all follows them to the end.\n"
-	       "Each shard reads the status's index from the cursor on: no scan.\n");
+	       "Each shard reads the status's index from the cursor on: no scan. A\n"
+	       "creation window filters that order, reading at most 100,000 entries\n"
+	       "of each shard a page, so a page may be short, or empty, with more.\n");
 	return EX_OK;
 }
 
@@ -747,9 +787,11 @@ int cmd_jobs(cli *x, int argc, char **argv)
 		{"after", required_argument, NULL, 'a'},
 		{"all", no_argument, NULL, 'A'},
 		{"finished-within", required_argument, NULL, 'W'},
+		{"created-within", required_argument, NULL, 'C'},
+		{"created-older-than", required_argument, NULL, 'O'},
 		{NULL, 0, NULL, 0},
 	};
-	sq_job_filter f = {NULL, NULL, NULL, -1, 0, 0};
+	sq_job_filter f = {NULL, NULL, NULL, -1, 0, 0, 0, 0};
 	int64_t within_ms = 0;
 	const char *shard = NULL, *after = "";
 	int64_t limit = 100;
@@ -761,7 +803,7 @@ int cmd_jobs(cli *x, int argc, char **argv)
 		return EX_USAGE;
 	}
 	argc--, argv++;
-	while ((c = getopt_long(argc, argv, ":c:ht:s:k:S:n:a:AW:", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, ":c:ht:s:k:S:n:a:AW:C:O:", opts, NULL)) != -1) {
 		switch (c) {
 		case 'c': x->config_path = optarg; break;
 		case 't': f.type = optarg; break;
@@ -773,6 +815,11 @@ int cmd_jobs(cli *x, int argc, char **argv)
 		case 'W':
 			if ((rc = cli_opt_dur("jobs list", "--finished-within", optarg, 1,
 					      INT64_C(315360000000), &within_ms)))
+				return rc;
+			break;
+		case 'C':
+		case 'O':
+			if ((rc = created_opt("jobs list", c, optarg, &f)))
 				return rc;
 			break;
 		case 'n':

@@ -785,13 +785,33 @@ static int64_t *ids_of(sqd_task *t, json_t *ids, int alone, const char *other, s
 	return v;
 }
 
-/* {"type":"T","status":"S"}: every job of T in S, for an admin token
- * only (sq_cancel_matching); logged with the token's name. */
-static void cancel_matching(sqd_task *t, sq_client *c, const char *type, const char *status)
+/* Whether v is a time in Unix ms up to 9999-12-31. */
+static int ms_time(const json_t *v)
 {
-	sq_job_filter f = {type, status, NULL, -1, 0, 0};
+	return json_is_integer(v) && json_integer_value(v) >= 0 &&
+	       json_integer_value(v) <= INT64_C(253402300799000);
+}
+
+/* {"type":"T","status":"S"} and created_after_ms, created_before_ms: every
+ * job of T in S created in that window, for an admin token only
+ * (sq_cancel_matching); logged with the token's name. */
+static void cancel_matching(sqd_task *t, sq_client *c, json_t *root)
+{
+	const char *type = json_string_value(json_object_get(root, "type")),
+		   *status = json_string_value(json_object_get(root, "status"));
+	json_t *ca = json_object_get(root, "created_after_ms"),
+	       *cb = json_object_get(root, "created_before_ms");
+	sq_job_filter f = {type, status, NULL, -1, 0, 0, 0, 0};
 	sq_error err;
 	int64_t n = 0;
+	if ((ca && !ms_time(ca)) || (cb && !ms_time(cb))) {
+		sqd_error(t, 400, "bad_request",
+			  "created_after_ms and created_before_ms are Unix milliseconds: "
+			  "integers, 0 to 253402300799000");
+		return;
+	}
+	f.created_after_us = ca ? json_integer_value(ca) * 1000 : 0;
+	f.created_before_us = cb ? json_integer_value(cb) * 1000 : 0;
 	if (!(t->scopes & SQ_SCOPE_ADMIN)) {
 		sqd_error(t, 403, "forbidden",
 			  "token '%s' may cancel by id or key; cancelling every job of a type "
@@ -823,7 +843,7 @@ static void do_cancel(sqd *d, sq_client *c, sqd_task *t)
 	json_t *status = json_object_get(root, "status");
 	sq_error err;
 	if (json_is_string(type) && json_is_string(status) && !ids && !key) {
-		cancel_matching(t, c, json_string_value(type), json_string_value(status));
+		cancel_matching(t, c, root);
 		json_decref(root);
 		return;
 	}
@@ -936,8 +956,25 @@ out:
 	json_decref(root);
 }
 
-/* GET /v1/jobs?type=T&status=S&key=K&shard=ID&limit=N&after=C (admin): a
- * page of jobs (sq_jobs_list), and the cursor of the next one. */
+/* The time in query parameter `name` (Unix ms; absent: 0) as µs in *us;
+ * else a 400 that names it, and -1. */
+static int query_ms(sqd_task *t, struct evkeyvalq *kv, const char *name, int64_t *us)
+{
+	const char *v = evhttp_find_header(kv, name);
+	char *end = NULL;
+	long long ms = v ? strtoll(v, &end, 10) : 0;
+	*us = (int64_t)ms * 1000;
+	if (!v || (*v && !*end && ms >= 0 && ms <= INT64_C(253402300799000)))
+		return 0;
+	sqd_error(t, 400, "bad_request",
+		  "%s '%s': give a time as Unix milliseconds, 0 to 253402300799000", name, v);
+	return -1;
+}
+
+/* GET /v1/jobs?type=T&status=S&key=K&shard=ID&limit=N&after=C and the
+ * times finished_after_ms, finished_before_ms, created_after_ms,
+ * created_before_ms (admin): a page of jobs (sq_jobs_list), and the
+ * cursor of the next one. */
 static void do_list(sqd *d, sq_client *c, sqd_task *t)
 {
 	struct evkeyvalq kv;
@@ -952,17 +989,20 @@ static void do_list(sqd *d, sq_client *c, sqd_task *t)
 			   evhttp_find_header(&kv, "key"),
 			   -1,
 			   0,
+			   0,
+			   0,
 			   0};
-	const char *fa = evhttp_find_header(&kv, "finished_after_ms"),
-		   *fb = evhttp_find_header(&kv, "finished_before_ms");
-	f.finished_after_us = fa ? atoll(fa) * 1000 : 0;
-	f.finished_before_us = fb ? atoll(fb) * 1000 : 0;
 	char next[64], *end = NULL;
 	long lim = limit ? strtol(limit, &end, 10) : 100;
 	sq_job *jobs = NULL;
 	size_t n = 0;
 	sq_error err;
-	if (limit && (!*limit || *end || lim < 1 || lim > 1000)) {
+	if (query_ms(t, &kv, "finished_after_ms", &f.finished_after_us) ||
+	    query_ms(t, &kv, "finished_before_ms", &f.finished_before_us) ||
+	    query_ms(t, &kv, "created_after_ms", &f.created_after_us) ||
+	    query_ms(t, &kv, "created_before_ms", &f.created_before_us)) {
+		/* answered */
+	} else if (limit && (!*limit || *end || lim < 1 || lim > 1000)) {
 		sqd_error(t, 400, "bad_request", "limit '%s': give 1 to 1000", limit);
 	} else if (shard && (f.shard = sq_config_shard_index(d->cfg, shard)) < 0) {
 		sqd_error(t, 400, "bad_request", "no shard '%s' in the config", shard);
