@@ -252,6 +252,24 @@ START_TEST(the_console_retries_pauses_and_shows_values_as_text)
 	} else {
 		ck_assert_msg(st == 200, "GET /v1/jobs?type=x answered %d; shardqd's log:\n%s", st,
 			      test_file_text(D.out));
+		/* two of them on each shard made two hours old, for the
+		 * creation filter */
+		char old[256] = "";
+		for (int s = 0; s < t.nshards; s++) {
+			PGconn *pg = testdb_pg(&t, s);
+			PGresult *r = PQexec(pg, "UPDATE shardq.jobs SET created_at = now() - "
+						 "interval '2 hours' WHERE id "
+						 "IN (SELECT id FROM shardq.jobs WHERE task = 'x' "
+						 "AND status = 'ready' ORDER BY id LIMIT 2) "
+						 "RETURNING id");
+			for (int i = 0; i < PQntuples(r) && strlen(old) < 200; i++)
+				snprintf(old + strlen(old), sizeof(old) - strlen(old), "%s%s",
+					 old[0] ? "," : "", PQgetvalue(r, i, 0));
+			PQclear(r);
+			PQfinish(pg);
+		}
+		ck_assert_msg(old[0], "no job of x to make old");
+		setenv("CONSOLE_OLD_IDS", old, 1);
 		setenv("CONSOLE_EXPECT_N", "30", 1);
 		console_run("list", "x");
 	}

@@ -12,8 +12,10 @@
 //     pause TYPE         the types view's Pause button (a first confirm
 //     resume TYPE        dismissed: nothing happens; then accepted)
 //     list TYPE          the job list of TYPE: its CONSOLE_EXPECT_N ready jobs
-//                        a page of 25 at a time (Next), each once; its failed
-//                        job's key (CONSOLE_KEY) as text
+//                        a page of 25 at a time (Next), each once; those
+//                        created over an hour ago (CONSOLE_OLD_IDS, comma-
+//                        separated) and in the last hour; its failed job's
+//                        key (CONSOLE_KEY) as text
 //     list-unavailable   the job list says it needs GET /v1/jobs
 //
 // Environment: CONSOLE_URL (http://127.0.0.1:PORT), CONSOLE_TOKEN (admin),
@@ -190,27 +192,43 @@ async function main() {
         await page.waitForFunction(v => document.body.getAttribute("data-jobs-rendered") !== v,
           {polling: 100, timeout: STALL}, before);
       };
-      await show(async () => {
-        await page.select("#f-type", arg);
-        await page.select("#f-status", "ready");
-        await page.select("#f-limit", "25");
-        await page.click("#jobs-filter button");
-      });
-      const seen = new Set();
-      let pages = 0;
-      for (;;) {
-        const ids = await page.$$eval("#joblist tbody tr[data-job]", rs => rs.map(r => r.getAttribute("data-job")));
-        const st = await page.$$eval("#joblist tbody tr[data-job] td:nth-child(3)", rs => rs.map(r => r.textContent));
-        if (st.some(x => x !== "ready")) fail("the ready list shows other statuses: " + st);
-        for (const id of ids) { if (seen.has(id)) fail("job " + id + " listed twice"); seen.add(id); }
-        pages++;
-        if (pages === 1) await shot("console-jobs-page1");
-        if (await page.$eval("#jobs-next", b => b.disabled)) break;
-        if (pages > want) fail("more pages than jobs");
-        await show(() => page.click("#jobs-next"));
-      }
+      /* every ready job the filter shows, following Next page to the end */
+      const listAll = async (created, shotName) => {
+        await show(async () => {
+          await page.select("#f-type", arg);
+          await page.select("#f-status", "ready");
+          await page.select("#f-created", created);
+          await page.select("#f-limit", "25");
+          await page.click("#jobs-filter button");
+        });
+        const seen = new Set();
+        let pages = 0;
+        for (;;) {
+          const ids = await page.$$eval("#joblist tbody tr[data-job]", rs => rs.map(r => r.getAttribute("data-job")));
+          const st = await page.$$eval("#joblist tbody tr[data-job] td:nth-child(3)", rs => rs.map(r => r.textContent));
+          if (st.some(x => x !== "ready")) fail("the ready list shows other statuses: " + st);
+          for (const id of ids) { if (seen.has(id)) fail("job " + id + " listed twice"); seen.add(id); }
+          pages++;
+          if (pages === 1 && shotName) await shot(shotName);
+          if (await page.$eval("#jobs-next", b => b.disabled)) break;
+          if (pages > want) fail("more pages than jobs");
+          await show(() => page.click("#jobs-next"));
+        }
+        return [seen, pages];
+      };
+      const [seen, pages] = await listAll("", "console-jobs-page1");
       if (seen.size !== want) fail("the list showed " + seen.size + " ready jobs of " + arg + ", not " + want);
       say("job list: " + want + " ready jobs of " + arg + " in " + pages + " pages, each once");
+      /* by creation time: the jobs the driver made two hours old, and the rest */
+      const old = (process.env.CONSOLE_OLD_IDS || "").split(",").filter(Boolean).sort().join(",");
+      const [olds] = await listAll("o:3600000", "console-jobs-created-old");
+      if ([...olds].sort().join(",") !== old)
+        fail("'created over an hour ago' showed jobs " + [...olds].sort().join(",") + ", not " + old);
+      const [fresh] = await listAll("w:3600000", null);
+      if (fresh.size !== want - olds.size || [...olds].some(id => fresh.has(id)))
+        fail("'created in the last hour' showed " + fresh.size + " jobs, not the " + (want - olds.size) + " others");
+      say("job list: created over an hour ago " + olds.size + ", in the last hour " + fresh.size);
+      await page.select("#f-created", "");
       await show(async () => {
         await page.select("#f-status", "failed");
         await page.click("#jobs-filter button");
