@@ -520,6 +520,11 @@ SQ_MUST_CHECK sq_status sq_get_job(sq_client *c, int64_t id, sq_job *job, sq_err
  * SQ_ENOTFOUND as sq_get_job. */
 SQ_MUST_CHECK sq_status sq_get_job_error(sq_client *c, int64_t id, char **last_error,
 					 sq_error *err);
+/* The last errors of n jobs at once (a page that sq_jobs_list gave), one
+ * statement per shard: errors[i] gets ids[i]'s, malloc'd (free() each), or
+ * NULL when it has none or no such job exists. */
+SQ_MUST_CHECK sq_status sq_get_job_errors(sq_client *c, const int64_t *ids, size_t n, char **errors,
+					  sq_error *err);
 
 /* ---- stats ------------------------------------------------------------ */
 

@@ -3,6 +3,7 @@
  * every job a filter finds (cancel, retry) or deleting a type's history. */
 #include "client.h"
 #include "error.h"
+#include "buf.h"
 #include "jobrow.h"
 #include "sql_queries.h"
 
@@ -18,6 +19,7 @@ static const sq_stmt stmt_failed = {"sq_list_failed", sq_sql_list_failed};
 static const sq_stmt stmt_key = {"sq_list_key", sq_sql_list_key};
 static const sq_stmt stmt_completed = {"sq_list_completed", sq_sql_list_completed};
 static const sq_stmt stmt_cancelled = {"sq_list_cancelled", sq_sql_list_cancelled};
+static const sq_stmt stmt_errors = {"sq_list_errors", sq_sql_list_errors};
 
 /* The end of time for a finish-time bound (9999-12-31, µs since the epoch). */
 #define FAR_FUTURE_US INT64_C(253402300799000000)
@@ -324,6 +326,66 @@ sq_status sq_jobs_list(sq_client *c, const sq_job_filter *f, const char *after, 
 		  nextlen);
 	free(rows);
 	return SQ_OK;
+}
+
+/* Reads shard s's answer to list_errors: order[k] is the place in ids of
+ * the shard's k-th id. */
+static sq_status read_errors(sq_client *c, int s, const size_t *order, size_t nshard, char **errors,
+			     sq_error *err)
+{
+	sq_status st = sq_pgconn_result_error(&c->shards[s], err);
+	PGresult *r = st == SQ_OK ? c->shards[s].res[0] : NULL;
+	for (int i = 0; r && i < PQntuples(r); i++) {
+		long k = atol(PQgetvalue(r, i, 0)) - 1;
+		if (k < 0 || (size_t)k >= nshard || PQgetisnull(r, i, 1))
+			continue;
+		if (!(errors[order[k]] = strdup(PQgetvalue(r, i, 1))))
+			return sq_err(err, SQ_ENOMEM, "out of memory");
+	}
+	return st;
+}
+
+sq_status sq_get_job_errors(sq_client *c, const int64_t *ids, size_t n, char **errors,
+			    sq_error *err)
+{
+	size_t *order = n ? malloc(n * sizeof(*order)) : NULL, start[SQ_MAX_SHARDS + 1];
+	sq_buf arr[SQ_MAX_SHARDS];
+	const char *vals[SQ_MAX_SHARDS][1];
+	sq_status st = n && !order ? sq_err(err, SQ_ENOMEM, "out of memory") : SQ_OK;
+	for (size_t i = 0; i < n; i++)
+		errors[i] = NULL;
+	if (!n || st != SQ_OK)
+		return st;
+	sq_client_check_map(c);
+	sq_client_reset(c);
+	/* each shard's ids as an array, and their places in ids */
+	size_t m = 0;
+	for (int s = 0; s < c->nshards; s++) {
+		start[s] = m;
+		sq_buf_init(&arr[s]);
+		sq_buf_putc(&arr[s], '{');
+		for (size_t i = 0; i < n; i++)
+			if (sq_shard_of_id(c, ids[i]) == s) {
+				sq_buf_printf(&arr[s], "%s%" PRId64, m > start[s] ? "," : "",
+					      ids[i]);
+				order[m++] = i;
+			}
+		sq_buf_putc(&arr[s], '}');
+		vals[s][0] = arr[s].data;
+		if (m > start[s])
+			sq_pgconn_push(&c->shards[s], &stmt_errors, 1, vals[s]);
+	}
+	start[c->nshards] = m;
+	st = sq_client_send(c, err);
+	for (int s = 0; st == SQ_OK && s < c->nshards; s++)
+		if (start[s + 1] > start[s])
+			st = read_errors(c, s, order + start[s], start[s + 1] - start[s], errors,
+					 err);
+	sq_client_reset(c);
+	for (int s = 0; s < c->nshards; s++)
+		sq_buf_free(&arr[s]);
+	free(order);
+	return st;
 }
 
 sq_status sq_history_purge(sq_client *c, const char *type, int64_t before_us, int batch,

@@ -371,7 +371,7 @@ START_TEST(jobs_are_found_by_type_and_status_a_page_at_a_time)
 {
 	enum { N = 300 };
 	static int64_t ids[2 * N];
-	char ini[600], msg[4096];
+	char ini[600], msg[16384];
 	sq_error err;
 	int pages, st;
 	testdb_open(&t, "admin_list", 2, 64, "[type l]\nmax_attempts = 1\n[type o]\n");
@@ -419,6 +419,18 @@ START_TEST(jobs_are_found_by_type_and_status_a_page_at_a_time)
 			 "SELECT count(*) FROM shardq.jobs WHERE task = 'l' AND status = '%s'",
 			 want[w].status);
 		ck_assert_int_eq(testdb_sum(&t, sql), (long long)n);
+	}
+	/* the page's last errors at once: a failed job's, none for a ready
+	 * job or an id that is no job */
+	{
+		int64_t eids[3] = {fr[0].ref.id, rs[0].id, INT64_C(4294967295) << 16};
+		char *errs[3];
+		OKE(sq_get_job_errors(t.client, eids, 3, errs, &err));
+		ck_assert_msg(errs[0] && !strcmp(errs[0], "no"), "failed job's error: %s",
+			      errs[0] ? errs[0] : "(none)");
+		ck_assert_ptr_null(errs[1]);
+		ck_assert_ptr_null(errs[2]);
+		free(errs[0]);
 	}
 	/* ready: claim order across the shards (priority 2 first) */
 	sq_job_filter f = {"l", NULL, NULL, -1, 0, 0, 0, 0};
@@ -470,10 +482,13 @@ START_TEST(jobs_are_found_by_type_and_status_a_page_at_a_time)
 	int rc = test_cli(NULL, msg, sizeof(msg), "-c %s jobs list --type l --status failed --all",
 			  ini);
 	ck_assert_int_eq(rc, 0);
-	int lines = 0;
+	int lines = 0, errors = 0;
 	for (const char *p = msg; (p = strchr(p, '\n')) != NULL; p++)
 		lines++;
+	for (const char *p = msg; (p = strstr(p, "\"last_error\":\"no\"")) != NULL; p++)
+		errors++;
 	ck_assert_int_eq(lines, 20);
+	ck_assert_int_eq(errors, 20);
 	rc = test_cli(NULL, msg, sizeof(msg), "-c %s jobs list --type nope", ini);
 	ck_assert_msg(rc == 5 && strstr(msg, "unknown type 'nope'"), "%d: %s", rc, msg);
 	/* cancel every ready job of o, page by page: the others stay */
@@ -504,6 +519,12 @@ START_TEST(jobs_are_found_by_type_and_status_a_page_at_a_time)
 	j = call("GET", "/v1/jobs?type=l&status=failed&limit=15", tok_admin, NULL, &st);
 	ck_assert_msg(j != NULL, "GET /v1/jobs answered %d", st);
 	ck_assert_int_eq((int)json_array_size(json_object_get(j, "jobs")), 15);
+	for (size_t i = 0; i < 15; i++) {
+		json_t *e = json_object_get(json_array_get(json_object_get(j, "jobs"), i),
+					    "last_error");
+		ck_assert_msg(json_is_string(e) && !strcmp(json_string_value(e), "no"),
+			      "failed job %zu of the page has no last_error", i);
+	}
 	const char *nx = json_string_value(json_object_get(j, "next"));
 	ck_assert_ptr_nonnull(nx);
 	char path[256];

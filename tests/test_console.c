@@ -20,7 +20,7 @@
 
 static const char tok_admin[] = "console-admin-token-0123456789abcdef";
 static const char types[] = "[connection]\nmap_poll = 200ms\n"
-			    "[type a]\n[type b]\n[type f]\n[type x]\n";
+			    "[type a]\n[type b]\n[type f]\n[type x]\n[type y]\nmax_running = 7\nrate = 5/s\n";
 
 /* what a job may hold that a page must never run */
 #define XSS_SCRIPT "<script>window.__pwned=1</script>"
@@ -223,6 +223,7 @@ START_TEST(the_console_retries_pauses_and_shows_values_as_text)
 	test_worker_cmd w = {ini, "cw", "a:4,b:4", "true", "--poll 200ms", NULL, 0, 0, NULL};
 	w.out_path = testdb_path(out, sizeof(out), "worker.out");
 	pid_t wp = test_spawn_worker(&w);
+	setenv("CONSOLE_LIMITS", "y=at most 7 running · 5 starts/s;a=none", 1);
 	console_run("pause", "a");
 	ck_assert_msg(type_paused("a") == 1 && type_paused("b") == 0,
 		      "after Pause, GET /v1/types does not say a alone is paused");

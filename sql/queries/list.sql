@@ -166,3 +166,15 @@ SELECT {{job_columns}}, '0.0.' || j.id FROM shardq.jobs j
 -- name: list_okey
 -- Fragment: a ready job's order key as µs since the epoch.
 (extract(epoch FROM COALESCE(j.delay_tolerance_time, j.schedule_time)) * 1000000)::bigint
+
+-- name: list_errors
+-- The last errors of a page of jobs (sq_get_job_errors), each as get_error
+-- finds it: in the hot table, else in the job's latest history row.
+-- $1 bigint[] the ids on this shard; returns each one's place in $1
+-- (from 1) and its error.
+-- Index: jobs_pkey; jobs_history_id in each history partition.
+SELECT i.ord, CASE WHEN j.id IS NOT NULL THEN j.last_error
+                   ELSE (SELECT h.last_error FROM shardq.jobs_history h WHERE h.id = i.id
+                          ORDER BY h.finished_at DESC LIMIT 1) END
+  FROM unnest($1::bigint[]) WITH ORDINALITY AS i(id, ord)
+  LEFT JOIN shardq.jobs j ON j.id = i.id

@@ -753,6 +753,25 @@ int cmd_cancel(cli *x, int argc, char **argv)
 	return rc;
 }
 
+/* A page of jobs, one JSON line each, with its last error (as `get`). */
+static void print_page(cli *x, const sq_job *jobs, size_t n)
+{
+	int64_t *ids = n ? malloc(n * sizeof(*ids)) : NULL;
+	char **errors = n ? calloc(n, sizeof(*errors)) : NULL;
+	sq_error err;
+	for (size_t i = 0; ids && i < n; i++)
+		ids[i] = jobs[i].id;
+	if (ids && errors && sq_get_job_errors(x->client, ids, n, errors, &err) != SQ_OK)
+		fprintf(stderr, "shardq jobs list: the jobs' last errors could not be read: %s\n",
+			err.msg);
+	for (size_t i = 0; i < n; i++) {
+		cli_print_job_detail(stdout, &jobs[i], x->cfg, errors ? errors[i] : NULL);
+		free(errors ? errors[i] : NULL);
+	}
+	free(errors);
+	free(ids);
+}
+
 static int jobs_list_usage(void)
 {
 	printf("usage: shardq [-c FILE] jobs list --type T [--status S] [--key K] [--shard ID]\n"
@@ -764,7 +783,8 @@ static int jobs_list_usage(void)
 	       "that finished within D with --finished-within), or its live job with a\n"
 	       "key; --created-within D and --created-older-than D keep to the jobs\n"
 	       "created in the last D, or before it (say, ready jobs waiting an hour).\n"
-	       "One JSON line per job (as `shardq get`), in the status's order:\n"
+	       "One JSON line per job (as `shardq get`, with its last_error), in the\n"
+	       "status's order:\n"
 	       "ready jobs in claim order, starting and running ones by the end of\n"
 	       "their lease, failed ones as they failed, completed ones as they finished.\n"
 	       "A page of N (100; at most 1000); when there is more, stderr says how to\n"
@@ -853,8 +873,7 @@ int cmd_jobs(cli *x, int argc, char **argv)
 		if (sq_jobs_list(x->client, &f, cur, (int)limit, &jobs, &n, next, sizeof(next),
 				 &err) != SQ_OK)
 			return cli_fail("jobs list", &err);
-		for (size_t i = 0; i < n; i++)
-			cli_print_job_json(stdout, &jobs[i], x->cfg);
+		print_page(x, jobs, n);
 		sq_jobs_free(jobs, n);
 		snprintf(cur, sizeof(cur), "%s", next);
 	} while (all && next[0]);

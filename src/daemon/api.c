@@ -956,6 +956,38 @@ out:
 	json_decref(root);
 }
 
+/* The last errors of a page of jobs (calloc'd, each malloc'd or NULL), or
+ * NULL: the page goes without them when they cannot be read. */
+static char **page_errors(sq_client *c, const sq_job *jobs, size_t n)
+{
+	int64_t *ids = n ? malloc(n * sizeof(*ids)) : NULL;
+	char **errors = n ? calloc(n, sizeof(*errors)) : NULL;
+	sq_error err;
+	for (size_t i = 0; ids && i < n; i++)
+		ids[i] = jobs[i].id;
+	if (ids && errors && sq_get_job_errors(c, ids, n, errors, &err) != SQ_OK)
+		sqd_log("the last errors of a page of jobs could not be read: %s", err.msg);
+	free(ids);
+	return errors;
+}
+
+/* A job as sqd_put_job writes it, with its last error when it has one (or
+ * always, null for none, when `always`). */
+static void put_job_error(sq_buf *b, const sq_config *cfg, const sq_job *j, const char *error,
+			  int always)
+{
+	sqd_put_job(b, cfg, j);
+	if (!error && !always)
+		return;
+	b->data[--b->len] = '\0'; /* its closing brace */
+	sq_buf_puts(b, ",\"last_error\":");
+	if (error)
+		sq_json_put_string(b, error);
+	else
+		sq_buf_puts(b, "null");
+	sq_buf_putc(b, '}');
+}
+
 /* The time in query parameter `name` (Unix ms; absent: 0) as µs in *us;
  * else a 400 that names it, and -1. */
 static int query_ms(sqd_task *t, struct evkeyvalq *kv, const char *name, int64_t *us)
@@ -1014,13 +1046,17 @@ static void do_list(sqd *d, sq_client *c, sqd_task *t)
 				sizeof(next), &err) != SQ_OK) {
 		fail_status(t, err.code, &err);
 	} else {
+		char **errors = page_errors(c, jobs, n);
 		sq_buf_reset(&t->resp);
 		sq_buf_puts(&t->resp, "{\"jobs\":[");
 		for (size_t i = 0; i < n; i++) {
 			if (i)
 				sq_buf_putc(&t->resp, ',');
-			sqd_put_job(&t->resp, d->cfg, &jobs[i]);
+			put_job_error(&t->resp, d->cfg, &jobs[i], errors ? errors[i] : NULL,
+				      errors != NULL);
+			free(errors ? errors[i] : NULL);
 		}
+		free(errors);
 		sq_buf_puts(&t->resp, "],\"next\":");
 		if (next[0])
 			sq_json_put_string(&t->resp, next);
@@ -1079,16 +1115,12 @@ static void do_get_job(sqd *d, sq_client *c, sqd_task *t)
 		fail_status(t, st, &err);
 		return;
 	}
-	sq_buf_reset(&t->resp);
-	sqd_put_job(&t->resp, d->cfg, &j);
-	sq_job_clear(&j);
 	char *last_error = NULL;
-	if (sq_get_job_error(c, t->id, &last_error, &err) == SQ_OK && last_error) {
-		t->resp.data[--t->resp.len] = '\0'; /* its closing brace */
-		sq_buf_puts(&t->resp, ",\"last_error\":");
-		sq_json_put_string(&t->resp, last_error);
-		sq_buf_putc(&t->resp, '}');
-	}
+	if (sq_get_job_error(c, t->id, &last_error, &err) != SQ_OK)
+		last_error = NULL;
+	sq_buf_reset(&t->resp);
+	put_job_error(&t->resp, d->cfg, &j, last_error, 0);
+	sq_job_clear(&j);
 	free(last_error);
 }
 
@@ -1307,7 +1339,8 @@ static void do_moves(sqd *d, sq_client *c, sqd_task *t)
 }
 
 /* GET /v1/types: the config's types, each with whether it is paused (as
- * of a map poll at most map_poll old). */
+ * of a map poll at most map_poll old) and its fleet-wide limits
+ * (max_running, rate: 0 when it has none). */
 static void do_types(sqd *d, sq_client *c, sqd_task *t)
 {
 	sq_buf *b = &t->resp;
@@ -1317,7 +1350,11 @@ static void do_types(sqd *d, sq_client *c, sqd_task *t)
 		const char *name = sq_config_type_name(d->cfg, i);
 		sq_buf_puts(b, i ? ",{\"type\":" : "{\"type\":");
 		sq_json_put_string(b, name);
-		sq_buf_printf(b, ",\"paused\":%s}", sq_type_paused(c, name) ? "true" : "false");
+		int32_t max_running;
+		double rate;
+		sq_config_type_limits(d->cfg, i, &max_running, &rate);
+		sq_buf_printf(b, ",\"paused\":%s,\"max_running\":%d,\"rate\":%g}",
+			      sq_type_paused(c, name) ? "true" : "false", (int)max_running, rate);
 	}
 	sq_buf_puts(b, "]}");
 }

@@ -10,7 +10,9 @@
 //                        the keyboard), then "Retry selected"
 //     retry-type TYPE    "Retry all failed jobs of this type", confirmed
 //     pause TYPE         the types view's Pause button (a first confirm
-//     resume TYPE        dismissed: nothing happens; then accepted)
+//     resume TYPE        dismissed: nothing happens; then accepted); each
+//                        type's limits as CONSOLE_LIMITS says
+//                        ("y=at most 7 running;a=none")
 //     list TYPE          the job list of TYPE: its CONSOLE_EXPECT_N ready jobs
 //                        a page of 25 at a time (Next), each once; those
 //                        created over an hour ago (CONSOLE_OLD_IDS, comma-
@@ -167,6 +169,11 @@ async function main() {
       await open("/types");
       const b = "button[data-type=\"" + arg + "\"]";
       await page.waitForSelector(b, {visible: true});
+      /* each type's limits as the config has them (CONSOLE_LIMITS: type=text;...) */
+      for (const [type, want] of (process.env.CONSOLE_LIMITS || "").split(";").filter(Boolean).map(x => x.split("="))) {
+        const got = await text("[data-k=\"types/" + type + "/limit\"]");
+        if (got !== want) fail("type " + type + "'s limit shows '" + got + "', not '" + want + "'");
+      }
       const action = await page.$eval(b, e => e.getAttribute("data-action"));
       if (action !== cmd) fail("type " + arg + "'s button offers " + action + ", not " + cmd);
       nextDialog = [false];
