@@ -19,8 +19,9 @@
 #define PUPPETEER_VERSION "24.43.1"
 
 static const char tok_admin[] = "console-admin-token-0123456789abcdef";
-static const char types[] = "[connection]\nmap_poll = 200ms\n"
-			    "[type a]\n[type b]\n[type f]\n[type x]\n[type y]\nmax_running = 7\nrate = 5/s\n";
+static const char types[] =
+	"[connection]\nmap_poll = 200ms\n"
+	"[type a]\n[type b]\n[type f]\n[type x]\n[type y]\nmax_running = 7\nrate = 5/s\n";
 
 /* what a job may hold that a page must never run */
 #define XSS_SCRIPT "<script>window.__pwned=1</script>"
