@@ -521,10 +521,12 @@ SQ_MUST_CHECK sq_status sq_get_job(sq_client *c, int64_t id, sq_job *job, sq_err
 SQ_MUST_CHECK sq_status sq_get_job_error(sq_client *c, int64_t id, char **last_error,
 					 sq_error *err);
 /* The last errors of n jobs at once (a page that sq_jobs_list gave), one
- * statement per shard: errors[i] gets ids[i]'s, malloc'd (free() each), or
- * NULL when it has none or no such job exists. */
-SQ_MUST_CHECK sq_status sq_get_job_errors(sq_client *c, const int64_t *ids, size_t n, char **errors,
-					  sq_error *err);
+ * statement per shard, each read on the shard the job was listed from
+ * (jobs[i].shard; the map's for a job whose shard is -1): errors[i] gets
+ * jobs[i]'s, malloc'd, or NULL when it has none or no such job exists.
+ * Free each, also after an error. */
+SQ_MUST_CHECK sq_status sq_jobs_errors(sq_client *c, const sq_job *jobs, size_t n, char **errors,
+				       sq_error *err);
 
 /* ---- stats ------------------------------------------------------------ */
 
@@ -1078,8 +1080,9 @@ typedef struct sq_job_filter {
  * whatever was claimed meanwhile). next (nextlen >= 64) gets the cursor of
  * the next page, or "" when this page is the last. Each shard reads its
  * status's index from the cursor on: no OFFSET, no scan. A creation window
- * is a filter on that order: each shard then reads at most 100,000 index
- * entries a call, so a page may hold fewer than `limit` jobs, or none,
+ * is a filter on that order: each shard then reads at most 100,000 of the
+ * type's jobs in the status a call (ready ones: in each of two priority
+ * ranges), so a page may hold fewer than `limit` jobs, or none,
  * with a `next` to go on from (failed, cancelled and completed jobs start
  * at created_after_us, as none got there before it was created). Free
  * *out with sq_jobs_free. SQ_EINVAL for an unknown type or status, a bad

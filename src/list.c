@@ -80,8 +80,10 @@ static int windowed(const sq_job_filter *f)
  * created, so those orders start at created_after_us. */
 static cursor first_cursor(const sq_job_filter *f)
 {
-	cursor k = {INT32_MAX, f->finished_after_us, 0};
+	cursor k = {INT32_MAX, 0, 0};
 	const char *s = status_of(f);
+	if (!strcmp(s, "completed") && f->finished_after_us > 0)
+		k = (cursor){INT32_MAX, f->finished_after_us, INT64_MAX}; /* after it */
 	if ((!strcmp(s, "failed") || !strcmp(s, "cancelled") || !strcmp(s, "completed")) &&
 	    f->created_after_us > k.b)
 		k = (cursor){INT32_MAX, f->created_after_us, INT64_MAX};
@@ -104,16 +106,23 @@ static sq_status check_filter(sq_client *c, const sq_job_filter *f, const char *
 			      "status '%s' cannot be listed: give ready, starting, running, "
 			      "failed, completed or cancelled",
 			      f->status);
+	if (f->finished_after_us < 0 || f->finished_before_us < 0 ||
+	    f->finished_after_us > FAR_FUTURE_US || f->finished_before_us > FAR_FUTURE_US)
+		return sq_err(err, SQ_EINVAL,
+			      "finish-time bound %" PRId64 " or %" PRId64 " µs: give 0 (no bound) "
+			      "to 9999-12-31",
+			      f->finished_after_us, f->finished_before_us);
 	if (f->shard < -1 || f->shard >= c->nshards)
 		return sq_err(err, SQ_EINVAL, "shard index %d: the config has %d shards", f->shard,
 			      c->nshards);
 	if (limit < 1 || limit > 10000)
 		return sq_err(err, SQ_EINVAL, "limit %d: give 1 to 10000", limit);
 	if (f->created_after_us < 0 || f->created_before_us < 0 ||
+	    f->created_after_us > FAR_FUTURE_US || f->created_before_us > FAR_FUTURE_US ||
 	    (f->created_before_us && f->created_after_us >= f->created_before_us))
 		return sq_err(err, SQ_EINVAL,
-			      "creation window (%" PRId64 ", %" PRId64 "] µs holds no time: give "
-			      "its start before its end, or 0 for no bound",
+			      "creation window (%" PRId64 ", %" PRId64 "] µs: give its start "
+			      "before its end, each 0 (no bound) to 9999-12-31",
 			      f->created_after_us, f->created_before_us);
 	*k = first_cursor(f);
 	if (after && *after && !parse_cursor(after, k))
@@ -241,13 +250,18 @@ static sq_status list_round(sq_client *c, const sq_job_filter *f, const cursor *
 }
 
 /* The page: the first `limit` of v in order, the rest freed; next set. */
-static void take_page(found *v, size_t n, int limit, int more, const cursor *upto, int ready,
-		      sq_job **out, size_t *nout, char *next, size_t nextlen)
+static sq_status take_page(found *v, size_t n, int limit, int more, const cursor *upto, int ready,
+			   sq_job **out, size_t *nout, char *next, size_t nextlen, sq_error *err)
 {
 	if (n > 1)
 		qsort(v, n, sizeof(*v), ready ? cmp_ready : cmp_found);
 	size_t keep = n < (size_t)limit ? n : (size_t)limit;
 	sq_job *jobs = keep ? malloc(keep * sizeof(sq_job)) : NULL;
+	if (keep && !jobs) {
+		for (size_t i = 0; i < n; i++)
+			sq_job_clear(&v[i].job);
+		return sq_err(err, SQ_ENOMEM, "out of memory");
+	}
 	for (size_t i = 0; i < n; i++) {
 		if (i < keep && jobs)
 			jobs[i] = v[i].job;
@@ -255,12 +269,13 @@ static void take_page(found *v, size_t n, int limit, int more, const cursor *upt
 			sq_job_clear(&v[i].job);
 	}
 	*out = jobs;
-	*nout = jobs ? keep : 0;
+	*nout = keep;
 	const cursor *k = keep == (size_t)limit ? &v[keep - 1].k : upto;
 	if (next && nextlen)
 		next[0] = '\0';
 	if ((n > keep || more) && next)
 		snprintf(next, nextlen, "%" PRId64 ".%" PRId64 ".%" PRId64, k->a, k->b, k->c);
+	return SQ_OK;
 }
 
 /* The live job of (type, key), on the shard its key hashes to. */
@@ -322,13 +337,13 @@ sq_status sq_jobs_list(sq_client *c, const sq_job_filter *f, const char *after, 
 		free(rows);
 		return st;
 	}
-	take_page(rows, nrows, limit, more, &upto, !strcmp(status_of(f), "ready"), out, n, next,
-		  nextlen);
+	st = take_page(rows, nrows, limit, more, &upto, !strcmp(status_of(f), "ready"), out, n,
+		       next, nextlen, err);
 	free(rows);
-	return SQ_OK;
+	return st;
 }
 
-/* Reads shard s's answer to list_errors: order[k] is the place in ids of
+/* Reads shard s's answer to list_errors: order[k] is the place in jobs of
  * the shard's k-th id. */
 static sq_status read_errors(sq_client *c, int s, const size_t *order, size_t nshard, char **errors,
 			     sq_error *err)
@@ -345,8 +360,13 @@ static sq_status read_errors(sq_client *c, int s, const size_t *order, size_t ns
 	return st;
 }
 
-sq_status sq_get_job_errors(sq_client *c, const int64_t *ids, size_t n, char **errors,
-			    sq_error *err)
+/* The shard to read job j's error on: the one it was listed from. */
+static int shard_of_job(sq_client *c, const sq_job *j)
+{
+	return j->shard >= 0 && j->shard < c->nshards ? j->shard : sq_shard_of_id(c, j->id);
+}
+
+sq_status sq_jobs_errors(sq_client *c, const sq_job *jobs, size_t n, char **errors, sq_error *err)
 {
 	size_t *order = n ? malloc(n * sizeof(*order)) : NULL, start[SQ_MAX_SHARDS + 1];
 	sq_buf arr[SQ_MAX_SHARDS];
@@ -365,9 +385,9 @@ sq_status sq_get_job_errors(sq_client *c, const int64_t *ids, size_t n, char **e
 		sq_buf_init(&arr[s]);
 		sq_buf_putc(&arr[s], '{');
 		for (size_t i = 0; i < n; i++)
-			if (sq_shard_of_id(c, ids[i]) == s) {
+			if (shard_of_job(c, &jobs[i]) == s) {
 				sq_buf_printf(&arr[s], "%s%" PRId64, m > start[s] ? "," : "",
-					      ids[i]);
+					      jobs[i].id);
 				order[m++] = i;
 			}
 		sq_buf_putc(&arr[s], '}');

@@ -423,9 +423,11 @@ START_TEST(jobs_are_found_by_type_and_status_a_page_at_a_time)
 	/* the page's last errors at once: a failed job's, none for a ready
 	 * job or an id that is no job */
 	{
-		int64_t eids[3] = {fr[0].ref.id, rs[0].id, INT64_C(4294967295) << 16};
+		sq_job ej[3] = {{.id = fr[0].ref.id, .shard = -1},
+				{.id = rs[0].id, .shard = -1},
+				{.id = INT64_C(4294967295) << 16, .shard = -1}};
 		char *errs[3];
-		OKE(sq_get_job_errors(t.client, eids, 3, errs, &err));
+		OKE(sq_jobs_errors(t.client, ej, 3, errs, &err));
 		ck_assert_msg(errs[0] && !strcmp(errs[0], "no"), "failed job's error: %s",
 			      errs[0] ? errs[0] : "(none)");
 		ck_assert_ptr_null(errs[1]);
@@ -715,7 +717,8 @@ END_TEST
 /* The listing's statements, planned generic and custom with the library's
  * session settings, on a shard whose statistics say it holds 10^7 jobs
  * (20,000 real ones, ANALYZEd, and a density of 500 rows a page): each
- * reads its status's index, never the table. */
+ * reads its status's index, never the table; a type's failed jobs by the
+ * index that holds them by type, not past another type's. */
 START_TEST(the_listing_reads_each_status_by_its_index_at_ten_million_jobs)
 {
 #define FAR "253402300799000000"
@@ -731,11 +734,11 @@ START_TEST(the_listing_reads_each_status_by_its_index_at_ten_million_jobs)
 		{"running", sq_sql_list_leased, "'l', 'running', 0, 0, 100, 100, 0, " FAR,
 		 "jobs_lease"},
 		{"failed", sq_sql_list_failed, "'l', 'failed', 0, 0, 100, 100, 0, " FAR ", " FAR,
-		 "jobs_failed"},
+		 "jobs_failed_task"},
 		{"failed, created in a window", sq_sql_list_failed,
 		 "'l', 'failed', 1795406483327000, 9223372036854775807, 100, 10000, "
 		 "1795406483327000, " FAR ", " FAR,
-		 "jobs_failed"},
+		 "jobs_failed_task"},
 		{"key", sq_sql_list_key, "'l', 'key7'", "jobs_active_uid"},
 		{"completed", sq_sql_list_completed,
 		 "'l', 'completed', 0, 0, 100, 100, 0, " FAR ", " FAR, "jobs_history"},
@@ -746,6 +749,12 @@ START_TEST(the_listing_reads_each_status_by_its_index_at_ten_million_jobs)
 	test_enqueue_n(t.client, "o", 20000, NULL);
 	test_enqueue_n(t.client, "l", 200, NULL);
 	PGconn *pg = testdb_pg(&t, 0);
+	/* a type with many failed jobs beside one with few: a page of the
+	 * few must not read past the many */
+	PQclear(PQexec(pg, "UPDATE shardq.jobs SET status = 'failed' WHERE id IN (SELECT id FROM "
+			   "shardq.jobs WHERE task = 'o' ORDER BY id LIMIT 5000)"));
+	PQclear(PQexec(pg, "UPDATE shardq.jobs SET status = 'failed' WHERE id IN (SELECT id FROM "
+			   "shardq.jobs WHERE task = 'l' ORDER BY id LIMIT 5)"));
 	PQclear(PQexec(pg, "ANALYZE shardq.jobs"));
 	/* 10^7 rows as the planner sees them: its density times the pages */
 	PQclear(PQexec(pg, "UPDATE pg_class SET reltuples = 1e7, relpages = 20000 "

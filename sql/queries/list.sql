@@ -94,7 +94,8 @@ SELECT {{job_columns}},
 -- $1 text, $2 text 'failed', $3 bigint the cursor's failure time (µs),
 -- $4 bigint its id, $5 to $8 as list_ready's, $9 bigint the latest failure
 -- time (µs)
--- Index: jobs_failed (all types' failed jobs: the type is a filter).
+-- Index: jobs_failed_task (shard schema 14; on 13, jobs_failed, every
+-- type's failed jobs by time, the type a filter).
 {{list_take_head}}
 SELECT {{job_columns}},
        '0.' || (extract(epoch FROM j.updated_at) * 1000000)::bigint || '.' || j.id AS k,
@@ -168,7 +169,7 @@ SELECT {{job_columns}}, '0.0.' || j.id FROM shardq.jobs j
 (extract(epoch FROM COALESCE(j.delay_tolerance_time, j.schedule_time)) * 1000000)::bigint
 
 -- name: list_errors
--- The last errors of a page of jobs (sq_get_job_errors), each as get_error
+-- The last errors of a page of jobs (sq_jobs_errors), each as get_error
 -- finds it: in the hot table, else in the job's latest history row.
 -- $1 bigint[] the ids on this shard; returns each one's place in $1
 -- (from 1) and its error.

@@ -756,12 +756,9 @@ int cmd_cancel(cli *x, int argc, char **argv)
 /* A page of jobs, one JSON line each, with its last error (as `get`). */
 static void print_page(cli *x, const sq_job *jobs, size_t n)
 {
-	int64_t *ids = n ? malloc(n * sizeof(*ids)) : NULL;
 	char **errors = n ? calloc(n, sizeof(*errors)) : NULL;
 	sq_error err;
-	for (size_t i = 0; ids && i < n; i++)
-		ids[i] = jobs[i].id;
-	if (ids && errors && sq_get_job_errors(x->client, ids, n, errors, &err) != SQ_OK)
+	if (errors && sq_jobs_errors(x->client, jobs, n, errors, &err) != SQ_OK)
 		fprintf(stderr, "shardq jobs list: the jobs' last errors could not be read: %s\n",
 			err.msg);
 	for (size_t i = 0; i < n; i++) {
@@ -769,7 +766,6 @@ static void print_page(cli *x, const sq_job *jobs, size_t n)
 		free(errors ? errors[i] : NULL);
 	}
 	free(errors);
-	free(ids);
 }
 
 static int jobs_list_usage(void)
@@ -790,7 +786,7 @@ static int jobs_list_usage(void)
 	       "A page of N (100; at most 1000); when there is more, stderr says how to\n"
 	       "ask for the next page (--after CURSOR); --all follows them to the end.\n"
 	       "Each shard reads the status's index from the cursor on: no scan. A\n"
-	       "creation window filters that order, reading at most 100,000 entries\n"
+	       "creation window filters that order, reading at most 100,000 jobs\n"
 	       "of each shard a page, so a page may be short, or empty, with more.\n");
 	return EX_OK;
 }

@@ -804,6 +804,13 @@ static void cancel_matching(sqd_task *t, sq_client *c, json_t *root)
 	sq_job_filter f = {type, status, NULL, -1, 0, 0, 0, 0};
 	sq_error err;
 	int64_t n = 0;
+	if (!(t->scopes & SQ_SCOPE_ADMIN)) {
+		sqd_error(t, 403, "forbidden",
+			  "token '%s' may cancel by id or key; cancelling every job of a type "
+			  "in a status needs an admin token",
+			  t->who);
+		return;
+	}
 	if ((ca && !ms_time(ca)) || (cb && !ms_time(cb))) {
 		sqd_error(t, 400, "bad_request",
 			  "created_after_ms and created_before_ms are Unix milliseconds: "
@@ -812,13 +819,6 @@ static void cancel_matching(sqd_task *t, sq_client *c, json_t *root)
 	}
 	f.created_after_us = ca ? json_integer_value(ca) * 1000 : 0;
 	f.created_before_us = cb ? json_integer_value(cb) * 1000 : 0;
-	if (!(t->scopes & SQ_SCOPE_ADMIN)) {
-		sqd_error(t, 403, "forbidden",
-			  "token '%s' may cancel by id or key; cancelling every job of a type "
-			  "in a status needs an admin token",
-			  t->who);
-		return;
-	}
 	if (sq_cancel_matching(c, &f, 0, NULL, NULL, &n, &err) != SQ_OK) {
 		fail_status(t, err.code, &err);
 	} else {
@@ -844,6 +844,14 @@ static void do_cancel(sqd *d, sq_client *c, sqd_task *t)
 	sq_error err;
 	if (json_is_string(type) && json_is_string(status) && !ids && !key) {
 		cancel_matching(t, c, root);
+		json_decref(root);
+		return;
+	}
+	if (json_object_get(root, "created_after_ms") ||
+	    json_object_get(root, "created_before_ms")) {
+		sqd_error(t, 400, "bad_request",
+			  "created_after_ms and created_before_ms go with {\"type\":\"T\","
+			  "\"status\":\"S\"}, not with ids or a key");
 		json_decref(root);
 		return;
 	}
@@ -960,14 +968,15 @@ out:
  * NULL: the page goes without them when they cannot be read. */
 static char **page_errors(sq_client *c, const sq_job *jobs, size_t n)
 {
-	int64_t *ids = n ? malloc(n * sizeof(*ids)) : NULL;
 	char **errors = n ? calloc(n, sizeof(*errors)) : NULL;
 	sq_error err;
-	for (size_t i = 0; ids && i < n; i++)
-		ids[i] = jobs[i].id;
-	if (ids && errors && sq_get_job_errors(c, ids, n, errors, &err) != SQ_OK)
+	if (errors && sq_jobs_errors(c, jobs, n, errors, &err) != SQ_OK) {
 		sqd_log("the last errors of a page of jobs could not be read: %s", err.msg);
-	free(ids);
+		for (size_t i = 0; i < n; i++)
+			free(errors[i]);
+		free(errors);
+		errors = NULL;
+	}
 	return errors;
 }
 
@@ -995,9 +1004,13 @@ static int query_ms(sqd_task *t, struct evkeyvalq *kv, const char *name, int64_t
 	const char *v = evhttp_find_header(kv, name);
 	char *end = NULL;
 	long long ms = v ? strtoll(v, &end, 10) : 0;
-	*us = (int64_t)ms * 1000;
-	if (!v || (*v && !*end && ms >= 0 && ms <= INT64_C(253402300799000)))
+	*us = 0;
+	if (!v)
 		return 0;
+	if (*v && !*end && ms >= 0 && ms <= INT64_C(253402300799000)) {
+		*us = (int64_t)ms * 1000;
+		return 0;
+	}
 	sqd_error(t, 400, "bad_request",
 		  "%s '%s': give a time as Unix milliseconds, 0 to 253402300799000", name, v);
 	return -1;
@@ -1040,8 +1053,8 @@ static void do_list(sqd *d, sq_client *c, sqd_task *t)
 		sqd_error(t, 400, "bad_request", "no shard '%s' in the config", shard);
 	} else if (!f.type) {
 		sqd_error(t, 400, "bad_request",
-			  "give ?type=T (and status=ready, starting, running or failed, or "
-			  "key=K)");
+			  "give ?type=T (and status=ready, starting, running, failed, "
+			  "cancelled or completed, or key=K)");
 	} else if (sq_jobs_list(c, &f, evhttp_find_header(&kv, "after"), (int)lim, &jobs, &n, next,
 				sizeof(next), &err) != SQ_OK) {
 		fail_status(t, err.code, &err);
