@@ -157,8 +157,10 @@ static void push_page(sq_client *c, int s, const sq_job_filter *f, const cursor 
 			    : !strcmp(status, "completed") ? &stmt_completed
 			    : !strcmp(status, "cancelled") ? &stmt_cancelled
 							   : &stmt_leased;
-	sq_pgconn_push(&c->shards[s], st, st == &stmt_completed || st == &stmt_failed ? 9 : 8,
-		       vals);
+	/* planned for the type: a generic plan guesses its share of the
+	 * status, and for failed jobs picked jobs_failed and sorted them all */
+	sq_pgconn_push_planned(&c->shards[s], st,
+			       st == &stmt_completed || st == &stmt_failed ? 9 : 8, vals);
 }
 
 /* Where a shard's answer to a round leaves it: open, it may hold more

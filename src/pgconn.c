@@ -927,7 +927,14 @@ void sq_pgconn_push(sq_pgconn *pc, const sq_stmt *st, int nparams, const char *c
 	pc->qvals[pc->qn] = vals;
 	pc->sync_after[pc->qn] = 0;
 	pc->qbinary[pc->qn] = 0;
+	pc->qplanned[pc->qn] = 0;
 	pc->qn++;
+}
+
+void sq_pgconn_push_planned(sq_pgconn *pc, const sq_stmt *st, int nparams, const char *const *vals)
+{
+	sq_pgconn_push(pc, st, nparams, vals);
+	pc->qplanned[pc->qn - 1] = 1;
 }
 
 void sq_pgconn_push_binary(sq_pgconn *pc, const sq_stmt *st, int nparams, const char *const *vals)
@@ -987,7 +994,13 @@ static int send_pipeline(sq_pgconn *pc, sq_error *err)
 	memset(pc->sync_failed, 0, sizeof(pc->sync_failed));
 	for (int i = 0; i < pc->qn; i++) {
 		const sq_stmt *st = pc->q[i];
-		if (!is_prepared(pc, st)) {
+		if (pc->qplanned[i]) { /* the unnamed statement: planned for these values */
+			if (!PQsendQueryParams(pc->conn, st->sql, pc->qnparams[i], NULL,
+					       pc->qvals[i], NULL, NULL, pc->qbinary[i])) {
+				conn_failed(pc, err, "cannot send");
+				return -1;
+			}
+		} else if (!is_prepared(pc, st)) {
 			if (!PQsendPrepare(pc->conn, st->name, st->sql, 0, NULL)) {
 				conn_failed(pc, err, "cannot send");
 				return -1;
@@ -999,7 +1012,8 @@ static int send_pipeline(sq_pgconn *pc, sq_error *err)
 			pc->prep[pc->expect] = st;
 			pc->keep[pc->expect++] = -1;
 		}
-		if (!PQsendQueryPrepared(pc->conn, st->name, pc->qnparams[i], pc->qvals[i], NULL,
+		if (!pc->qplanned[i] &&
+		    !PQsendQueryPrepared(pc->conn, st->name, pc->qnparams[i], pc->qvals[i], NULL,
 					 NULL, pc->qbinary[i])) {
 			conn_failed(pc, err, "cannot send");
 			return -1;

@@ -77,8 +77,9 @@ typedef struct sq_pgconn {
 	int qn;
 	int qnparams[SQ_PIPE_MAX];
 	const char *const *qvals[SQ_PIPE_MAX];
-	unsigned char qbinary[SQ_PIPE_MAX]; /* the result in binary format */
-	PGresult *res[SQ_PIPE_MAX];         /* results of the q[] in order */
+	unsigned char qbinary[SQ_PIPE_MAX];  /* the result in binary format */
+	unsigned char qplanned[SQ_PIPE_MAX]; /* planned for its values (not prepared) */
+	PGresult *res[SQ_PIPE_MAX];          /* results of the q[] in order */
 	int nres;
 	int expect;                           /* entries sent (prepares included) */
 	int keep[SQ_PIPE_MAX * 2];            /* per entry sent: index into res, or -1 */
@@ -179,6 +180,11 @@ void sq_pgconn_push(sq_pgconn *pc, const sq_stmt *st, int nparams, const char *c
 /* The same, with the result in binary format (the statement's column
  * types fixed, and read with PQgetlength). */
 void sq_pgconn_push_binary(sq_pgconn *pc, const sq_stmt *st, int nparams, const char *const *vals);
+/* The same, sent whole and planned for these values each time, never
+ * prepared: for a statement whose best index depends on its values (a
+ * server's generic plan guesses them), run too rarely for planning to
+ * cost (the job listings). */
+void sq_pgconn_push_planned(sq_pgconn *pc, const sq_stmt *st, int nparams, const char *const *vals);
 /* Ends the transaction of the statements queued so far (a Sync): what
  * follows runs in a transaction of its own, whatever happened before. The
  * last transaction is ended by the run itself. */

@@ -792,6 +792,61 @@ START_TEST(the_listing_reads_each_status_by_its_index_at_ten_million_jobs)
 }
 END_TEST
 
+static long long scans_wanted;
+/* How many more scans of jobs_failed_task the shards' statistics must show. */
+static long long failed_task_scans_left(void *arg)
+{
+	(void)arg;
+	long long got =
+		testdb_sum(&t, "SELECT COALESCE(sum(idx_scan), 0) FROM "
+			       "pg_stat_user_indexes WHERE indexrelname = 'jobs_failed_task'");
+	return got >= scans_wanted ? 0 : scans_wanted - got;
+}
+
+/* A listing is planned for its type on every call, never by a plan kept
+ * for every type: the server's generic plan guessed a type's share of the
+ * failed jobs, and from the sixth call on read a common type's failed jobs
+ * by jobs_failed (every type's, by time) and sorted them all, a page after
+ * page. Shown by the shards' index statistics (flushed by the library's
+ * sessions within seconds of a call: the wait is for that flush). */
+START_TEST(a_listing_is_planned_for_its_type_on_every_call)
+{
+	sq_error err;
+	long long left;
+	testdb_open(&t, "admin_list_planned", 2, 64, "[type l]\n[type o]\n");
+	test_enqueue_n(t.client, "o", 6000, NULL);
+	test_enqueue_n(t.client, "l", 50, NULL);
+	for (int s = 0; s < 2; s++) {
+		PGconn *pg = testdb_pg(&t, s);
+		PQclear(PQexec(pg, "UPDATE shardq.jobs SET status = 'failed' WHERE task = 'o' OR "
+				   "(task = 'l' AND id % 10 = 0)"));
+		PQclear(PQexec(pg, "ANALYZE shardq.jobs"));
+		PQfinish(pg);
+	}
+	const char *by_time = "SELECT COALESCE(sum(idx_scan), 0) FROM pg_stat_user_indexes "
+			      "WHERE indexrelname = 'jobs_failed'";
+	long long time_scans = testdb_sum(&t, by_time);
+	scans_wanted =
+		testdb_sum(&t, "SELECT COALESCE(sum(idx_scan), 0) FROM "
+			       "pg_stat_user_indexes WHERE indexrelname = 'jobs_failed_task'");
+	/* a window that holds every job: one round on each shard a call */
+	sq_job_filter f = {"o", "failed", NULL, -1, 0, 0, 1, 0};
+	for (int i = 0; i < 12; i++) {
+		sq_job *js;
+		size_t n;
+		char next[64];
+		OKE(sq_jobs_list(t.client, &f, NULL, 10, &js, &n, next, sizeof(next), &err));
+		ck_assert_uint_eq(n, 10);
+		sq_jobs_free(js, n);
+	}
+	scans_wanted += 12 * 2;
+	ck_assert_msg(wait_progress(failed_task_scans_left, NULL, &left),
+		      "%lld of 24 listings' scans of jobs_failed_task never showed", left);
+	ck_assert_int_eq(testdb_sum(&t, by_time), time_scans);
+	testdb_close(&t);
+}
+END_TEST
+
 /* Claims and completes n jobs of type, with the library. */
 static void run_n(const char *type, int n)
 {
@@ -880,6 +935,7 @@ int main(void)
 	ADD_CASE(s, jobs_are_found_by_type_and_status_a_page_at_a_time, 3600);
 	ADD_CASE(s, jobs_are_found_by_creation_time_past_a_long_scan, 3600);
 	ADD_CASE(s, the_listing_reads_each_status_by_its_index_at_ten_million_jobs, 3600);
+	ADD_CASE(s, a_listing_is_planned_for_its_type_on_every_call, 3600);
 	ADD_CASE(s, finished_jobs_are_found_and_purged_by_type, 3600);
 	return run_suite(s);
 }

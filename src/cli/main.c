@@ -19,7 +19,7 @@ static const struct {
 	{"complete", cmd_complete, "running -> completed"},
 	{"fail", cmd_fail, "running -> ready with backoff, or failed"},
 	{"release", cmd_release, "starting -> ready without counting an attempt"},
-	{"cancel", cmd_cancel, "cancel live jobs by id, or by type and key"},
+	{"cancel", cmd_cancel, "cancel live jobs by id, by type and key, or by type and status"},
 	{"purge", cmd_purge, "delete a type's finished history older than a duration"},
 	{"retry", cmd_retry, "make failed jobs ready again: by id, or every one of a type"},
 	{"get", cmd_get, "show one job as JSON"},
