@@ -512,8 +512,10 @@ SQ_MUST_CHECK sq_status sq_retry_type(sq_client *c, const char *type, int64_t un
 SQ_MUST_CHECK sq_status sq_cancel_key(sq_client *c, const char *type, const char *key, int64_t *id,
 				      sq_error *err);
 
-/* Reads one job by id (any status, including failed/cancelled); free its
- * strings with sq_job_clear(). */
+/* Reads one job by id (any status, including failed/cancelled; a finished
+ * one from its history row, on the shard it ran on also after its
+ * partition moved: the other shards are asked when the map's has no row);
+ * free its strings with sq_job_clear(). */
 SQ_MUST_CHECK sq_status sq_get_job(sq_client *c, int64_t id, sq_job *job, sq_error *err);
 /* The job's last error (a failure's text, or why its lease ran out):
  * *last_error is malloc'd (free() it), or NULL when it has none.

@@ -29,6 +29,7 @@ static const sq_stmt stmt_retry = {"sq_retry", sq_sql_retry};
 static const sq_stmt stmt_cancel_key = {"sq_cancel_key", sq_sql_cancel_key};
 static const sq_stmt stmt_get = {"sq_get", sq_sql_get};
 static const sq_stmt stmt_get_history = {"sq_get_history", sq_sql_get_history};
+static const sq_stmt stmt_get_error = {"sq_get_error", sq_sql_get_error};
 
 /* What a fenced call sends to each shard. */
 typedef struct op {
@@ -557,6 +558,25 @@ sq_status sq_cancel_key(sq_client *c, const char *type, const char *key, int64_t
 	return st;
 }
 
+/* The shard other than s that answers st (get_history, get_error) for the
+ * id in v with a row: a job that finished in a partition that moved since
+ * (its history stays where it ran). -1 and SQ_OK: none; else the run's
+ * error, as a shard that does not answer may hold it. */
+static int found_elsewhere(sq_client *c, int s, const sq_stmt *st, const char *const *v,
+			   sq_status *status, sq_error *err)
+{
+	int at = -1;
+	sq_client_reset(c);
+	for (int o = 0; o < c->nshards; o++)
+		if (o != s)
+			sq_pgconn_push(&c->shards[o], st, 1, v);
+	*status = c->nshards > 1 ? sq_client_run(c, err) : SQ_OK;
+	for (int o = 0; *status == SQ_OK && at < 0 && o < c->nshards; o++)
+		if (o != s && PQntuples(c->shards[o].res[0]) > 0)
+			at = o;
+	return at;
+}
+
 sq_status sq_get_job(sq_client *c, int64_t id, sq_job *job, sq_error *err)
 {
 	int s;
@@ -573,16 +593,24 @@ sq_status sq_get_job(sq_client *c, int64_t id, sq_job *job, sq_error *err)
 	sq_pgconn_push(&c->shards[s], &stmt_get, 1, v);
 	sq_pgconn_push(&c->shards[s], &stmt_get_history, 1, v);
 	st = sq_client_run(c, err);
+	PGresult *r = NULL;
 	if (st == SQ_OK) {
-		PGresult *r = c->shards[s].res[0];
+		r = c->shards[s].res[0];
 		if (PQntuples(r) == 0)
 			r = c->shards[s].res[1];
-		if (PQntuples(r) == 0)
-			st = sq_err(err, SQ_ENOTFOUND, "no job with id %lld on shard %s",
-				    (long long)id, c->cfg->shards[s].id);
-		else if (sq_jobrow_parse(r, 0, s, job))
-			st = sq_err(err, SQ_ENOMEM, "out of memory");
 	}
+	if (st == SQ_OK && PQntuples(r) == 0) {
+		int o = found_elsewhere(c, s, &stmt_get_history, v, &st, err);
+		r = o >= 0 ? c->shards[o].res[0] : NULL;
+		s = o >= 0 ? o : s;
+	}
+	if (st == SQ_OK && !r)
+		st = sq_err(err, SQ_ENOTFOUND,
+			    "no job with id %lld on any shard (finished without "
+			    "history, or never existed)",
+			    (long long)id);
+	else if (st == SQ_OK && sq_jobrow_parse(r, 0, s, job))
+		st = sq_err(err, SQ_ENOMEM, "out of memory");
 	sq_client_reset(c);
 	return st;
 }
@@ -597,16 +625,20 @@ sq_status sq_get_job_error(sq_client *c, int64_t id, char **last_error, sq_error
 	sq_client_check_map(c);
 	int s = sq_shard_of_id(c, id);
 	snprintf(ids, sizeof(ids), "%lld", (long long)id);
-	PGresult *r = sq_pgconn_exec(&c->shards[s], sq_sql_get_error, 1, v, err);
-	if (!r)
-		return err ? err->code : SQ_EDB;
-	sq_status st = SQ_OK;
-	if (PQntuples(r) == 0)
-		st = sq_err(err, SQ_ENOTFOUND, "no job with id %lld on shard %s", (long long)id,
-			    c->cfg->shards[s].id);
-	else if (!PQgetisnull(r, 0, 0) && !(*last_error = strdup(PQgetvalue(r, 0, 0))))
+	sq_client_reset(c);
+	sq_pgconn_push(&c->shards[s], &stmt_get_error, 1, v);
+	sq_status st = sq_client_run(c, err);
+	PGresult *r = st == SQ_OK ? c->shards[s].res[0] : NULL;
+	if (st == SQ_OK && PQntuples(r) == 0) {
+		int o = found_elsewhere(c, s, &stmt_get_error, v, &st, err);
+		r = o >= 0 ? c->shards[o].res[0] : NULL;
+	}
+	if (st == SQ_OK && !r)
+		st = sq_err(err, SQ_ENOTFOUND, "no job with id %lld on any shard", (long long)id);
+	else if (st == SQ_OK && !PQgetisnull(r, 0, 0) &&
+		 !(*last_error = strdup(PQgetvalue(r, 0, 0))))
 		st = sq_err(err, SQ_ENOMEM, "out of memory");
-	PQclear(r);
+	sq_client_reset(c);
 	return st;
 }
 

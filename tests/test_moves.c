@@ -725,6 +725,55 @@ static void *enqueue_during(void *arg)
 }
 
 /* The same dedup key enqueued before, during and after a move: one job. */
+/* A job that finished before its partition moved is still found by id,
+ * with its last error: its history row stays on the shard where it ran
+ * (docs/moves.md), which the map no longer names. */
+START_TEST(a_finished_job_is_found_after_its_partition_moved)
+{
+	sq_error err;
+	sq_status st;
+	testdb_open(&t, "sqt_moves_found", 2, 64,
+		    "[type h]\nhistory = true\nmax_attempts = 3\nbackoff = constant\n"
+		    "backoff_base = 0s\n");
+	int64_t id = enqueue_one(t.client, "h", "the-key", NULL, NULL);
+	/* a first run fails, the second completes */
+	for (int r = 0; r < 2; r++) {
+		sq_job *js;
+		size_t n = 0;
+		double end = test_now_s() + testdb_stall_s();
+		while (!(n = claim_type(t.client, "w", "h", 1, &js)) && test_now_s() < end)
+			usleep(10000);
+		ck_assert_msg(n == 1, "run %d: the job was never claimed", r + 1);
+		sq_job_ref ref = {js[0].id, js[0].attempt};
+		sq_jobs_free(js, n);
+		OKE(sq_start(t.client, "w", &ref, 1, &st, &err));
+		sq_fail_req fr = {ref, "the first run failed", 0};
+		if (r == 0)
+			OKE(sq_fail(t.client, "w", &fr, 1, &st, &err));
+		else
+			OKE(sq_complete(t.client, "w", &ref, 1, &st, &err));
+		ck_assert_int_eq(st, SQ_OK);
+	}
+	uint32_t part = sq_partition_of_id(id);
+	int from = sq_client_shard_of_partition(t.client, part);
+	char to_id[8];
+	snprintf(to_id, sizeof(to_id), "s%d", 2 - from);
+	OKE(sq_move(t.client, &part, 1, to_id, NULL, NULL, &err));
+	ck_assert_int_eq(sq_client_shard_of_partition(t.client, part), 1 - from);
+	sq_job j;
+	OKE(sq_get_job(t.client, id, &j, &err));
+	ck_assert_int_eq(j.status, SQ_COMPLETED);
+	ck_assert_int_eq(j.shard, from);
+	sq_job_clear(&j);
+	char *e = NULL;
+	OKE(sq_get_job_error(t.client, id, &e, &err));
+	ck_assert_msg(e && !strcmp(e, "the first run failed"), "last error: %s", e ? e : "(none)");
+	free(e);
+	ck_assert_int_eq(sq_get_job(t.client, id + 65536 * 1000, &j, &err), SQ_ENOTFOUND);
+	testdb_close(&t);
+}
+END_TEST
+
 START_TEST(same_key_before_during_after_move)
 {
 	sq_enqueue_outcome o;
@@ -1309,6 +1358,7 @@ int main(void)
 	Suite *s = suite_create("moves");
 	ADD_CASE(s, stale_router_still_routes, 3600);
 	ADD_CASE(s, same_key_before_during_after_move, 3600);
+	ADD_CASE(s, a_finished_job_is_found_after_its_partition_moved, 3600);
 	ADD_CASE(s, a_refused_write_names_its_moving_partitions, 3600);
 	ADD_CASE(s, a_frozen_partition_holds_only_its_own_jobs, 3600);
 	ADD_CASE(s, a_move_copies_before_its_freeze_and_catches_up, 3600);
