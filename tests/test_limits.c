@@ -234,6 +234,47 @@ START_TEST(rate_within_ten_percent)
 END_TEST
 
 /* The keys' errors name the key, the line and what to do. */
+/* A worker that dies with jobs of a limited type does not hold its places
+ * for ever: once their leases run out they count no more, and another
+ * worker's claims take up the type again (the expired jobs themselves,
+ * each counted once, and then the ready ones), never more than
+ * max_running with a live lease at once. */
+START_TEST(max_running_is_not_held_by_a_dead_worker)
+{
+	sq_error err;
+	testdb_open(&t, "sqt_limits_dead", 2, 64,
+		    "[type m]\nmax_running = 2\nstarting_timeout = 1s\nexecution_timeout = 1s\n"
+		    "max_attempts = 5\n");
+	test_enqueue_n(t.client, "m", 10, NULL);
+	sq_job *js;
+	size_t held = claim_type(t.client, "dies", "m", 10, &js);
+	ck_assert_uint_eq(held, 2); /* one place on each shard */
+	sq_jobs_free(js, held);
+	ck_assert_uint_eq(claim_type(t.client, "alive", "m", 10, &js), 0);
+	/* "dies" never heartbeats: its leases run out in a second */
+	const char *live = "SELECT count(*) FROM shardq.jobs WHERE task = 'm' AND status IN "
+			   "('starting', 'running') AND expected_status_change_time >= now()";
+	long long claimed = 0;
+	double last = test_now_s();
+	while (claimed < 2 && test_now_s() - last < testdb_stall_s()) {
+		size_t n = claim_type(t.client, "alive", "m", 10, &js);
+		for (size_t i = 0; i < n; i++)
+			ck_assert_str_eq(js[i].worker ? js[i].worker : "alive", "alive");
+		sq_jobs_free(js, n);
+		if (n)
+			claimed += (long long)n, last = test_now_s();
+		ck_assert_int_le(testdb_sum(&t, live), 2);
+		usleep(50000);
+	}
+	ck_assert_msg(claimed >= 2,
+		      "the type stayed held by the dead worker's expired leases: %lld claimed in "
+		      "%.0f s",
+		      claimed, testdb_stall_s());
+	(void)err;
+	testdb_close(&t);
+}
+END_TEST
+
 START_TEST(limit_keys_checked)
 {
 	static const struct {
@@ -285,5 +326,6 @@ int main(void)
 	ADD_CASE(s, limit_keys_checked, 60);
 	ADD_CASE(s, max_running_never_exceeded, 3600);
 	ADD_CASE(s, rate_within_ten_percent, 3600);
+	ADD_CASE(s, max_running_is_not_held_by_a_dead_worker, 3600);
 	return run_suite(s);
 }

@@ -45,8 +45,12 @@ UNION ALL {{claim_cursor_rows}}
 -- The lock statement before it (limit_lock) serialises the limited claims
 -- of a type on this shard, so what this statement reads (its snapshot
 -- starts after the lock is held) is never stale: the count of the type's
--- starting and running rows (jobs_lease) and its token bucket (rate_bucket's
--- key). The bucket fills at the rate since its last claim, up to its size,
+-- starting and running rows whose lease has not run out (jobs_lease, from
+-- now on) and its token bucket (rate_bucket's key). A job whose lease ran
+-- out holds no place: its worker died or must stop (docs/design.md), and
+-- counting it held a type whose workers all died at its limit for ever,
+-- as no claim was left to take the expired leases back. The claim that
+-- takes one back counts it again, once. The bucket fills at the rate since its last claim, up to its size,
 -- and loses one token per job handed out; it starts empty.
 -- Indexes: as claim, and jobs_lease for the count.
 WITH t0 AS (
@@ -61,7 +65,8 @@ WITH t0 AS (
       + extract(epoch FROM now() - rb.at) * t0.rate, 0)) END AS avail,
     CASE WHEN t0.maxrun < 0 THEN NULL ELSE (SELECT count(*) FROM shardq.jobs j
       WHERE hashtext(j.task) = hashtext(t0.task) AND j.task = t0.task
-        AND j.status IN ('starting', 'running')) END AS busy
+        AND j.status IN ('starting', 'running')
+        AND j.expected_status_change_time >= now()) END AS busy
     FROM t0 LEFT JOIN shardq.rate_bucket rb ON rb.task = t0.task
 ), t AS (
   SELECT t1.task, t1.lease_ms, t1.start, t1.avail,
