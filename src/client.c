@@ -367,9 +367,10 @@ int sq_type_paused(sq_client *c, const char *type)
 sq_status sq_type_pause(sq_client *c, const char *type, int paused, sq_error *err)
 {
 	if (!type || !sq_config_type(c->cfg, type))
-		return sq_err(err, SQ_EINVAL,
-			      "unknown type '%s': only a [type] of the config can be paused",
-			      type ? type : "(null)");
+		return sq_err(
+			err, SQ_EINVAL,
+			"unknown type '%s': only a [type] of the config can be paused or resumed",
+			type ? type : "(null)");
 	const char *v[2] = {type, paused ? "true" : "false"};
 	PGresult *r = sq_pgconn_exec(&c->meta, sq_sql_type_pause, 2, v, err);
 	if (!r) {

@@ -528,6 +528,9 @@ sq_status sq_cancel_key(sq_client *c, const char *type, const char *key, int64_t
 	*id = 0;
 	if (!type || !key || !*key)
 		return sq_err(err, SQ_EINVAL, "cancel by key needs a task type and a key");
+	if (!sq_config_type(c->cfg, type))
+		return sq_err(err, SQ_EINVAL, "unknown type '%s': give a [type] of the config",
+			      type);
 	if (!sq_utf8_valid(key))
 		return sq_err(err, SQ_EINVAL, "the key is not valid UTF-8");
 	part = sq_partition_of_key(key, strlen(key), c->partitions);

@@ -107,11 +107,32 @@ static sq_status check_filter(sq_client *c, const sq_job_filter *f, const char *
 			      "failed, completed or cancelled",
 			      f->status);
 	if (f->finished_after_us < 0 || f->finished_before_us < 0 ||
-	    f->finished_after_us > FAR_FUTURE_US || f->finished_before_us > FAR_FUTURE_US)
+	    f->finished_after_us > FAR_FUTURE_US || f->finished_before_us > FAR_FUTURE_US ||
+	    (f->finished_before_us && f->finished_after_us >= f->finished_before_us))
 		return sq_err(err, SQ_EINVAL,
-			      "finish-time bound %" PRId64 " or %" PRId64 " µs: give 0 (no bound) "
-			      "to 9999-12-31",
+			      "finish-time window (%" PRId64 ", %" PRId64 "] µs: give its start "
+			      "before its end, each 0 (no bound) to 9999-12-31",
 			      f->finished_after_us, f->finished_before_us);
+	if ((f->finished_after_us && strcmp(status_of(f), "completed")) ||
+	    (f->finished_before_us && strcmp(status_of(f), "completed") &&
+	     strcmp(status_of(f), "failed")))
+		return sq_err(err, SQ_EINVAL,
+			      "a finish time filters completed jobs (and failed ones by when they "
+			      "failed), not %s ones: leave it out, or list completed jobs",
+			      status_of(f));
+	if (!strcmp(status_of(f), "completed") && !sq_config_type(c->cfg, f->type)->history)
+		return sq_err(err, SQ_EINVAL,
+			      "type '%s' keeps no history, so none of its jobs is listed as "
+			      "completed: set `history = true` in its [type] section to keep them",
+			      f->type);
+	if (f->key && !*f->key)
+		return sq_err(err, SQ_EINVAL, "an empty key finds nothing: give the job's key");
+	if (f->key && f->status && strcmp(f->status, "ready") && strcmp(f->status, "starting") &&
+	    strcmp(f->status, "running"))
+		return sq_err(err, SQ_EINVAL,
+			      "a key finds a type's live job (ready, starting or running), not a "
+			      "%s one: find that by its id (shardq get ID)",
+			      f->status);
 	if (f->shard < -1 || f->shard >= c->nshards)
 		return sq_err(err, SQ_EINVAL, "shard index %d: the config has %d shards", f->shard,
 			      c->nshards);
@@ -300,7 +321,10 @@ static sq_status list_by_key(sq_client *c, const sq_job_filter *f, sq_job **out,
 			free(j);
 	}
 	sq_client_reset(c);
-	if (*n && ((f->created_after_us && (*out)->created_us <= f->created_after_us) ||
+	/* the live job, as the filter's other fields keep it */
+	if (*n && ((f->status && strcmp(f->status, sq_job_status_name((*out)->status))) ||
+		   (f->shard >= 0 && (*out)->shard != f->shard) ||
+		   (f->created_after_us && (*out)->created_us <= f->created_after_us) ||
 		   (f->created_before_us && (*out)->created_us > f->created_before_us))) {
 		sq_jobs_free(*out, *n);
 		*out = NULL, *n = 0;

@@ -260,10 +260,11 @@ START_TEST(failed_jobs_are_retried_by_id_by_type_and_over_http)
 			  (long long)f1, (long long)f2, (long long)f3, (long long)taken,
 			  (long long)ready);
 	ck_assert_msg(rc == 7, "shardq retry exited %d (7: some not made ready):\n%s", rc, msg);
-	char want[512];
+	char want[1024];
+#define NA "not allowed (not failed, or a live job holds its key)"
+#define NF "not found (finished, or never existed)"
 	snprintf(want, sizeof(want),
-		 "%lld ready\n%lld ready\n%lld not failed\n%lld not failed\n%lld not "
-		 "failed\n77 not found\n",
+		 "%lld ready\n%lld ready\n%lld " NA "\n%lld " NA "\n%lld " NA "\n77 " NF "\n",
 		 (long long)f1, (long long)f2, (long long)f3, (long long)taken, (long long)ready);
 	ck_assert_str_eq(msg, want);
 	ck_assert_int_eq(status_of(f1), SQ_READY);
@@ -481,6 +482,30 @@ START_TEST(jobs_are_found_by_type_and_status_a_page_at_a_time)
 	ck_assert_int_eq(sq_jobs_list(t.client, &f, "x.y", 10, &page, &n, next, 64, &err),
 			 SQ_EINVAL);
 	ck_assert_msg(strstr(err.msg, "is not one a listing gave"), "%s", err.msg);
+	/* filters that do not apply are named, never dropped */
+	sq_job_filter bad[] = {
+		{"l", "failed", "key7", -1, 0, 0, 0, 0},        /* a key finds a live job */
+		{"l", "ready", NULL, -1, 1000, 0, 0, 0},        /* finish time of a ready job */
+		{"l", "completed", NULL, -1, 0, 0, 0, 0},       /* l keeps no history */
+		{"l", NULL, "", -1, 0, 0, 0, 0},                /* an empty key */
+		{"l", "completed", NULL, -1, 2000, 1000, 0, 0}, /* an empty window */
+	};
+	static const char *const named[] = {"live job", "filters completed jobs",
+					    "keeps no history", "empty key", "finish-time window"};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		ck_assert_int_eq(
+			sq_jobs_list(t.client, &bad[i], NULL, 10, &page, &n, next, 64, &err),
+			SQ_EINVAL);
+		ck_assert_msg(strstr(err.msg, named[i]), "case %zu: %s", i, err.msg);
+	}
+	/* a key with a status finds its live job only in that status */
+	sq_job_filter kf = {"l", "running", "key7", -1, 0, 0, 0, 0};
+	OKE(sq_jobs_list(t.client, &kf, NULL, 10, &page, &n, next, 64, &err));
+	ck_assert_uint_eq(n, 0); /* key7 is ready */
+	kf.status = "ready";
+	OKE(sq_jobs_list(t.client, &kf, NULL, 10, &page, &n, next, 64, &err));
+	ck_assert_uint_eq(n, 1);
+	sq_jobs_free(page, n);
 	int rc = test_cli(NULL, msg, sizeof(msg), "-c %s jobs list --type l --status failed --all",
 			  ini);
 	ck_assert_int_eq(rc, 0);
@@ -538,6 +563,10 @@ START_TEST(jobs_are_found_by_type_and_status_a_page_at_a_time)
 	ck_assert(json_is_null(json_object_get(j, "next")));
 	json_decref(j);
 	j = call("GET", "/v1/jobs?status=failed", tok_admin, NULL, &st);
+	ck_assert_int_eq(st, 400);
+	call("GET", "/v1/jobs?type=l&stauts=failed", tok_admin, NULL, &st);
+	ck_assert_int_eq(st, 400); /* not every ready job */
+	call("GET", "/v1/jobs?type=l&limit=5&limit=500", tok_admin, NULL, &st);
 	ck_assert_int_eq(st, 400);
 	/* cancel by status over HTTP: an admin's call */
 	test_enqueue_n(t.client, "o", 12, NULL);
@@ -706,10 +735,37 @@ START_TEST(jobs_are_found_by_creation_time_past_a_long_scan)
 	ck_assert_int_eq((long long)n, fresh_failed);
 	call("GET", "/v1/jobs?type=l&created_after_ms=an+hour+ago", tok_admin, NULL, &st);
 	ck_assert_int_eq(st, 400);
+	/* a bulk cancel with a field it does not know, or of two forms, is
+	 * refused whole: a misspelled window is not read as none */
+	static const char *const refused[] = {
+		"{\"type\":\"l\",\"status\":\"ready\",\"created_afer_ms\":1}",
+		"{\"type\":\"l\",\"status\":\"ready\",\"key\":\"k\"}",
+		"{\"ids\":[1],\"type\":\"l\",\"status\":\"ready\"}",
+		"{\"type\":\"nosuch\",\"status\":\"ready\"}",
+	};
+	ready = count("task = 'l' AND status = 'ready'");
+	for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
+		call("POST", "/v1/jobs/cancel", tok_admin, refused[i], &st);
+		ck_assert_msg(st == 400, "%s answered %d", refused[i], st);
+	}
+	ck_assert_int_eq(count("task = 'l' AND status = 'ready'"), ready);
+	snprintf(path, sizeof(path),
+		 "{\"type\":\"l\",\"status\":\"ready\",\"created_before_ms\":%lld}",
+		 (long long)(hour_ago / 1000));
+	json_t *cj = call("POST", "/v1/jobs/cancel", tok_admin, path, &st);
+	ck_assert_msg(cj != NULL, "a windowed cancel answered %d", st);
+	ck_assert_int_eq(json_integer_value(json_object_get(cj, "cancelled")), 0);
+	json_decref(cj);
+	ck_assert_int_eq(count("task = 'l' AND status = 'ready'"), ready);
 	call("GET", "/v1/jobs?type=l&created_after_ms=20&created_before_ms=10", tok_admin, NULL,
 	     &st);
 	ck_assert_int_eq(st, 400);
 	ck_assert_int_eq(test_daemon_stop(&D, SIGTERM), 0);
+	const char *log = test_file_text(D.out);
+	ck_assert_msg(strstr(log, "cancel of the ready jobs of type l, created after 0 ms and by"),
+		      "the windowed cancel is not logged with its window:\n%s", log);
+	ck_assert_msg(!strstr(log, "type nosuch") && !strstr(log, "created_afer"),
+		      "a refused cancel is logged as done:\n%s", log);
 	testdb_close(&t);
 }
 END_TEST
@@ -870,7 +926,7 @@ static void run_n(const char *type, int n)
 START_TEST(finished_jobs_are_found_and_purged_by_type)
 {
 	static int64_t ids[64];
-	char ini[600], msg[8192], body[128];
+	char ini[600], msg[32768], body[128];
 	int pages, st;
 	testdb_open(&t, "admin_hist", 2, 64,
 		    "[type l]\nhistory = true\n[type o]\nhistory = true\n");

@@ -598,11 +598,11 @@ START_TEST(cli_maintain)
 	 * at a random time within its first maintain_interval) */
 	drop_days();
 	ck_assert_int_eq(testdb_run_cli(out, sizeof(out), "-c %s init", path), 0);
-	ck_assert_msg(strstr(out, "history: 12 day partitions made ahead"), "%s", out);
+	ck_assert_msg(strstr(out, "history: 12 day partitions made ahead on "), "%s", out);
 	for (int s = 0; s < t.nshards; s++)
 		ck_assert_int_eq(day_parts(s), 6);
 	ck_assert_int_eq(testdb_run_cli(out, sizeof(out), "-c %s init", path), 0);
-	ck_assert_msg(strstr(out, "history: 0 day partitions made ahead"), "%s", out);
+	ck_assert_msg(strstr(out, "history: 0 day partitions made ahead on "), "%s", out);
 	/* when it cannot (a long transaction on the history of s1), init still
 	 * succeeds, says so, and s2's days are made */
 	drop_days();

@@ -57,7 +57,7 @@ int cmd_init(cli *x, int argc, char **argv)
 	for (int s = 0; s < rep.nshards; s++)
 		made += rep.shards[s].ncreated;
 	if (mst == SQ_OK)
-		printf("history: %zu day partitions made ahead\n", made);
+		printf("history: %zu day partitions made ahead on %d shards\n", made, rep.nshards);
 	else
 		fprintf(stderr,
 			"shardq init: warning: the history's day partitions were not all made "
@@ -170,6 +170,12 @@ static void print_stats_json(const cli *x, const sq_stats *st)
 		print_types_json(st, s);
 		printf("}");
 	}
+	printf("],\"paused\":[");
+	for (int i = 0, np = 0; i < sq_config_type_count(x->cfg); i++)
+		if (sq_type_paused(x->client, sq_config_type_name(x->cfg, i))) {
+			printf("%s", np++ ? "," : "");
+			cli_json_str(sq_config_type_name(x->cfg, i));
+		}
 	printf("]}\n");
 }
 

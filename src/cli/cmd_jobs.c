@@ -632,6 +632,21 @@ static int created_opt(const char *cmd, int c, const char *arg, sq_job_filter *f
 	return 0;
 }
 
+/* --created-within D1 with --created-older-than D2: D1 must be the
+ * longer, or no time is left between them. */
+static int created_window_check(const char *cmd, const sq_job_filter *f)
+{
+	if (!f->created_after_us || !f->created_before_us ||
+	    f->created_after_us < f->created_before_us)
+		return 0;
+	fprintf(stderr,
+		"shardq %s: --created-within and --created-older-than leave no time between "
+		"them: the first must be the longer (say --created-within 2h "
+		"--created-older-than 1h)\n",
+		cmd);
+	return EX_USAGE;
+}
+
 static void cancel_progress(int64_t cancelled, void *arg)
 {
 	(void)arg;
@@ -729,6 +744,8 @@ int cmd_cancel(cli *x, int argc, char **argv)
 		free(ids);
 		f.type = type;
 		f.status = status;
+		if ((rc = created_window_check("cancel", &f)))
+			return rc;
 		return cancel_matching(x, &f);
 	}
 	if (type) {
@@ -782,7 +799,8 @@ static int jobs_list_usage(void)
 	       "One JSON line per job (as `shardq get`, with its last_error), in the\n"
 	       "status's order:\n"
 	       "ready jobs in claim order, starting and running ones by the end of\n"
-	       "their lease, failed ones as they failed, completed ones as they finished.\n"
+	       "their lease, failed and cancelled ones as they got there, completed ones\n"
+	       "as they finished.\n"
 	       "A page of N (100; at most 1000); when there is more, stderr says how to\n"
 	       "ask for the next page (--after CURSOR); --all follows them to the end.\n"
 	       "Each shard reads the status's index from the cursor on: no scan. A\n"
@@ -852,6 +870,8 @@ int cmd_jobs(cli *x, int argc, char **argv)
 		fprintf(stderr, "shardq jobs list: give --type T (a [type] of the config)\n");
 		return EX_USAGE;
 	}
+	if ((rc = created_window_check("jobs list", &f)))
+		return rc;
 	if (within_ms)
 		f.finished_after_us = cli_now_us() - within_ms * 1000;
 	if ((rc = cli_open(x, "jobs list", 0)))
@@ -881,7 +901,10 @@ int cmd_jobs(cli *x, int argc, char **argv)
 static void purge_progress(int64_t purged, void *arg)
 {
 	(void)arg;
-	fprintf(stderr, "shardq purge: %" PRId64 " history rows deleted\n", purged);
+	static int64_t said = -1; /* once per total: a shard with none says nothing */
+	if (purged != said)
+		fprintf(stderr, "shardq purge: %" PRId64 " history rows deleted\n", purged);
+	said = purged;
 }
 
 int cmd_purge(cli *x, int argc, char **argv)
@@ -989,8 +1012,8 @@ int cmd_retry(cli *x, int argc, char **argv)
 			       "       shardq [-c FILE] retry --type T [--batch N]\n\n"
 			       "Makes failed jobs ready again, due now, with a fresh budget of "
 			       "tries (their\nlast error is kept). With ids: one line each, "
-			       "'ID ready', 'ID not found' or\n'ID not failed' (also when a live "
-			       "job of its type holds its key); exit 7 if\nany was not made "
+			       "'ID ready', 'ID not found' or\n'ID not allowed' (not failed, or "
+			       "a live job of its type holds its key); exit 7 if\nany was not made "
 			       "ready. With --type: every job of T that has failed so far,\nin "
 			       "batches of N (1000) with progress on stderr, then one JSON line.\n"
 			       "A job a worker holds is never touched.\n");
@@ -1026,9 +1049,10 @@ int cmd_retry(cli *x, int argc, char **argv)
 	rc = st == SQ_OK ? EX_OK : cli_fail("retry", &err);
 	for (size_t i = 0; st == SQ_OK && i < n; i++) {
 		printf("%" PRId64 " %s\n", ids[i],
-		       out[i] == SQ_OK       ? "ready"
-		       : out[i] == SQ_ESTATE ? "not failed"
-					     : "not found");
+		       out[i] == SQ_OK ? "ready"
+		       : out[i] == SQ_ESTATE
+			       ? "not allowed (not failed, or a live job holds its key)"
+			       : "not found (finished, or never existed)");
 		if (out[i] != SQ_OK)
 			rc = EX_NOTFOUND;
 	}

@@ -291,6 +291,10 @@ void cli_print_job_detail(FILE *f, const sq_job *j, const sq_config *cfg, const 
 		iso_time(t, sizeof(t), j->lease_until_us);
 		sq_buf_printf(&b, ",\"lease_until\":\"%s\"", t);
 	}
+	if (j->created_us) {
+		iso_time(t, sizeof(t), j->created_us);
+		sq_buf_printf(&b, ",\"created\":\"%s\"", t);
+	}
 	if (last_error) {
 		sq_buf_puts(&b, ",\"last_error\":");
 		sq_json_put_string(&b, last_error);

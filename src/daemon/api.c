@@ -362,6 +362,28 @@ static json_t *load_body(sqd_task *t, const char *example)
 	return root;
 }
 
+/* Whether root holds no key but those of `keys` (NULL-ended); else a 400
+ * that names the first other one and what to send, and 0. An admin action
+ * must not read a misspelled filter as no filter. */
+static int only_keys(sqd_task *t, json_t *root, const char *const *keys, const char *form)
+{
+	const char *k;
+	json_t *v;
+	json_object_foreach(root, k, v)
+	{
+		int known = 0;
+		for (size_t i = 0; keys[i]; i++)
+			known |= !strcmp(k, keys[i]);
+		if (!known) {
+			sqd_error(t, 400, "bad_request",
+				  "field '%s' has no meaning here: send %s, and nothing else", k,
+				  form);
+			return 0;
+		}
+	}
+	return 1;
+}
+
 static const char *result_name(sq_status s)
 {
 	switch (s) {
@@ -819,7 +841,8 @@ static void cancel_matching(sqd_task *t, sq_client *c, json_t *root)
 	}
 	f.created_after_us = ca ? json_integer_value(ca) * 1000 : 0;
 	f.created_before_us = cb ? json_integer_value(cb) * 1000 : 0;
-	if (sq_cancel_matching(c, &f, 0, NULL, NULL, &n, &err) != SQ_OK) {
+	sq_status st = sq_cancel_matching(c, &f, 0, NULL, NULL, &n, &err);
+	if (st != SQ_OK) {
 		fail_status(t, err.code, &err);
 	} else {
 		sq_buf_reset(&t->resp);
@@ -829,29 +852,41 @@ static void cancel_matching(sqd_task *t, sq_client *c, json_t *root)
 		sq_json_put_string(&t->resp, status);
 		sq_buf_printf(&t->resp, ",\"cancelled\":%lld}", (long long)n);
 	}
-	sqd_log("cancel of the %s jobs of type %s by token '%s': %lld cancelled", status, type,
-		t->who, (long long)n);
+	char window[96] = "";
+	if (ca || cb)
+		snprintf(window, sizeof(window), ", created after %lld ms and by %lld ms,",
+			 ca ? (long long)json_integer_value(ca) : 0LL,
+			 cb ? (long long)json_integer_value(cb) : 0LL);
+	if (st == SQ_OK || n) /* what was done: not a request refused */
+		sqd_log("cancel of the %s jobs of type %s%s by token '%s': %lld cancelled%s",
+			status, type, window, t->who, (long long)n,
+			st == SQ_OK ? "" : " (stopped by an error)");
 }
 
 static void do_cancel(sqd *d, sq_client *c, sqd_task *t)
 {
-	json_t *root = load_body(t, "{\"ids\":[1,2]} or {\"type\":\"T\",\"key\":\"K\"}");
+	static const char *const by_ids[] = {"ids", NULL}, *const by_key[] = {"type", "key", NULL},
+				 *const by_status[] = {"type", "status", "created_after_ms",
+						       "created_before_ms", NULL};
+	json_t *root = load_body(t, "{\"ids\":[1,2]}, {\"type\":\"T\",\"key\":\"K\"} or "
+				    "{\"type\":\"T\",\"status\":\"S\"}");
 	if (!root)
 		return;
 	json_t *ids = json_object_get(root, "ids");
 	json_t *type = json_object_get(root, "type"), *key = json_object_get(root, "key");
 	json_t *status = json_object_get(root, "status");
 	sq_error err;
-	if (json_is_string(type) && json_is_string(status) && !ids && !key) {
-		cancel_matching(t, c, root);
+	int ok = ids      ? only_keys(t, root, by_ids, "{\"ids\":[1,2]}")
+		 : status ? only_keys(t, root, by_status,
+				      "{\"type\":\"T\",\"status\":\"S\"} (and created_after_ms, "
+				      "created_before_ms)")
+			  : only_keys(t, root, by_key, "{\"type\":\"T\",\"key\":\"K\"}");
+	if (!ok) {
 		json_decref(root);
 		return;
 	}
-	if (json_object_get(root, "created_after_ms") ||
-	    json_object_get(root, "created_before_ms")) {
-		sqd_error(t, 400, "bad_request",
-			  "created_after_ms and created_before_ms go with {\"type\":\"T\","
-			  "\"status\":\"S\"}, not with ids or a key");
+	if (json_is_string(type) && json_is_string(status)) {
+		cancel_matching(t, c, root);
 		json_decref(root);
 		return;
 	}
@@ -929,10 +964,11 @@ static void do_retry(sqd *d, sq_client *c, sqd_task *t)
 			sq_buf_printf(&t->resp, ",\"retried\":%lld,\"not_allowed\":%lld}",
 				      (long long)ok, (long long)na);
 		}
-		sqd_log("retry of the failed jobs of type %s by token '%s': %lld made ready, %lld "
-			"left%s",
-			json_string_value(type), t->who, (long long)ok, (long long)na,
-			st == SQ_OK ? "" : " (stopped by an error)");
+		if (st == SQ_OK || ok) /* what was done: not a request refused */
+			sqd_log("retry of the failed jobs of type %s by token '%s': %lld made "
+				"ready, %lld left%s",
+				json_string_value(type), t->who, (long long)ok, (long long)na,
+				st == SQ_OK ? "" : " (stopped by an error)");
 		json_decref(root);
 		return;
 	}
@@ -997,6 +1033,44 @@ static void put_job_error(sq_buf *b, const sq_config *cfg, const sq_job *j, cons
 	sq_buf_putc(b, '}');
 }
 
+/* Whether every parameter of the job list's query is one it knows, once;
+ * else a 400 that names the first other (a misspelled filter must not
+ * list every job) and 0. */
+static int list_params_known(sqd_task *t, struct evkeyvalq *kv)
+{
+	static const char *const known[] = {"type",
+					    "status",
+					    "key",
+					    "shard",
+					    "limit",
+					    "after",
+					    "finished_after_ms",
+					    "finished_before_ms",
+					    "created_after_ms",
+					    "created_before_ms"};
+	for (struct evkeyval *p = kv->tqh_first; p; p = p->next.tqe_next) {
+		int seen = 0;
+		for (size_t i = 0; i < sizeof(known) / sizeof(known[0]); i++)
+			seen |= !strcmp(p->key, known[i]);
+		for (struct evkeyval *q = kv->tqh_first; seen && q != p; q = q->next.tqe_next)
+			if (!strcmp(q->key, p->key)) {
+				sqd_error(t, 400, "bad_request", "parameter '%s' is given twice",
+					  p->key);
+				return 0;
+			}
+		if (!seen) {
+			sqd_error(
+				t, 400, "bad_request",
+				"parameter '%s' is not one the job list takes: give type, status, "
+				"key, shard, limit, after, finished_after_ms, finished_before_ms, "
+				"created_after_ms or created_before_ms",
+				p->key);
+			return 0;
+		}
+	}
+	return 1;
+}
+
 /* The time in query parameter `name` (Unix ms; absent: 0) as µs in *us;
  * else a 400 that names it, and -1. */
 static int query_ms(sqd_task *t, struct evkeyvalq *kv, const char *name, int64_t *us)
@@ -1025,6 +1099,10 @@ static void do_list(sqd *d, sq_client *c, sqd_task *t)
 	struct evkeyvalq kv;
 	if (evhttp_parse_query_str(t->query ? t->query : "", &kv)) {
 		sqd_error(t, 400, "bad_request", "the query string is not valid");
+		return;
+	}
+	if (!list_params_known(t, &kv)) {
+		evhttp_clear_headers(&kv);
 		return;
 	}
 	const char *shard = evhttp_find_header(&kv, "shard"),
@@ -1094,7 +1172,7 @@ static void do_purge(sqd *d, sq_client *c, sqd_task *t)
 	sq_error err;
 	int64_t purged = 0;
 	(void)d;
-	if (!json_is_string(type) || !json_is_integer(before) || json_object_size(root) != 2) {
+	if (!json_is_string(type) || !ms_time(before) || json_object_size(root) != 2) {
 		sqd_error(t, 400, "bad_request",
 			  "send {\"type\":\"T\",\"finished_before_ms\":MS}: the type, and the "
 			  "latest finish time to delete (Unix ms)");
