@@ -948,9 +948,15 @@ static void do_retry(sqd *d, sq_client *c, sqd_task *t)
 	json_t *root = load_body(t, "{\"ids\":[1,2]} or {\"type\":\"T\"}");
 	if (!root)
 		return;
+	static const char *const by_ids[] = {"ids", NULL}, *const by_type[] = {"type", NULL};
 	json_t *ids = json_object_get(root, "ids"), *type = json_object_get(root, "type");
 	sq_error err;
 	(void)d;
+	if (!(ids ? only_keys(t, root, by_ids, "{\"ids\":[1,2]}")
+		  : only_keys(t, root, by_type, "{\"type\":\"T\"}"))) {
+		json_decref(root);
+		return;
+	}
 	if (json_is_string(type) && !ids && json_object_size(root) == 1) {
 		int64_t ok = 0, na = 0;
 		sq_status st =
@@ -1172,7 +1178,10 @@ static void do_purge(sqd *d, sq_client *c, sqd_task *t)
 	sq_error err;
 	int64_t purged = 0;
 	(void)d;
-	if (!json_is_string(type) || !ms_time(before) || json_object_size(root) != 2) {
+	static const char *const fields[] = {"type", "finished_before_ms", NULL};
+	if (!only_keys(t, root, fields, "{\"type\":\"T\",\"finished_before_ms\":MS}")) {
+		/* answered */
+	} else if (!json_is_string(type) || !ms_time(before) || json_object_size(root) != 2) {
 		sqd_error(t, 400, "bad_request",
 			  "send {\"type\":\"T\",\"finished_before_ms\":MS}: the type, and the "
 			  "latest finish time to delete (Unix ms)");
