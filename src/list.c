@@ -70,6 +70,26 @@ static const char *status_of(const sq_job_filter *f)
 	return f->status ? f->status : "ready";
 }
 
+/* What a listing's `next` begins with: 16 bits of the hash of its type and
+ * status, so that a cursor from another listing is refused, not read as a
+ * place in this one's order. */
+static unsigned cursor_tag(const sq_job_filter *f)
+{
+	char s[SQ_MAX_TYPE_LEN + 16];
+	int n = snprintf(s, sizeof(s), "%s/%s", f->type, status_of(f));
+	return sq_partition_of_key(s, n < 0 ? 0 : (size_t)n, 65536);
+}
+
+/* A `next` of this listing ("tag.a.b.c") into k. */
+static int parse_next(const char *s, const sq_job_filter *f, cursor *k)
+{
+	unsigned tag;
+	char end;
+	return sscanf(s, "%4x.%" SCNd64 ".%" SCNd64 ".%" SCNd64 "%c", &tag, &k->a, &k->b, &k->c,
+		      &end) == 4 &&
+	       tag == cursor_tag(f);
+}
+
 static int windowed(const sq_job_filter *f)
 {
 	return f->created_after_us || f->created_before_us;
@@ -146,11 +166,11 @@ static sq_status check_filter(sq_client *c, const sq_job_filter *f, const char *
 			      "before its end, each 0 (no bound) to 9999-12-31",
 			      f->created_after_us, f->created_before_us);
 	*k = first_cursor(f);
-	if (after && *after && !parse_cursor(after, k))
+	if (after && *after && !parse_next(after, f, k))
 		return sq_err(err, SQ_EINVAL,
-			      "cursor '%s' is not one a listing gave: pass the `next` of the "
-			      "page before, or none for the first page",
-			      after);
+			      "cursor '%s' is not one a listing of %s jobs of type %s gave: pass "
+			      "the `next` of the page before, or none for the first page",
+			      after, status_of(f), f->type);
 	return SQ_OK;
 }
 
@@ -273,9 +293,11 @@ static sq_status list_round(sq_client *c, const sq_job_filter *f, const cursor *
 }
 
 /* The page: the first `limit` of v in order, the rest freed; next set. */
-static sq_status take_page(found *v, size_t n, int limit, int more, const cursor *upto, int ready,
-			   sq_job **out, size_t *nout, char *next, size_t nextlen, sq_error *err)
+static sq_status take_page(found *v, size_t n, int limit, int more, const cursor *upto,
+			   const sq_job_filter *f, sq_job **out, size_t *nout, char *next,
+			   size_t nextlen, sq_error *err)
 {
+	int ready = !strcmp(status_of(f), "ready");
 	if (n > 1)
 		qsort(v, n, sizeof(*v), ready ? cmp_ready : cmp_found);
 	size_t keep = n < (size_t)limit ? n : (size_t)limit;
@@ -297,7 +319,8 @@ static sq_status take_page(found *v, size_t n, int limit, int more, const cursor
 	if (next && nextlen)
 		next[0] = '\0';
 	if ((n > keep || more) && next)
-		snprintf(next, nextlen, "%" PRId64 ".%" PRId64 ".%" PRId64, k->a, k->b, k->c);
+		snprintf(next, nextlen, "%04x.%" PRId64 ".%" PRId64 ".%" PRId64, cursor_tag(f),
+			 k->a, k->b, k->c);
 	return SQ_OK;
 }
 
@@ -363,8 +386,7 @@ sq_status sq_jobs_list(sq_client *c, const sq_job_filter *f, const char *after, 
 		free(rows);
 		return st;
 	}
-	st = take_page(rows, nrows, limit, more, &upto, !strcmp(status_of(f), "ready"), out, n,
-		       next, nextlen, err);
+	st = take_page(rows, nrows, limit, more, &upto, f, out, n, next, nextlen, err);
 	free(rows);
 	return st;
 }

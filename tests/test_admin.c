@@ -481,7 +481,20 @@ START_TEST(jobs_are_found_by_type_and_status_a_page_at_a_time)
 	f.status = NULL;
 	ck_assert_int_eq(sq_jobs_list(t.client, &f, "x.y", 10, &page, &n, next, 64, &err),
 			 SQ_EINVAL);
-	ck_assert_msg(strstr(err.msg, "is not one a listing gave"), "%s", err.msg);
+	ck_assert_msg(strstr(err.msg, "is not one a listing of ready jobs of type l gave"), "%s",
+		      err.msg);
+	/* a cursor of another listing (failed jobs of l) is refused, not read
+	 * as a place in this one */
+	{
+		sq_job_filter ff = {"l", "failed", NULL, -1, 0, 0, 0, 0};
+		char fnext[64];
+		OKE(sq_jobs_list(t.client, &ff, NULL, 3, &page, &n, fnext, sizeof(fnext), &err));
+		sq_jobs_free(page, n);
+		ck_assert(fnext[0]);
+		ck_assert_int_eq(sq_jobs_list(t.client, &f, fnext, 10, &page, &n, next, 64, &err),
+				 SQ_EINVAL);
+		ck_assert_msg(strstr(err.msg, "not one a listing of ready jobs"), "%s", err.msg);
+	}
 	/* filters that do not apply are named, never dropped */
 	sq_job_filter bad[] = {
 		{"l", "failed", "key7", -1, 0, 0, 0, 0},        /* a key finds a live job */
