@@ -634,7 +634,9 @@ static void start_fresh(sq_worker *w, double now)
 		return;
 	for (int t = 0; t < w->ntypes; t++) {
 		wtype *wt = &w->types[t];
-		while (wt->running < wt->conc) {
+		/* not the slots that claims out fill with jobs they start at
+		 * once (reserved_start): those come back `running` */
+		while (wt->running + w->reserved_start[t] < wt->conc) {
 			sq_task *k = sq_startq_take(&wt->buffer, now, 1, NULL, NULL);
 			if (!k && wt->handed && (k = sq_pool_unhand_one(&w->pool, t)) != NULL) {
 				wt->handed--;
@@ -1164,7 +1166,9 @@ static int tick_count(sq_worker *w, tick_state *ts, int claiming, size_t want[WB
 			want[k->unstarted ? WB_START : WB_HEARTBEAT]++;
 	for (int t = 0; claiming && t < w->ntypes; t++) {
 		wtype *wt = &w->types[t];
-		int f = wt->conc - wt->running - wt->starts_out;
+		/* free slots: not those that claims out will fill with jobs they
+		 * start at once (reserved_start) */
+		int f = wt->conc - wt->running - wt->starts_out - w->reserved_start[t];
 		int ready = f > 0 ? sq_startq_ready(&wt->buffer, now, on_round_shard, ts) : 0;
 		ts->promoting[t] = f > 0 ? (f < ready ? f : ready) : 0;
 		want[WB_START] += (size_t)ts->promoting[t];

@@ -423,6 +423,67 @@ static long long sample_held(const char *worker, const char *out, long long *mos
 	return most;
 }
 
+/* The worker's reports (-v) in out: how many, and the most "running N of
+ * M slots" went over M. */
+static int reports_over(const char *out, int *over)
+{
+	int n = 0, run, slots;
+	char *text = access(out, R_OK) == 0 ? test_read_file(out) : NULL;
+	*over = 0;
+	for (const char *p = text; p && (p = strstr(p, "running ")) != NULL; p++)
+		if (sscanf(p, "running %d of %d slots", &run, &slots) == 2) {
+			n++;
+			if (run - slots > *over)
+				*over = run - slots;
+		}
+	free(text);
+	return n;
+}
+
+static const char *slots_out;
+static int three_reports(void)
+{
+	int over;
+	return reports_over(slots_out, &over) >= 3;
+}
+
+/* A worker with a prefetch never takes more jobs to run than it has slots:
+ * the slots that its claims out will fill with jobs they start at once are
+ * not given to buffered jobs meanwhile. (They were: with a claim out on
+ * each of three shards, a buffered job took a slot that a claim then
+ * filled too, and a job claimed `running` waited for a slot with its
+ * lease held, and was charged a try when the worker stopped.) */
+START_TEST(claims_out_keep_their_slots_from_buffered_jobs)
+{
+	setup_with("sqt_work_slots", "[type r]\nhistory = true\n");
+	make_script("sleep 2");
+	/* keyed: spread over every shard, so that claims are out on several */
+	for (int i = 0; i < 30; i++) {
+		char key[16];
+		snprintf(key, sizeof(key), "k%d", i);
+		enqueue_one(t.client, "r", key, NULL, NULL);
+	}
+	slots_out = tmp("wA.out");
+	pid_t a = spawn("wA", "r:2", "--prefetch 4 -v", slots_out);
+	ck_assert_msg(wait_cond(three_reports), "wA gave no three reports:\n%s",
+		      test_file_text(slots_out));
+	kill(a, SIGTERM);
+	ck_assert_int_eq(test_wait_exit(a, testdb_stall_s()), 0);
+	int over, n = reports_over(slots_out, &over);
+	printf("slots: %d reports, at most %d running over the 2 slots\n", n, over);
+	ck_assert_msg(over == 0, "the worker ran %d more jobs than its 2 slots:\n%s", over,
+		      test_file_text(slots_out));
+	/* what it had not begun went back with no try counted */
+	ck_assert_int_eq(testdb_sum(&t, "SELECT count(*) FROM shardq.jobs WHERE status IN "
+					"('starting', 'running')"),
+			 0);
+	ck_assert_int_eq(testdb_sum(&t, "SELECT count(*) FROM shardq.jobs WHERE status = 'ready' "
+					"AND attempt - attempt_base > 0"),
+			 0);
+	cleanup();
+}
+END_TEST
+
 START_TEST(backpressure_and_long_jobs_never_prefetched)
 {
 	setup_with("sqt_work_bp", "[type slow]\nhistory = true\n[type long]\nhistory = true\n");
@@ -2093,6 +2154,7 @@ int main(void)
 	ADD_CASE(s, sigterm_releases_buffer_and_finishes, 3600);
 	ADD_CASE(s, second_signal_exits_at_once, 3600);
 	ADD_CASE(s, backpressure_and_long_jobs_never_prefetched, 3600);
+	ADD_CASE(s, claims_out_keep_their_slots_from_buffered_jobs, 3600);
 	ADD_CASE(s, fast_jobs_keep_slots_busy, 3600);
 	ADD_CASE(s, expired_lease_result_discarded, 3600);
 	ADD_CASE(s, exec_contract, 3600);
