@@ -2008,6 +2008,13 @@ static void shard_gone_holds_no_request_up(const char *db, int freeze)
 	free(body);
 	ck_assert_int_eq(live("task = 'a'"), N);
 	ck_assert_int_eq(live("task = 'a' AND active_uid LIKE 'h%'"), N);
+	/* the claimer's next claim reaches both shards, and the log says the
+	 * outage it reported is over */
+	r = call("POST", "/v1/claim", tok_worker,
+		 "{\"worker\":\"w1\",\"types\":[{\"type\":\"b\",\"limit\":1}],\"wait_ms\":0}");
+	EXPECT(r, 200, NULL);
+	ck_assert_msg(strstr(test_file_text(D.out), "claim: every shard answers again"),
+		      "shardqd did not log the end of the outage:\n%s", slurp_tail(D.out));
 	call_timeout_s = 0;
 	testdb_proxy_stop(&px);
 	stop_all();

@@ -34,6 +34,7 @@ typedef struct claimer {
 	int *pf_shard;
 	int npf;
 	double last_log;
+	int failing; /* the last claim failed: its recovery is logged */
 } claimer;
 
 static claimer C;
@@ -303,6 +304,10 @@ static void tick(sqd *d, sq_client *c)
 			sqd_log("claim: %s", err.msg);
 			C.last_log = now;
 		}
+		C.failing = 1;
+	} else if (C.failing) { /* the end of an outage is said too */
+		sqd_log("claim: every shard answers again");
+		C.failing = 0;
 	}
 	deal(d, c, jobs, njobs);
 	sq_jobs_free(jobs, njobs);
