@@ -1,5 +1,6 @@
 /* jobrow.c - job rows as returned by claims and lookups. */
 #include "jobrow.h"
+#include "config.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -176,4 +177,11 @@ void sq_jobs_free(sq_job *jobs, size_t n)
 	for (size_t i = 0; jobs && i < n; i++)
 		sq_job_clear(&jobs[i]);
 	free(jobs);
+}
+
+void sq_job_history_budget(const sq_config *cfg, sq_job *job)
+{
+	const sq_type_conf *t = job->type ? sq_config_type(cfg, job->type) : NULL;
+	if (t)
+		job->max_attempts = t->max_attempts;
 }

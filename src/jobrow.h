@@ -11,6 +11,10 @@
  * *job holds nothing to free). */
 int sq_jobrow_parse(PGresult *r, int row, int shard, sq_job *job);
 
+/* A history row keeps no max_attempts (get_history, list_completed give
+ * the attempt in its place): the job's type's, from cfg, if it has one. */
+void sq_job_history_budget(const sq_config *cfg, sq_job *job);
+
 /* NULL when r has the claim's columns (the fragment job_columns_bin of
  * sql/queries/claim.sql) in binary format, else what is wrong (a shard
  * whose schema differs). */

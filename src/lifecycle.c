@@ -597,10 +597,11 @@ sq_status sq_get_job(sq_client *c, int64_t id, sq_job *job, sq_error *err)
 	sq_pgconn_push(&c->shards[s], &stmt_get_history, 1, v);
 	st = sq_client_run(c, err);
 	PGresult *r = NULL;
+	int history = 0; /* r is a history row */
 	if (st == SQ_OK) {
 		r = c->shards[s].res[0];
 		if (PQntuples(r) == 0)
-			r = c->shards[s].res[1];
+			r = c->shards[s].res[1], history = 1;
 	}
 	if (st == SQ_OK && PQntuples(r) == 0) {
 		int o = found_elsewhere(c, s, &stmt_get_history, v, &st, err);
@@ -614,6 +615,8 @@ sq_status sq_get_job(sq_client *c, int64_t id, sq_job *job, sq_error *err)
 			    (long long)id);
 	else if (st == SQ_OK && sq_jobrow_parse(r, 0, s, job))
 		st = sq_err(err, SQ_ENOMEM, "out of memory");
+	else if (st == SQ_OK && history)
+		sq_job_history_budget(c->cfg, job);
 	sq_client_reset(c);
 	return st;
 }

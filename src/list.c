@@ -243,6 +243,8 @@ static sq_status read_page(sq_client *c, int s, int limit, int scan, found **v, 
 			continue;
 		if (PQgetvalue(r, i, take)[0] != 't' || sq_jobrow_parse(r, i, s, &f->job))
 			continue;
+		if (f->job.status == SQ_COMPLETED) /* the history's row */
+			sq_job_history_budget(c->cfg, &f->job);
 		f->k = last_taken = last;
 		taken++;
 		(*n)++;

@@ -942,7 +942,7 @@ START_TEST(finished_jobs_are_found_and_purged_by_type)
 	char ini[600], msg[32768], body[128];
 	int pages, st;
 	testdb_open(&t, "admin_hist", 2, 64,
-		    "[type l]\nhistory = true\n[type o]\nhistory = true\n");
+		    "[type l]\nhistory = true\nmax_attempts = 4\n[type o]\nhistory = true\n");
 	test_write_bytes(testdb_path(ini, sizeof(ini), "c.ini"), t.ini, strlen(t.ini));
 	test_enqueue_n(t.client, "l", 50, NULL);
 	test_enqueue_n(t.client, "o", 10, NULL);
@@ -950,6 +950,18 @@ START_TEST(finished_jobs_are_found_and_purged_by_type)
 	run_n("o", 10);
 	size_t n = list_all(t.client, "completed", 20, ids, 64, &pages);
 	ck_assert_uint_eq(n, 50);
+	{ /* a history row keeps no budget of tries: the type's is shown */
+		sq_job_filter cf = {"l", "completed", NULL, -1, 0, 0, 0, 0};
+		sq_job *cj;
+		size_t cn;
+		char cnext[64];
+		sq_error err;
+		OKE(sq_jobs_list(t.client, &cf, NULL, 5, &cj, &cn, cnext, sizeof(cnext), &err));
+		ck_assert_uint_eq(cn, 5);
+		for (size_t i = 0; i < cn; i++)
+			ck_assert_int_eq(cj[i].max_attempts, 4);
+		sq_jobs_free(cj, cn);
+	}
 	ck_assert_int_ge(pages, 3);
 	qsort(ids, n, sizeof(ids[0]), test_cmp_i64);
 	for (size_t i = 1; i < n; i++)

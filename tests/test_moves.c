@@ -764,6 +764,7 @@ START_TEST(a_finished_job_is_found_after_its_partition_moved)
 	OKE(sq_get_job(t.client, id, &j, &err));
 	ck_assert_int_eq(j.status, SQ_COMPLETED);
 	ck_assert_int_eq(j.shard, from);
+	ck_assert_int_eq(j.max_attempts, 3); /* the type's: history keeps none */
 	sq_job_clear(&j);
 	char *e = NULL;
 	OKE(sq_get_job_error(t.client, id, &e, &err));
