@@ -635,8 +635,9 @@ static void start_fresh(sq_worker *w, double now)
 	for (int t = 0; t < w->ntypes; t++) {
 		wtype *wt = &w->types[t];
 		/* not the slots that claims out fill with jobs they start at
-		 * once (reserved_start): those come back `running` */
-		while (wt->running + w->reserved_start[t] < wt->conc) {
+		 * once (reserved_start), nor those of the starts out: both come
+		 * back `running` */
+		while (wt->running + wt->starts_out + w->reserved_start[t] < wt->conc) {
 			sq_task *k = sq_startq_take(&wt->buffer, now, 1, NULL, NULL);
 			if (!k && wt->handed && (k = sq_pool_unhand_one(&w->pool, t)) != NULL) {
 				wt->handed--;

@@ -28,8 +28,9 @@
 -- Indexes: jobs_lease and jobs_ready per type, jobs_pkey per picked row,
 -- partition_state_not_owned once.
 WITH t AS (
-  SELECT t.*, {{claim_cursor_key}} FROM unnest($1::text[], $2::int[], $3::bigint[], $5::int[],
-                       $6::bool[], $7::int[], $8::bigint[], $9::bigint[])
+  SELECT t.*, t.lim AS rlim, {{claim_cursor_key}}
+    FROM unnest($1::text[], $2::int[], $3::bigint[], $5::int[],
+                $6::bool[], $7::int[], $8::bigint[], $9::bigint[])
            AS t(task, lim, lease_ms, start, full_scan, cur_p, cur_us, cur_id)
 ), {{claim_body}}
 SELECT {{job_columns_bin}} FROM upd j WHERE j.status IN ('starting', 'running')
@@ -45,12 +46,13 @@ UNION ALL {{claim_cursor_rows}}
 -- The lock statement before it (limit_lock) serialises the limited claims
 -- of a type on this shard, so what this statement reads (its snapshot
 -- starts after the lock is held) is never stale: the count of the type's
--- starting and running rows whose lease has not run out (jobs_lease, from
--- now on) and its token bucket (rate_bucket's key). A job whose lease ran
--- out holds no place: its worker died or must stop (docs/design.md), and
--- counting it held a type whose workers all died at its limit for ever,
--- as no claim was left to take the expired leases back. The claim that
--- takes one back counts it again, once. The bucket fills at the rate since its last claim, up to its size,
+-- starting and running rows (jobs_lease), of them the ones whose lease ran
+-- out, and its token bucket (rate_bucket's key). The ready jobs get the
+-- places left (rlim); the expired leases may be taken back beyond them
+-- (lim), as a job taken back holds the place it held: a type whose workers
+-- all died at its limit is taken up again, and the limit still holds,
+-- also against a start or heartbeat that comes late (a row whose lease ran
+-- out still counts). The bucket fills at the rate since its last claim, up to its size,
 -- and loses one token per job handed out; it starts empty.
 -- Indexes: as claim, and jobs_lease for the count.
 WITH t0 AS (
@@ -65,16 +67,24 @@ WITH t0 AS (
       + extract(epoch FROM now() - rb.at) * t0.rate, 0)) END AS avail,
     CASE WHEN t0.maxrun < 0 THEN NULL ELSE (SELECT count(*) FROM shardq.jobs j
       WHERE hashtext(j.task) = hashtext(t0.task) AND j.task = t0.task
+        AND j.status IN ('starting', 'running')) END AS busy,
+    CASE WHEN t0.maxrun < 0 THEN 0 ELSE (SELECT count(*) FROM shardq.jobs j
+      WHERE hashtext(j.task) = hashtext(t0.task) AND j.task = t0.task
         AND j.status IN ('starting', 'running')
-        AND j.expected_status_change_time >= now()) END AS busy
+        AND j.expected_status_change_time < now()) END AS stale
     FROM t0 LEFT JOIN shardq.rate_bucket rb ON rb.task = t0.task
-), t AS (
-  SELECT t1.task, t1.lease_ms, t1.start, t1.avail,
-    t1.full_scan, t1.cur_p, t1.cur_key, t1.cur_id,
+), t2 AS (
+  SELECT t1.*,
     greatest(0, least(t1.lim,
       COALESCE(t1.maxrun - t1.busy, t1.lim),
-      COALESCE(floor(t1.avail)::int, t1.lim)))::int AS lim
+      COALESCE(floor(t1.avail)::int, t1.lim)))::int AS rlim
     FROM t1
+), t AS (
+  SELECT t2.task, t2.lease_ms, t2.start, t2.avail,
+    t2.full_scan, t2.cur_p, t2.cur_key, t2.cur_id, t2.rlim,
+    greatest(0, least(t2.lim, t2.rlim + t2.stale,
+      COALESCE(floor(t2.avail)::int, t2.lim)))::int AS lim
+    FROM t2
 ), {{claim_body}}, bucket AS (
   INSERT INTO shardq.rate_bucket AS rb (task, tokens, at)
   SELECT t.task, t.avail - (SELECT count(*) FROM upd u WHERE u.task = t.task
@@ -96,7 +106,8 @@ SELECT pg_advisory_xact_lock(1397837139, q.k) FROM (
 
 -- name: claim_body
 -- Fragment: the claim's arms and its updates, shared by claim and
--- claim_limited; `t` holds (task, lim, lease_ms, start) and $4 is the
+-- claim_limited; `t` holds (task, lim, rlim, lease_ms, start: lim in all,
+-- of which at most rlim ready jobs) and $4 is the
 -- worker.
 --
 -- The ready jobs are taken priority by priority, highest first: a
@@ -185,7 +196,7 @@ picked AS (
                AND j.schedule_time <= now()
                AND {{claim_owned}}
              ORDER BY COALESCE(j.delay_tolerance_time, j.schedule_time), j.id
-             LIMIT t.lim FOR UPDATE SKIP LOCKED) d
+             LIMIT t.rlim FOR UPDATE SKIP LOCKED) d
           UNION ALL
           SELECT l.id, 2 AS arm, NULL::timestamptz AS okey FROM (
             SELECT j.id FROM shardq.jobs j
@@ -195,7 +206,7 @@ picked AS (
                AND j.schedule_time <= now()
                AND {{claim_owned}}
              ORDER BY j.delay_tolerance_time, j.id
-             LIMIT t.lim FOR UPDATE SKIP LOCKED) l
+             LIMIT t.rlim FOR UPDATE SKIP LOCKED) l
         ) a WHERE pr.p IS NOT NULL
       ) r
     ) u LIMIT t.lim
