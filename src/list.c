@@ -110,6 +110,22 @@ static cursor first_cursor(const sq_job_filter *f)
 	return k;
 }
 
+/* Whether (after, before] in µs, each 0 for no bound, holds some time up
+ * to 9999-12-31. */
+static int window_ok(int64_t after, int64_t before)
+{
+	return after >= 0 && before >= 0 && after <= FAR_FUTURE_US && before <= FAR_FUTURE_US &&
+	       (!before || after < before);
+}
+
+static sq_status window_err(const char *what, int64_t after, int64_t before, sq_error *err)
+{
+	return sq_err(err, SQ_EINVAL,
+		      "%s window (%" PRId64 ", %" PRId64 "] µs: give its start before its end, "
+		      "each 0 (no bound) to 9999-12-31",
+		      what, after, before);
+}
+
 static sq_status check_filter(sq_client *c, const sq_job_filter *f, const char *after, int limit,
 			      cursor *k, sq_error *err)
 {
@@ -126,13 +142,8 @@ static sq_status check_filter(sq_client *c, const sq_job_filter *f, const char *
 			      "status '%s' cannot be listed: give ready, starting, running, "
 			      "failed, completed or cancelled",
 			      f->status);
-	if (f->finished_after_us < 0 || f->finished_before_us < 0 ||
-	    f->finished_after_us > FAR_FUTURE_US || f->finished_before_us > FAR_FUTURE_US ||
-	    (f->finished_before_us && f->finished_after_us >= f->finished_before_us))
-		return sq_err(err, SQ_EINVAL,
-			      "finish-time window (%" PRId64 ", %" PRId64 "] µs: give its start "
-			      "before its end, each 0 (no bound) to 9999-12-31",
-			      f->finished_after_us, f->finished_before_us);
+	if (!window_ok(f->finished_after_us, f->finished_before_us))
+		return window_err("finish-time", f->finished_after_us, f->finished_before_us, err);
 	if ((f->finished_after_us && strcmp(status_of(f), "completed")) ||
 	    (f->finished_before_us && strcmp(status_of(f), "completed") &&
 	     strcmp(status_of(f), "failed")))
@@ -158,13 +169,8 @@ static sq_status check_filter(sq_client *c, const sq_job_filter *f, const char *
 			      c->nshards);
 	if (limit < 1 || limit > 10000)
 		return sq_err(err, SQ_EINVAL, "limit %d: give 1 to 10000", limit);
-	if (f->created_after_us < 0 || f->created_before_us < 0 ||
-	    f->created_after_us > FAR_FUTURE_US || f->created_before_us > FAR_FUTURE_US ||
-	    (f->created_before_us && f->created_after_us >= f->created_before_us))
-		return sq_err(err, SQ_EINVAL,
-			      "creation window (%" PRId64 ", %" PRId64 "] µs: give its start "
-			      "before its end, each 0 (no bound) to 9999-12-31",
-			      f->created_after_us, f->created_before_us);
+	if (!window_ok(f->created_after_us, f->created_before_us))
+		return window_err("creation", f->created_after_us, f->created_before_us, err);
 	*k = first_cursor(f);
 	if (after && *after && !parse_next(after, f, k))
 		return sq_err(err, SQ_EINVAL,

@@ -628,16 +628,22 @@ static void begin_unstarted(sq_worker *w, sq_task *k, double now)
  * the shards. A handed job past its deadline comes back (take_finished)
  * and starts the old way, by a written start first.
  */
+/* Type t's slots that nothing holds: not running, nor waiting for a start
+ * written (starts_out), nor reserved by a claim out for the jobs it starts
+ * at once (reserved_start): those come back `running`. */
+static int free_slots(const sq_worker *w, int t)
+{
+	const wtype *wt = &w->types[t];
+	return wt->conc - wt->running - wt->starts_out - w->reserved_start[t];
+}
+
 static void start_fresh(sq_worker *w, double now)
 {
 	if (w->stopping)
 		return;
 	for (int t = 0; t < w->ntypes; t++) {
 		wtype *wt = &w->types[t];
-		/* not the slots that claims out fill with jobs they start at
-		 * once (reserved_start), nor those of the starts out: both come
-		 * back `running` */
-		while (wt->running + wt->starts_out + w->reserved_start[t] < wt->conc) {
+		while (free_slots(w, t) > 0) {
 			sq_task *k = sq_startq_take(&wt->buffer, now, 1, NULL, NULL);
 			if (!k && wt->handed && (k = sq_pool_unhand_one(&w->pool, t)) != NULL) {
 				wt->handed--;
@@ -678,8 +684,7 @@ static int claim_limits(sq_worker *w, sq_claim_req *reqs, const int *promoting)
 	 * time: one type's prefetch never starves another type's free slots */
 	for (int t = 0; t < w->ntypes; t++) {
 		wtype *wt = &w->types[t];
-		int free_now = wt->conc - wt->running - promoting[t] - wt->starts_out -
-			       w->reserved_start[t];
+		int free_now = free_slots(w, t) - promoting[t];
 		int pf = predicted_prefetch(w, wt);
 		int buffered = wt->buffer.n + wt->handed - promoting[t] + w->reserved[t] -
 			       w->reserved_start[t];
@@ -1167,9 +1172,7 @@ static int tick_count(sq_worker *w, tick_state *ts, int claiming, size_t want[WB
 			want[k->unstarted ? WB_START : WB_HEARTBEAT]++;
 	for (int t = 0; claiming && t < w->ntypes; t++) {
 		wtype *wt = &w->types[t];
-		/* free slots: not those that claims out will fill with jobs they
-		 * start at once (reserved_start) */
-		int f = wt->conc - wt->running - wt->starts_out - w->reserved_start[t];
+		int f = free_slots(w, t);
 		int ready = f > 0 ? sq_startq_ready(&wt->buffer, now, on_round_shard, ts) : 0;
 		ts->promoting[t] = f > 0 ? (f < ready ? f : ready) : 0;
 		want[WB_START] += (size_t)ts->promoting[t];

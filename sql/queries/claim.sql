@@ -65,14 +65,16 @@ WITH t0 AS (
   SELECT t0.*,
     CASE WHEN t0.rate < 0 THEN NULL ELSE least(t0.burst, COALESCE(rb.tokens
       + extract(epoch FROM now() - rb.at) * t0.rate, 0)) END AS avail,
-    CASE WHEN t0.maxrun < 0 THEN NULL ELSE (SELECT count(*) FROM shardq.jobs j
-      WHERE hashtext(j.task) = hashtext(t0.task) AND j.task = t0.task
-        AND j.status IN ('starting', 'running')) END AS busy,
-    CASE WHEN t0.maxrun < 0 THEN 0 ELSE (SELECT count(*) FROM shardq.jobs j
-      WHERE hashtext(j.task) = hashtext(t0.task) AND j.task = t0.task
-        AND j.status IN ('starting', 'running')
-        AND j.expected_status_change_time < now()) END AS stale
+    CASE WHEN t0.maxrun < 0 THEN NULL ELSE b.busy END AS busy,
+    CASE WHEN t0.maxrun < 0 THEN 0 ELSE b.stale END AS stale
     FROM t0 LEFT JOIN shardq.rate_bucket rb ON rb.task = t0.task
+    -- one read of jobs_lease for both counts (and none without max_running)
+    CROSS JOIN LATERAL (SELECT count(*) AS busy,
+        count(*) FILTER (WHERE j.expected_status_change_time < now()) AS stale
+      FROM shardq.jobs j
+      WHERE t0.maxrun >= 0
+        AND hashtext(j.task) = hashtext(t0.task) AND j.task = t0.task
+        AND j.status IN ('starting', 'running')) b
 ), t2 AS (
   SELECT t1.*,
     greatest(0, least(t1.lim,

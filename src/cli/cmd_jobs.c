@@ -668,6 +668,60 @@ static int cancel_matching(cli *x, sq_job_filter *f)
 	return st == SQ_OK ? EX_OK : cli_fail("cancel", &err);
 }
 
+static int cancel_usage(void)
+{
+	printf("usage: shardq [-c FILE] cancel ID...\n"
+	       "       shardq [-c FILE] cancel --type T --key K\n"
+	       "       shardq [-c FILE] cancel --type T --status S [--created-within D]\n"
+	       "                               [--created-older-than D]\n\n"
+	       "Cancels live (ready, starting or running) jobs. A running job's worker\n"
+	       "then gets 'lost' when it completes. Exit 7 if a job was not live.\n"
+	       "With --status: every job of T in status S (ready, starting or running) that\n"
+	       "was enqueued before the call, a page at a time with progress on stderr,\n"
+	       "then one JSON line with the count; --created-within D and "
+	       "--created-older-than D\n"
+	       "keep to the jobs created in the last D, or before it.\n");
+	return EX_OK;
+}
+
+/* cancel --type T --key K: the type's live job with that key. */
+static int cancel_key(cli *x, const char *type, const char *key)
+{
+	int64_t id;
+	sq_error err;
+	int rc = cli_check_text("cancel", "--key", key, SQ_MAX_KEY_LEN);
+	if (rc || (rc = cli_open(x, "cancel", SQ_OPEN_ALLOW_DOWN)))
+		return rc;
+	if (sq_cancel_key(x->client, type, key, &id, &err) != SQ_OK)
+		return cli_fail("cancel", &err);
+	printf("%" PRId64 " cancelled\n", id);
+	return EX_OK;
+}
+
+/* cancel ID...: a line per id; exit 7 if one was not live. */
+static int cancel_ids(cli *x, char *const *args, size_t n)
+{
+	int64_t *ids = calloc(n + 1, sizeof(*ids));
+	sq_status *out = calloc(n + 1, sizeof(*out));
+	sq_error err;
+	int rc = ids && out ? 0 : EX_FAIL;
+	for (size_t i = 0; !rc && i < n; i++)
+		rc = parse_id("cancel", args[i], &ids[i]);
+	if (!rc && !(rc = cli_open(x, "cancel", SQ_OPEN_ALLOW_DOWN))) {
+		sq_status st = sq_cancel(x->client, ids, n, out, &err);
+		rc = st == SQ_OK ? EX_OK : cli_fail("cancel", &err);
+		for (size_t i = 0; st == SQ_OK && i < n; i++) {
+			printf("%" PRId64 " %s\n", ids[i],
+			       out[i] == SQ_OK ? "cancelled" : "not live");
+			if (out[i] != SQ_OK)
+				rc = EX_NOTFOUND;
+		}
+	}
+	free(out);
+	free(ids);
+	return rc;
+}
+
 int cmd_cancel(cli *x, int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -679,95 +733,45 @@ int cmd_cancel(cli *x, int argc, char **argv)
 		{"created-older-than", required_argument, NULL, 'O'},
 		{NULL, 0, NULL, 0},
 	};
-	const char *type = NULL, *key = NULL, *status = NULL;
+	const char *key = NULL;
 	sq_job_filter f = {NULL, NULL, NULL, -1, 0, 0, 0, 0};
 	int c, rc;
 	while ((c = getopt_long(argc, argv, ":c:ht:k:s:C:O:", opts, NULL)) != -1) {
 		switch (c) {
 		case 'c': x->config_path = optarg; break;
-		case 't': type = optarg; break;
+		case 't': f.type = optarg; break;
 		case 'k': key = optarg; break;
-		case 's': status = optarg; break;
+		case 's': f.status = optarg; break;
 		case 'C':
 		case 'O':
 			if ((rc = created_opt("cancel", c, optarg, &f)))
 				return rc;
 			break;
-		case 'h':
-			printf("usage: shardq [-c FILE] cancel ID...\n"
-			       "       shardq [-c FILE] cancel --type T --key K\n"
-			       "       shardq [-c FILE] cancel --type T --status S "
-			       "[--created-within D]\n"
-			       "                               [--created-older-than D]\n\n"
-			       "Cancels live (ready, starting or running) jobs. A running job's "
-			       "worker\n"
-			       "then gets 'lost' when it completes. Exit 7 if a job was not "
-			       "live.\n"
-			       "With --status: every job of T in status S (ready, starting or "
-			       "running) that\nwas enqueued before the call, a page at a time "
-			       "with progress on stderr,\nthen one JSON line with the count; "
-			       "--created-within D and --created-older-than D\nkeep to the "
-			       "jobs created in the last D, or before it.\n");
-			return EX_OK;
+		case 'h': return cancel_usage();
 		default: return cli_bad_option("cancel", c, argv);
 		}
 	}
-	if (type && optind < argc)
+	if (f.type && optind < argc)
 		return cli_no_args("cancel", argc, argv, "give job ids, or --type and --key");
-	if (!status && (f.created_after_us || f.created_before_us)) {
+	if (!f.status && (f.created_after_us || f.created_before_us)) {
 		fprintf(stderr, "shardq cancel: --created-within and --created-older-than go "
 				"with --type T --status S\n");
 		return EX_USAGE;
 	}
-	if ((status && (key || !type)) ||
-	    (!status && (!!type != !!key || (!type && optind >= argc)))) {
+	if ((f.status && (key || !f.type)) ||
+	    (!f.status && (!!f.type != !!key || (!f.type && optind >= argc)))) {
 		fprintf(stderr, "shardq cancel: give job ids, --type and --key, or --type and "
 				"--status; see --help\n");
 		return EX_USAGE;
 	}
-	if (key && (rc = cli_check_text("cancel", "--key", key, SQ_MAX_KEY_LEN)))
+	if (key)
+		return cancel_key(x, f.type, key);
+	if (!f.status)
+		return cancel_ids(x, argv + optind, (size_t)(argc - optind));
+	if ((rc = created_window_check("cancel", &f)) ||
+	    (rc = cli_open(x, "cancel", SQ_OPEN_ALLOW_DOWN)))
 		return rc;
-	size_t n = (size_t)(argc - optind);
-	int64_t *ids = calloc(n + 1, sizeof(*ids));
-	for (size_t i = 0; i < n; i++) {
-		if ((rc = parse_id("cancel", argv[optind + (int)i], &ids[i]))) {
-			free(ids);
-			return rc;
-		}
-	}
-	if ((rc = cli_open(x, "cancel", SQ_OPEN_ALLOW_DOWN))) {
-		free(ids);
-		return rc;
-	}
-	sq_error err;
-	if (status) {
-		free(ids);
-		f.type = type;
-		f.status = status;
-		if ((rc = created_window_check("cancel", &f)))
-			return rc;
-		return cancel_matching(x, &f);
-	}
-	if (type) {
-		int64_t id;
-		sq_status st = sq_cancel_key(x->client, type, key, &id, &err);
-		free(ids);
-		if (st != SQ_OK)
-			return cli_fail("cancel", &err);
-		printf("%" PRId64 " cancelled\n", id);
-		return EX_OK;
-	}
-	sq_status *out = calloc(n, sizeof(*out));
-	sq_status st = sq_cancel(x->client, ids, n, out, &err);
-	rc = st == SQ_OK ? EX_OK : cli_fail("cancel", &err);
-	for (size_t i = 0; st == SQ_OK && i < n; i++) {
-		printf("%" PRId64 " %s\n", ids[i], out[i] == SQ_OK ? "cancelled" : "not live");
-		if (out[i] != SQ_OK)
-			rc = EX_NOTFOUND;
-	}
-	free(out);
-	free(ids);
-	return rc;
+	return cancel_matching(x, &f);
 }
 
 /* A page of jobs, one JSON line each, with its last error (as `get`). */
